@@ -1,0 +1,15 @@
+DROP TABLE control_requests;
+DROP TABLE control;
+DROP TABLE audit_events;
+DROP TABLE approvals;
+DROP TABLE comments;
+DROP TABLE turns;
+DROP TABLE outbox_entries;
+DROP TABLE attempts;
+DROP TABLE task_transitions;
+DROP TABLE tasks;
+DROP TABLE webhook_deliveries;
+DROP TABLE sessions;
+DROP TABLE repositories;
+DROP FUNCTION codex_bridge_refuse_terminal_update();
+DROP FUNCTION codex_bridge_append_only();

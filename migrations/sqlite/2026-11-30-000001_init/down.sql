@@ -1,0 +1,13 @@
+DROP TABLE control_requests;
+DROP TABLE control;
+DROP TABLE audit_events;
+DROP TABLE approvals;
+DROP TABLE comments;
+DROP TABLE turns;
+DROP TABLE outbox_entries;
+DROP TABLE attempts;
+DROP TABLE task_transitions;
+DROP TABLE tasks;
+DROP TABLE webhook_deliveries;
+DROP TABLE sessions;
+DROP TABLE repositories;

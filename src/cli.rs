@@ -1,0 +1,201 @@
+//! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`.
+
+use crate::config::Config;
+use crate::lifecycle::TaskState;
+use crate::store::tasks::{self, TaskFilter, Verdict};
+use crate::store::{self, ConnSettings, DbConn, StoreError};
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(name = "codex-bridge", version, about = "Turns Gitea comments into Codex work.", long_about = None)]
+pub struct Cli {
+    /// TOML configuration file; every key can also be set as CODEX_BRIDGE_<KEY>.
+    #[arg(long, global = true, env = "CODEX_BRIDGE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (applies pending migrations first).
+    Serve,
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Inspect tasks.
+    Tasks {
+        #[command(subcommand)]
+        command: TasksCommand,
+    },
+    /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
+    /// Never re-runs anything; it records the verdict and an audit event.
+    Reconcile(ReconcileArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TasksCommand {
+    /// List tasks, newest first.
+    List {
+        /// Only tasks in this state (e.g. queued, needs_reconciliation).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only tasks of this repository (e.g. default:acme/widgets).
+        #[arg(long)]
+        repo: Option<String>,
+        /// Only tasks of this Issue/PR (e.g. default:acme/widgets:issue:17).
+        #[arg(long)]
+        resource: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one task: its record, transitions, attempts and audit events (JSON).
+    Show { task_id: String },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum VerdictArg {
+    Failed,
+    Succeeded,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    pub task_id: String,
+    /// The uncertain attempt (see `codex-bridge tasks show TASK_ID`).
+    pub attempt_id: String,
+    pub verdict: VerdictArg,
+    /// Required: you checked that no Codex turn of this attempt is still running
+    /// (processes, the thread's timeline, the workspace).
+    #[arg(long)]
+    pub confirm_no_active_turn: bool,
+    /// Why, for the audit log.
+    #[arg(long, default_value = "reconciled from the command line")]
+    pub reason: String,
+    /// Who is deciding (audited as admin:<operator>).
+    #[arg(long, env = "USER", default_value = "cli")]
+    pub operator: String,
+}
+
+/// Opens a direct connection for a one-off command, refusing a database whose
+/// schema is behind this binary.
+fn connect(config: &Config) -> anyhow::Result<DbConn> {
+    let mut conn = DbConn::establish(&ConnSettings {
+        url: config.database_url.clone(),
+        sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
+        read_only: false,
+    })
+    .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
+    let pending = match &mut conn {
+        DbConn::Sqlite(c) => diesel_migrations::MigrationHarness::has_pending_migration(c, store::SQLITE_MIGRATIONS),
+        DbConn::Pg(c) => diesel_migrations::MigrationHarness::has_pending_migration(c, store::POSTGRES_MIGRATIONS),
+    }
+    .map_err(|e| anyhow::anyhow!("cannot read the migration state: {e}"))?;
+    if pending {
+        bail!("the database schema is not up to date: run `codex-bridge migrate` (or start the server) first");
+    }
+    Ok(conn)
+}
+
+pub fn migrate(config: &Config) -> anyhow::Result<()> {
+    if let store::DbUrl::Sqlite(path) = &config.database_url {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+    }
+    let mut conn = DbConn::establish(&ConnSettings {
+        url: config.database_url.clone(),
+        sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
+        read_only: false,
+    })
+    .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
+    let applied = store::run_migrations(&mut conn)?;
+    if applied.is_empty() {
+        println!("database {} is up to date", config.database_url.redacted());
+    } else {
+        for v in applied {
+            println!("applied migration {v}");
+        }
+    }
+    Ok(())
+}
+
+pub fn tasks_command(config: &Config, command: TasksCommand) -> anyhow::Result<()> {
+    let mut conn = connect(config)?;
+    match command {
+        TasksCommand::List {
+            state,
+            repo,
+            resource,
+            limit,
+            json,
+        } => {
+            let state = match state {
+                Some(s) => Some(s.parse::<TaskState>()?),
+                None => None,
+            };
+            let (rows, _) = tasks::list(
+                &mut conn,
+                &TaskFilter {
+                    repo_key: repo,
+                    resource_key: resource,
+                    state,
+                    cursor: None,
+                    limit,
+                },
+            )?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<38} {:<22} {:>4} {:<44} {}", "TASK", "STATE", "VER", "RESOURCE", "CREATED");
+                for t in rows {
+                    println!(
+                        "{:<38} {:<22} {:>4} {:<44} {}",
+                        t.task_id, t.state, t.state_version, t.resource_key, t.created_at
+                    );
+                }
+            }
+        }
+        TasksCommand::Show { task_id } => {
+            let detail = tasks::detail(&mut conn, &task_id)?.with_context(|| format!("no task {task_id}"))?;
+            let out = serde_json::json!({
+                "task": detail.task,
+                "transitions": detail.transitions,
+                "outbox": detail.outbox,
+                "attempts": detail.attempts,
+                "turns": detail.turns,
+                "comments": detail.comments,
+                "approvals": detail.approvals,
+                "audit": detail.audit,
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+    }
+    Ok(())
+}
+
+pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
+    if !args.confirm_no_active_turn {
+        bail!(
+            "refusing to reconcile without --confirm-no-active-turn: first check that no Codex turn of attempt {} \
+             is still running (processes, the thread's timeline, the workspace). Reconciliation never re-runs anything.",
+            args.attempt_id
+        );
+    }
+    let verdict = match args.verdict {
+        VerdictArg::Failed => Verdict::Failed,
+        VerdictArg::Succeeded => Verdict::Succeeded,
+    };
+    let mut conn = connect(config)?;
+    let actor = format!("admin:{}", args.operator);
+    let event = conn
+        .write_transaction(|c| tasks::reconcile(c, &args.task_id, &args.attempt_id, verdict, &actor, &args.reason))
+        .map_err(|e: StoreError| anyhow::anyhow!("{e}"))?;
+    println!("{}", serde_json::to_string_pretty(&event)?);
+    Ok(())
+}

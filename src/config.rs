@@ -1,0 +1,459 @@
+//! Configuration (DESIGN §13): a TOML file, every key overridable from the
+//! environment as `CODEX_BRIDGE_<KEY>`, validated once at start. Errors name the
+//! key; secrets are kept in `SecretString` and never printed.
+
+use crate::store::{DbUrl, StoreSettings, WriterSettings};
+use secrecy::{ExposeSecret, SecretString};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Every key the file and the environment may set, with its help text. Adding a
+/// key is fine; renaming one breaks operators (DESIGN §13).
+pub const KEYS: &[(&str, &str)] = &[
+    ("listen", "address:port of the HTTP server (default 127.0.0.1:8080)"),
+    ("database_url", "sqlite://PATH or postgres://... (default sqlite://./data/codex-bridge.db)"),
+    ("webhook_secret", "the Gitea webhook secret (generated into state_dir if unset)"),
+    ("bot_login", "the bot's Gitea login that comments mention (default codex-bot)"),
+    ("instance_id", "namespace of this Gitea instance in every key (default default)"),
+    ("gitea_url", "base URL of Gitea, e.g. https://git.example.com"),
+    ("gitea_token", "the bot's Gitea API token"),
+    ("admin_token", "Bearer token of the admin API and web view (generated into state_dir if unset)"),
+    ("workspace_root", "where repositories are cloned (default ./data/workspaces)"),
+    ("state_dir", "where generated secrets and local state live (default ./data)"),
+    ("max_body_bytes", "webhook body limit in bytes (default 1048576)"),
+    ("log_format", "plain or json (default plain)"),
+    ("log_filter", "tracing filter, e.g. info or codex_bridge=debug (default info; RUST_LOG wins)"),
+    ("writer_batch_max", "most writes committed together by the group-commit writer (default 256)"),
+    ("writer_threads", "writer threads (default 1 for SQLite, 4 for PostgreSQL)"),
+    ("read_pool_size", "database connections for reads (default 8)"),
+    ("sqlite_busy_timeout_ms", "how long SQLite waits for a lock (default 5000)"),
+];
+
+const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
+
+/// A configuration problem, naming the key and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config key `{key}`: {problem} (set it in the config file or as {env})")]
+    Invalid {
+        key: &'static str,
+        env: String,
+        problem: String,
+    },
+    #[error("config file {path}: {problem}")]
+    File { path: String, problem: String },
+}
+
+fn invalid(key: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        env: env_name(key),
+        problem: problem.into(),
+    }
+}
+
+/// `webhook_secret` → `CODEX_BRIDGE_WEBHOOK_SECRET`.
+pub fn env_name(key: &str) -> String {
+    format!("CODEX_BRIDGE_{}", key.to_ascii_uppercase())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Plain,
+    Json,
+}
+
+/// The validated configuration.
+#[derive(Clone)]
+pub struct Config {
+    pub listen: String,
+    pub database_url: DbUrl,
+    pub webhook_secret: Option<SecretString>,
+    pub bot_login: String,
+    pub instance_id: String,
+    pub gitea_url: Option<String>,
+    pub gitea_token: Option<SecretString>,
+    pub admin_token: Option<SecretString>,
+    pub workspace_root: PathBuf,
+    pub state_dir: PathBuf,
+    pub max_body_bytes: usize,
+    pub log_format: LogFormat,
+    pub log_filter: String,
+    pub writer_batch_max: usize,
+    pub writer_threads: usize,
+    pub read_pool_size: u32,
+    pub sqlite_busy_timeout_ms: u64,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let set = |s: &Option<SecretString>| if s.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("database_url", &self.database_url.redacted())
+            .field("webhook_secret", &set(&self.webhook_secret))
+            .field("bot_login", &self.bot_login)
+            .field("instance_id", &self.instance_id)
+            .field("gitea_url", &self.gitea_url)
+            .field("gitea_token", &set(&self.gitea_token))
+            .field("admin_token", &set(&self.admin_token))
+            .field("workspace_root", &self.workspace_root)
+            .field("state_dir", &self.state_dir)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The secrets the server cannot run without, resolved by [`Config::server_secrets`].
+#[derive(Clone)]
+pub struct ServerSecrets {
+    pub webhook_secret: SecretString,
+    pub admin_token: SecretString,
+    /// Where generated secrets were written, if any were.
+    pub generated_file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads `path` (if given) and the environment, and validates everything.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        Self::from_sources(path, &env)
+    }
+
+    /// Like [`Config::load`] with an explicit environment (for tests).
+    pub fn from_sources(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+        let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
+        if let Some(path) = path {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+                path: path.display().to_string(),
+                problem: format!("cannot read it: {e}"),
+            })?;
+            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
+                path: path.display().to_string(),
+                problem: format!("not valid TOML: {}", e.message()),
+            })?;
+            for (k, v) in table {
+                let Some((key, _)) = KEYS.iter().find(|(name, _)| *name == k) else {
+                    return Err(ConfigError::File {
+                        path: path.display().to_string(),
+                        problem: format!("unknown key `{k}` (known keys: {})", key_list()),
+                    });
+                };
+                let value = match v {
+                    toml::Value::String(s) => s,
+                    toml::Value::Integer(i) => i.to_string(),
+                    toml::Value::Boolean(b) => b.to_string(),
+                    other => {
+                        return Err(invalid(key, format!("expected a string or a number, found {}", other.type_str())))
+                    }
+                };
+                values.insert(key, value);
+            }
+        }
+        for (key, _) in KEYS {
+            if let Some(v) = env.get(&env_name(key)) {
+                values.insert(key, v.clone());
+            }
+        }
+        Self::validate(values)
+    }
+
+    fn validate(mut v: BTreeMap<&'static str, String>) -> Result<Config, ConfigError> {
+        let mut take = |key: &'static str| v.remove(key).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+
+        let listen = take("listen").unwrap_or_else(|| "127.0.0.1:8080".into());
+        {
+            use std::net::ToSocketAddrs;
+            let ok = listen.to_socket_addrs().map(|mut a| a.next().is_some()).unwrap_or(false);
+            if !ok {
+                return Err(invalid("listen", format!("`{listen}` is not an address:port, e.g. 127.0.0.1:8080")));
+            }
+        }
+        let database_url = DbUrl::parse(&take("database_url").unwrap_or_else(|| "sqlite://./data/codex-bridge.db".into()))
+            .map_err(|p| invalid("database_url", p))?;
+
+        let webhook_secret = take("webhook_secret").map(SecretString::from);
+        if let Some(s) = &webhook_secret {
+            check_secret("webhook_secret", s)?;
+        }
+        let admin_token = take("admin_token").map(SecretString::from);
+        if let Some(s) = &admin_token {
+            check_secret("admin_token", s)?;
+        }
+        let gitea_token = take("gitea_token").map(SecretString::from);
+
+        let bot_login = take("bot_login").unwrap_or_else(|| "codex-bot".into());
+        if !is_gitea_name(&bot_login) {
+            return Err(invalid("bot_login", "a Gitea login uses only letters, digits, '-', '_' and '.'"));
+        }
+        let instance_id = take("instance_id").unwrap_or_else(|| "default".into());
+        let instance_ok = instance_id.len() <= 64
+            && instance_id.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && instance_id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !instance_ok {
+            return Err(invalid(
+                "instance_id",
+                "use at most 64 lower-case letters, digits, '-' and '_' (it is part of every key)",
+            ));
+        }
+        let gitea_url = match take("gitea_url") {
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => Some(u.trim_end_matches('/').to_owned()),
+            Some(_) => return Err(invalid("gitea_url", "expected an http:// or https:// URL")),
+            None => None,
+        };
+        let state_dir = PathBuf::from(take("state_dir").unwrap_or_else(|| "./data".into()));
+        let workspace_root = PathBuf::from(take("workspace_root").unwrap_or_else(|| "./data/workspaces".into()));
+        let max_body_bytes = parse_num("max_body_bytes", take("max_body_bytes"), 1024 * 1024, 1024, 64 * 1024 * 1024)?;
+        let log_format = match take("log_format").as_deref() {
+            None | Some("plain") => LogFormat::Plain,
+            Some("json") => LogFormat::Json,
+            Some(_) => return Err(invalid("log_format", "expected plain or json")),
+        };
+        let log_filter = take("log_filter").unwrap_or_else(|| "info".into());
+        if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
+            return Err(invalid("log_filter", "not a tracing filter, e.g. info or codex_bridge=debug,info"));
+        }
+        let writer_batch_max = parse_num("writer_batch_max", take("writer_batch_max"), 256, 1, 10_000)?;
+        let default_threads = if database_url.is_sqlite() { 1 } else { 4 };
+        let writer_threads = parse_num("writer_threads", take("writer_threads"), default_threads, 1, 64)?;
+        let read_pool_size = parse_num("read_pool_size", take("read_pool_size"), 8, 1, 256)? as u32;
+        let sqlite_busy_timeout_ms = parse_num("sqlite_busy_timeout_ms", take("sqlite_busy_timeout_ms"), 5000, 0, 600_000)? as u64;
+
+        Ok(Config {
+            listen,
+            database_url,
+            webhook_secret,
+            bot_login,
+            instance_id,
+            gitea_url,
+            gitea_token,
+            admin_token,
+            workspace_root,
+            state_dir,
+            max_body_bytes,
+            log_format,
+            log_filter,
+            writer_batch_max,
+            writer_threads,
+            read_pool_size,
+            sqlite_busy_timeout_ms,
+        })
+    }
+
+    pub fn store_settings(&self) -> StoreSettings {
+        StoreSettings {
+            url: self.database_url.clone(),
+            read_pool_size: self.read_pool_size,
+            sqlite_busy_timeout: Duration::from_millis(self.sqlite_busy_timeout_ms),
+            writer: WriterSettings {
+                batch_max: self.writer_batch_max,
+                threads: self.writer_threads,
+                queue_capacity: 16_384,
+            },
+        }
+    }
+
+    /// The webhook secret and admin token. When either is not configured, it is
+    /// generated once into `state_dir/generated-secrets.toml` (mode 0600) and
+    /// reused on later starts, so a fresh `serve` works and says where to look.
+    pub fn server_secrets(&self) -> Result<ServerSecrets, ConfigError> {
+        if let (Some(w), Some(a)) = (&self.webhook_secret, &self.admin_token) {
+            return Ok(ServerSecrets {
+                webhook_secret: w.clone(),
+                admin_token: a.clone(),
+                generated_file: None,
+            });
+        }
+        let file = self.state_dir.join("generated-secrets.toml");
+        let mut stored: toml::Table = match std::fs::read_to_string(&file) {
+            Ok(text) => text.parse().map_err(|e: toml::de::Error| ConfigError::File {
+                path: file.display().to_string(),
+                problem: format!("not valid TOML: {} (delete it to generate new secrets)", e.message()),
+            })?,
+            Err(_) => toml::Table::new(),
+        };
+        let mut changed = false;
+        let mut resolve = |key: &'static str, configured: &Option<SecretString>| -> SecretString {
+            if let Some(s) = configured {
+                return s.clone();
+            }
+            if let Some(toml::Value::String(s)) = stored.get(key) {
+                return SecretString::from(s.clone());
+            }
+            let fresh = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+            stored.insert(key.to_owned(), toml::Value::String(fresh.clone()));
+            changed = true;
+            SecretString::from(fresh)
+        };
+        let webhook_secret = resolve("webhook_secret", &self.webhook_secret);
+        let admin_token = resolve("admin_token", &self.admin_token);
+        if changed {
+            write_private(&file, &stored.to_string()).map_err(|e| ConfigError::File {
+                path: file.display().to_string(),
+                problem: format!("cannot write generated secrets: {e}; set webhook_secret and admin_token instead"),
+            })?;
+        }
+        Ok(ServerSecrets {
+            webhook_secret,
+            admin_token,
+            generated_file: Some(file),
+        })
+    }
+
+    /// The secret values that must never appear in logs (for log scrubbing tests).
+    pub fn secret_values(&self) -> Vec<String> {
+        [&self.webhook_secret, &self.gitea_token, &self.admin_token]
+            .into_iter()
+            .flatten()
+            .map(|s| s.expose_secret().to_owned())
+            .collect()
+    }
+}
+
+fn key_list() -> String {
+    KEYS.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+}
+
+fn check_secret(key: &'static str, s: &SecretString) -> Result<(), ConfigError> {
+    debug_assert!(SECRET_KEYS.contains(&key));
+    if s.expose_secret().len() < 16 {
+        return Err(invalid(key, "too short: use at least 16 characters (e.g. `openssl rand -hex 32`)"));
+    }
+    Ok(())
+}
+
+fn parse_num(key: &'static str, value: Option<String>, default: usize, min: usize, max: usize) -> Result<usize, ConfigError> {
+    let Some(text) = value else { return Ok(default) };
+    let n: usize = text
+        .parse()
+        .map_err(|_| invalid(key, format!("`{text}` is not a whole number")))?;
+    if n < min || n > max {
+        return Err(invalid(key, format!("{n} is out of range {min}..={max}")));
+    }
+    Ok(n)
+}
+
+/// Gitea's user/org/repo name alphabet.
+pub fn is_gitea_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s != "."
+        && s != ".."
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let tmp = path.with_extension("tmp");
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:8080");
+        assert_eq!(c.database_url, DbUrl::Sqlite(PathBuf::from("./data/codex-bridge.db")));
+        assert_eq!(c.instance_id, "default");
+        assert_eq!(c.max_body_bytes, 1024 * 1024);
+        assert_eq!(c.writer_threads, 1);
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nmax_body_bytes = 2048\nbot_login = \"ccbot\"\n").unwrap();
+        let c = Config::from_sources(Some(&path), &env(&[("CODEX_BRIDGE_LISTEN", "127.0.0.1:9001")])).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:9001");
+        assert_eq!(c.max_body_bytes, 2048);
+        assert_eq!(c.bot_login, "ccbot");
+    }
+
+    #[test]
+    fn errors_name_the_key_and_never_echo_secrets() {
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_WEBHOOK_SECRET", "short-sekrit")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("webhook_secret"), "{err}");
+        assert!(err.contains("CODEX_BRIDGE_WEBHOOK_SECRET"), "{err}");
+        assert!(!err.contains("short-sekrit"), "{err}");
+
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_MAX_BODY_BYTES", "lots")])).unwrap_err();
+        assert!(err.to_string().contains("max_body_bytes"));
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_LISTEN", "nowhere")])).unwrap_err();
+        assert!(err.to_string().contains("listen"));
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_DATABASE_URL", "mysql://x")])).unwrap_err();
+        assert!(err.to_string().contains("database_url"));
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_INSTANCE_ID", "a:b")])).unwrap_err();
+        assert!(err.to_string().contains("instance_id"));
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "lisen = \"127.0.0.1:9000\"\n").unwrap();
+        let err = Config::from_sources(Some(&path), &env(&[])).unwrap_err().to_string();
+        assert!(err.contains("unknown key `lisen`"), "{err}");
+    }
+
+    #[test]
+    fn debug_output_hides_secrets() {
+        let c = Config::from_sources(
+            None,
+            &env(&[
+                ("CODEX_BRIDGE_WEBHOOK_SECRET", "0123456789abcdef-webhook"),
+                ("CODEX_BRIDGE_DATABASE_URL", "postgres://u:pw-secret@h/db"),
+            ]),
+        )
+        .unwrap();
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("0123456789abcdef-webhook"));
+        assert!(!dbg.contains("pw-secret"));
+    }
+
+    #[test]
+    fn missing_secrets_are_generated_once_and_kept_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let c = Config::from_sources(None, &env(&[("CODEX_BRIDGE_STATE_DIR", state.to_str().unwrap())])).unwrap();
+        let first = c.server_secrets().unwrap();
+        let second = c.server_secrets().unwrap();
+        assert_eq!(first.webhook_secret.expose_secret(), second.webhook_secret.expose_secret());
+        assert_eq!(first.admin_token.expose_secret(), second.admin_token.expose_secret());
+        assert!(first.webhook_secret.expose_secret().len() >= 32);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(first.generated_file.unwrap()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "generated secrets must not be readable by others");
+        }
+    }
+}

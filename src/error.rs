@@ -1,0 +1,82 @@
+//! `ApiError`: what an HTTP handler can answer besides success, with an explicit
+//! status and a stable snake_case `code` in a JSON body.
+
+use crate::store::StoreError;
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{message}")]
+    BadRequest { code: &'static str, message: String },
+    /// No reason is given: a caller without the secret learns nothing.
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    #[error("the request body is larger than the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("content type `{0}` is not supported; use application/json or application/x-www-form-urlencoded")]
+    UnsupportedMediaType(String),
+    /// Nothing was stored; the caller may retry.
+    #[error("the store is unavailable, nothing was stored; retry later")]
+    Unavailable,
+}
+
+impl ApiError {
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest { code, .. } | ApiError::Conflict { code, .. } => code,
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::Unavailable => "store_unavailable",
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut resp = HttpResponse::build(self.status_code());
+        if matches!(self, ApiError::Unavailable) {
+            resp.insert_header(("Retry-After", "5"));
+        }
+        resp.json(serde_json::json!({ "code": self.code(), "message": self.to_string() }))
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => ApiError::NotFound(what),
+            StoreError::Refused { code, message } => ApiError::Conflict { code, message },
+            StoreError::Unavailable(_) | StoreError::Query(_) => {
+                // Logged once, here, where it is turned into a 503.
+                tracing::error!(error = %e, "store failure; answering 503");
+                ApiError::Unavailable
+            }
+        }
+    }
+}

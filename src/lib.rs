@@ -1,0 +1,22 @@
+//! codex-bridge turns Gitea comments into Codex work.
+//!
+//! Where things live (imports only run down this list):
+//!
+//! - [`cli`], [`app`]: the command line and the wiring of the server.
+//! - [`webhook`]: `POST /api/gitea/webhook`: signature ([`webhook::verify`]),
+//!   normalisation ([`webhook::event`]), Gitea's mention rules ([`webhook::mention`]).
+//! - [`web`]: the admin API and health endpoints.
+//! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
+//!   ingest transaction, tasks, audit, control.
+//! - [`lifecycle`]: the task state machine of DESIGN §5, as data.
+//! - [`config`], [`error`], [`telemetry`]: configuration, HTTP errors, logging.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod lifecycle;
+pub mod store;
+pub mod telemetry;
+pub mod web;
+pub mod webhook;

@@ -1,0 +1,267 @@
+//! The task lifecycle of DESIGN §5 as data: every state, the transition table, and a
+//! pure `check` that the store calls before each compare-and-swap. Nothing here does
+//! I/O, so the table can be read, printed and property-tested on its own.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Every state a task can be in. Names are the stable snake_case strings stored in
+/// the database and shown by the API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaskState {
+    Received,
+    Queued,
+    Leased,
+    Running,
+    AwaitingApproval,
+    WaitingUser,
+    VerifyingReply,
+    RetryWait,
+    BlockedWorkspace,
+    CancelRequested,
+    NeedsReconciliation,
+    Succeeded,
+    SucceededWithRestFallback,
+    Failed,
+    FailedReply,
+    Cancelled,
+    Aborted,
+    TimedOut,
+    Ignored,
+    Duplicate,
+    Rejected,
+}
+
+use TaskState::*;
+
+impl TaskState {
+    /// All states, non-terminal first, in the order of DESIGN §5.
+    pub const ALL: [TaskState; 21] = [
+        Received,
+        Queued,
+        Leased,
+        Running,
+        AwaitingApproval,
+        WaitingUser,
+        VerifyingReply,
+        RetryWait,
+        BlockedWorkspace,
+        CancelRequested,
+        NeedsReconciliation,
+        Succeeded,
+        SucceededWithRestFallback,
+        Failed,
+        FailedReply,
+        Cancelled,
+        Aborted,
+        TimedOut,
+        Ignored,
+        Duplicate,
+        Rejected,
+    ];
+
+    /// The states no transition ever leaves. The store's UPDATE refuses to touch a
+    /// row in one of these (and a database trigger refuses any other UPDATE).
+    pub const TERMINAL: [TaskState; 10] = [
+        Succeeded,
+        SucceededWithRestFallback,
+        Failed,
+        FailedReply,
+        Cancelled,
+        Aborted,
+        TimedOut,
+        Ignored,
+        Duplicate,
+        Rejected,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Received => "received",
+            Queued => "queued",
+            Leased => "leased",
+            Running => "running",
+            AwaitingApproval => "awaiting_approval",
+            WaitingUser => "waiting_user",
+            VerifyingReply => "verifying_reply",
+            RetryWait => "retry_wait",
+            BlockedWorkspace => "blocked_workspace",
+            CancelRequested => "cancel_requested",
+            NeedsReconciliation => "needs_reconciliation",
+            Succeeded => "succeeded",
+            SucceededWithRestFallback => "succeeded_with_rest_fallback",
+            Failed => "failed",
+            FailedReply => "failed_reply",
+            Cancelled => "cancelled",
+            Aborted => "aborted",
+            TimedOut => "timed_out",
+            Ignored => "ignored",
+            Duplicate => "duplicate",
+            Rejected => "rejected",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        Self::TERMINAL.contains(&self)
+    }
+
+    /// The states this one may move to (empty for terminal states).
+    pub fn successors(self) -> &'static [TaskState] {
+        TRANSITIONS
+            .iter()
+            .find(|(from, _)| *from == self)
+            .map(|(_, to)| *to)
+            .unwrap_or(&[])
+    }
+}
+
+/// DESIGN §5, row by row: `(from, [to...])`. Terminal states have no row.
+pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
+    (Received, &[Queued, Ignored, Duplicate, Rejected]),
+    (Queued, &[Leased, Cancelled]),
+    (
+        Leased,
+        &[
+            Running,
+            BlockedWorkspace,
+            RetryWait,
+            Failed,
+            CancelRequested,
+            NeedsReconciliation,
+        ],
+    ),
+    (
+        Running,
+        &[
+            AwaitingApproval,
+            WaitingUser,
+            VerifyingReply,
+            RetryWait,
+            CancelRequested,
+            TimedOut,
+            Failed,
+            NeedsReconciliation,
+        ],
+    ),
+    (
+        AwaitingApproval,
+        &[Running, CancelRequested, NeedsReconciliation],
+    ),
+    (WaitingUser, &[Queued, Cancelled, Failed]),
+    (
+        VerifyingReply,
+        &[Succeeded, SucceededWithRestFallback, RetryWait, FailedReply],
+    ),
+    (RetryWait, &[Leased, Running, VerifyingReply, Failed]),
+    (BlockedWorkspace, &[Queued, Cancelled]),
+    (
+        CancelRequested,
+        &[Aborted, Cancelled, NeedsReconciliation, Failed],
+    ),
+    (NeedsReconciliation, &[Succeeded, Failed]),
+];
+
+/// Why a requested transition is not allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The task is in a terminal state: it never changes again.
+    Terminal,
+    /// The pair is not in the transition table.
+    NotInTable,
+}
+
+impl Refusal {
+    pub fn code(self) -> &'static str {
+        match self {
+            Refusal::Terminal => "terminal_state",
+            Refusal::NotInTable => "illegal_transition",
+        }
+    }
+}
+
+/// Whether `from → to` is allowed by DESIGN §5.
+pub fn check(from: TaskState, to: TaskState) -> Result<(), Refusal> {
+    if from.is_terminal() {
+        return Err(Refusal::Terminal);
+    }
+    if from.successors().contains(&to) {
+        Ok(())
+    } else {
+        Err(Refusal::NotInTable)
+    }
+}
+
+impl fmt::Display for TaskState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A state name that is not one of DESIGN §5's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown task state `{0}` (expected one of DESIGN §5's snake_case names, e.g. queued)")]
+pub struct UnknownState(pub String);
+
+impl FromStr for TaskState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskState::ALL
+            .iter()
+            .copied()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for st in TaskState::ALL {
+            assert_eq!(st.as_str().parse::<TaskState>(), Ok(st));
+        }
+        assert!("preparing".parse::<TaskState>().is_err());
+    }
+
+    #[test]
+    fn every_non_terminal_state_has_exactly_one_row_and_terminals_none() {
+        for st in TaskState::ALL {
+            let rows = TRANSITIONS.iter().filter(|(f, _)| *f == st).count();
+            assert_eq!(rows, usize::from(!st.is_terminal()), "{st}");
+        }
+    }
+
+    #[test]
+    fn terminal_states_refuse_everything() {
+        for from in TaskState::TERMINAL {
+            for to in TaskState::ALL {
+                assert_eq!(check(from, to), Err(Refusal::Terminal));
+            }
+        }
+    }
+
+    #[test]
+    fn design_rows_spot_checks() {
+        assert!(check(Queued, Leased).is_ok());
+        assert!(check(Queued, Running).is_err());
+        assert!(check(NeedsReconciliation, Succeeded).is_ok());
+        assert!(check(NeedsReconciliation, Queued).is_err());
+        assert!(check(VerifyingReply, SucceededWithRestFallback).is_ok());
+        assert!(check(Received, Queued).is_ok());
+        // Every state is reachable from `received`.
+        let mut seen = vec![Received];
+        let mut i = 0;
+        while i < seen.len() {
+            for next in seen[i].successors() {
+                if !seen.contains(next) {
+                    seen.push(*next);
+                }
+            }
+            i += 1;
+        }
+        assert_eq!(seen.len(), TaskState::ALL.len());
+    }
+}

@@ -1,0 +1,32 @@
+//! The `codex-bridge` binary: parse the command line, load the configuration,
+//! start logging, and hand over to `app` or `cli`.
+
+use clap::Parser;
+use codex_bridge::cli::{self, Cli, Command};
+use codex_bridge::config::Config;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args = Cli::parse();
+    let config = match Config::load(args.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("codex-bridge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    codex_bridge::telemetry::init(config.log_format, &config.log_filter);
+    let result = match args.command {
+        Command::Serve => actix_web::rt::System::new().block_on(codex_bridge::app::serve(config)),
+        Command::Migrate => cli::migrate(&config),
+        Command::Tasks { command } => cli::tasks_command(&config, command),
+        Command::Reconcile(a) => cli::reconcile(&config, a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("codex-bridge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! One connection type for both backends. Query functions are written once and
+//! compiled for each backend by [`with_conn!`], so every diesel feature of each
+//! backend stays available (unlike a lowest-common-denominator multi-backend).
+
+use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
+use diesel::pg::PgConnection;
+use diesel::r2d2::R2D2Connection;
+use diesel::sqlite::SqliteConnection;
+use diesel::{Connection, QueryResult};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A live database connection of either backend.
+pub enum DbConn {
+    Sqlite(SqliteConnection),
+    Pg(PgConnection),
+}
+
+/// Runs `$body` with `$c` bound to the concrete connection (`&mut SqliteConnection`
+/// or `&mut PgConnection`): the body is compiled once per backend.
+#[macro_export]
+macro_rules! with_conn {
+    ($conn:expr, |$c:ident| $body:expr) => {
+        match $conn {
+            $crate::store::DbConn::Sqlite($c) => $body,
+            $crate::store::DbConn::Pg($c) => $body,
+        }
+    };
+}
+
+/// Which backend a `database_url` names, and how to reach it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DbUrl {
+    /// `sqlite://PATH` (relative paths are relative to the working directory).
+    Sqlite(PathBuf),
+    /// `postgres://…` or `postgresql://…`, passed to libpq as is.
+    Postgres(String),
+}
+
+impl DbUrl {
+    /// Parses a `database_url` value; the error says what forms are accepted.
+    pub fn parse(url: &str) -> Result<DbUrl, String> {
+        if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err("sqlite:// needs a file path, e.g. sqlite://./data/codex-bridge.db".into());
+            }
+            Ok(DbUrl::Sqlite(PathBuf::from(path)))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(DbUrl::Postgres(url.to_owned()))
+        } else {
+            Err("expected sqlite://PATH or postgres://USER@HOST:PORT/DB".into())
+        }
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, DbUrl::Sqlite(_))
+    }
+
+    /// The URL with any password replaced, fit for logs and error messages.
+    pub fn redacted(&self) -> String {
+        match self {
+            DbUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
+            DbUrl::Postgres(url) => redact_url_password(url),
+        }
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn redact_url_password(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    match (authority.rfind('@'), authority.find(':')) {
+        (Some(at), Some(colon)) if colon < at => format!(
+            "{}{}:***{}",
+            &url[..scheme_end + 3],
+            &authority[..colon],
+            &rest[at..]
+        ),
+        _ => url.to_owned(),
+    }
+}
+
+/// How a pool's connections are set up.
+#[derive(Clone, Debug)]
+pub struct ConnSettings {
+    pub url: DbUrl,
+    pub sqlite_busy_timeout: Duration,
+    /// Read-pool connections refuse writes (`PRAGMA query_only`), so nothing
+    /// but the single writer can ever take SQLite's write lock.
+    pub read_only: bool,
+}
+
+impl DbConn {
+    /// Opens one connection and applies the per-connection settings: for SQLite
+    /// WAL, `synchronous=FULL` (an accepted webhook survives power loss), foreign
+    /// keys and a busy timeout.
+    pub fn establish(settings: &ConnSettings) -> Result<DbConn, diesel::ConnectionError> {
+        match &settings.url {
+            DbUrl::Sqlite(path) => {
+                let mut c = SqliteConnection::establish(&path.to_string_lossy())?;
+                let pragmas = format!(
+                    "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
+                     PRAGMA foreign_keys = ON; PRAGMA query_only = {};",
+                    settings.sqlite_busy_timeout.as_millis(),
+                    if settings.read_only { 1 } else { 0 }
+                );
+                c.batch_execute(&pragmas)
+                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                Ok(DbConn::Sqlite(c))
+            }
+            DbUrl::Postgres(url) => Ok(DbConn::Pg(PgConnection::establish(url)?)),
+        }
+    }
+
+    pub fn is_sqlite(&self) -> bool {
+        matches!(self, DbConn::Sqlite(_))
+    }
+
+    /// Runs `f` in a transaction (a savepoint when one is already open): commit on
+    /// `Ok`, roll back on `Err`.
+    pub fn transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut DbConn) -> Result<T, E>,
+        E: From<diesel::result::Error>,
+    {
+        with_conn!(self, |c| AnsiTransactionManager::begin_transaction(c))?;
+        self.finish_transaction(f)
+    }
+
+    /// Like [`DbConn::transaction`] but, on SQLite, takes the write lock at BEGIN
+    /// (`BEGIN IMMEDIATE`) so a writer never fails half-way on a lock upgrade.
+    /// Must be the outermost transaction.
+    pub fn write_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut DbConn) -> Result<T, E>,
+        E: From<diesel::result::Error>,
+    {
+        match self {
+            DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?,
+            DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c)?,
+        }
+        self.finish_transaction(f)
+    }
+
+    fn finish_transaction<T, E, F>(&mut self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut DbConn) -> Result<T, E>,
+        E: From<diesel::result::Error>,
+    {
+        match f(self) {
+            Ok(value) => {
+                with_conn!(self, |c| AnsiTransactionManager::commit_transaction(c))?;
+                Ok(value)
+            }
+            Err(err) => {
+                // A failed rollback leaves the connection broken; r2d2 then drops it.
+                let _ = with_conn!(self, |c| AnsiTransactionManager::rollback_transaction(c));
+                Err(err)
+            }
+        }
+    }
+
+    pub fn ping(&mut self) -> QueryResult<()> {
+        with_conn!(self, |c| R2D2Connection::ping(c))
+    }
+
+    fn is_broken(&mut self) -> bool {
+        with_conn!(self, |c| R2D2Connection::is_broken(c))
+    }
+}
+
+/// The r2d2 manager that makes [`DbConn`]s.
+#[derive(Clone, Debug)]
+pub struct DbManager {
+    pub settings: ConnSettings,
+}
+
+impl r2d2::ManageConnection for DbManager {
+    type Connection = DbConn;
+    type Error = diesel::ConnectionError;
+
+    fn connect(&self) -> Result<DbConn, Self::Error> {
+        DbConn::establish(&self.settings)
+    }
+
+    fn is_valid(&self, conn: &mut DbConn) -> Result<(), Self::Error> {
+        conn.ping()
+            .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))
+    }
+
+    fn has_broken(&self, conn: &mut DbConn) -> bool {
+        std::thread::panicking() || conn.is_broken()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_redacts_urls() {
+        assert_eq!(
+            DbUrl::parse("sqlite://./data/x.db"),
+            Ok(DbUrl::Sqlite(PathBuf::from("./data/x.db")))
+        );
+        assert_eq!(
+            DbUrl::parse("sqlite:///tmp/x.db"),
+            Ok(DbUrl::Sqlite(PathBuf::from("/tmp/x.db")))
+        );
+        assert!(DbUrl::parse("mysql://x").is_err());
+        assert!(DbUrl::parse("sqlite://").is_err());
+        let pg = DbUrl::parse("postgres://bridge:hunter2@db:5432/cb").unwrap();
+        assert_eq!(pg.redacted(), "postgres://bridge:***@db:5432/cb");
+        assert!(!pg.redacted().contains("hunter2"));
+        assert_eq!(
+            redact_url_password("postgres://bridge@db/cb"),
+            "postgres://bridge@db/cb"
+        );
+    }
+}

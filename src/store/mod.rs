@@ -1,0 +1,234 @@
+//! The durable store (DESIGN §4): diesel over SQLite (embedded default) or
+//! PostgreSQL, one schema, migrations embedded in the binary.
+//!
+//! Reads go through an r2d2 pool on blocking threads; every write goes through
+//! the group-commit [`writer`]. Query functions are plain functions over
+//! `&mut DbConn` and know nothing of HTTP or actors.
+
+mod conn;
+pub mod models;
+pub mod schema;
+pub mod writer;
+
+pub mod audit;
+pub mod control;
+pub mod ingest;
+pub mod tasks;
+
+pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};
+pub use writer::WriterSettings;
+
+use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+pub const SQLITE_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/sqlite");
+pub const POSTGRES_MIGRATIONS: EmbeddedMigrations = embed_migrations!("migrations/postgres");
+
+/// What can go wrong in the store, phrased for the operator who reads it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached or did not commit: nothing was stored.
+    #[error("the database is unavailable: {0} (check that it is reachable and has free disk)")]
+    Unavailable(String),
+    /// A query failed in a way the caller did not expect.
+    #[error("database query failed: {0}")]
+    Query(String),
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A domain rule refused the operation; `code` is stable snake_case.
+    #[error("{message}")]
+    Refused { code: &'static str, message: String },
+}
+
+impl From<diesel::result::Error> for StoreError {
+    fn from(e: diesel::result::Error) -> Self {
+        use diesel::result::{DatabaseErrorKind, Error};
+        match e {
+            Error::NotFound => StoreError::NotFound("row".into()),
+            Error::DatabaseError(DatabaseErrorKind::ClosedConnection, info) => {
+                StoreError::Unavailable(info.message().to_owned())
+            }
+            Error::BrokenTransactionManager => {
+                StoreError::Unavailable("the connection's transaction state is broken".into())
+            }
+            other => {
+                let text = other.to_string();
+                // SQLite reports a full disk, I/O errors and lock time-outs as
+                // generic errors; they mean "not stored", not "bad request".
+                if text.contains("database is locked")
+                    || text.contains("disk")
+                    || text.contains("I/O")
+                    || text.contains("readonly")
+                {
+                    StoreError::Unavailable(text)
+                } else {
+                    StoreError::Query(text)
+                }
+            }
+        }
+    }
+}
+
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        StoreError::Unavailable(format!("no database connection: {e}"))
+    }
+}
+
+/// Everything needed to open the store.
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    pub url: DbUrl,
+    pub read_pool_size: u32,
+    pub sqlite_busy_timeout: Duration,
+    pub writer: WriterSettings,
+}
+
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: DbUrl,
+    read_pool: r2d2::Pool<DbManager>,
+    writer: writer::Writer,
+}
+
+impl Store {
+    /// Opens the database (creating a SQLite file and its folder if needed),
+    /// applies pending migrations and starts the writer.
+    pub fn open(settings: &StoreSettings) -> Result<Store, StoreError> {
+        if let DbUrl::Sqlite(path) = &settings.url {
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    StoreError::Unavailable(format!(
+                        "cannot create the database folder {}: {e}",
+                        parent.display()
+                    ))
+                })?;
+            }
+        }
+        let mut conn = DbConn::establish(&ConnSettings {
+            url: settings.url.clone(),
+            sqlite_busy_timeout: settings.sqlite_busy_timeout,
+            read_only: false,
+        })
+        .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", settings.url.redacted())))?;
+        run_migrations(&mut conn)?;
+        drop(conn);
+
+        let write_pool = build_pool(settings, false, settings.writer.threads.max(1) as u32)?;
+        let read_pool = build_pool(settings, settings.url.is_sqlite(), settings.read_pool_size.max(1))?;
+        let writer = writer::Writer::start(write_pool, settings.writer)
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                url: settings.url.clone(),
+                read_pool,
+                writer,
+            }),
+        })
+    }
+
+    pub fn url(&self) -> &DbUrl {
+        &self.inner.url
+    }
+
+    /// Runs a read on a blocking thread with a pooled connection, inside the
+    /// caller's tracing span.
+    pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+    {
+        let pool = self.inner.read_pool.clone();
+        let span = tracing::Span::current();
+        tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let mut conn = pool.get()?;
+            f(&mut conn)
+        })
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))?
+    }
+
+    /// Queues a write for the group-commit writer and resolves once it is
+    /// committed. `f` may run more than once, each time in a fresh transaction.
+    pub async fn write<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.inner
+            .writer
+            .submit(f)
+            .instrument(tracing::Span::current())
+            .await
+    }
+
+    /// Whether the database answers (for `/readyz`).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.read(|c| c.ping().map_err(StoreError::from)).await
+    }
+}
+
+fn build_pool(settings: &StoreSettings, read_only: bool, size: u32) -> Result<r2d2::Pool<DbManager>, StoreError> {
+    r2d2::Pool::builder()
+        .max_size(size)
+        .connection_timeout(Duration::from_secs(5))
+        .build(DbManager {
+            settings: ConnSettings {
+                url: settings.url.clone(),
+                sqlite_busy_timeout: settings.sqlite_busy_timeout,
+                read_only,
+            },
+        })
+        .map_err(|e| StoreError::Unavailable(format!("cannot connect to {}: {e}", settings.url.redacted())))
+}
+
+/// Applies every pending embedded migration; returns the versions applied.
+pub fn run_migrations(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
+    let applied = match conn {
+        DbConn::Sqlite(c) => c
+            .run_pending_migrations(SQLITE_MIGRATIONS)
+            .map(|v| v.iter().map(ToString::to_string).collect()),
+        DbConn::Pg(c) => c
+            .run_pending_migrations(POSTGRES_MIGRATIONS)
+            .map(|v| v.iter().map(ToString::to_string).collect()),
+    };
+    applied.map_err(|e| StoreError::Unavailable(format!("migrations failed: {e}")))
+}
+
+/// Reverts every applied migration (used by the migration round-trip test).
+pub fn revert_all_migrations(conn: &mut DbConn) -> Result<(), StoreError> {
+    let result = match conn {
+        DbConn::Sqlite(c) => c.revert_all_migrations(SQLITE_MIGRATIONS).map(|_| ()),
+        DbConn::Pg(c) => c.revert_all_migrations(POSTGRES_MIGRATIONS).map(|_| ()),
+    };
+    result.map_err(|e| StoreError::Unavailable(format!("reverting migrations failed: {e}")))
+}
+
+/// Now, as stored: RFC 3339 UTC with microseconds, so text order is time order.
+pub fn now() -> String {
+    format_time(chrono::Utc::now())
+}
+
+pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+/// Parses an RFC 3339 time (any offset) into the stored form.
+pub fn normalize_time(s: &str) -> Option<String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .ok()
+        .map(|t| format_time(t.with_timezone(&chrono::Utc)))
+}
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}

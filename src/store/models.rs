@@ -1,0 +1,314 @@
+//! Rows (`Task`) and inserts (`NewTask`). Rows serialise in camelCase: they are
+//! the admin API's shapes (DESIGN §13), so field names here are a contract.
+
+use super::schema::*;
+use diesel::prelude::*;
+use serde::Serialize;
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = repositories)]
+#[serde(rename_all = "camelCase")]
+pub struct Repository {
+    pub repo_key: String,
+    pub instance_id: String,
+    pub owner: String,
+    pub name: String,
+    pub clone_url: Option<String>,
+    pub default_branch: Option<String>,
+    pub status: String,
+    pub registered_at: String,
+    pub updated_at: String,
+    pub version: i64,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = repositories)]
+pub struct NewRepository<'a> {
+    pub repo_key: &'a str,
+    pub instance_id: &'a str,
+    pub owner: &'a str,
+    pub name: &'a str,
+    pub clone_url: Option<&'a str>,
+    pub default_branch: Option<&'a str>,
+    pub status: &'a str,
+    pub registered_at: &'a str,
+    pub updated_at: &'a str,
+    pub version: i64,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = sessions)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub session_key: String,
+    pub repo_key: String,
+    pub kind: String,
+    pub number: i64,
+    pub thread_id: Option<String>,
+    pub status: String,
+    pub last_task_id: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub version: i64,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = sessions)]
+pub struct NewSession<'a> {
+    pub session_key: &'a str,
+    pub repo_key: &'a str,
+    pub kind: &'a str,
+    pub number: i64,
+    pub status: &'a str,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub version: i64,
+}
+
+#[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = webhook_deliveries)]
+#[serde(rename_all = "camelCase")]
+pub struct Delivery {
+    pub delivery_key: String,
+    pub delivery_id: String,
+    pub event_type: String,
+    pub action: Option<String>,
+    pub status: String,
+    pub reason: Option<String>,
+    pub repo_key: Option<String>,
+    pub resource_key: Option<String>,
+    pub comment_id: Option<i64>,
+    pub content_key: Option<String>,
+    pub duplicate_of: Option<String>,
+    pub task_id: Option<String>,
+    pub sender: Option<String>,
+    pub payload_hash: String,
+    pub received_at: String,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = tasks)]
+#[serde(rename_all = "camelCase")]
+pub struct Task {
+    #[serde(skip)]
+    pub id: i64,
+    pub task_id: String,
+    pub delivery_key: String,
+    pub repo_key: String,
+    pub session_key: String,
+    pub resource_key: String,
+    pub trigger_key: String,
+    pub comment_id: Option<i64>,
+    pub author: String,
+    pub state: String,
+    pub state_version: i64,
+    pub attempt: i64,
+    pub reply_attempt: i64,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub lease_id: Option<String>,
+    pub next_retry_at: Option<String>,
+    pub error_code: Option<String>,
+    pub head_ref: Option<String>,
+    pub base_ref: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = tasks)]
+pub struct NewTask<'a> {
+    pub task_id: &'a str,
+    pub delivery_key: &'a str,
+    pub repo_key: &'a str,
+    pub session_key: &'a str,
+    pub resource_key: &'a str,
+    pub trigger_key: &'a str,
+    pub comment_id: Option<i64>,
+    pub author: &'a str,
+    pub state: &'a str,
+    pub state_version: i64,
+    pub head_ref: Option<&'a str>,
+    pub base_ref: Option<&'a str>,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = task_transitions)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    #[serde(skip)]
+    pub id: i64,
+    #[serde(skip)]
+    pub task_id: String,
+    #[serde(rename = "from")]
+    pub from_state: Option<String>,
+    #[serde(rename = "to")]
+    pub to_state: String,
+    pub state_version: i64,
+    pub actor: String,
+    pub reason: Option<String>,
+    pub error_code: Option<String>,
+    pub at: String,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = task_transitions)]
+pub struct NewTransition<'a> {
+    pub task_id: &'a str,
+    pub from_state: Option<&'a str>,
+    pub to_state: &'a str,
+    pub state_version: i64,
+    pub actor: &'a str,
+    pub reason: Option<&'a str>,
+    pub error_code: Option<&'a str>,
+    pub at: &'a str,
+}
+
+#[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = attempts)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    pub attempt_id: String,
+    pub task_id: String,
+    pub number: i64,
+    pub lease_id: Option<String>,
+    pub owner: Option<String>,
+    pub status: String,
+    pub outcome: Option<String>,
+    pub started_at: String,
+    pub ended_at: Option<String>,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = outbox_entries)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxEntry {
+    #[serde(skip)]
+    pub id: i64,
+    pub queue_id: String,
+    pub session_key: String,
+    pub task_id: String,
+    pub operation_id: String,
+    pub fingerprint: String,
+    pub mode: String,
+    pub status: String,
+    pub auto_drain: bool,
+    pub hold_reason: Option<String>,
+    /// The comment's instruction: stored for the turn, never logged.
+    pub user_text: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub version: i64,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = outbox_entries)]
+pub struct NewOutboxEntry<'a> {
+    pub queue_id: &'a str,
+    pub session_key: &'a str,
+    pub task_id: &'a str,
+    pub operation_id: &'a str,
+    pub fingerprint: &'a str,
+    pub mode: &'a str,
+    pub status: &'a str,
+    pub auto_drain: bool,
+    pub user_text: &'a str,
+    pub created_at: &'a str,
+    pub updated_at: &'a str,
+    pub version: i64,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = turns)]
+#[serde(rename_all = "camelCase")]
+pub struct Turn {
+    pub turn_id: String,
+    pub task_id: String,
+    pub thread_id: String,
+    pub kind: String,
+    pub status: String,
+    pub event_seq: i64,
+    pub final_text: Option<String>,
+    pub started_at: String,
+    pub completed_at: Option<String>,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = comments)]
+#[serde(rename_all = "camelCase")]
+pub struct Comment {
+    pub comment_key: String,
+    pub task_id: String,
+    pub kind: String,
+    pub resource_key: String,
+    pub turn_id: Option<String>,
+    pub comment_id: Option<i64>,
+    pub html_url: Option<String>,
+    pub body_hash: Option<String>,
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = approvals)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    pub approval_id: String,
+    pub task_id: String,
+    pub kind: String,
+    pub detail: String,
+    pub status: String,
+    pub decision: Option<String>,
+    pub decided_by: Option<String>,
+    pub created_at: String,
+    pub decided_at: Option<String>,
+}
+
+#[derive(Queryable, Selectable, Debug, Clone, PartialEq)]
+#[diesel(table_name = audit_events)]
+pub struct AuditEvent {
+    pub id: i64,
+    pub event_id: String,
+    pub task_id: Option<String>,
+    pub action: String,
+    pub actor: String,
+    pub from_state: Option<String>,
+    pub to_state: Option<String>,
+    pub delivery_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub comment_id: Option<i64>,
+    pub error_code: Option<String>,
+    pub metadata: String,
+    pub at: String,
+}
+
+#[derive(Insertable, Debug, Clone)]
+#[diesel(table_name = audit_events)]
+pub struct NewAuditEvent<'a> {
+    pub event_id: &'a str,
+    pub task_id: Option<&'a str>,
+    pub action: &'a str,
+    pub actor: &'a str,
+    pub from_state: Option<&'a str>,
+    pub to_state: Option<&'a str>,
+    pub delivery_id: Option<&'a str>,
+    pub turn_id: Option<&'a str>,
+    pub comment_id: Option<i64>,
+    pub error_code: Option<&'a str>,
+    pub metadata: &'a str,
+    pub at: &'a str,
+}
+
+#[derive(Queryable, Selectable, Debug, Clone, PartialEq)]
+#[diesel(table_name = control)]
+pub struct Control {
+    pub id: i64,
+    pub global_paused: bool,
+    pub pause_reason: Option<String>,
+    pub updated_by: Option<String>,
+    pub updated_at: String,
+    pub version: i64,
+}

@@ -1,0 +1,57 @@
+//! `/api/gitea-workflow/*`: one file per resource.
+
+mod audit;
+mod control;
+mod overview;
+mod tasks;
+
+use crate::error::ApiError;
+use actix_web::web;
+use serde::Deserialize;
+
+pub fn config(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::scope("/api/gitea-workflow")
+            .route("/overview", web::get().to(overview::get))
+            .route("/tasks", web::get().to(tasks::list))
+            .route("/tasks/{task_id}", web::get().to(tasks::show))
+            .route("/audit", web::get().to(audit::list))
+            .route("/control/pause", web::post().to(control::pause))
+            .route("/control/resume", web::post().to(control::resume)),
+    );
+}
+
+/// The body every control request carries (DESIGN §11).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlBody {
+    pub request_id: Option<String>,
+    pub reason: Option<String>,
+    /// Who is acting (shown as `admin:<operator>` in the audit log).
+    pub operator: Option<String>,
+}
+
+impl ControlBody {
+    /// Validates the body into a store request.
+    pub fn into_request(self) -> Result<crate::store::control::ControlRequest, ApiError> {
+        let request_id = self
+            .request_id
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty() && s.len() <= 128)
+            .ok_or_else(|| ApiError::bad_request("invalid_request_id", "requestId is required (1-128 characters); reuse it to retry safely"))?;
+        let reason = self
+            .reason
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty() && s.len() <= 2000)
+            .ok_or_else(|| ApiError::bad_request("invalid_reason", "reason is required (1-2000 characters)"))?;
+        let operator = self.operator.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).unwrap_or_else(|| "admin".into());
+        if operator.len() > 64 || !operator.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)) {
+            return Err(ApiError::bad_request("invalid_operator", "operator: at most 64 letters, digits or -_.@"));
+        }
+        Ok(crate::store::control::ControlRequest {
+            request_id,
+            reason,
+            actor: format!("admin:{operator}"),
+        })
+    }
+}

@@ -1,0 +1,71 @@
+//! `GET /api/gitea-workflow/tasks` (filtered, paginated) and `/tasks/{taskId}`.
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::lifecycle::TaskState;
+use crate::store::tasks::{self, TaskFilter};
+use crate::web::auth::Admin;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    repo_key: Option<String>,
+    resource_key: Option<String>,
+    state: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+pub async fn list(_: Admin, state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+    let q = q.into_inner();
+    let filter = TaskFilter {
+        repo_key: q.repo_key.filter(|s| !s.is_empty()),
+        resource_key: q.resource_key.filter(|s| !s.is_empty()),
+        state: match q.state.filter(|s| !s.is_empty()) {
+            Some(s) => Some(
+                s.parse::<TaskState>()
+                    .map_err(|e| ApiError::bad_request("invalid_state", e.to_string()))?,
+            ),
+            None => None,
+        },
+        cursor: match q.cursor.filter(|s| !s.is_empty()) {
+            Some(c) => Some(
+                c.parse::<i64>()
+                    .map_err(|_| ApiError::bad_request("invalid_cursor", "cursor must be a nextCursor value from a previous page"))?,
+            ),
+            None => None,
+        },
+        limit: match q.limit {
+            Some(n) if (1..=500).contains(&n) => n,
+            Some(_) => return Err(ApiError::bad_request("invalid_limit", "limit must be between 1 and 500")),
+            None => 50,
+        },
+    };
+    let (rows, next) = state.store.read(move |c| tasks::list(c, &filter)).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "tasks": rows,
+        "nextCursor": next.map(|n| n.to_string()),
+    })))
+}
+
+pub async fn show(_: Admin, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    let task_id = path.into_inner();
+    let id = task_id.clone();
+    let detail = state
+        .store
+        .read(move |c| tasks::detail(c, &id))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("task {task_id}")))?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "task": detail.task,
+        "transitions": detail.transitions,
+        "outbox": detail.outbox,
+        "attempts": detail.attempts,
+        "turns": detail.turns,
+        "comments": detail.comments,
+        "approvals": detail.approvals,
+        "audit": detail.audit,
+    })))
+}

@@ -1,0 +1,196 @@
+//! `POST /api/gitea/webhook` (DESIGN §3 hot path): read the raw body within the
+//! limit → verify the HMAC → normalise → one transaction in the store → 202.
+//! Nothing here waits on git, Codex or Gitea.
+
+pub mod event;
+pub mod mention;
+pub mod verify;
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::store::audit::Audit;
+use crate::store::ingest::{self, IngestOutcome};
+use crate::store::{audit, sha256_hex};
+use actix_web::http::header::CONTENT_TYPE;
+use actix_web::{web, HttpRequest, HttpResponse};
+use event::DeliveryHeaders;
+use futures_util::StreamExt;
+use secrecy::ExposeSecret;
+use tracing_actix_web::RootSpan;
+
+pub fn config(cfg: &mut web::ServiceConfig) {
+    cfg.route("/api/gitea/webhook", web::post().to(receive));
+}
+
+/// Longest delivery id we keep (Gitea's are UUIDs).
+const MAX_DELIVERY_ID: usize = 128;
+
+async fn receive(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    root: RootSpan,
+) -> Result<HttpResponse, ApiError> {
+    let limit = state.config.max_body_bytes;
+    let body = read_body(&req, payload, limit).await?;
+    let signed = signed_payload(&req, &body)?;
+
+    let headers = req.headers();
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty());
+    let delivery_id = header("x-gitea-delivery").or_else(|| header("x-gogs-delivery"));
+
+    if let Err(e) = verify::verify(state.secrets.webhook_secret.expose_secret().as_bytes(), &signed, headers) {
+        audit_in_background(&state, "webhook.signature_rejected", e.code(), delivery_id.map(short));
+        return Err(ApiError::Unauthorized);
+    }
+
+    let delivery_id = match delivery_id {
+        Some(id) if id.len() <= MAX_DELIVERY_ID && id.chars().all(|c| c.is_ascii_graphic()) => id.to_owned(),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_delivery_id",
+                "X-Gitea-Delivery must be at most 128 printable ASCII characters",
+            ))
+        }
+        None => {
+            return Err(ApiError::bad_request(
+                "missing_delivery_id",
+                "X-Gitea-Delivery is missing: without it a delivery cannot be deduplicated",
+            ))
+        }
+    };
+    root.record("delivery.id", delivery_id.as_str());
+
+    let delivery = DeliveryHeaders {
+        delivery_id: delivery_id.clone(),
+        event: header("x-gitea-event").or_else(|| header("x-gogs-event")).map(str::to_owned),
+        event_type: header("x-gitea-event-type")
+            .or_else(|| header("x-gogs-event-type"))
+            .map(str::to_owned),
+    };
+    let request = match state.normalizer.normalize(&delivery, &signed) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(code = e.code(), "webhook payload refused: {e}");
+            audit_in_background(&state, "webhook.invalid_payload", e.code(), Some(delivery_id.clone()));
+            return Err(ApiError::bad_request(e.code(), e.to_string()));
+        }
+    };
+
+    let outcome = state.store.write(move |c| ingest::ingest(c, &request)).await?;
+    let response = match outcome {
+        IngestOutcome::Accepted { task_id, state: task_state } => {
+            root.record("task.id", task_id.as_str());
+            tracing::info!(outcome = "accepted", "webhook stored");
+            HttpResponse::Accepted().json(serde_json::json!({
+                "deliveryId": delivery_id,
+                "taskId": task_id,
+                "state": task_state,
+            }))
+        }
+        IngestOutcome::Duplicate { task_id, state: task_state } => {
+            if let Some(id) = &task_id {
+                root.record("task.id", id.as_str());
+            }
+            tracing::info!(outcome = "duplicate", "webhook already stored");
+            HttpResponse::Ok().json(serde_json::json!({
+                "status": "duplicate",
+                "deliveryId": delivery_id,
+                "taskId": task_id,
+                "state": task_state,
+            }))
+        }
+        IngestOutcome::Ignored { reason, task_id } => {
+            tracing::info!(outcome = "ignored", reason = reason.as_str(), "webhook recorded, nothing to run");
+            HttpResponse::Ok().json(serde_json::json!({
+                "status": "ignored",
+                "reason": reason,
+                "deliveryId": delivery_id,
+                "taskId": task_id,
+            }))
+        }
+        IngestOutcome::RepositoryDisabled { repo_key } => {
+            return Err(ApiError::Conflict {
+                code: "repository_disabled",
+                message: format!("repository {repo_key} is disabled by an operator; the comment was recorded but will not run"),
+            })
+        }
+        IngestOutcome::OutboxFull { session_key } => {
+            return Err(ApiError::Conflict {
+                code: "outbox_full",
+                message: format!(
+                    "{session_key} already has {} unfinished requests; wait for them or cancel some",
+                    ingest::OUTBOX_CAPACITY
+                ),
+            })
+        }
+    };
+    Ok(response)
+}
+
+/// Reads the body, refusing it (413) as soon as it passes `limit`, and before
+/// reading anything when Content-Length already says so.
+async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(8192).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request("body_read_failed", format!("could not read the body: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// The bytes Gitea signed: the body for JSON, the `payload` field for forms.
+fn signed_payload(req: &HttpRequest, body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let content_type = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    match mime.as_str() {
+        "application/json" | "" => Ok(body.to_vec()),
+        "application/x-www-form-urlencoded" => form_urlencoded::parse(body)
+            .find(|(k, _)| k == "payload")
+            .map(|(_, v)| v.into_owned().into_bytes())
+            .ok_or_else(|| ApiError::bad_request("invalid_payload", "form body has no `payload` field")),
+        other => Err(ApiError::UnsupportedMediaType(other.chars().take(100).collect())),
+    }
+}
+
+fn short(s: &str) -> String {
+    s.chars().take(MAX_DELIVERY_ID).collect()
+}
+
+/// Records a refusal without making the caller wait for it (and without
+/// storing anything the caller sent but its delivery id).
+fn audit_in_background(state: &AppState, action: &'static str, code: &'static str, delivery_id: Option<String>) {
+    let store = state.store.clone();
+    actix_web::rt::spawn(async move {
+        let result = store
+            .write(move |c| {
+                let mut event = Audit::new(action, "system").error(code);
+                event.delivery_id = delivery_id.as_deref();
+                audit::record(c, &event)
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "could not record a refused webhook in the audit log");
+        }
+    });
+}
+
+/// The payload hash as the delivery row stores it (for tests).
+pub fn payload_hash(body: &[u8]) -> String {
+    format!("sha256:{}", sha256_hex(body))
+}
