@@ -72,7 +72,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::NotFound(what),
             StoreError::Refused { code, message } => ApiError::Conflict { code, message },
-            StoreError::Unavailable(_) | StoreError::Query(_) => {
+            StoreError::Unavailable(_) | StoreError::Query(_) | StoreError::Contended(_) => {
                 // Logged once, here, where it is turned into a 503.
                 tracing::error!(error = %e, "store failure; answering 503");
                 ApiError::Unavailable

@@ -35,6 +35,10 @@ pub enum StoreError {
     /// A query failed in a way the caller did not expect.
     #[error("database query failed: {0}")]
     Query(String),
+    /// Lost a race with another transaction (deadlock, serialization failure,
+    /// SQLite busy): running the same work again is safe.
+    #[error("the database reported contention ({0}); retry")]
+    Contended(String),
     #[error("{0} not found")]
     NotFound(String),
     /// A domain rule refused the operation; `code` is stable snake_case.
@@ -50,11 +54,17 @@ impl From<diesel::result::Error> for StoreError {
             Error::DatabaseError(DatabaseErrorKind::ClosedConnection, info) => {
                 StoreError::Unavailable(info.message().to_owned())
             }
+            Error::DatabaseError(DatabaseErrorKind::SerializationFailure, info) => {
+                StoreError::Contended(info.message().to_owned())
+            }
             Error::BrokenTransactionManager => {
                 StoreError::Unavailable("the connection's transaction state is broken".into())
             }
             other => {
                 let text = other.to_string();
+                if text.contains("deadlock detected") || text.contains("database is locked") {
+                    return StoreError::Contended(text);
+                }
                 // SQLite reports a full disk, I/O errors and lock time-outs as
                 // generic errors; they mean "not stored", not "bad request".
                 if text.contains("database is locked")

@@ -4,9 +4,11 @@
 //! writer thread takes what has arrived (up to `batch_max` operations), runs each
 //! in its own savepoint inside one transaction, commits once, and only then
 //! answers every caller. Nobody is ever told "stored" before the commit that
-//! stored it. If the batch as a whole fails (a lost connection, a deadlock on
-//! PostgreSQL), every operation is run again alone, so one bad neighbour cannot
-//! fail the others.
+//! stored it. If the batch as a whole fails (a lost connection), or one of its
+//! operations lost a race with another writer (a deadlock or serialization
+//! failure on PostgreSQL, where several writers run), the batch is rolled back
+//! and every operation is run again alone, retrying contention a few times, so
+//! one bad neighbour cannot fail the others.
 
 use super::{DbConn, DbManager, StoreError};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -16,7 +18,9 @@ use tokio::sync::oneshot;
 /// One queued write: run (possibly twice, see the module doc), then told
 /// whether its transaction committed.
 trait WriteOp: Send {
-    fn apply(&mut self, conn: &mut DbConn);
+    /// Runs the operation in its own savepoint; `false` if it lost a race and
+    /// the whole transaction must be retried.
+    fn apply(&mut self, conn: &mut DbConn) -> bool;
     fn finish(self: Box<Self>, committed: Result<(), StoreError>);
     fn reset(&mut self);
 }
@@ -32,10 +36,13 @@ where
     T: Send,
     F: FnMut(&mut DbConn) -> Result<T, StoreError> + Send,
 {
-    fn apply(&mut self, conn: &mut DbConn) {
+    fn apply(&mut self, conn: &mut DbConn) -> bool {
         // Its own savepoint: an error rolls back this operation only.
         let f = &mut self.f;
-        self.outcome = Some(conn.transaction(|c| f(c)));
+        let outcome = conn.transaction(|c| f(c));
+        let contended = matches!(outcome, Err(StoreError::Contended(_)));
+        self.outcome = Some(outcome);
+        !contended
     }
 
     fn finish(self: Box<Self>, committed: Result<(), StoreError>) {
@@ -138,19 +145,19 @@ fn writer_loop(rx: &Receiver<Box<dyn WriteOp>>, pool: &r2d2::Pool<DbManager>, ba
             }
         };
         let committed = commit_batch(&mut conn, &mut batch);
-        if committed.is_err() && batch.len() > 1 {
-            tracing::warn!(
+        let retry = match &committed {
+            Err(StoreError::Contended(_)) => true,
+            Err(_) => batch.len() > 1,
+            Ok(()) => false,
+        };
+        if retry {
+            tracing::debug!(
                 batch = batch.len(),
                 error = %committed.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                "group commit failed; committing its operations one by one"
+                "group commit rolled back; committing its operations one by one"
             );
-            for mut op in batch.drain(..) {
-                op.reset();
-                let mut single = vec![op];
-                let result = commit_batch(&mut conn, &mut single);
-                for op in single {
-                    op.finish(result.clone());
-                }
+            for op in batch.drain(..) {
+                commit_alone(&mut conn, op);
             }
         } else {
             for op in batch.drain(..) {
@@ -160,15 +167,39 @@ fn writer_loop(rx: &Receiver<Box<dyn WriteOp>>, pool: &r2d2::Pool<DbManager>, ba
     }
 }
 
+/// Commits one operation in its own transaction, retrying contention with a
+/// short, growing pause.
+fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>) {
+    let mut single = vec![op];
+    let mut result = Err(StoreError::Contended("not run".into()));
+    for attempt in 0..6u64 {
+        for op in single.iter_mut() {
+            op.reset();
+        }
+        result = commit_batch(conn, &mut single);
+        if !matches!(result, Err(StoreError::Contended(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2 << attempt));
+    }
+    for op in single {
+        op.finish(result.clone());
+    }
+}
+
 fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
     conn.write_transaction(|c| {
         for op in batch.iter_mut() {
-            op.apply(c);
+            if !op.apply(c) {
+                // Roll back the whole transaction: its locks are what the
+                // other writer waits for.
+                return Err(StoreError::Contended("an operation lost a race".into()));
+            }
         }
         Ok::<(), StoreError>(())
     })
     .map_err(|e| match e {
-        StoreError::Unavailable(m) => StoreError::Unavailable(m),
+        StoreError::Unavailable(_) | StoreError::Contended(_) => e,
         other => StoreError::Unavailable(format!("commit failed: {other}")),
     })
 }

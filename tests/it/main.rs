@@ -1,1 +1,5 @@
+//! One integration binary with a module per area (see STYLE.md, Testing).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+mod webhook;

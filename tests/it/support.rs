@@ -1,0 +1,361 @@
+//! The test harness: the real `codex-bridge` binary on 127.0.0.1:0 with its own
+//! database (a fresh SQLite file, or a fresh database in the throwaway
+//! PostgreSQL that `scripts/test` starts), Gitea-shaped signed requests, and
+//! direct access to the rows the server wrote.
+
+use codex_bridge::store::{ConnSettings, DbConn, DbUrl};
+use diesel::prelude::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const SECRET: &str = "s3cr3t-ccbot-webhook";
+pub const ADMIN_TOKEN: &str = "admin-token-for-tests-0123456789";
+pub const GITEA_TOKEN: &str = "gitea-token-for-tests-9876543210";
+pub const BOT: &str = "ccbot";
+
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gitea")
+}
+
+/// A Gitea fixture: its body bytes (exactly as Gitea sends them) and headers.
+pub fn fixture(name: &str) -> (Vec<u8>, Vec<(String, String)>) {
+    let dir = fixtures_dir();
+    let body = std::fs::read(dir.join(format!("{name}.json"))).unwrap();
+    let headers: serde_json::Map<String, Value> =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.headers.json"))).unwrap()).unwrap();
+    let headers = headers
+        .into_iter()
+        .map(|(k, v)| (k, v.as_str().unwrap().to_owned()))
+        .collect();
+    (body, headers)
+}
+
+/// Headers as Gitea sets them for `body`, signed with `SECRET`.
+pub fn gitea_headers(delivery: &str, event: &str, event_type: &str, body: &[u8]) -> Vec<(String, String)> {
+    let sig = codex_bridge::webhook::verify::sign(SECRET.as_bytes(), body);
+    vec![
+        ("Content-Type".into(), "application/json".into()),
+        ("X-Gitea-Delivery".into(), delivery.into()),
+        ("X-Gitea-Event".into(), event.into()),
+        ("X-Gitea-Event-Type".into(), event_type.into()),
+        ("X-Gitea-Signature".into(), sig.clone()),
+        ("X-Hub-Signature-256".into(), format!("sha256={sig}")),
+        ("User-Agent".into(), "Go-http-client/1.1".into()),
+    ]
+}
+
+/// A comment body in Gitea's format (2-space indent), from the issue fixture,
+/// with the fields a test wants changed.
+pub fn comment_body(comment_id: i64, text: &str, repo: &str, number: i64) -> Vec<u8> {
+    let (body, _) = fixture("issue_comment.created.issue.mention");
+    let mut v: Value = serde_json::from_slice(&body).unwrap();
+    v["comment"]["id"] = comment_id.into();
+    v["comment"]["body"] = text.into();
+    v["repository"]["name"] = repo.into();
+    v["repository"]["full_name"] = format!("acme/{repo}").into();
+    v["issue"]["number"] = number.into();
+    serde_json::to_string_pretty(&v).unwrap().into_bytes()
+}
+
+/// Which database a test server uses.
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh database of the throwaway PostgreSQL cluster, dropped with this value.
+pub struct PgDb {
+    pub url: String,
+    admin_url: String,
+    name: String,
+}
+
+pub fn pg_admin_url() -> String {
+    std::env::var("TEST_DATABASE_URL").unwrap_or_else(|_| {
+        panic!(
+            "TEST_DATABASE_URL is not set: the PostgreSQL tests need the throwaway cluster that \
+             `scripts/test` (or `scripts/with-postgres cargo test`) starts"
+        )
+    })
+}
+
+impl PgDb {
+    pub fn create() -> PgDb {
+        let admin_url = pg_admin_url();
+        let name = format!("cb_test_{}", uuid::Uuid::new_v4().simple());
+        let mut admin = PgConnection::establish(&admin_url).unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).unwrap();
+        let base = admin_url.rsplit_once('/').unwrap().0;
+        PgDb {
+            url: format!("{base}/{name}"),
+            admin_url,
+            name,
+        }
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = PgConnection::establish(&self.admin_url) {
+            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&mut admin);
+        }
+    }
+}
+
+/// Opens a connection of the lib's own kind to a test database.
+pub fn connect(url: &str) -> DbConn {
+    DbConn::establish(&ConnSettings {
+        url: DbUrl::parse(url).unwrap(),
+        sqlite_busy_timeout: Duration::from_secs(10),
+        read_only: false,
+    })
+    .unwrap()
+}
+
+/// Everything a running test server has.
+pub struct TestServer {
+    child: Child,
+    pub base: String,
+    pub db_url: String,
+    pub dir: tempfile::TempDir,
+    logs: Arc<Mutex<String>>,
+    _pg: Option<PgDb>,
+}
+
+pub struct ServerBuilder {
+    db: Db,
+    env: Vec<(String, String)>,
+    db_url: Option<String>,
+}
+
+impl ServerBuilder {
+    pub fn new(db: Db) -> Self {
+        ServerBuilder {
+            db,
+            env: Vec::new(),
+            db_url: None,
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Reuse an existing database (e.g. to restart on the same file).
+    pub fn db_url(mut self, url: &str) -> Self {
+        self.db_url = Some(url.into());
+        self
+    }
+
+    pub fn start(self) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let (db_url, pg) = match (self.db_url, self.db) {
+            (Some(url), _) => (url, None),
+            (None, Db::Sqlite) => (format!("sqlite://{}", dir.path().join("bridge.db").display()), None),
+            (None, Db::Postgres) => {
+                let pg = PgDb::create();
+                (pg.url.clone(), Some(pg))
+            }
+        };
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
+        cmd.arg("serve");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("CODEX_BRIDGE_") || k == "RUST_LOG" {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("CODEX_BRIDGE_LISTEN", "127.0.0.1:0")
+            .env("CODEX_BRIDGE_DATABASE_URL", &db_url)
+            .env("CODEX_BRIDGE_WEBHOOK_SECRET", SECRET)
+            .env("CODEX_BRIDGE_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
+            .env("CODEX_BRIDGE_GITEA_URL", "http://127.0.0.1:9")
+            .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
+            .env("CODEX_BRIDGE_STATE_DIR", dir.path().join("state"))
+            .env("CODEX_BRIDGE_WORKSPACE_ROOT", dir.path().join("ws"))
+            .env("CODEX_BRIDGE_LOG_FILTER", "info");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let logs = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let stdout = child.stdout.take().unwrap();
+        let out_logs = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("codex-bridge listening on ") {
+                    let _ = tx.send(addr.to_owned());
+                }
+                out_logs.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let stderr = child.stderr.take().unwrap();
+        let err_logs = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                err_logs.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let base = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("server did not start; its output:\n{}", logs.lock().unwrap());
+            }
+        };
+        TestServer {
+            child,
+            base,
+            db_url,
+            dir,
+            logs,
+            _pg: pg,
+        }
+    }
+}
+
+/// An HTTP answer: status and JSON body (Null when the body is not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub json: Value,
+}
+
+fn reply(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    let resp = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().unwrap_or_default();
+    Reply {
+        status,
+        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+    }
+}
+
+impl TestServer {
+    pub fn start(db: Db) -> TestServer {
+        ServerBuilder::new(db).start()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn post_raw(&self, path: &str, headers: &[(String, String)], body: &[u8]) -> Reply {
+        let mut req = ureq::post(&self.url(path));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        reply(req.send_bytes(body))
+    }
+
+    pub fn webhook(&self, headers: &[(String, String)], body: &[u8]) -> Reply {
+        self.post_raw("/api/gitea/webhook", headers, body)
+    }
+
+    /// Posts a signed issue comment as Gitea would.
+    pub fn comment(&self, delivery: &str, comment_id: i64, text: &str, repo: &str, number: i64) -> Reply {
+        let body = comment_body(comment_id, text, repo, number);
+        self.webhook(&gitea_headers(delivery, "issue_comment", "issue_comment", &body), &body)
+    }
+
+    pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        let mut req = ureq::get(&self.url(path));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        reply(req.call())
+    }
+
+    pub fn admin_get(&self, path: &str) -> Reply {
+        self.get(path, Some(ADMIN_TOKEN))
+    }
+
+    pub fn admin_post(&self, path: &str, body: &Value) -> Reply {
+        reply(
+            ureq::post(&self.url(path))
+                .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
+                .send_json(body.clone()),
+        )
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().clone()
+    }
+
+    pub fn db(&self) -> DbConn {
+        connect(&self.db_url)
+    }
+
+    /// Waits until `cond` holds (for effects written in the background).
+    pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if cond() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    /// SIGTERM, and wait for a graceful exit. The database and temp dir stay.
+    pub fn stop(&mut self) -> String {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(50));
+        self.logs()
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Counts rows of a table through the lib's own connection type.
+pub fn count(conn: &mut DbConn, table: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let q = format!("SELECT COUNT(*) AS n FROM {table}");
+    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c)).unwrap().n
+}
+
+/// Counts rows matching a WHERE clause (trusted test SQL).
+pub fn count_where(conn: &mut DbConn, table: &str, clause: &str) -> i64 {
+    #[derive(QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let q = format!("SELECT COUNT(*) AS n FROM {table} WHERE {clause}");
+    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c)).unwrap().n
+}
+
+/// Runs trusted test SQL.
+pub fn exec(conn: &mut DbConn, sql: &str) -> Result<usize, diesel::result::Error> {
+    codex_bridge::with_conn!(conn, |c| diesel::sql_query(sql).execute(c))
+}
