@@ -36,8 +36,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let listener = TcpListener::bind(&config.listen)
-        .with_context(|| format!("cannot listen on {} (config key `listen`): is the port free?", config.listen))?;
+    let listener = TcpListener::bind(&config.listen).with_context(|| {
+        format!(
+            "cannot listen on {} (config key `listen`): is the port free?",
+            config.listen
+        )
+    })?;
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
         normalizer: Normalizer {
@@ -51,9 +55,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
-            .app_data(web::JsonConfig::default().limit(64 * 1024).error_handler(|err, _| {
-                crate::error::ApiError::bad_request("invalid_json", err.to_string()).into()
-            }))
+            .app_data(
+                web::JsonConfig::default()
+                    .limit(64 * 1024)
+                    .error_handler(|err, _| {
+                        crate::error::ApiError::bad_request("invalid_json", err.to_string()).into()
+                    }),
+            )
             .app_data(web::QueryConfig::default().error_handler(|err, _| {
                 crate::error::ApiError::bad_request("invalid_query", err.to_string()).into()
             }))

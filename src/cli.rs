@@ -85,6 +85,15 @@ pub struct ReconcileArgs {
 /// Opens a direct connection for a one-off command, refusing a database whose
 /// schema is behind this binary.
 fn connect(config: &Config) -> anyhow::Result<DbConn> {
+    if let store::DbUrl::Sqlite(path) = &config.database_url {
+        if !path.exists() {
+            bail!(
+                "the database {} does not exist: run `codex-bridge migrate` (or start the server) first, \
+                 or point database_url at the server's database",
+                path.display()
+            );
+        }
+    }
     let mut conn = DbConn::establish(&ConnSettings {
         url: config.database_url.clone(),
         sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
@@ -92,8 +101,13 @@ fn connect(config: &Config) -> anyhow::Result<DbConn> {
     })
     .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
     let pending = match &mut conn {
-        DbConn::Sqlite(c) => diesel_migrations::MigrationHarness::has_pending_migration(c, store::SQLITE_MIGRATIONS),
-        DbConn::Pg(c) => diesel_migrations::MigrationHarness::has_pending_migration(c, store::POSTGRES_MIGRATIONS),
+        DbConn::Sqlite(c) => {
+            diesel_migrations::MigrationHarness::has_pending_migration(c, store::SQLITE_MIGRATIONS)
+        }
+        DbConn::Pg(c) => diesel_migrations::MigrationHarness::has_pending_migration(
+            c,
+            store::POSTGRES_MIGRATIONS,
+        ),
     }
     .map_err(|e| anyhow::anyhow!("cannot read the migration state: {e}"))?;
     if pending {
@@ -105,7 +119,8 @@ fn connect(config: &Config) -> anyhow::Result<DbConn> {
 pub fn migrate(config: &Config) -> anyhow::Result<()> {
     if let store::DbUrl::Sqlite(path) = &config.database_url {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).with_context(|| format!("cannot create {}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
         }
     }
     let mut conn = DbConn::establish(&ConnSettings {
@@ -152,7 +167,10 @@ pub fn tasks_command(config: &Config, command: TasksCommand) -> anyhow::Result<(
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<38} {:<22} {:>4} {:<44} {}", "TASK", "STATE", "VER", "RESOURCE", "CREATED");
+                println!(
+                    "{:<38} {:<22} {:>4} {:<44} CREATED",
+                    "TASK", "STATE", "VER", "RESOURCE"
+                );
                 for t in rows {
                     println!(
                         "{:<38} {:<22} {:>4} {:<44} {}",
@@ -162,7 +180,8 @@ pub fn tasks_command(config: &Config, command: TasksCommand) -> anyhow::Result<(
             }
         }
         TasksCommand::Show { task_id } => {
-            let detail = tasks::detail(&mut conn, &task_id)?.with_context(|| format!("no task {task_id}"))?;
+            let detail = tasks::detail(&mut conn, &task_id)?
+                .with_context(|| format!("no task {task_id}"))?;
             let out = serde_json::json!({
                 "task": detail.task,
                 "transitions": detail.transitions,
@@ -194,7 +213,16 @@ pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
     let mut conn = connect(config)?;
     let actor = format!("admin:{}", args.operator);
     let event = conn
-        .write_transaction(|c| tasks::reconcile(c, &args.task_id, &args.attempt_id, verdict, &actor, &args.reason))
+        .write_transaction(|c| {
+            tasks::reconcile(
+                c,
+                &args.task_id,
+                &args.attempt_id,
+                verdict,
+                &actor,
+                &args.reason,
+            )
+        })
         .map_err(|e: StoreError| anyhow::anyhow!("{e}"))?;
     println!("{}", serde_json::to_string_pretty(&event)?);
     Ok(())

@@ -12,23 +12,68 @@ use std::time::Duration;
 /// Every key the file and the environment may set, with its help text. Adding a
 /// key is fine; renaming one breaks operators (DESIGN §13).
 pub const KEYS: &[(&str, &str)] = &[
-    ("listen", "address:port of the HTTP server (default 127.0.0.1:8080)"),
-    ("database_url", "sqlite://PATH or postgres://... (default sqlite://./data/codex-bridge.db)"),
-    ("webhook_secret", "the Gitea webhook secret (generated into state_dir if unset)"),
-    ("bot_login", "the bot's Gitea login that comments mention (default codex-bot)"),
-    ("instance_id", "namespace of this Gitea instance in every key (default default)"),
-    ("gitea_url", "base URL of Gitea, e.g. https://git.example.com"),
+    (
+        "listen",
+        "address:port of the HTTP server (default 127.0.0.1:8080)",
+    ),
+    (
+        "database_url",
+        "sqlite://PATH or postgres://... (default sqlite://./data/codex-bridge.db)",
+    ),
+    (
+        "webhook_secret",
+        "the Gitea webhook secret (generated into state_dir if unset)",
+    ),
+    (
+        "bot_login",
+        "the bot's Gitea login that comments mention (default codex-bot)",
+    ),
+    (
+        "instance_id",
+        "namespace of this Gitea instance in every key (default default)",
+    ),
+    (
+        "gitea_url",
+        "base URL of Gitea, e.g. https://git.example.com",
+    ),
     ("gitea_token", "the bot's Gitea API token"),
-    ("admin_token", "Bearer token of the admin API and web view (generated into state_dir if unset)"),
-    ("workspace_root", "where repositories are cloned (default ./data/workspaces)"),
-    ("state_dir", "where generated secrets and local state live (default ./data)"),
-    ("max_body_bytes", "webhook body limit in bytes (default 1048576)"),
+    (
+        "admin_token",
+        "Bearer token of the admin API and web view (generated into state_dir if unset)",
+    ),
+    (
+        "workspace_root",
+        "where repositories are cloned (default ./data/workspaces)",
+    ),
+    (
+        "state_dir",
+        "where generated secrets and local state live (default ./data)",
+    ),
+    (
+        "max_body_bytes",
+        "webhook body limit in bytes (default 1048576)",
+    ),
     ("log_format", "plain or json (default plain)"),
-    ("log_filter", "tracing filter, e.g. info or codex_bridge=debug (default info; RUST_LOG wins)"),
-    ("writer_batch_max", "most writes committed together by the group-commit writer (default 256)"),
-    ("writer_threads", "writer threads (default 1 for SQLite, 4 for PostgreSQL)"),
-    ("read_pool_size", "database connections for reads (default 8)"),
-    ("sqlite_busy_timeout_ms", "how long SQLite waits for a lock (default 5000)"),
+    (
+        "log_filter",
+        "tracing filter, e.g. info or codex_bridge=debug (default info; RUST_LOG wins)",
+    ),
+    (
+        "writer_batch_max",
+        "most writes committed together by the group-commit writer (default 256)",
+    ),
+    (
+        "writer_threads",
+        "writer threads (default 1 for SQLite, 4 for PostgreSQL)",
+    ),
+    (
+        "read_pool_size",
+        "database connections for reads (default 8)",
+    ),
+    (
+        "sqlite_busy_timeout_ms",
+        "how long SQLite waits for a lock (default 5000)",
+    ),
 ];
 
 const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
@@ -123,17 +168,22 @@ impl Config {
     }
 
     /// Like [`Config::load`] with an explicit environment (for tests).
-    pub fn from_sources(path: Option<&Path>, env: &BTreeMap<String, String>) -> Result<Config, ConfigError> {
+    pub fn from_sources(
+        path: Option<&Path>,
+        env: &BTreeMap<String, String>,
+    ) -> Result<Config, ConfigError> {
         let mut values: BTreeMap<&'static str, String> = BTreeMap::new();
         if let Some(path) = path {
             let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
                 path: path.display().to_string(),
                 problem: format!("cannot read it: {e}"),
             })?;
-            let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::File {
-                path: path.display().to_string(),
-                problem: format!("not valid TOML: {}", e.message()),
-            })?;
+            let table: toml::Table =
+                text.parse()
+                    .map_err(|e: toml::de::Error| ConfigError::File {
+                        path: path.display().to_string(),
+                        problem: format!("not valid TOML: {}", e.message()),
+                    })?;
             for (k, v) in table {
                 let Some((key, _)) = KEYS.iter().find(|(name, _)| *name == k) else {
                     return Err(ConfigError::File {
@@ -146,7 +196,10 @@ impl Config {
                     toml::Value::Integer(i) => i.to_string(),
                     toml::Value::Boolean(b) => b.to_string(),
                     other => {
-                        return Err(invalid(key, format!("expected a string or a number, found {}", other.type_str())))
+                        return Err(invalid(
+                            key,
+                            format!("expected a string or a number, found {}", other.type_str()),
+                        ))
                     }
                 };
                 values.insert(key, value);
@@ -161,18 +214,30 @@ impl Config {
     }
 
     fn validate(mut v: BTreeMap<&'static str, String>) -> Result<Config, ConfigError> {
-        let mut take = |key: &'static str| v.remove(key).map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        let mut take = |key: &'static str| {
+            v.remove(key)
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+        };
 
         let listen = take("listen").unwrap_or_else(|| "127.0.0.1:8080".into());
         {
             use std::net::ToSocketAddrs;
-            let ok = listen.to_socket_addrs().map(|mut a| a.next().is_some()).unwrap_or(false);
+            let ok = listen
+                .to_socket_addrs()
+                .map(|mut a| a.next().is_some())
+                .unwrap_or(false);
             if !ok {
-                return Err(invalid("listen", format!("`{listen}` is not an address:port, e.g. 127.0.0.1:8080")));
+                return Err(invalid(
+                    "listen",
+                    format!("`{listen}` is not an address:port, e.g. 127.0.0.1:8080"),
+                ));
             }
         }
-        let database_url = DbUrl::parse(&take("database_url").unwrap_or_else(|| "sqlite://./data/codex-bridge.db".into()))
-            .map_err(|p| invalid("database_url", p))?;
+        let database_url = DbUrl::parse(
+            &take("database_url").unwrap_or_else(|| "sqlite://./data/codex-bridge.db".into()),
+        )
+        .map_err(|p| invalid("database_url", p))?;
 
         let webhook_secret = take("webhook_secret").map(SecretString::from);
         if let Some(s) = &webhook_secret {
@@ -186,11 +251,17 @@ impl Config {
 
         let bot_login = take("bot_login").unwrap_or_else(|| "codex-bot".into());
         if !is_gitea_name(&bot_login) {
-            return Err(invalid("bot_login", "a Gitea login uses only letters, digits, '-', '_' and '.'"));
+            return Err(invalid(
+                "bot_login",
+                "a Gitea login uses only letters, digits, '-', '_' and '.'",
+            ));
         }
         let instance_id = take("instance_id").unwrap_or_else(|| "default".into());
         let instance_ok = instance_id.len() <= 64
-            && instance_id.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && instance_id
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
             && instance_id
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
@@ -201,13 +272,22 @@ impl Config {
             ));
         }
         let gitea_url = match take("gitea_url") {
-            Some(u) if u.starts_with("http://") || u.starts_with("https://") => Some(u.trim_end_matches('/').to_owned()),
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                Some(u.trim_end_matches('/').to_owned())
+            }
             Some(_) => return Err(invalid("gitea_url", "expected an http:// or https:// URL")),
             None => None,
         };
         let state_dir = PathBuf::from(take("state_dir").unwrap_or_else(|| "./data".into()));
-        let workspace_root = PathBuf::from(take("workspace_root").unwrap_or_else(|| "./data/workspaces".into()));
-        let max_body_bytes = parse_num("max_body_bytes", take("max_body_bytes"), 1024 * 1024, 1024, 64 * 1024 * 1024)?;
+        let workspace_root =
+            PathBuf::from(take("workspace_root").unwrap_or_else(|| "./data/workspaces".into()));
+        let max_body_bytes = parse_num(
+            "max_body_bytes",
+            take("max_body_bytes"),
+            1024 * 1024,
+            1024,
+            64 * 1024 * 1024,
+        )?;
         let log_format = match take("log_format").as_deref() {
             None | Some("plain") => LogFormat::Plain,
             Some("json") => LogFormat::Json,
@@ -215,13 +295,29 @@ impl Config {
         };
         let log_filter = take("log_filter").unwrap_or_else(|| "info".into());
         if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
-            return Err(invalid("log_filter", "not a tracing filter, e.g. info or codex_bridge=debug,info"));
+            return Err(invalid(
+                "log_filter",
+                "not a tracing filter, e.g. info or codex_bridge=debug,info",
+            ));
         }
-        let writer_batch_max = parse_num("writer_batch_max", take("writer_batch_max"), 256, 1, 10_000)?;
+        let writer_batch_max =
+            parse_num("writer_batch_max", take("writer_batch_max"), 256, 1, 10_000)?;
         let default_threads = if database_url.is_sqlite() { 1 } else { 4 };
-        let writer_threads = parse_num("writer_threads", take("writer_threads"), default_threads, 1, 64)?;
+        let writer_threads = parse_num(
+            "writer_threads",
+            take("writer_threads"),
+            default_threads,
+            1,
+            64,
+        )?;
         let read_pool_size = parse_num("read_pool_size", take("read_pool_size"), 8, 1, 256)? as u32;
-        let sqlite_busy_timeout_ms = parse_num("sqlite_busy_timeout_ms", take("sqlite_busy_timeout_ms"), 5000, 0, 600_000)? as u64;
+        let sqlite_busy_timeout_ms = parse_num(
+            "sqlite_busy_timeout_ms",
+            take("sqlite_busy_timeout_ms"),
+            5000,
+            0,
+            600_000,
+        )? as u64;
 
         Ok(Config {
             listen,
@@ -270,10 +366,15 @@ impl Config {
         }
         let file = self.state_dir.join("generated-secrets.toml");
         let mut stored: toml::Table = match std::fs::read_to_string(&file) {
-            Ok(text) => text.parse().map_err(|e: toml::de::Error| ConfigError::File {
-                path: file.display().to_string(),
-                problem: format!("not valid TOML: {} (delete it to generate new secrets)", e.message()),
-            })?,
+            Ok(text) => text
+                .parse()
+                .map_err(|e: toml::de::Error| ConfigError::File {
+                    path: file.display().to_string(),
+                    problem: format!(
+                        "not valid TOML: {} (delete it to generate new secrets)",
+                        e.message()
+                    ),
+                })?,
             Err(_) => toml::Table::new(),
         };
         let mut changed = false;
@@ -284,7 +385,11 @@ impl Config {
             if let Some(toml::Value::String(s)) = stored.get(key) {
                 return SecretString::from(s.clone());
             }
-            let fresh = format!("{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple());
+            let fresh = format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
             stored.insert(key.to_owned(), toml::Value::String(fresh.clone()));
             changed = true;
             SecretString::from(fresh)
@@ -321,13 +426,24 @@ fn key_list() -> String {
 fn check_secret(key: &'static str, s: &SecretString) -> Result<(), ConfigError> {
     debug_assert!(SECRET_KEYS.contains(&key));
     if s.expose_secret().len() < 16 {
-        return Err(invalid(key, "too short: use at least 16 characters (e.g. `openssl rand -hex 32`)"));
+        return Err(invalid(
+            key,
+            "too short: use at least 16 characters (e.g. `openssl rand -hex 32`)",
+        ));
     }
     Ok(())
 }
 
-fn parse_num(key: &'static str, value: Option<String>, default: usize, min: usize, max: usize) -> Result<usize, ConfigError> {
-    let Some(text) = value else { return Ok(default) };
+fn parse_num(
+    key: &'static str,
+    value: Option<String>,
+    default: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    let Some(text) = value else {
+        return Ok(default);
+    };
     let n: usize = text
         .parse()
         .map_err(|_| invalid(key, format!("`{text}` is not a whole number")))?;
@@ -343,7 +459,8 @@ pub fn is_gitea_name(s: &str) -> bool {
         && s.len() <= 100
         && s != "."
         && s != ".."
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
 }
 
 fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
@@ -372,14 +489,20 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn defaults_are_the_documented_ones() {
         let c = Config::from_sources(None, &env(&[])).unwrap();
         assert_eq!(c.listen, "127.0.0.1:8080");
-        assert_eq!(c.database_url, DbUrl::Sqlite(PathBuf::from("./data/codex-bridge.db")));
+        assert_eq!(
+            c.database_url,
+            DbUrl::Sqlite(PathBuf::from("./data/codex-bridge.db"))
+        );
         assert_eq!(c.instance_id, "default");
         assert_eq!(c.max_body_bytes, 1024 * 1024);
         assert_eq!(c.writer_threads, 1);
@@ -389,8 +512,16 @@ mod tests {
     fn environment_overrides_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "listen = \"127.0.0.1:9000\"\nmax_body_bytes = 2048\nbot_login = \"ccbot\"\n").unwrap();
-        let c = Config::from_sources(Some(&path), &env(&[("CODEX_BRIDGE_LISTEN", "127.0.0.1:9001")])).unwrap();
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\nmax_body_bytes = 2048\nbot_login = \"ccbot\"\n",
+        )
+        .unwrap();
+        let c = Config::from_sources(
+            Some(&path),
+            &env(&[("CODEX_BRIDGE_LISTEN", "127.0.0.1:9001")]),
+        )
+        .unwrap();
         assert_eq!(c.listen, "127.0.0.1:9001");
         assert_eq!(c.max_body_bytes, 2048);
         assert_eq!(c.bot_login, "ccbot");
@@ -398,20 +529,27 @@ mod tests {
 
     #[test]
     fn errors_name_the_key_and_never_echo_secrets() {
-        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_WEBHOOK_SECRET", "short-sekrit")]))
-            .unwrap_err()
-            .to_string();
+        let err = Config::from_sources(
+            None,
+            &env(&[("CODEX_BRIDGE_WEBHOOK_SECRET", "short-sekrit")]),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("webhook_secret"), "{err}");
         assert!(err.contains("CODEX_BRIDGE_WEBHOOK_SECRET"), "{err}");
         assert!(!err.contains("short-sekrit"), "{err}");
 
-        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_MAX_BODY_BYTES", "lots")])).unwrap_err();
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_MAX_BODY_BYTES", "lots")]))
+            .unwrap_err();
         assert!(err.to_string().contains("max_body_bytes"));
-        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_LISTEN", "nowhere")])).unwrap_err();
+        let err =
+            Config::from_sources(None, &env(&[("CODEX_BRIDGE_LISTEN", "nowhere")])).unwrap_err();
         assert!(err.to_string().contains("listen"));
-        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_DATABASE_URL", "mysql://x")])).unwrap_err();
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_DATABASE_URL", "mysql://x")]))
+            .unwrap_err();
         assert!(err.to_string().contains("database_url"));
-        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_INSTANCE_ID", "a:b")])).unwrap_err();
+        let err =
+            Config::from_sources(None, &env(&[("CODEX_BRIDGE_INSTANCE_ID", "a:b")])).unwrap_err();
         assert!(err.to_string().contains("instance_id"));
     }
 
@@ -420,7 +558,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "lisen = \"127.0.0.1:9000\"\n").unwrap();
-        let err = Config::from_sources(Some(&path), &env(&[])).unwrap_err().to_string();
+        let err = Config::from_sources(Some(&path), &env(&[]))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown key `lisen`"), "{err}");
     }
 
@@ -443,17 +583,34 @@ mod tests {
     fn missing_secrets_are_generated_once_and_kept_private() {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let c = Config::from_sources(None, &env(&[("CODEX_BRIDGE_STATE_DIR", state.to_str().unwrap())])).unwrap();
+        let c = Config::from_sources(
+            None,
+            &env(&[("CODEX_BRIDGE_STATE_DIR", state.to_str().unwrap())]),
+        )
+        .unwrap();
         let first = c.server_secrets().unwrap();
         let second = c.server_secrets().unwrap();
-        assert_eq!(first.webhook_secret.expose_secret(), second.webhook_secret.expose_secret());
-        assert_eq!(first.admin_token.expose_secret(), second.admin_token.expose_secret());
+        assert_eq!(
+            first.webhook_secret.expose_secret(),
+            second.webhook_secret.expose_secret()
+        );
+        assert_eq!(
+            first.admin_token.expose_secret(),
+            second.admin_token.expose_secret()
+        );
         assert!(first.webhook_secret.expose_secret().len() >= 32);
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(first.generated_file.unwrap()).unwrap().permissions().mode();
-            assert_eq!(mode & 0o077, 0, "generated secrets must not be readable by others");
+            let mode = std::fs::metadata(first.generated_file.unwrap())
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(
+                mode & 0o077,
+                0,
+                "generated secrets must not be readable by others"
+            );
         }
     }
 }

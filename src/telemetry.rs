@@ -21,7 +21,11 @@ pub fn init(format: LogFormat, filter: &str) {
     // A second init (tests calling into the library twice) is harmless.
     let _ = match format {
         LogFormat::Plain => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(true).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .try_init(),
     };
 }
 
@@ -48,7 +52,10 @@ impl RootSpanBuilder for BridgeRootSpan {
         )
     }
 
-    fn on_request_end<B: MessageBody>(span: Span, outcome: &Result<ServiceResponse<B>, actix_web::Error>) {
+    fn on_request_end<B: MessageBody>(
+        span: Span,
+        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
+    ) {
         let status = match outcome {
             Ok(resp) => resp.status().as_u16(),
             Err(e) => e.as_response_error().status_code().as_u16(),

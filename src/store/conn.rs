@@ -42,7 +42,9 @@ impl DbUrl {
     pub fn parse(url: &str) -> Result<DbUrl, String> {
         if let Some(path) = url.strip_prefix("sqlite://") {
             if path.is_empty() {
-                return Err("sqlite:// needs a file path, e.g. sqlite://./data/codex-bridge.db".into());
+                return Err(
+                    "sqlite:// needs a file path, e.g. sqlite://./data/codex-bridge.db".into(),
+                );
             }
             Ok(DbUrl::Sqlite(PathBuf::from(path)))
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -140,7 +142,9 @@ impl DbConn {
         E: From<diesel::result::Error>,
     {
         match self {
-            DbConn::Sqlite(c) => AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?,
+            DbConn::Sqlite(c) => {
+                AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?
+            }
             DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c)?,
         }
         self.finish_transaction(f)

@@ -39,7 +39,11 @@ where
 {
     let previous: Option<(String, String, String)> = with_conn!(conn, |c| control_requests::table
         .find(&req.request_id)
-        .select((control_requests::action, control_requests::target, control_requests::result))
+        .select((
+            control_requests::action,
+            control_requests::target,
+            control_requests::result
+        ))
         .first(c)
         .optional())?;
     if let Some((prev_action, prev_target, result)) = previous {
@@ -75,7 +79,8 @@ fn audit_view_from_json(v: &serde_json::Value) -> Result<AuditView, StoreError> 
     let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
     Ok(AuditView {
         seq: 0,
-        event_id: s("eventId").ok_or_else(|| StoreError::Query("stored result has no eventId".into()))?,
+        event_id: s("eventId")
+            .ok_or_else(|| StoreError::Query("stored result has no eventId".into()))?,
         task_id: s("taskId"),
         action: s("action").unwrap_or_default(),
         actor: s("actor").unwrap_or_default(),
@@ -86,21 +91,36 @@ fn audit_view_from_json(v: &serde_json::Value) -> Result<AuditView, StoreError> 
         comment_id: v.get("commentId").and_then(|x| x.as_i64()),
         error_code: s("errorCode"),
         timestamp: s("timestamp").unwrap_or_default(),
-        metadata: v.get("metadata").cloned().unwrap_or(serde_json::Value::Null),
+        metadata: v
+            .get("metadata")
+            .cloned()
+            .unwrap_or(serde_json::Value::Null),
     })
 }
 
 /// Pauses (`paused = true`) or resumes intake scheduling. Webhooks are still
 /// accepted and stored while paused; their tasks stay `queued`.
-pub fn set_paused(conn: &mut DbConn, req: &ControlRequest, paused: bool) -> Result<AuditView, StoreError> {
-    let action = if paused { "control.pause" } else { "control.resume" };
+pub fn set_paused(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    paused: bool,
+) -> Result<AuditView, StoreError> {
+    let action = if paused {
+        "control.pause"
+    } else {
+        "control.resume"
+    };
     idempotent(conn, req, action, "global", |conn| {
         let before = get(conn)?;
         let at = now();
         with_conn!(conn, |c| diesel::update(control::table.find(1_i64))
             .set((
                 control::global_paused.eq(paused),
-                control::pause_reason.eq(if paused { Some(req.reason.as_str()) } else { None }),
+                control::pause_reason.eq(if paused {
+                    Some(req.reason.as_str())
+                } else {
+                    None
+                }),
                 control::updated_by.eq(&req.actor),
                 control::updated_at.eq(&at),
                 control::version.eq(before.version + 1),

@@ -63,7 +63,12 @@ pub struct Subject {
 impl Subject {
     /// `<repoKey>:<issue|pull>:<number>`: one Codex thread per resource.
     pub fn resource_key(&self) -> String {
-        format!("{}:{}:{}", self.repo.repo_key(), self.kind.as_str(), self.number)
+        format!(
+            "{}:{}:{}",
+            self.repo.repo_key(),
+            self.kind.as_str(),
+            self.number
+        )
     }
 }
 
@@ -111,11 +116,24 @@ pub struct IngestRequest {
 /// What the transaction did; the webhook maps it to a status code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
-    Accepted { task_id: String, state: String },
-    Duplicate { task_id: Option<String>, state: Option<String> },
-    Ignored { reason: String, task_id: Option<String> },
-    RepositoryDisabled { repo_key: String },
-    OutboxFull { session_key: String },
+    Accepted {
+        task_id: String,
+        state: String,
+    },
+    Duplicate {
+        task_id: Option<String>,
+        state: Option<String>,
+    },
+    Ignored {
+        reason: String,
+        task_id: Option<String>,
+    },
+    RepositoryDisabled {
+        repo_key: String,
+    },
+    OutboxFull {
+        session_key: String,
+    },
 }
 
 /// Deterministic: a replayed delivery id maps to the same task id.
@@ -138,7 +156,13 @@ pub fn ingest(conn: &mut DbConn, req: &IngestRequest) -> Result<IngestOutcome, S
             .first(c)
             .optional())?;
         if let Some(original) = original {
-            return record_duplicate(conn, req, &original.delivery_key, original.task_id.as_deref(), &at);
+            return record_duplicate(
+                conn,
+                req,
+                &original.delivery_key,
+                original.task_id.as_deref(),
+                &at,
+            );
         }
     }
     match &req.intent {
@@ -198,7 +222,10 @@ fn task_state(conn: &mut DbConn, task_id: &str) -> Result<Option<String>, StoreE
 }
 
 /// The task a comment (or review) already has: `(task_id, state, delivery_key)`.
-fn task_for_trigger(conn: &mut DbConn, trigger_key: &str) -> Result<Option<(String, String, String)>, StoreError> {
+fn task_for_trigger(
+    conn: &mut DbConn,
+    trigger_key: &str,
+) -> Result<Option<(String, String, String)>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::trigger_key.eq(trigger_key))
         .select((tasks::task_id, tasks::state, tasks::delivery_key))
@@ -224,11 +251,16 @@ fn replay_answer(conn: &mut DbConn, original: &Delivery) -> Result<IngestOutcome
                 repo_key: original.repo_key.clone().unwrap_or_default(),
             })
         }
-        "rejected" if original.reason.as_deref() == Some("outbox_full") => Ok(IngestOutcome::OutboxFull {
-            session_key: original.resource_key.clone().unwrap_or_default(),
-        }),
+        "rejected" if original.reason.as_deref() == Some("outbox_full") => {
+            Ok(IngestOutcome::OutboxFull {
+                session_key: original.resource_key.clone().unwrap_or_default(),
+            })
+        }
         _ => Ok(IngestOutcome::Ignored {
-            reason: original.reason.clone().unwrap_or_else(|| original.status.clone()),
+            reason: original
+                .reason
+                .clone()
+                .unwrap_or_else(|| original.status.clone()),
             task_id: original.task_id.clone(),
         }),
     }
@@ -257,7 +289,11 @@ fn insert_delivery(
         repo_key: req.subject.as_ref().map(|s| s.repo.repo_key()),
         resource_key: req.subject.as_ref().map(Subject::resource_key),
         comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
-        content_key: if claims_content { req.content_key.clone() } else { None },
+        content_key: if claims_content {
+            req.content_key.clone()
+        } else {
+            None
+        },
         duplicate_of: duplicate_of.map(str::to_owned),
         task_id: task_id.map(str::to_owned),
         sender: req.sender.clone(),
@@ -277,7 +313,15 @@ fn record_duplicate(
     task_id: Option<&str>,
     at: &str,
 ) -> Result<IngestOutcome, StoreError> {
-    insert_delivery(conn, req, "duplicate", Some("same_content"), task_id, Some(original_delivery), at)?;
+    insert_delivery(
+        conn,
+        req,
+        "duplicate",
+        Some("same_content"),
+        task_id,
+        Some(original_delivery),
+        at,
+    )?;
     let mut event = Audit::new("webhook.duplicate", "system")
         .delivery(&req.delivery_id)
         .meta(serde_json::json!({ "originalDeliveryKey": original_delivery }));
@@ -333,7 +377,15 @@ fn create_task(
     let repo_key = subject.repo.repo_key();
     let repo = ensure_repository(conn, &subject.repo, &repo_key, at)?;
     if repo.status == "disabled" {
-        insert_delivery(conn, req, "rejected", Some("repository_disabled"), None, None, at)?;
+        insert_delivery(
+            conn,
+            req,
+            "rejected",
+            Some("repository_disabled"),
+            None,
+            None,
+            at,
+        )?;
         audit::record(
             conn,
             &Audit::new("webhook.rejected", "system")
@@ -364,7 +416,9 @@ fn create_task(
                 .delivery(&req.delivery_id)
                 .comment(subject.comment_id)
                 .error("outbox_full")
-                .meta(serde_json::json!({ "sessionKey": session_key, "capacity": OUTBOX_CAPACITY })),
+                .meta(
+                    serde_json::json!({ "sessionKey": session_key, "capacity": OUTBOX_CAPACITY }),
+                ),
         )?;
         return Ok(IngestOutcome::OutboxFull { session_key });
     }
@@ -387,7 +441,9 @@ fn create_task(
         created_at: at,
         updated_at: at,
     };
-    with_conn!(conn, |c| diesel::insert_into(tasks::table).values(&task).execute(c))?;
+    with_conn!(conn, |c| diesel::insert_into(tasks::table)
+        .values(&task)
+        .execute(c))?;
     let actor = format!("gitea:user:{}", subject.author);
     append_history(
         conn,
@@ -434,9 +490,14 @@ fn create_task(
         version: 1,
     };
     with_conn!(conn, |c| {
-        diesel::insert_into(outbox_entries::table).values(&entry).execute(c)?;
+        diesel::insert_into(outbox_entries::table)
+            .values(&entry)
+            .execute(c)?;
         diesel::update(sessions::table.find(&session_key))
-            .set((sessions::last_task_id.eq(&task_id), sessions::updated_at.eq(at)))
+            .set((
+                sessions::last_task_id.eq(&task_id),
+                sessions::updated_at.eq(at),
+            ))
             .execute(c)
     })?;
     audit::record(
@@ -461,7 +522,13 @@ fn create_task(
 
 /// SHA-256 over the canonical request fields (DESIGN §2): the same operation id
 /// with another fingerprint is a conflict, never an overwrite.
-pub fn fingerprint(session_key: &str, queue_id: &str, text: &str, subject: &Subject, written_at: &str) -> String {
+pub fn fingerprint(
+    session_key: &str,
+    queue_id: &str,
+    text: &str,
+    subject: &Subject,
+    written_at: &str,
+) -> String {
     // serde_json's map is ordered by key, so this text is canonical.
     let canonical = serde_json::json!({
         "sessionKey": session_key,
@@ -477,7 +544,12 @@ pub fn fingerprint(session_key: &str, queue_id: &str, text: &str, subject: &Subj
 
 /// Finds the repository, creating it on first sight. Concurrent first sightings
 /// (two writers on PostgreSQL) yield one row: the loser's insert does nothing.
-fn ensure_repository(conn: &mut DbConn, repo: &RepoRef, repo_key: &str, at: &str) -> Result<Repository, StoreError> {
+fn ensure_repository(
+    conn: &mut DbConn,
+    repo: &RepoRef,
+    repo_key: &str,
+    at: &str,
+) -> Result<Repository, StoreError> {
     let row = NewRepository {
         repo_key,
         instance_id: &repo.instance_id,
@@ -497,7 +569,8 @@ fn ensure_repository(conn: &mut DbConn, repo: &RepoRef, repo_key: &str, at: &str
     if inserted == 1 {
         audit::record(
             conn,
-            &Audit::new("repository.registered", "system").meta(serde_json::json!({ "repoKey": repo_key })),
+            &Audit::new("repository.registered", "system")
+                .meta(serde_json::json!({ "repoKey": repo_key })),
         )?;
     }
     Ok(with_conn!(conn, |c| repositories::table

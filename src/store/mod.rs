@@ -126,12 +126,18 @@ impl Store {
             sqlite_busy_timeout: settings.sqlite_busy_timeout,
             read_only: false,
         })
-        .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", settings.url.redacted())))?;
+        .map_err(|e| {
+            StoreError::Unavailable(format!("cannot open {}: {e}", settings.url.redacted()))
+        })?;
         run_migrations(&mut conn)?;
         drop(conn);
 
         let write_pool = build_pool(settings, false, settings.writer.threads.max(1) as u32)?;
-        let read_pool = build_pool(settings, settings.url.is_sqlite(), settings.read_pool_size.max(1))?;
+        let read_pool = build_pool(
+            settings,
+            settings.url.is_sqlite(),
+            settings.read_pool_size.max(1),
+        )?;
         let writer = writer::Writer::start(write_pool, settings.writer)
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
@@ -185,7 +191,11 @@ impl Store {
     }
 }
 
-fn build_pool(settings: &StoreSettings, read_only: bool, size: u32) -> Result<r2d2::Pool<DbManager>, StoreError> {
+fn build_pool(
+    settings: &StoreSettings,
+    read_only: bool,
+    size: u32,
+) -> Result<r2d2::Pool<DbManager>, StoreError> {
     r2d2::Pool::builder()
         .max_size(size)
         .connection_timeout(Duration::from_secs(5))
@@ -196,7 +206,12 @@ fn build_pool(settings: &StoreSettings, read_only: bool, size: u32) -> Result<r2
                 read_only,
             },
         })
-        .map_err(|e| StoreError::Unavailable(format!("cannot connect to {}: {e}", settings.url.redacted())))
+        .map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot connect to {}: {e}",
+                settings.url.redacted()
+            ))
+        })
 }
 
 /// Applies every pending embedded migration; returns the versions applied.

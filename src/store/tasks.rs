@@ -4,7 +4,9 @@
 
 use super::audit::{self, Audit, AuditView};
 use super::models::*;
-use super::schema::{approvals, attempts, comments, outbox_entries, task_transitions, tasks, turns};
+use super::schema::{
+    approvals, attempts, comments, outbox_entries, task_transitions, tasks, turns,
+};
 use super::{now, DbConn, StoreError};
 use crate::lifecycle::{self, Refusal, TaskState};
 use crate::with_conn;
@@ -39,9 +41,17 @@ pub struct TransitionRequest<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransitionOutcome {
     /// Written: the task is now in `to` at `version`, with one history row and one audit event.
-    Applied { from: TaskState, to: TaskState, version: i64 },
+    Applied {
+        from: TaskState,
+        to: TaskState,
+        version: i64,
+    },
     /// Not in DESIGN §5's table (or the task is terminal): nothing changed, a refusal was audited.
-    Refused { from: TaskState, to: TaskState, refusal: Refusal },
+    Refused {
+        from: TaskState,
+        to: TaskState,
+        refusal: Refusal,
+    },
     /// Someone else changed the task first: nothing changed.
     Stale { state: TaskState, version: i64 },
 }
@@ -54,7 +64,10 @@ fn parse_state(s: &str) -> Result<TaskState, StoreError> {
 /// Moves a task to another state if DESIGN §5 allows it, by compare-and-swap on
 /// `state_version`. The UPDATE itself also refuses terminal rows, so no code path
 /// that forgets to call `lifecycle::check` can change a finished task.
-pub fn transition(conn: &mut DbConn, req: &TransitionRequest<'_>) -> Result<TransitionOutcome, StoreError> {
+pub fn transition(
+    conn: &mut DbConn,
+    req: &TransitionRequest<'_>,
+) -> Result<TransitionOutcome, StoreError> {
     let current: Option<(String, i64)> = with_conn!(conn, |c| tasks::table
         .filter(tasks::task_id.eq(req.task_id))
         .select((tasks::state, tasks::state_version))
@@ -65,7 +78,10 @@ pub fn transition(conn: &mut DbConn, req: &TransitionRequest<'_>) -> Result<Tran
     };
     let from = parse_state(&state_name)?;
     if req.expected_version.is_some_and(|v| v != version) {
-        return Ok(TransitionOutcome::Stale { state: from, version });
+        return Ok(TransitionOutcome::Stale {
+            state: from,
+            version,
+        });
     }
     if let Err(refusal) = lifecycle::check(from, req.to) {
         audit::record(
@@ -188,7 +204,10 @@ pub struct TaskFilter {
 }
 
 /// Newest first. Returns the page and the cursor of the next one, if any.
-pub fn list(conn: &mut DbConn, filter: &TaskFilter) -> Result<(Vec<Task>, Option<i64>), StoreError> {
+pub fn list(
+    conn: &mut DbConn,
+    filter: &TaskFilter,
+) -> Result<(Vec<Task>, Option<i64>), StoreError> {
     let limit = filter.limit.clamp(1, 500);
     let rows: Vec<Task> = with_conn!(conn, |c| {
         let mut q = tasks::table
@@ -324,7 +343,9 @@ pub fn start_attempt(
         ended_at: None,
     };
     with_conn!(conn, |c| {
-        diesel::insert_into(attempts::table).values(&attempt).execute(c)?;
+        diesel::insert_into(attempts::table)
+            .values(&attempt)
+            .execute(c)?;
         diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
             .set(tasks::attempt.eq(attempt.number))
             .execute(c)
@@ -358,7 +379,8 @@ pub fn reconcile(
     actor: &str,
     reason: &str,
 ) -> Result<AuditView, StoreError> {
-    let task = find(conn, task_id)?.ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
+    let task =
+        find(conn, task_id)?.ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
     if task.state != TaskState::NeedsReconciliation.as_str() {
         return Err(StoreError::Refused {
             code: "not_uncertain",
@@ -409,7 +431,9 @@ pub fn reconcile(
     if !matches!(outcome, TransitionOutcome::Applied { .. }) {
         return Err(StoreError::Refused {
             code: "state_changed",
-            message: format!("task {task_id} changed while being reconciled ({outcome:?}); look again and retry"),
+            message: format!(
+                "task {task_id} changed while being reconciled ({outcome:?}); look again and retry"
+            ),
         });
     }
     let ended = now();
@@ -417,13 +441,15 @@ pub fn reconcile(
         Verdict::Failed => "reconciled_failed",
         Verdict::Succeeded => "reconciled_succeeded",
     };
-    with_conn!(conn, |c| diesel::update(attempts::table.filter(attempts::attempt_id.eq(attempt_id)))
-        .set((
-            attempts::status.eq("ended"),
-            attempts::outcome.eq(outcome_name),
-            attempts::ended_at.eq(&ended),
-        ))
-        .execute(c))?;
+    with_conn!(conn, |c| diesel::update(
+        attempts::table.filter(attempts::attempt_id.eq(attempt_id))
+    )
+    .set((
+        attempts::status.eq("ended"),
+        attempts::outcome.eq(outcome_name),
+        attempts::ended_at.eq(&ended),
+    ))
+    .execute(c))?;
     audit::record(
         conn,
         &Audit::new("task.reconciled", actor)

@@ -80,7 +80,8 @@ pub struct WriterSettings {
 
 impl Writer {
     pub fn start(pool: r2d2::Pool<DbManager>, settings: WriterSettings) -> std::io::Result<Writer> {
-        let (tx, rx) = crossbeam_channel::bounded::<Box<dyn WriteOp>>(settings.queue_capacity.max(1));
+        let (tx, rx) =
+            crossbeam_channel::bounded::<Box<dyn WriteOp>>(settings.queue_capacity.max(1));
         for n in 0..settings.threads.max(1) {
             let rx = rx.clone();
             let pool = pool.clone();
@@ -114,11 +115,16 @@ impl Writer {
                 ))
             }
             Err(TrySendError::Disconnected(_)) => {
-                return Err(StoreError::Unavailable("the store writer has stopped".into()))
+                return Err(StoreError::Unavailable(
+                    "the store writer has stopped".into(),
+                ))
             }
         }
-        rx.await
-            .unwrap_or_else(|_| Err(StoreError::Unavailable("the store writer stopped mid-write".into())))
+        rx.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the store writer stopped mid-write".into(),
+            ))
+        })
     }
 }
 
@@ -135,7 +141,8 @@ fn writer_loop(rx: &Receiver<Box<dyn WriteOp>>, pool: &r2d2::Pool<DbManager>, ba
         let mut conn = match pool.get() {
             Ok(conn) => conn,
             Err(e) => {
-                let err = StoreError::Unavailable(format!("no database connection for writing: {e}"));
+                let err =
+                    StoreError::Unavailable(format!("no database connection for writing: {e}"));
                 for op in batch.drain(..) {
                     op.finish(Err(err.clone()));
                 }

@@ -18,7 +18,10 @@ pub struct Admin;
 /// since both sides are hashed first).
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let (da, db) = (Sha256::digest(a), Sha256::digest(b));
-    da.iter().zip(db.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    da.iter()
+        .zip(db.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 impl FromRequest for Admin {
@@ -33,11 +36,21 @@ impl FromRequest for Admin {
             .headers()
             .get(actix_web::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
             .map(str::trim);
         let ok = presented.is_some_and(|token| {
-            constant_time_eq(token.as_bytes(), state.secrets.admin_token.expose_secret().as_bytes())
+            constant_time_eq(
+                token.as_bytes(),
+                state.secrets.admin_token.expose_secret().as_bytes(),
+            )
         });
-        ready(if ok { Ok(Admin) } else { Err(ApiError::Unauthorized) })
+        ready(if ok {
+            Ok(Admin)
+        } else {
+            Err(ApiError::Unauthorized)
+        })
     }
 }

@@ -150,7 +150,11 @@ fn invalid(event: &str, e: serde_json::Error) -> NormalizeError {
 
 impl Normalizer {
     /// Turns one verified delivery into what the store records.
-    pub fn normalize(&self, headers: &DeliveryHeaders, body: &[u8]) -> Result<IngestRequest, NormalizeError> {
+    pub fn normalize(
+        &self,
+        headers: &DeliveryHeaders,
+        body: &[u8],
+    ) -> Result<IngestRequest, NormalizeError> {
         let raw_type = headers
             .event_type
             .as_deref()
@@ -172,16 +176,19 @@ impl Normalizer {
         };
         match raw_type.as_str() {
             "issue_comment" | "pull_request_comment" => {
-                let p: IssueCommentPayload = serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
+                let p: IssueCommentPayload =
+                    serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.comment(&mut req, p)?;
             }
             "pull_request_review_comment" => {
-                let p: ReviewPayload = serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
+                let p: ReviewPayload =
+                    serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.review(&mut req, p)?;
             }
             _ => {
                 // Still must be JSON: a garbled body is a 400, not "ignored".
-                serde_json::from_slice::<serde::de::IgnoredAny>(body).map_err(|e| invalid(&raw_type, e))?;
+                serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                    .map_err(|e| invalid(&raw_type, e))?;
             }
         }
         Ok(req)
@@ -208,7 +215,11 @@ impl Normalizer {
         login.eq_ignore_ascii_case(&self.bot_login)
     }
 
-    fn comment(&self, req: &mut IngestRequest, p: IssueCommentPayload) -> Result<(), NormalizeError> {
+    fn comment(
+        &self,
+        req: &mut IngestRequest,
+        p: IssueCommentPayload,
+    ) -> Result<(), NormalizeError> {
         let is_pull = p.is_pull.unwrap_or(false)
             || p.pull_request.is_some()
             || p.issue.pull_request.is_some()
@@ -226,7 +237,11 @@ impl Normalizer {
         ));
         req.subject = Some(Subject {
             repo: self.repo(p.repository)?,
-            kind: if is_pull { ResourceKind::Pull } else { ResourceKind::Issue },
+            kind: if is_pull {
+                ResourceKind::Pull
+            } else {
+                ResourceKind::Issue
+            },
             number: p.issue.number,
             comment_id: Some(comment_id),
             author: p.comment.user.login.clone(),
@@ -236,7 +251,9 @@ impl Normalizer {
         let trigger_key = format!("{}:comment:{}", self.instance_id, comment_id);
         // Never answer ourselves, even when a reply quotes the mention.
         if self.is_bot(&p.comment.user.login) || self.is_bot(&p.sender.login) {
-            req.intent = Intent::Ignore { reason: "bot_comment" };
+            req.intent = Intent::Ignore {
+                reason: "bot_comment",
+            };
             return Ok(());
         }
         let mentioned = mention::mentions(&p.comment.body, &self.bot_login);
@@ -246,14 +263,18 @@ impl Normalizer {
                 text: p.comment.body,
                 written_at: p.comment.created_at,
             },
-            "created" => Intent::Ignore { reason: "no_mention" },
+            "created" => Intent::Ignore {
+                reason: "no_mention",
+            },
             "edited" => {
                 let mentioned_before = p
                     .changes
                     .and_then(|c| c.body)
                     .map(|b| mention::mentions(&b.from, &self.bot_login));
                 if !mentioned && mentioned_before != Some(true) {
-                    Intent::Ignore { reason: "no_mention" }
+                    Intent::Ignore {
+                        reason: "no_mention",
+                    }
                 } else {
                     Intent::Edit {
                         trigger_key,
@@ -265,7 +286,9 @@ impl Normalizer {
                 }
             }
             "deleted" if mentioned => Intent::Delete { trigger_key },
-            "deleted" => Intent::Ignore { reason: "no_mention" },
+            "deleted" => Intent::Ignore {
+                reason: "no_mention",
+            },
             _ => Intent::Ignore {
                 reason: "unsupported_action",
             },
@@ -274,16 +297,20 @@ impl Normalizer {
     }
 
     fn review(&self, req: &mut IngestRequest, p: ReviewPayload) -> Result<(), NormalizeError> {
-        let number = p.number.or(p.pull_request.number).ok_or_else(|| NormalizeError::InvalidPayload {
-            event: req.event_type.clone(),
-            detail: "no pull request number".into(),
-        })?;
+        let number =
+            p.number
+                .or(p.pull_request.number)
+                .ok_or_else(|| NormalizeError::InvalidPayload {
+                    event: req.event_type.clone(),
+                    detail: "no pull request number".into(),
+                })?;
         let content = p.review.map(|r| r.content).unwrap_or_default();
         let updated_at = p.pull_request.updated_at.clone().unwrap_or_default();
         let repo = self.repo(p.repository)?;
         // Review payloads carry no review id: the review is identified by where,
         // who, when and what.
-        let identity = sha256_hex(format!("{}\n{}\n{}", p.sender.login, updated_at, content).as_bytes());
+        let identity =
+            sha256_hex(format!("{}\n{}\n{}", p.sender.login, updated_at, content).as_bytes());
         let trigger_key = format!(
             "{}:review:{}/{}:{}:{}",
             self.instance_id,
@@ -305,9 +332,13 @@ impl Normalizer {
             base_ref: Some(p.pull_request.base.name.clone()),
         });
         req.intent = if self.is_bot(&p.sender.login) {
-            Intent::Ignore { reason: "bot_comment" }
+            Intent::Ignore {
+                reason: "bot_comment",
+            }
         } else if !mention::mentions(&content, &self.bot_login) {
-            Intent::Ignore { reason: "no_mention" }
+            Intent::Ignore {
+                reason: "no_mention",
+            }
         } else {
             Intent::Trigger {
                 trigger_key,
@@ -327,8 +358,10 @@ mod tests {
 
     fn fixture(name: &str) -> (DeliveryHeaders, Vec<u8>) {
         let body = std::fs::read(format!("{FIXTURES}/{name}.json")).unwrap();
-        let headers: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(format!("{FIXTURES}/{name}.headers.json")).unwrap()).unwrap();
+        let headers: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(format!("{FIXTURES}/{name}.headers.json")).unwrap(),
+        )
+        .unwrap();
         let h = |k: &str| headers.get(k).and_then(|v| v.as_str()).map(str::to_owned);
         (
             DeliveryHeaders {
@@ -356,7 +389,10 @@ mod tests {
         assert_eq!(s.resource_key(), "default:acme/widgets:issue:17");
         assert_eq!(s.author, "bob");
         assert!(matches!(r.intent, Intent::Trigger { .. }));
-        assert_eq!(r.delivery_key, "default:6f1c2a8e-3d4b-4e5f-9a7b-1c2d3e4f5a60");
+        assert_eq!(
+            r.delivery_key,
+            "default:6f1c2a8e-3d4b-4e5f-9a7b-1c2d3e4f5a60"
+        );
 
         let (h, b) = fixture("issue_comment.created.pr.mention");
         let r = n.normalize(&h, &b).unwrap();
@@ -368,16 +404,39 @@ mod tests {
 
         let (h, b) = fixture("issue_comment.edited.issue");
         let r = n.normalize(&h, &b).unwrap();
-        assert!(matches!(r.intent, Intent::Edit { mention_added: false, .. }), "{:?}", r.intent);
+        assert!(
+            matches!(
+                r.intent,
+                Intent::Edit {
+                    mention_added: false,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.intent
+        );
 
         let (h, b) = fixture("issue_comment.deleted.issue");
-        assert!(matches!(n.normalize(&h, &b).unwrap().intent, Intent::Delete { .. }));
+        assert!(matches!(
+            n.normalize(&h, &b).unwrap().intent,
+            Intent::Delete { .. }
+        ));
 
         let (h, b) = fixture("issue_comment.created.issue.by_bot");
-        assert_eq!(n.normalize(&h, &b).unwrap().intent, Intent::Ignore { reason: "bot_comment" });
+        assert_eq!(
+            n.normalize(&h, &b).unwrap().intent,
+            Intent::Ignore {
+                reason: "bot_comment"
+            }
+        );
 
         let (h, b) = fixture("issue_comment.created.issue.no_mention");
-        assert_eq!(n.normalize(&h, &b).unwrap().intent, Intent::Ignore { reason: "no_mention" });
+        assert_eq!(
+            n.normalize(&h, &b).unwrap().intent,
+            Intent::Ignore {
+                reason: "no_mention"
+            }
+        );
 
         let (h, b) = fixture("issues.opened");
         assert_eq!(
@@ -431,7 +490,10 @@ mod tests {
         };
         let r = n.normalize(&h, body.to_string().as_bytes()).unwrap();
         assert!(matches!(r.intent, Intent::Trigger { .. }));
-        assert_eq!(r.subject.unwrap().resource_key(), "default:acme/widgets:pull:23");
+        assert_eq!(
+            r.subject.unwrap().resource_key(),
+            "default:acme/widgets:pull:23"
+        );
     }
 
     #[test]
@@ -442,13 +504,24 @@ mod tests {
             event: Some("issue_comment".into()),
             event_type: Some("issue_comment".into()),
         };
-        assert_eq!(n.normalize(&h, b"{not json").unwrap_err().code(), "invalid_payload");
-        assert_eq!(n.normalize(&h, b"{\"action\":\"created\"}").unwrap_err().code(), "invalid_payload");
+        assert_eq!(
+            n.normalize(&h, b"{not json").unwrap_err().code(),
+            "invalid_payload"
+        );
+        assert_eq!(
+            n.normalize(&h, b"{\"action\":\"created\"}")
+                .unwrap_err()
+                .code(),
+            "invalid_payload"
+        );
         let other = DeliveryHeaders {
             event: Some("push".into()),
             event_type: Some("push".into()),
             ..h
         };
-        assert_eq!(n.normalize(&other, b"[1,").unwrap_err().code(), "invalid_payload");
+        assert_eq!(
+            n.normalize(&other, b"[1,").unwrap_err().code(),
+            "invalid_payload"
+        );
     }
 }

@@ -36,16 +36,33 @@ async fn receive(
     let signed = signed_payload(&req, &body)?;
 
     let headers = req.headers();
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty());
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
     let delivery_id = header("x-gitea-delivery").or_else(|| header("x-gogs-delivery"));
 
-    if let Err(e) = verify::verify(state.secrets.webhook_secret.expose_secret().as_bytes(), &signed, headers) {
-        audit_in_background(&state, "webhook.signature_rejected", e.code(), delivery_id.map(short));
+    if let Err(e) = verify::verify(
+        state.secrets.webhook_secret.expose_secret().as_bytes(),
+        &signed,
+        headers,
+    ) {
+        audit_in_background(
+            &state,
+            "webhook.signature_rejected",
+            e.code(),
+            delivery_id.map(short),
+        );
         return Err(ApiError::Unauthorized);
     }
 
     let delivery_id = match delivery_id {
-        Some(id) if id.len() <= MAX_DELIVERY_ID && id.chars().all(|c| c.is_ascii_graphic()) => id.to_owned(),
+        Some(id) if id.len() <= MAX_DELIVERY_ID && id.chars().all(|c| c.is_ascii_graphic()) => {
+            id.to_owned()
+        }
         Some(_) => {
             return Err(ApiError::bad_request(
                 "invalid_delivery_id",
@@ -63,7 +80,9 @@ async fn receive(
 
     let delivery = DeliveryHeaders {
         delivery_id: delivery_id.clone(),
-        event: header("x-gitea-event").or_else(|| header("x-gogs-event")).map(str::to_owned),
+        event: header("x-gitea-event")
+            .or_else(|| header("x-gogs-event"))
+            .map(str::to_owned),
         event_type: header("x-gitea-event-type")
             .or_else(|| header("x-gogs-event-type"))
             .map(str::to_owned),
@@ -72,12 +91,20 @@ async fn receive(
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code(), "webhook payload refused: {e}");
-            audit_in_background(&state, "webhook.invalid_payload", e.code(), Some(delivery_id.clone()));
+            audit_in_background(
+                &state,
+                "webhook.invalid_payload",
+                e.code(),
+                Some(delivery_id.clone()),
+            );
             return Err(ApiError::bad_request(e.code(), e.to_string()));
         }
     };
 
-    let outcome = state.store.write(move |c| ingest::ingest(c, &request)).await?;
+    let outcome = state
+        .store
+        .write(move |c| ingest::ingest(c, &request))
+        .await?;
     let response = match outcome {
         IngestOutcome::Accepted { task_id, state: task_state } => {
             root.record("task.id", task_id.as_str());
@@ -130,7 +157,11 @@ async fn receive(
 
 /// Reads the body, refusing it (413) as soon as it passes `limit`, and before
 /// reading anything when Content-Length already says so.
-async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+async fn read_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut, ApiError> {
     let declared = req
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)
@@ -141,7 +172,9 @@ async fn read_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(8192).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::bad_request("body_read_failed", format!("could not read the body: {e}")))?;
+        let chunk = chunk.map_err(|e| {
+            ApiError::bad_request("body_read_failed", format!("could not read the body: {e}"))
+        })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge { limit });
         }
@@ -157,14 +190,23 @@ fn signed_payload(req: &HttpRequest, body: &[u8]) -> Result<Vec<u8>, ApiError> {
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json");
-    let mime = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match mime.as_str() {
         "application/json" | "" => Ok(body.to_vec()),
         "application/x-www-form-urlencoded" => form_urlencoded::parse(body)
             .find(|(k, _)| k == "payload")
             .map(|(_, v)| v.into_owned().into_bytes())
-            .ok_or_else(|| ApiError::bad_request("invalid_payload", "form body has no `payload` field")),
-        other => Err(ApiError::UnsupportedMediaType(other.chars().take(100).collect())),
+            .ok_or_else(|| {
+                ApiError::bad_request("invalid_payload", "form body has no `payload` field")
+            }),
+        other => Err(ApiError::UnsupportedMediaType(
+            other.chars().take(100).collect(),
+        )),
     }
 }
 
@@ -174,7 +216,12 @@ fn short(s: &str) -> String {
 
 /// Records a refusal without making the caller wait for it (and without
 /// storing anything the caller sent but its delivery id).
-fn audit_in_background(state: &AppState, action: &'static str, code: &'static str, delivery_id: Option<String>) {
+fn audit_in_background(
+    state: &AppState,
+    action: &'static str,
+    code: &'static str,
+    delivery_id: Option<String>,
+) {
     let store = state.store.clone();
     actix_web::rt::spawn(async move {
         let result = store

@@ -59,7 +59,8 @@ pub fn verify(secret: &[u8], signed: &[u8], headers: &HeaderMap) -> Result<(), S
     let mut mac = HmacSha256::new_from_slice(secret).map_err(|_| SignatureError::Mismatch)?;
     mac.update(signed);
     // `verify_slice` compares in constant time.
-    mac.verify_slice(&expected).map_err(|_| SignatureError::Mismatch)
+    mac.verify_slice(&expected)
+        .map_err(|_| SignatureError::Mismatch)
 }
 
 /// Lowercase hex HMAC-SHA256, as Gitea computes it (for tests and the benchmark).
@@ -81,7 +82,10 @@ mod tests {
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();
         for (k, v) in pairs {
-            h.insert(HeaderName::from_static(k), HeaderValue::from_str(v).unwrap());
+            h.insert(
+                HeaderName::from_static(k),
+                HeaderValue::from_str(v).unwrap(),
+            );
         }
         h
     }
@@ -90,20 +94,41 @@ mod tests {
     fn accepts_both_header_forms_and_refuses_the_rest() {
         let body = br#"{"a":1}"#;
         let sig = sign(b"topsecret", body);
-        assert_eq!(verify(b"topsecret", body, &headers(&[("x-gitea-signature", &sig)])), Ok(()));
+        assert_eq!(
+            verify(b"topsecret", body, &headers(&[("x-gitea-signature", &sig)])),
+            Ok(())
+        );
         let hub = format!("sha256={sig}");
-        assert_eq!(verify(b"topsecret", body, &headers(&[("x-hub-signature-256", &hub)])), Ok(()));
+        assert_eq!(
+            verify(
+                b"topsecret",
+                body,
+                &headers(&[("x-hub-signature-256", &hub)])
+            ),
+            Ok(())
+        );
         assert_eq!(
             verify(b"other", body, &headers(&[("x-gitea-signature", &sig)])),
             Err(SignatureError::Mismatch)
         );
         assert_eq!(
-            verify(b"topsecret", b"{\"a\":2}", &headers(&[("x-gitea-signature", &sig)])),
+            verify(
+                b"topsecret",
+                b"{\"a\":2}",
+                &headers(&[("x-gitea-signature", &sig)])
+            ),
             Err(SignatureError::Mismatch)
         );
-        assert_eq!(verify(b"topsecret", body, &headers(&[])), Err(SignatureError::Missing));
         assert_eq!(
-            verify(b"topsecret", body, &headers(&[("x-hub-signature-256", "sha256=")])),
+            verify(b"topsecret", body, &headers(&[])),
+            Err(SignatureError::Missing)
+        );
+        assert_eq!(
+            verify(
+                b"topsecret",
+                body,
+                &headers(&[("x-hub-signature-256", "sha256=")])
+            ),
             Err(SignatureError::Missing)
         );
         assert_eq!(
@@ -115,8 +140,12 @@ mod tests {
     #[test]
     fn matches_the_gitea_fixture_signature() {
         // From ../shared/reference/gitea/fixtures (secret s3cr3t-ccbot-webhook).
-        let body = include_bytes!("../../tests/fixtures/gitea/issue_comment.created.issue.mention.json");
+        let body =
+            include_bytes!("../../tests/fixtures/gitea/issue_comment.created.issue.mention.json");
         let sig = sign(b"s3cr3t-ccbot-webhook", body);
-        assert_eq!(sig, "dcda5c9f6ecb7f011d8f07c47a96614c9f987bc2129c461d3825c1a821f7f8e7");
+        assert_eq!(
+            sig,
+            "dcda5c9f6ecb7f011d8f07c47a96614c9f987bc2129c461d3825c1a821f7f8e7"
+        );
     }
 }

@@ -1,5 +1,11 @@
 //! One integration binary with a module per area (see STYLE.md, Testing).
+//! PostgreSQL tests need `TEST_DATABASE_URL`, which `scripts/test` provides.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod admin;
+mod cli;
+mod lifecycle;
+mod logs;
+mod migrations;
 mod support;
 mod webhook;

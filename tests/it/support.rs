@@ -26,7 +26,8 @@ pub fn fixture(name: &str) -> (Vec<u8>, Vec<(String, String)>) {
     let dir = fixtures_dir();
     let body = std::fs::read(dir.join(format!("{name}.json"))).unwrap();
     let headers: serde_json::Map<String, Value> =
-        serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.headers.json"))).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.headers.json"))).unwrap())
+            .unwrap();
     let headers = headers
         .into_iter()
         .map(|(k, v)| (k, v.as_str().unwrap().to_owned()))
@@ -35,7 +36,12 @@ pub fn fixture(name: &str) -> (Vec<u8>, Vec<(String, String)>) {
 }
 
 /// Headers as Gitea sets them for `body`, signed with `SECRET`.
-pub fn gitea_headers(delivery: &str, event: &str, event_type: &str, body: &[u8]) -> Vec<(String, String)> {
+pub fn gitea_headers(
+    delivery: &str,
+    event: &str,
+    event_type: &str,
+    body: &[u8],
+) -> Vec<(String, String)> {
     let sig = codex_bridge::webhook::verify::sign(SECRET.as_bytes(), body);
     vec![
         ("Content-Type".into(), "application/json".into()),
@@ -88,7 +94,9 @@ impl PgDb {
         let admin_url = pg_admin_url();
         let name = format!("cb_test_{}", uuid::Uuid::new_v4().simple());
         let mut admin = PgConnection::establish(&admin_url).unwrap();
-        diesel::sql_query(format!("CREATE DATABASE {name}")).execute(&mut admin).unwrap();
+        diesel::sql_query(format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .unwrap();
         let base = admin_url.rsplit_once('/').unwrap().0;
         PgDb {
             url: format!("{base}/{name}"),
@@ -101,7 +109,11 @@ impl PgDb {
 impl Drop for PgDb {
     fn drop(&mut self) {
         if let Ok(mut admin) = PgConnection::establish(&self.admin_url) {
-            let _ = diesel::sql_query(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)).execute(&mut admin);
+            let _ = diesel::sql_query(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ))
+            .execute(&mut admin);
         }
     }
 }
@@ -121,7 +133,8 @@ pub struct TestServer {
     child: Child,
     pub base: String,
     pub db_url: String,
-    pub dir: tempfile::TempDir,
+    /// Holds the SQLite file and state dir for as long as the server value lives.
+    _dir: tempfile::TempDir,
     logs: Arc<Mutex<String>>,
     _pg: Option<PgDb>,
 }
@@ -156,7 +169,10 @@ impl ServerBuilder {
         let dir = tempfile::tempdir().unwrap();
         let (db_url, pg) = match (self.db_url, self.db) {
             (Some(url), _) => (url, None),
-            (None, Db::Sqlite) => (format!("sqlite://{}", dir.path().join("bridge.db").display()), None),
+            (None, Db::Sqlite) => (
+                format!("sqlite://{}", dir.path().join("bridge.db").display()),
+                None,
+            ),
             (None, Db::Postgres) => {
                 let pg = PgDb::create();
                 (pg.url.clone(), Some(pg))
@@ -182,7 +198,9 @@ impl ServerBuilder {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
         let mut child = cmd.spawn().unwrap();
         let logs = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = std::sync::mpsc::channel::<String>();
@@ -207,14 +225,17 @@ impl ServerBuilder {
             Ok(addr) => addr,
             Err(_) => {
                 let _ = child.kill();
-                panic!("server did not start; its output:\n{}", logs.lock().unwrap());
+                panic!(
+                    "server did not start; its output:\n{}",
+                    logs.lock().unwrap()
+                );
             }
         };
         TestServer {
             child,
             base,
             db_url,
-            dir,
+            _dir: dir,
             logs,
             _pg: pg,
         }
@@ -264,9 +285,19 @@ impl TestServer {
     }
 
     /// Posts a signed issue comment as Gitea would.
-    pub fn comment(&self, delivery: &str, comment_id: i64, text: &str, repo: &str, number: i64) -> Reply {
+    pub fn comment(
+        &self,
+        delivery: &str,
+        comment_id: i64,
+        text: &str,
+        repo: &str,
+        number: i64,
+    ) -> Reply {
         let body = comment_body(comment_id, text, repo, number);
-        self.webhook(&gitea_headers(delivery, "issue_comment", "issue_comment", &body), &body)
+        self.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
+            &body,
+        )
     }
 
     pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
@@ -311,7 +342,10 @@ impl TestServer {
 
     /// SIGTERM, and wait for a graceful exit. The database and temp dir stay.
     pub fn stop(&mut self) -> String {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -341,7 +375,9 @@ pub fn count(conn: &mut DbConn, table: &str) -> i64 {
         n: i64,
     }
     let q = format!("SELECT COUNT(*) AS n FROM {table}");
-    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c)).unwrap().n
+    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c))
+        .unwrap()
+        .n
 }
 
 /// Counts rows matching a WHERE clause (trusted test SQL).
@@ -352,7 +388,9 @@ pub fn count_where(conn: &mut DbConn, table: &str, clause: &str) -> i64 {
         n: i64,
     }
     let q = format!("SELECT COUNT(*) AS n FROM {table} WHERE {clause}");
-    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c)).unwrap().n
+    codex_bridge::with_conn!(conn, |c| diesel::sql_query(&q).get_result::<N>(c))
+        .unwrap()
+        .n
 }
 
 /// Runs trusted test SQL.

@@ -18,20 +18,49 @@ fn accepted_fixture_writes_every_row(db: Db) {
     assert_eq!(r.json["state"], "queued");
 
     let mut c = s.db();
-    assert_eq!(count_where(&mut c, "webhook_deliveries", "status = 'accepted'"), 1);
-    assert_eq!(count_where(&mut c, "repositories", "repo_key = 'default:acme/widgets'"), 1);
-    assert_eq!(count_where(&mut c, "sessions", "session_key = 'default:acme/widgets:issue:17'"), 1);
+    assert_eq!(
+        count_where(&mut c, "webhook_deliveries", "status = 'accepted'"),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "repositories", "repo_key = 'default:acme/widgets'"),
+        1
+    );
+    assert_eq!(
+        count_where(
+            &mut c,
+            "sessions",
+            "session_key = 'default:acme/widgets:issue:17'"
+        ),
+        1
+    );
     assert_eq!(
         count_where(&mut c, "tasks", &format!("task_id = '{task_id}' AND state = 'queued' AND state_version = 2 AND comment_id = 9051 AND author = 'bob'")),
         1
     );
-    assert_eq!(count_where(&mut c, "task_transitions", &format!("task_id = '{task_id}'")), 2);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "task_transitions",
+            &format!("task_id = '{task_id}'")
+        ),
+        2
+    );
     assert_eq!(
         count_where(&mut c, "outbox_entries", &format!("task_id = '{task_id}' AND status = 'queued' AND length(fingerprint) = 64 AND operation_id LIKE 'op-%' AND queue_id LIKE 'q-%'")),
         1
     );
-    for action in ["webhook.accept", "task.created", "task.transition", "repository.registered"] {
-        assert_eq!(count_where(&mut c, "audit_events", &format!("action = '{action}'")), 1, "{action}");
+    for action in [
+        "webhook.accept",
+        "task.created",
+        "task.transition",
+        "repository.registered",
+    ] {
+        assert_eq!(
+            count_where(&mut c, "audit_events", &format!("action = '{action}'")),
+            1,
+            "{action}"
+        );
     }
 }
 
@@ -78,8 +107,14 @@ fn duplicates_and_replays_return_the_original_task(db: Db) {
     let mut c = s.db();
     assert_eq!(count(&mut c, "tasks"), 1);
     assert_eq!(count(&mut c, "outbox_entries"), 1);
-    assert_eq!(count_where(&mut c, "webhook_deliveries", "status = 'duplicate'"), 1);
-    assert_eq!(count_where(&mut c, "audit_events", "action = 'webhook.duplicate'"), 1);
+    assert_eq!(
+        count_where(&mut c, "webhook_deliveries", "status = 'duplicate'"),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'webhook.duplicate'"),
+        1
+    );
 }
 
 #[test]
@@ -135,7 +170,14 @@ fn pull_request_comments_in_every_header_and_content_type_form() {
         .collect();
     let r = s.webhook(&h, &old);
     assert_eq!(r.status, 202, "{:?}", r.json);
-    assert_eq!(count_where(&mut c, "tasks", "resource_key = 'default:acme/widgets:pull:23'"), 2);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "tasks",
+            "resource_key = 'default:acme/widgets:pull:23'"
+        ),
+        2
+    );
 }
 
 #[test]
@@ -153,11 +195,21 @@ fn review_comments_mentioning_the_bot_are_accepted() {
     }))
     .unwrap()
     .into_bytes();
-    let h = gitea_headers("review-1", "pull_request_comment", "pull_request_review_comment", &body);
+    let h = gitea_headers(
+        "review-1",
+        "pull_request_comment",
+        "pull_request_review_comment",
+        &body,
+    );
     let r = s.webhook(&h, &body);
     assert_eq!(r.status, 202, "{:?}", r.json);
     // The same review under a new delivery id is the same review.
-    let h2 = gitea_headers("review-2", "pull_request_comment", "pull_request_review_comment", &body);
+    let h2 = gitea_headers(
+        "review-2",
+        "pull_request_comment",
+        "pull_request_review_comment",
+        &body,
+    );
     let r2 = s.webhook(&h2, &body);
     assert_eq!(r2.json["status"], "duplicate");
     assert_eq!(r2.json["taskId"], r.json["taskId"]);
@@ -179,8 +231,15 @@ fn ignored_events_answer_200_and_create_no_task() {
     }
     let mut c = s.db();
     assert_eq!(count(&mut c, "tasks"), 0);
-    assert_eq!(count_where(&mut c, "webhook_deliveries", "status = 'ignored'"), 3);
-    assert_eq!(count(&mut c, "repositories"), 0, "ignored events register nothing");
+    assert_eq!(
+        count_where(&mut c, "webhook_deliveries", "status = 'ignored'"),
+        3
+    );
+    assert_eq!(
+        count(&mut c, "repositories"),
+        0,
+        "ignored events register nothing"
+    );
 }
 
 #[test]
@@ -205,10 +264,21 @@ fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
 
     let mut c = s.db();
     assert_eq!(count(&mut c, "tasks"), 1);
-    assert_eq!(count_where(&mut c, "webhook_deliveries", "status = 'recorded' AND comment_id = 9051"), 2);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "webhook_deliveries",
+            "status = 'recorded' AND comment_id = 9051"
+        ),
+        2
+    );
     let task = task.as_str().unwrap();
     assert_eq!(
-        count_where(&mut c, "audit_events", &format!("action IN ('comment.edited', 'comment.deleted') AND task_id = '{task}'")),
+        count_where(
+            &mut c,
+            "audit_events",
+            &format!("action IN ('comment.edited', 'comment.deleted') AND task_id = '{task}'")
+        ),
         2
     );
 
@@ -217,7 +287,10 @@ fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
     v["comment"]["id"] = 9100.into();
     v["changes"]["body"]["from"] = "plain text, no mention".into();
     let b = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-    let r = s.webhook(&gitea_headers("edit-adds-mention", "issue_comment", "issue_comment", &b), &b);
+    let r = s.webhook(
+        &gitea_headers("edit-adds-mention", "issue_comment", "issue_comment", &b),
+        &b,
+    );
     assert_eq!(r.status, 202, "{:?}", r.json);
     assert_eq!(count(&mut c, "tasks"), 2);
 }
@@ -226,7 +299,11 @@ fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
 fn bad_signatures_get_401_with_no_reason_and_store_nothing() {
     let s = TestServer::start(Db::Sqlite);
     let (body, headers) = fixture("issue_comment.created.issue.mention");
-    let without: Vec<_> = headers.iter().filter(|(k, _)| !k.contains("Signature")).cloned().collect();
+    let without: Vec<_> = headers
+        .iter()
+        .filter(|(k, _)| !k.contains("Signature"))
+        .cloned()
+        .collect();
     let r = s.webhook(&without, &body);
     assert_eq!(r.status, 401);
     assert_eq!(r.json["message"], "unauthorized");
@@ -249,7 +326,11 @@ fn bad_signatures_get_401_with_no_reason_and_store_nothing() {
     assert_eq!(count(&mut c, "webhook_deliveries"), 0);
     assert_eq!(count(&mut c, "tasks"), 0);
     s.wait_for("three signature audit events", || {
-        count_where(&mut s.db(), "audit_events", "action = 'webhook.signature_rejected'") == 3
+        count_where(
+            &mut s.db(),
+            "audit_events",
+            "action = 'webhook.signature_rejected'",
+        ) == 3
     });
 }
 
@@ -258,12 +339,27 @@ fn invalid_payloads_get_400_with_a_code_and_store_no_task() {
     let s = TestServer::start(Db::Sqlite);
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("garbage", b"{this is not json".to_vec(), "invalid_payload"),
-        ("missing-fields", b"{\"action\":\"created\"}".to_vec(), "invalid_payload"),
-        ("dotdot", comment_body(1, "@ccbot x", "..", 1), "invalid_repository_name"),
-        ("slash", comment_body(2, "@ccbot x", "../../etc", 1), "invalid_repository_name"),
+        (
+            "missing-fields",
+            b"{\"action\":\"created\"}".to_vec(),
+            "invalid_payload",
+        ),
+        (
+            "dotdot",
+            comment_body(1, "@ccbot x", "..", 1),
+            "invalid_repository_name",
+        ),
+        (
+            "slash",
+            comment_body(2, "@ccbot x", "../../etc", 1),
+            "invalid_repository_name",
+        ),
     ];
     for (delivery, body, code) in &cases {
-        let r = s.webhook(&gitea_headers(delivery, "issue_comment", "issue_comment", body), body);
+        let r = s.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", body),
+            body,
+        );
         assert_eq!(r.status, 400, "{delivery}: {:?}", r.json);
         assert_eq!(r.json["code"], *code, "{delivery}");
     }
@@ -285,15 +381,24 @@ fn invalid_payloads_get_400_with_a_code_and_store_no_task() {
     assert_eq!(count(&mut c, "tasks"), 0);
     assert_eq!(count(&mut c, "repositories"), 0);
     s.wait_for("invalid payload audits", || {
-        count_where(&mut s.db(), "audit_events", "action = 'webhook.invalid_payload'") == 4
+        count_where(
+            &mut s.db(),
+            "audit_events",
+            "action = 'webhook.invalid_payload'",
+        ) == 4
     });
 }
 
 #[test]
 fn oversize_bodies_get_413() {
-    let s = ServerBuilder::new(Db::Sqlite).env("CODEX_BRIDGE_MAX_BODY_BYTES", "4096").start();
+    let s = ServerBuilder::new(Db::Sqlite)
+        .env("CODEX_BRIDGE_MAX_BODY_BYTES", "4096")
+        .start();
     let body = comment_body(1, &format!("@ccbot {}", "x".repeat(5000)), "widgets", 1);
-    let r = s.webhook(&gitea_headers("big", "issue_comment", "issue_comment", &body), &body);
+    let r = s.webhook(
+        &gitea_headers("big", "issue_comment", "issue_comment", &body),
+        &body,
+    );
     assert_eq!(r.status, 413, "{:?}", r.json);
     assert_eq!(r.json["code"], "payload_too_large");
     assert_eq!(count(&mut s.db(), "webhook_deliveries"), 0);
@@ -304,18 +409,43 @@ fn oversize_bodies_get_413() {
 
 fn disabled_repository_gets_409(db: Db) {
     let s = TestServer::start(db);
-    assert_eq!(s.comment("d-1", 1, "@ccbot first", "widgets", 1).status, 202);
+    assert_eq!(
+        s.comment("d-1", 1, "@ccbot first", "widgets", 1).status,
+        202
+    );
     let mut c = s.db();
-    exec(&mut c, "UPDATE repositories SET status = 'disabled' WHERE repo_key = 'default:acme/widgets'").unwrap();
+    exec(
+        &mut c,
+        "UPDATE repositories SET status = 'disabled' WHERE repo_key = 'default:acme/widgets'",
+    )
+    .unwrap();
     let r = s.comment("d-2", 2, "@ccbot second", "widgets", 1);
     assert_eq!(r.status, 409, "{:?}", r.json);
     assert_eq!(r.json["code"], "repository_disabled");
     assert_eq!(count(&mut c, "tasks"), 1);
-    assert_eq!(count_where(&mut c, "webhook_deliveries", "status = 'rejected' AND reason = 'repository_disabled'"), 1);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "webhook_deliveries",
+            "status = 'rejected' AND reason = 'repository_disabled'"
+        ),
+        1
+    );
     // The same delivery again gets the same answer; after enabling, Gitea's replay goes through.
-    assert_eq!(s.comment("d-2", 2, "@ccbot second", "widgets", 1).status, 409);
-    exec(&mut c, "UPDATE repositories SET status = 'active' WHERE repo_key = 'default:acme/widgets'").unwrap();
-    assert_eq!(s.comment("d-2-replay", 2, "@ccbot second", "widgets", 1).status, 202);
+    assert_eq!(
+        s.comment("d-2", 2, "@ccbot second", "widgets", 1).status,
+        409
+    );
+    exec(
+        &mut c,
+        "UPDATE repositories SET status = 'active' WHERE repo_key = 'default:acme/widgets'",
+    )
+    .unwrap();
+    assert_eq!(
+        s.comment("d-2-replay", 2, "@ccbot second", "widgets", 1)
+            .status,
+        202
+    );
 }
 
 #[test]
@@ -366,11 +496,24 @@ fn store_failure_gets_503_and_loses_nothing_postgres() {
 }
 
 fn concurrent_first_sightings_yield_one_repository(db: Db, writers: &str) {
-    let s = std::sync::Arc::new(ServerBuilder::new(db).env("CODEX_BRIDGE_WRITER_THREADS", writers).start());
+    let s = std::sync::Arc::new(
+        ServerBuilder::new(db)
+            .env("CODEX_BRIDGE_WRITER_THREADS", writers)
+            .start(),
+    );
     let handles: Vec<_> = (0..24)
         .map(|i| {
             let s = s.clone();
-            std::thread::spawn(move || s.comment(&format!("race-{i}"), 100 + i, "@ccbot go", "fresh-repo", i % 3).status)
+            std::thread::spawn(move || {
+                s.comment(
+                    &format!("race-{i}"),
+                    100 + i,
+                    "@ccbot go",
+                    "fresh-repo",
+                    i % 3,
+                )
+                .status
+            })
         })
         .collect();
     for h in handles {
@@ -378,10 +521,23 @@ fn concurrent_first_sightings_yield_one_repository(db: Db, writers: &str) {
         assert_eq!(status, 202, "server logs:\n{}", s.logs());
     }
     let mut c = s.db();
-    assert_eq!(count_where(&mut c, "repositories", "repo_key = 'default:acme/fresh-repo'"), 1);
-    assert_eq!(count_where(&mut c, "sessions", "repo_key = 'default:acme/fresh-repo'"), 3);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "repositories",
+            "repo_key = 'default:acme/fresh-repo'"
+        ),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "sessions", "repo_key = 'default:acme/fresh-repo'"),
+        3
+    );
     assert_eq!(count(&mut c, "tasks"), 24);
-    assert_eq!(count_where(&mut c, "audit_events", "action = 'repository.registered'"), 1);
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'repository.registered'"),
+        1
+    );
 }
 
 #[test]
@@ -398,7 +554,17 @@ fn concurrent_first_sightings_yield_one_repository_postgres() {
 fn accepted_webhooks_survive_a_restart() {
     let mut s = TestServer::start(Db::Sqlite);
     for i in 0..20 {
-        assert_eq!(s.comment(&format!("keep-{i}"), 500 + i, "@ccbot keep me", "widgets", 1).status, 202);
+        assert_eq!(
+            s.comment(
+                &format!("keep-{i}"),
+                500 + i,
+                "@ccbot keep me",
+                "widgets",
+                1
+            )
+            .status,
+            202
+        );
     }
     s.stop();
     let s2 = ServerBuilder::new(Db::Sqlite).db_url(&s.db_url).start();

@@ -17,26 +17,40 @@ pub struct AuditQuery {
     cursor: Option<String>,
 }
 
-pub async fn list(_: Admin, state: web::Data<AppState>, q: web::Query<AuditQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    _: Admin,
+    state: web::Data<AppState>,
+    q: web::Query<AuditQuery>,
+) -> Result<HttpResponse, ApiError> {
     let q = q.into_inner();
     let limit = match q.limit {
         Some(n) if (1..=1000).contains(&n) => n,
-        Some(_) => return Err(ApiError::bad_request("invalid_limit", "limit must be between 1 and 1000")),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_limit",
+                "limit must be between 1 and 1000",
+            ))
+        }
         None => 200,
     };
     let filter = AuditFilter {
         task_id: q.task_id.filter(|s| !s.is_empty()),
         since: match q.since.filter(|s| !s.is_empty()) {
             Some(s) => Some(normalize_time(&s).ok_or_else(|| {
-                ApiError::bad_request("invalid_since", "since must be an RFC 3339 time, e.g. 2026-11-30T12:00:00Z")
+                ApiError::bad_request(
+                    "invalid_since",
+                    "since must be an RFC 3339 time, e.g. 2026-11-30T12:00:00Z",
+                )
             })?),
             None => None,
         },
         after_seq: match q.cursor.filter(|s| !s.is_empty()) {
-            Some(c) => Some(
-                c.parse()
-                    .map_err(|_| ApiError::bad_request("invalid_cursor", "cursor must be a nextCursor value from a previous page"))?,
-            ),
+            Some(c) => Some(c.parse().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    "cursor must be a nextCursor value from a previous page",
+                )
+            })?),
             None => None,
         },
         limit,

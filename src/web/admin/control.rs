@@ -8,16 +8,31 @@ use crate::store::control;
 use crate::web::auth::Admin;
 use actix_web::{web, HttpResponse};
 
-pub async fn pause(_: Admin, state: web::Data<AppState>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn pause(
+    _: Admin,
+    state: web::Data<AppState>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     set(state, body.into_inner(), true).await
 }
 
-pub async fn resume(_: Admin, state: web::Data<AppState>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn resume(
+    _: Admin,
+    state: web::Data<AppState>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     set(state, body.into_inner(), false).await
 }
 
-async fn set(state: web::Data<AppState>, body: ControlBody, paused: bool) -> Result<HttpResponse, ApiError> {
+async fn set(
+    state: web::Data<AppState>,
+    body: ControlBody,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
     let req = body.into_request()?;
-    let event = state.store.write(move |c| control::set_paused(c, &req, paused)).await?;
+    let event = state
+        .store
+        .write(move |c| control::set_paused(c, &req, paused))
+        .await?;
     Ok(HttpResponse::Ok().json(event))
 }

@@ -38,15 +38,33 @@ impl ControlBody {
             .request_id
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty() && s.len() <= 128)
-            .ok_or_else(|| ApiError::bad_request("invalid_request_id", "requestId is required (1-128 characters); reuse it to retry safely"))?;
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "invalid_request_id",
+                    "requestId is required (1-128 characters); reuse it to retry safely",
+                )
+            })?;
         let reason = self
             .reason
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty() && s.len() <= 2000)
-            .ok_or_else(|| ApiError::bad_request("invalid_reason", "reason is required (1-2000 characters)"))?;
-        let operator = self.operator.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).unwrap_or_else(|| "admin".into());
-        if operator.len() > 64 || !operator.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c)) {
-            return Err(ApiError::bad_request("invalid_operator", "operator: at most 64 letters, digits or -_.@"));
+            .ok_or_else(|| {
+                ApiError::bad_request("invalid_reason", "reason is required (1-2000 characters)")
+            })?;
+        let operator = self
+            .operator
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "admin".into());
+        if operator.len() > 64
+            || !operator
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+        {
+            return Err(ApiError::bad_request(
+                "invalid_operator",
+                "operator: at most 64 letters, digits or -_.@",
+            ));
         }
         Ok(crate::store::control::ControlRequest {
             request_id,

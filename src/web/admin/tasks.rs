@@ -18,7 +18,11 @@ pub struct ListQuery {
     cursor: Option<String>,
 }
 
-pub async fn list(_: Admin, state: web::Data<AppState>, q: web::Query<ListQuery>) -> Result<HttpResponse, ApiError> {
+pub async fn list(
+    _: Admin,
+    state: web::Data<AppState>,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
     let q = q.into_inner();
     let filter = TaskFilter {
         repo_key: q.repo_key.filter(|s| !s.is_empty()),
@@ -31,15 +35,22 @@ pub async fn list(_: Admin, state: web::Data<AppState>, q: web::Query<ListQuery>
             None => None,
         },
         cursor: match q.cursor.filter(|s| !s.is_empty()) {
-            Some(c) => Some(
-                c.parse::<i64>()
-                    .map_err(|_| ApiError::bad_request("invalid_cursor", "cursor must be a nextCursor value from a previous page"))?,
-            ),
+            Some(c) => Some(c.parse::<i64>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    "cursor must be a nextCursor value from a previous page",
+                )
+            })?),
             None => None,
         },
         limit: match q.limit {
             Some(n) if (1..=500).contains(&n) => n,
-            Some(_) => return Err(ApiError::bad_request("invalid_limit", "limit must be between 1 and 500")),
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_limit",
+                    "limit must be between 1 and 500",
+                ))
+            }
             None => 50,
         },
     };
@@ -50,7 +61,11 @@ pub async fn list(_: Admin, state: web::Data<AppState>, q: web::Query<ListQuery>
     })))
 }
 
-pub async fn show(_: Admin, state: web::Data<AppState>, path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+pub async fn show(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
     let task_id = path.into_inner();
     let id = task_id.clone();
     let detail = state

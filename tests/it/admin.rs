@@ -1,0 +1,287 @@
+//! The admin API: auth on every route, the overview, task listing with filters
+//! and pagination, the task page, the audit log, and idempotent pause/resume.
+
+use crate::support::*;
+use serde_json::{json, Value};
+
+const ROUTES: &[&str] = &[
+    "/api/gitea-workflow/overview",
+    "/api/gitea-workflow/tasks",
+    "/api/gitea-workflow/tasks/task-x",
+    "/api/gitea-workflow/audit",
+];
+
+#[test]
+fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
+    let s = TestServer::start(Db::Sqlite);
+    for route in ROUTES {
+        assert_eq!(s.get(route, None).status, 401, "{route}");
+        assert_eq!(
+            s.get(route, Some("wrong-token-wrong-token")).status,
+            401,
+            "{route}"
+        );
+    }
+    for route in [
+        "/api/gitea-workflow/control/pause",
+        "/api/gitea-workflow/control/resume",
+    ] {
+        let r = ureq::post(&s.url(route)).send_json(json!({"requestId": "r", "reason": "x"}));
+        assert_eq!(
+            r.err().and_then(|e| e.into_response()).map(|r| r.status()),
+            Some(401),
+            "{route}"
+        );
+    }
+    assert_eq!(s.get("/healthz", None).status, 200);
+    let ready = s.get("/readyz", None);
+    assert_eq!(ready.status, 200);
+    assert_eq!(ready.json["status"], "ready");
+}
+
+fn seed(s: &TestServer) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (i, (repo, number)) in [
+        ("widgets", 1),
+        ("widgets", 1),
+        ("widgets", 2),
+        ("gadgets", 7),
+        ("gadgets", 7),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = s.comment(
+            &format!("seed-{i}"),
+            1000 + i as i64,
+            "@ccbot hello",
+            repo,
+            number,
+        );
+        assert_eq!(r.status, 202);
+        ids.push(r.json["taskId"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+fn admin_api_lists_filters_and_pages(db: Db) {
+    let s = TestServer::start(db);
+    let ids = seed(&s);
+
+    let all = s.admin_get("/api/gitea-workflow/tasks");
+    assert_eq!(all.status, 200);
+    let tasks = all.json["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 5);
+    assert_eq!(all.json["nextCursor"], Value::Null);
+    // Newest first, with the contract's fields.
+    assert_eq!(tasks[0]["taskId"], ids[4].as_str());
+    for field in [
+        "taskId",
+        "deliveryKey",
+        "repoKey",
+        "resourceKey",
+        "sessionKey",
+        "commentId",
+        "author",
+        "state",
+        "stateVersion",
+        "attempt",
+        "replyAttempt",
+        "threadId",
+        "turnId",
+        "errorCode",
+        "createdAt",
+        "updatedAt",
+    ] {
+        assert!(tasks[0].get(field).is_some(), "missing {field}");
+    }
+
+    let gadgets = s.admin_get("/api/gitea-workflow/tasks?repoKey=default:acme/gadgets");
+    assert_eq!(gadgets.json["tasks"].as_array().unwrap().len(), 2);
+    let issue = s.admin_get("/api/gitea-workflow/tasks?resourceKey=default:acme/widgets:issue:1");
+    assert_eq!(issue.json["tasks"].as_array().unwrap().len(), 2);
+    let queued = s.admin_get("/api/gitea-workflow/tasks?state=queued");
+    assert_eq!(queued.json["tasks"].as_array().unwrap().len(), 5);
+    let none = s.admin_get("/api/gitea-workflow/tasks?state=running");
+    assert_eq!(none.json["tasks"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/tasks?state=bogus").status,
+        400
+    );
+    assert_eq!(s.admin_get("/api/gitea-workflow/tasks?limit=0").status, 400);
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/tasks?cursor=abc").status,
+        400
+    );
+
+    // Pages of two cover everything once.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..10 {
+        let path = match &cursor {
+            Some(c) => format!("/api/gitea-workflow/tasks?limit=2&cursor={c}"),
+            None => "/api/gitea-workflow/tasks?limit=2".to_owned(),
+        };
+        let page = s.admin_get(&path);
+        for t in page.json["tasks"].as_array().unwrap() {
+            seen.push(t["taskId"].as_str().unwrap().to_owned());
+        }
+        match page.json["nextCursor"].as_str() {
+            Some(c) => cursor = Some(c.to_owned()),
+            None => break,
+        }
+    }
+    let mut expected = ids.clone();
+    expected.reverse();
+    assert_eq!(seen, expected);
+
+    let detail = s.admin_get(&format!("/api/gitea-workflow/tasks/{}", ids[0]));
+    assert_eq!(detail.status, 200);
+    let transitions = detail.json["transitions"].as_array().unwrap();
+    assert_eq!(transitions.len(), 2);
+    assert_eq!(transitions[0]["from"], Value::Null);
+    assert_eq!(transitions[0]["to"], "received");
+    assert_eq!(transitions[1]["from"], "received");
+    assert_eq!(transitions[1]["to"], "queued");
+    assert_eq!(transitions[1]["stateVersion"], 2);
+    for key in ["at", "actor", "reason"] {
+        assert!(transitions[1].get(key).is_some(), "{key}");
+    }
+    assert_eq!(detail.json["outbox"]["status"], "queued");
+    assert_eq!(detail.json["outbox"]["taskId"], ids[0].as_str());
+    for key in ["turns", "comments", "approvals", "audit"] {
+        assert!(detail.json[key].is_array(), "{key}");
+    }
+    let actions: Vec<&str> = detail.json["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["action"].as_str().unwrap())
+        .collect();
+    assert!(actions.contains(&"webhook.accept"), "{actions:?}");
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/tasks/task-nope").status,
+        404
+    );
+
+    let audit = s.admin_get(&format!("/api/gitea-workflow/audit?taskId={}", ids[1]));
+    assert_eq!(audit.status, 200);
+    let events = audit.json["events"].as_array().unwrap();
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(events.iter().all(|e| e["taskId"] == ids[1].as_str()));
+    let future = s.admin_get("/api/gitea-workflow/audit?since=2999-01-01T00:00:00Z");
+    assert_eq!(future.json["events"].as_array().unwrap().len(), 0);
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/audit?since=yesterday")
+            .status,
+        400
+    );
+
+    let overview = s.admin_get("/api/gitea-workflow/overview");
+    assert_eq!(overview.status, 200);
+    assert_eq!(overview.json["queueDepth"], 5);
+    assert_eq!(overview.json["paused"], false);
+    assert_eq!(overview.json["repositories"], 2);
+    assert_eq!(overview.json["tasksByState"]["queued"], 5);
+    assert_eq!(overview.json["webhooksLastHour"]["accepted"], 5);
+}
+
+#[test]
+fn admin_api_lists_filters_and_pages_sqlite() {
+    admin_api_lists_filters_and_pages(Db::Sqlite);
+}
+
+#[test]
+fn admin_api_lists_filters_and_pages_postgres() {
+    admin_api_lists_filters_and_pages(Db::Postgres);
+}
+
+fn pause_and_resume_are_idempotent(db: Db) {
+    let s = TestServer::start(db);
+    let pause = json!({"requestId": "req-1", "reason": "deploying gitea", "operator": "alice"});
+    let first = s.admin_post("/api/gitea-workflow/control/pause", &pause);
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(first.json["action"], "control.pause");
+    assert_eq!(first.json["actor"], "admin:alice");
+    assert_eq!(first.json["metadata"]["reason"], "deploying gitea");
+    let again = s.admin_post("/api/gitea-workflow/control/pause", &pause);
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        again.json["eventId"], first.json["eventId"],
+        "a repeated requestId returns the first result"
+    );
+
+    let overview = s.admin_get("/api/gitea-workflow/overview");
+    assert_eq!(overview.json["paused"], true);
+    assert_eq!(overview.json["pauseReason"], "deploying gitea");
+
+    // While paused, webhooks are still accepted and stay queued.
+    let r = s.comment("paused-1", 42, "@ccbot still accepted", "widgets", 1);
+    assert_eq!(r.status, 202);
+    assert_eq!(r.json["state"], "queued");
+
+    // The same requestId for another action is a conflict.
+    let conflict = s.admin_post("/api/gitea-workflow/control/resume", &pause);
+    assert_eq!(conflict.status, 409);
+    assert_eq!(conflict.json["code"], "request_id_conflict");
+
+    let resume = s.admin_post(
+        "/api/gitea-workflow/control/resume",
+        &json!({"requestId": "req-2", "reason": "gitea is back"}),
+    );
+    assert_eq!(resume.status, 200);
+    assert_eq!(resume.json["action"], "control.resume");
+    assert_eq!(resume.json["actor"], "admin:admin");
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/overview").json["paused"],
+        false
+    );
+
+    let mut c = s.db();
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'control.pause'"),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'control.resume'"),
+        1
+    );
+
+    // Bad control bodies: clear 400s, nothing written.
+    for (body, code) in [
+        (json!({"reason": "no id"}), "invalid_request_id"),
+        (json!({"requestId": "req-3"}), "invalid_reason"),
+        (
+            json!({"requestId": "req-4", "reason": "x", "operator": "a b;c"}),
+            "invalid_operator",
+        ),
+    ] {
+        let r = s.admin_post("/api/gitea-workflow/control/pause", &body);
+        assert_eq!(r.status, 400, "{body}");
+        assert_eq!(r.json["code"], code);
+    }
+    let r = s.post_raw(
+        "/api/gitea-workflow/control/pause",
+        &[
+            ("Authorization".into(), format!("Bearer {ADMIN_TOKEN}")),
+            ("Content-Type".into(), "application/json".into()),
+        ],
+        b"{not json",
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json["code"], "invalid_json");
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action LIKE 'control.%'"),
+        2
+    );
+}
+
+#[test]
+fn pause_and_resume_are_idempotent_sqlite() {
+    pause_and_resume_are_idempotent(Db::Sqlite);
+}
+
+#[test]
+fn pause_and_resume_are_idempotent_postgres() {
+    pause_and_resume_are_idempotent(Db::Postgres);
+}

@@ -1,0 +1,76 @@
+//! Migrations: both backends have the same migrations, and each runs up, down
+//! and up again.
+
+use crate::support::*;
+use codex_bridge::store::{revert_all_migrations, run_migrations};
+
+fn names(dir: &str) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn both_backends_have_the_same_migrations() {
+    assert_eq!(names("migrations/sqlite"), names("migrations/postgres"));
+}
+
+fn up_down_up(url: &str) {
+    let mut c = connect(url);
+    let applied = run_migrations(&mut c).unwrap();
+    assert!(!applied.is_empty());
+    assert_eq!(count(&mut c, "control"), 1);
+    revert_all_migrations(&mut c).unwrap();
+    assert!(
+        exec(&mut c, "SELECT 1 FROM tasks").is_err(),
+        "tables are gone after down"
+    );
+    let again = run_migrations(&mut c).unwrap();
+    assert_eq!(applied, again);
+    assert_eq!(count(&mut c, "tasks"), 0);
+}
+
+#[test]
+fn migrations_go_up_down_up_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    up_down_up(&format!("sqlite://{}", dir.path().join("m.db").display()));
+}
+
+#[test]
+fn migrations_go_up_down_up_postgres() {
+    let db = PgDb::create();
+    up_down_up(&db.url);
+}
+
+#[test]
+fn sqlite_runs_in_wal_with_full_sync_and_foreign_keys() {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct V {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        v: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("w.db").display()));
+    let mut get = |pragma: &str| -> String {
+        let column = if pragma == "busy_timeout" {
+            "timeout"
+        } else {
+            pragma
+        };
+        codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(format!(
+            "SELECT CAST({column} AS TEXT) AS v FROM pragma_{pragma}"
+        ))
+        .get_result::<V>(conn))
+        .unwrap()
+        .v
+    };
+    assert_eq!(get("journal_mode"), "wal");
+    assert_eq!(get("synchronous"), "2", "2 = FULL");
+    assert_eq!(get("foreign_keys"), "1");
+    assert_eq!(get("busy_timeout"), "10000");
+}
