@@ -11,12 +11,15 @@
 //! - [`lifecycle`]: the task state machine of DESIGN §5, as data.
 //! - [`config`], [`error`], [`telemetry`]: configuration, HTTP errors, logging.
 
+pub mod actors;
 pub mod app;
 pub mod cli;
 pub mod config;
 pub mod error;
 pub mod lifecycle;
+pub mod runtime;
 pub mod store;
 pub mod telemetry;
 pub mod web;
 pub mod webhook;
+pub mod workspace;

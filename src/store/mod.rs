@@ -13,6 +13,8 @@ pub mod writer;
 pub mod audit;
 pub mod control;
 pub mod ingest;
+pub mod leases;
+pub mod scheduling;
 pub mod tasks;
 
 pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};

@@ -209,6 +209,17 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    leases (repo_key) {
+        repo_key -> Text,
+        lease_id -> Text,
+        owner -> Text,
+        acquired_at -> Text,
+        renewed_at -> Text,
+        expires_at -> Text,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     repositories,
     sessions,
@@ -223,4 +234,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     control,
     control_requests,
+    leases,
 );

@@ -1,0 +1,2 @@
+DROP INDEX tasks_repo_state;
+DROP TABLE leases;

@@ -1,0 +1,126 @@
+//! The actor tree (DESIGN §3): one [`registry::Registry`] per process, one
+//! [`repo::RepoActor`] per repository (it holds the repository's lease and runs
+//! its FIFO), one [`session::SessionActor`] per Issue/PR (it owns the agent
+//! thread and the outbox's two drain lanes).
+//!
+//! Actor memory is a cache; the store is the truth. Every actor rebuilds what
+//! it needs from the store when it (re)starts, so a restart after a fault loses
+//! nothing but the message in flight.
+
+pub mod health;
+pub mod registry;
+pub mod repo;
+pub mod session;
+
+use crate::runtime::{AgentRuntime, ReplyVerifier};
+use crate::store::Store;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Timings and identity of this process's actors.
+#[derive(Debug, Clone)]
+pub struct ActorSettings {
+    /// Lease owner id of this process (`<instance>:<host>:<pid>:<random>`).
+    pub owner: String,
+    pub lease_ttl: Duration,
+    pub heartbeat: Duration,
+    /// How often the registry looks for work in the store (recovery, other instances).
+    pub sweep: Duration,
+    /// An idle session actor is stopped after this long (revived on demand).
+    pub session_idle: Duration,
+    /// Wait before a `retry_wait` task runs again.
+    pub retry_backoff: Duration,
+    /// Attempts a task gets before a transient failure becomes `failed`.
+    pub max_attempts: i64,
+    /// How long a restarted session waits for a turn it lost sight of to end.
+    pub history_wait: Duration,
+}
+
+impl ActorSettings {
+    pub fn new(instance_id: &str) -> Self {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+        ActorSettings {
+            owner: format!(
+                "{instance_id}:{host}:{}:{}",
+                std::process::id(),
+                &uuid::Uuid::new_v4().simple().to_string()[..8]
+            ),
+            lease_ttl: Duration::from_secs(60),
+            heartbeat: Duration::from_secs(15),
+            sweep: Duration::from_secs(5),
+            session_idle: Duration::from_secs(600),
+            retry_backoff: Duration::from_secs(30),
+            max_attempts: 2,
+            history_wait: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A workspace request: which repository, and what the task needs checked out.
+#[derive(Debug, Clone)]
+pub struct PrepareRequest {
+    pub owner: String,
+    pub name: String,
+    pub clone_url: Option<String>,
+    pub default_branch: Option<String>,
+    /// `(number, head_ref)` for a pull request task.
+    pub pull: Option<(i64, String)>,
+}
+
+/// Why a workspace could not be prepared, as the repo actor acts on it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PrepareError {
+    /// A name that would leave the workspace root: refused and audited.
+    #[error("invalid repository name: {0}")]
+    InvalidName(String),
+    /// Dirty or conflicted: `blocked_workspace`, never reset.
+    #[error("workspace is dirty or conflicted: {0}")]
+    Dirty(String),
+    /// Clone/fetch authentication failed: `retry_wait`, then `failed`.
+    #[error("git authentication failed: {0}")]
+    Auth(String),
+    /// Anything else worth one more try.
+    #[error("workspace preparation failed: {0}")]
+    Transient(String),
+}
+
+impl PrepareError {
+    pub fn code(&self) -> &'static str {
+        match self {
+            PrepareError::InvalidName(_) => "invalid_repository_name",
+            PrepareError::Dirty(_) => "workspace_dirty",
+            PrepareError::Auth(_) => "git_auth_failed",
+            PrepareError::Transient(_) => "workspace_failed",
+        }
+    }
+}
+
+/// Where repositories are cloned (the workspace manager implements it).
+pub trait Workspaces: Send + Sync + 'static {
+    /// Blocking: clone or fetch, then check out what the task needs.
+    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError>;
+    /// The workspace folder of a repository (validated, under the root).
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError>;
+}
+
+/// What every actor needs.
+pub struct Deps {
+    pub store: Store,
+    pub runtime: Arc<dyn AgentRuntime>,
+    pub verifier: Arc<dyn ReplyVerifier>,
+    pub workspaces: Arc<dyn Workspaces>,
+    pub settings: ActorSettings,
+}
+
+/// Runs `fut`, turning a panic into an `Err` so the actor can stop and be
+/// restarted by its supervisor instead of taking the process down.
+pub(crate) async fn catch_panic<T>(fut: impl std::future::Future<Output = T>) -> Result<T, String> {
+    use futures_util::FutureExt;
+    std::panic::AssertUnwindSafe(fut).catch_unwind().await.map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".into())
+    })
+}

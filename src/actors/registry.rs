@@ -1,0 +1,256 @@
+//! The registry: one per process. It starts repo and session actors on demand
+//! under actix `Supervisor`s (so an actor that stops after a fault is started
+//! again), routes messages to them, counts their starts and restarts, stops idle
+//! sessions, and sweeps the store for work (start-up recovery, other instances'
+//! expired leases, due retries).
+
+use super::health::{RegistryHealth, RepoHealth, SessionHealth};
+use super::repo::{RepoActor, Wake};
+use super::session::{Drain, Lane, SessionActor, StopIfIdle};
+use super::Deps;
+use crate::store::leases;
+use crate::store::scheduling;
+use actix::prelude::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A supervised child and what the registry knows of it.
+struct Child<A: Actor, H> {
+    addr: Addr<A>,
+    health: Arc<Mutex<H>>,
+    backlog: Arc<AtomicI64>,
+}
+
+pub struct Registry {
+    deps: Arc<Deps>,
+    repos: HashMap<String, Child<RepoActor, RepoHealth>>,
+    sessions: HashMap<String, (String, Child<SessionActor, SessionHealth>)>,
+}
+
+impl Registry {
+    pub fn new(deps: Arc<Deps>) -> Self {
+        Registry {
+            deps,
+            repos: HashMap::new(),
+            sessions: HashMap::new(),
+        }
+    }
+
+    fn repo(&mut self, repo_key: &str, ctx: &mut Context<Self>) -> &Child<RepoActor, RepoHealth> {
+        let me = ctx.address();
+        let deps = self.deps.clone();
+        self.repos.entry(repo_key.to_owned()).or_insert_with(|| {
+            let health = Arc::new(Mutex::new(RepoHealth {
+                repo_key: repo_key.to_owned(),
+                status: "starting".into(),
+                ..Default::default()
+            }));
+            let backlog = Arc::new(AtomicI64::new(0));
+            let (h, b, key) = (health.clone(), backlog.clone(), repo_key.to_owned());
+            let addr = Supervisor::start(move |_| RepoActor::new(key, deps, me, h, b));
+            Child { addr, health, backlog }
+        })
+    }
+
+    fn session(
+        &mut self,
+        session_key: &str,
+        repo_key: &str,
+        ctx: &mut Context<Self>,
+    ) -> &Child<SessionActor, SessionHealth> {
+        let me = ctx.address();
+        let deps = self.deps.clone();
+        &self
+            .sessions
+            .entry(session_key.to_owned())
+            .or_insert_with(|| {
+                let health = Arc::new(Mutex::new(SessionHealth {
+                    session_key: session_key.to_owned(),
+                    status: "starting".into(),
+                    ..Default::default()
+                }));
+                let backlog = Arc::new(AtomicI64::new(0));
+                let (h, b) = (health.clone(), backlog.clone());
+                let (sk, rk) = (session_key.to_owned(), repo_key.to_owned());
+                let addr = Supervisor::start(move |_| SessionActor::new(sk, rk, deps, me, h, b));
+                (repo_key.to_owned(), Child { addr, health, backlog })
+            })
+            .1
+    }
+
+    fn wake_repo(&mut self, repo_key: &str, ctx: &mut Context<Self>) {
+        let child = self.repo(repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(Wake);
+    }
+
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        let store = self.deps.store.clone();
+        let fut = async move {
+            // DESIGN §10 step 1: expired leases are released (and audited).
+            if let Err(e) = store.write(leases::release_expired).await {
+                tracing::warn!(error = %e, "could not release expired leases");
+            }
+            store.read(scheduling::repos_with_work).await
+        };
+        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
+            Ok(repos) => {
+                for repo in repos {
+                    act.wake_repo(&repo, ctx);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "registry sweep could not read the store"),
+        }));
+    }
+}
+
+impl Actor for Registry {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(owner = %self.deps.settings.owner, runtime = self.deps.runtime.name(), "actor registry started");
+        self.sweep(ctx);
+        ctx.run_interval(self.deps.settings.sweep, |act, ctx| act.sweep(ctx));
+        let idle = self.deps.settings.session_idle;
+        ctx.run_interval(idle.min(std::time::Duration::from_secs(60)), |act, _| {
+            for (_, child) in act.sessions.values() {
+                child.addr.do_send(StopIfIdle);
+            }
+        });
+    }
+}
+
+/// A task was committed for this repository (sent by the webhook after its commit).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct Notify {
+    pub repo_key: String,
+}
+
+impl Handler<Notify> for Registry {
+    type Result = ();
+
+    /// Wakes (or starts) the repository's actor.
+    fn handle(&mut self, msg: Notify, ctx: &mut Self::Context) {
+        self.wake_repo(&msg.repo_key, ctx);
+    }
+}
+
+/// A repository's task may be run by its session.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct DrainSession {
+    pub session_key: String,
+    pub repo_key: String,
+    pub lane: Lane,
+}
+
+impl Handler<DrainSession> for Registry {
+    type Result = ();
+
+    /// Wakes (or revives) the session actor's lane.
+    fn handle(&mut self, msg: DrainSession, ctx: &mut Self::Context) {
+        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(Drain { lane: msg.lane });
+    }
+}
+
+/// A session actor found itself idle past the limit and asks to be stopped.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct SessionIdle {
+    pub session_key: String,
+}
+
+impl Handler<SessionIdle> for Registry {
+    type Result = ();
+
+    /// Drops the registry's address: with no address left, the supervisor
+    /// lets the actor go instead of restarting it. The next message revives it.
+    fn handle(&mut self, msg: SessionIdle, _: &mut Self::Context) {
+        if self.sessions.remove(&msg.session_key).is_some() {
+            tracing::debug!(session.key = %msg.session_key, "idle session actor stopped");
+        }
+    }
+}
+
+/// A session finished (or gave up) its task: its repository may start the next.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct TaskSettled {
+    pub repo_key: String,
+}
+
+impl Handler<TaskSettled> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: TaskSettled, ctx: &mut Self::Context) {
+        self.wake_repo(&msg.repo_key, ctx);
+    }
+}
+
+/// Asks a session to interrupt its task's turn (abort).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct AbortTask {
+    pub session_key: String,
+    pub repo_key: String,
+    pub task_id: String,
+}
+
+impl Handler<AbortTask> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: AbortTask, ctx: &mut Self::Context) {
+        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(super::session::Abort { task_id: msg.task_id });
+    }
+}
+
+/// The live tree, for the health API.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "RegistryHealth")]
+pub struct Snapshot;
+
+impl Handler<Snapshot> for Registry {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> Self::Result {
+        let mut repos: Vec<RepoHealth> = self
+            .repos
+            .values()
+            .map(|c| {
+                let mut h = c.health.lock().map(|h| h.clone()).unwrap_or_default();
+                h.mailbox_backlog = c.backlog.load(Ordering::Relaxed).max(0);
+                h
+            })
+            .collect();
+        for (repo_key, child) in self.sessions.values() {
+            let mut h = child.health.lock().map(|h| h.clone()).unwrap_or_default();
+            h.mailbox_backlog = child.backlog.load(Ordering::Relaxed).max(0);
+            match repos.iter_mut().find(|r| &r.repo_key == repo_key) {
+                Some(r) => r.sessions.push(h),
+                None => repos.push(RepoHealth {
+                    repo_key: repo_key.clone(),
+                    status: "unknown".into(),
+                    sessions: vec![h],
+                    ..Default::default()
+                }),
+            }
+        }
+        repos.sort_by(|a, b| a.repo_key.cmp(&b.repo_key));
+        for r in &mut repos {
+            r.sessions.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        }
+        MessageResult(RegistryHealth {
+            owner: self.deps.settings.owner.clone(),
+            runtime: self.deps.runtime.name().to_owned(),
+            repo_actors: self.repos.len(),
+            session_actors: self.sessions.len(),
+            repositories: repos,
+        })
+    }
+}

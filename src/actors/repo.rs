@@ -1,0 +1,359 @@
+//! The repo actor: one per repository. It holds the repository's lease, keeps
+//! its FIFO (the store's order), claims the next task by compare-and-swap,
+//! prepares the workspace, and hands the task to its session actor. It never
+//! lets two tasks of its repository hold the workspace at once: while a task is
+//! leased, running, uncertain or blocked, nothing else starts.
+
+use super::health::RepoHealth;
+use super::registry::{DrainSession, Registry};
+use super::session::Lane;
+use super::{catch_panic, Deps, PrepareError, PrepareRequest};
+use crate::lifecycle::TaskState;
+use crate::store::audit::{self, Audit};
+use crate::store::leases::{self, Lease};
+use crate::store::models::Task;
+use crate::store::{control, format_time, now, scheduling, StoreError};
+use actix::prelude::*;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+
+pub struct RepoActor {
+    repo_key: String,
+    deps: Arc<Deps>,
+    registry: Addr<Registry>,
+    health: Arc<Mutex<RepoHealth>>,
+    backlog: Arc<AtomicI64>,
+    /// The lease we believe we hold (the store decides; renewal checks it).
+    lease: Option<Lease>,
+    /// A scheduling pass is in flight.
+    busy: bool,
+    /// A wake-up arrived during the pass: run another when it ends.
+    followup: bool,
+}
+
+/// Look at the store and run what can run.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Wake;
+
+/// What one scheduling pass decided.
+struct Pass {
+    lease: Option<Lease>,
+    /// Session to hand a leased task to.
+    dispatch: Option<(String, String)>,
+    status: &'static str,
+    running_task: Option<String>,
+    queue_depth: i64,
+    /// Something changed: look again right away.
+    again: bool,
+}
+
+impl RepoActor {
+    pub fn new(
+        repo_key: String,
+        deps: Arc<Deps>,
+        registry: Addr<Registry>,
+        health: Arc<Mutex<RepoHealth>>,
+        backlog: Arc<AtomicI64>,
+    ) -> Self {
+        RepoActor {
+            repo_key,
+            deps,
+            registry,
+            health,
+            backlog,
+            lease: None,
+            busy: false,
+            followup: false,
+        }
+    }
+
+    fn update_health(&self, f: impl FnOnce(&mut RepoHealth)) {
+        if let Ok(mut h) = self.health.lock() {
+            f(&mut h);
+            h.last_event_at = Some(now());
+        }
+    }
+
+    fn wake(&mut self, ctx: &mut Context<Self>) {
+        if self.busy {
+            self.followup = true;
+            return;
+        }
+        self.busy = true;
+        let fut = schedule_pass(self.deps.clone(), self.repo_key.clone(), self.lease.clone());
+        ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
+            act.busy = false;
+            match result {
+                Ok(Ok(pass)) => {
+                    act.lease = pass.lease.clone();
+                    act.update_health(|h| {
+                        h.status = pass.status.into();
+                        h.lease_holder = pass.lease.as_ref().map(|l| l.owner.clone());
+                        h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
+                        h.lease_expires_at = pass.lease.as_ref().map(|l| l.expires_at.clone());
+                        h.running_task = pass.running_task.clone();
+                        h.queue_depth = pass.queue_depth;
+                    });
+                    if let Some((session_key, repo_key)) = pass.dispatch {
+                        act.registry.do_send(DrainSession {
+                            session_key,
+                            repo_key,
+                            lane: Lane::Normal,
+                        });
+                    }
+                    if pass.again {
+                        act.followup = true;
+                    }
+                }
+                Ok(Err(e)) => {
+                    // The store is down or busy: keep what we have and try on the next wake.
+                    tracing::warn!(repo.key = %act.repo_key, error = %e, "scheduling pass failed; will retry");
+                    act.update_health(|h| h.last_error = Some(e.to_string()));
+                }
+                Err(panic) => {
+                    tracing::error!(repo.key = %act.repo_key, panic = %panic, "repo actor fault; restarting it");
+                    act.update_health(|h| h.last_error = Some(format!("panic: {panic}")));
+                    ctx.stop();
+                    return;
+                }
+            }
+            if act.followup {
+                act.followup = false;
+                act.wake(ctx);
+            }
+        }));
+    }
+
+    fn heartbeat(&mut self, ctx: &mut Context<Self>) {
+        let Some(lease) = self.lease.clone() else { return };
+        let store = self.deps.store.clone();
+        let ttl = self.deps.settings.lease_ttl;
+        let fut = async move {
+            store
+                .write(move |c| leases::renew(c, &lease.repo_key, &lease.lease_id, ttl))
+                .await
+        };
+        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
+            Ok(Some(lease)) => {
+                act.update_health(|h| h.lease_expires_at = Some(lease.expires_at.clone()));
+                act.lease = Some(lease);
+            }
+            Ok(None) => {
+                tracing::warn!(repo.key = %act.repo_key, "lost the repository lease (expired and taken)");
+                act.lease = None;
+                act.wake(ctx);
+            }
+            Err(e) => tracing::warn!(repo.key = %act.repo_key, error = %e, "lease renewal failed"),
+        }));
+    }
+}
+
+impl Actor for RepoActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.update_health(|h| {
+            h.starts += 1;
+            h.status = "idle".into();
+        });
+        let heartbeat = self.deps.settings.heartbeat;
+        ctx.run_interval(heartbeat, |act, ctx| act.heartbeat(ctx));
+        self.wake(ctx);
+    }
+}
+
+impl Supervised for RepoActor {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        // Rebuilt from the store on the next pass; the lease stays ours if it is.
+        self.busy = false;
+        self.followup = false;
+        self.update_health(|h| {
+            h.restarts += 1;
+            h.status = "restarting".into();
+        });
+    }
+}
+
+impl Handler<Wake> for RepoActor {
+    type Result = ();
+
+    /// Runs a scheduling pass (or marks a follow-up if one is running).
+    fn handle(&mut self, _: Wake, ctx: &mut Self::Context) {
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        self.wake(ctx);
+    }
+}
+
+/// One look at the store: decide, claim, prepare, dispatch.
+async fn schedule_pass(deps: Arc<Deps>, repo_key: String, held: Option<Lease>) -> Result<Pass, StoreError> {
+    let store = deps.store.clone();
+    let owner = deps.settings.owner.clone();
+    let ttl = deps.settings.lease_ttl;
+    let key = repo_key.clone();
+    let (paused, repo, holding, next, depth) = store
+        .read(move |c| {
+            Ok((
+                control::get(c)?.global_paused,
+                scheduling::repository(c, &key)?,
+                scheduling::holding_task(c, &key)?,
+                scheduling::next_runnable(c, &key)?,
+                scheduling::queue_depth(c, &key)?,
+            ))
+        })
+        .await?;
+    let mut pass = Pass {
+        lease: held.clone(),
+        dispatch: None,
+        status: "idle",
+        running_task: holding.as_ref().map(|t| t.task_id.clone()),
+        queue_depth: depth,
+        again: false,
+    };
+    let Some(repo) = repo else {
+        return Ok(pass);
+    };
+
+    if let Some(task) = holding {
+        let state: TaskState = task.state.parse().map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        match state {
+            TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
+                // An operator decides; nothing else runs here until then.
+                pass.status = if state == TaskState::BlockedWorkspace { "blocked" } else { "uncertain" };
+                pass.lease = release(&deps, held).await;
+                return Ok(pass);
+            }
+            _ => {
+                // Leased/running/verifying/approval/cancel: the session drives it
+                // (and recovers it by history if it lost sight of it). We must
+                // hold the lease to let it.
+                pass.status = "busy";
+                let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+                    pass.status = "busy_elsewhere";
+                    pass.lease = None;
+                    return Ok(pass);
+                };
+                pass.lease = Some(lease);
+                pass.dispatch = Some((task.session_key.clone(), repo_key));
+                return Ok(pass);
+            }
+        }
+    }
+
+    if paused || repo.status != "active" {
+        pass.status = if paused { "paused" } else { "disabled" };
+        pass.lease = release(&deps, held).await;
+        return Ok(pass);
+    }
+    let Some(next) = next else {
+        pass.lease = release(&deps, held).await;
+        return Ok(pass);
+    };
+    let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+        pass.status = "busy_elsewhere";
+        pass.lease = None;
+        return Ok(pass);
+    };
+    pass.lease = Some(lease.clone());
+    let (task, lease_id, who) = (next.clone(), lease.lease_id.clone(), owner.clone());
+    let claimed = store
+        .write(move |c| scheduling::claim(c, &task, &lease_id, &who))
+        .await?;
+    let Some(attempt) = claimed else {
+        pass.again = true;
+        return Ok(pass);
+    };
+    pass.status = "busy";
+    pass.running_task = Some(next.task_id.clone());
+    tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
+
+    let request = PrepareRequest {
+        owner: repo.owner.clone(),
+        name: repo.name.clone(),
+        clone_url: repo.clone_url.clone(),
+        default_branch: repo.default_branch.clone(),
+        pull: match (next.resource_key.contains(":pull:"), &next.head_ref) {
+            (true, Some(head)) => Some((number_of(&next), head.clone())),
+            _ => None,
+        },
+    };
+    let workspaces = deps.workspaces.clone();
+    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&request))
+        .await
+        .unwrap_or_else(|e| Err(PrepareError::Transient(format!("workspace task failed: {e}"))));
+    match prepared {
+        Ok(path) => {
+            tracing::debug!(task.id = %next.task_id, path = %path.display(), "workspace ready");
+            pass.dispatch = Some((next.session_key.clone(), repo_key));
+        }
+        Err(err) => {
+            workspace_failed(&deps, &next, attempt.number, &err).await?;
+            pass.again = true;
+        }
+    }
+    Ok(pass)
+}
+
+fn number_of(task: &Task) -> i64 {
+    task.resource_key
+        .rsplit(':')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn acquire(
+    deps: &Arc<Deps>,
+    repo_key: &str,
+    owner: &str,
+    ttl: std::time::Duration,
+) -> Result<Option<Lease>, StoreError> {
+    let (key, who) = (repo_key.to_owned(), owner.to_owned());
+    deps.store.write(move |c| leases::acquire(c, &key, &who, ttl)).await
+}
+
+/// Gives the lease back if we hold one; what we hold afterwards (normally nothing).
+async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
+    let lease = held?;
+    let l = lease.clone();
+    match deps
+        .store
+        .write(move |c| leases::release(c, &l.repo_key, &l.lease_id))
+        .await
+    {
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "lease release failed; it will expire");
+            Some(lease)
+        }
+    }
+}
+
+/// Maps a workspace failure onto the lifecycle (seed §8's failure matrix).
+async fn workspace_failed(deps: &Arc<Deps>, task: &Task, attempt: i64, err: &PrepareError) -> Result<(), StoreError> {
+    let (to, retry_at) = match err {
+        PrepareError::Dirty(_) => (TaskState::BlockedWorkspace, None),
+        PrepareError::InvalidName(_) => (TaskState::Failed, None),
+        PrepareError::Auth(_) | PrepareError::Transient(_) if attempt < deps.settings.max_attempts => {
+            let backoff = chrono::Duration::from_std(deps.settings.retry_backoff).unwrap_or_else(|_| chrono::Duration::seconds(30));
+            (TaskState::RetryWait, Some(format_time(chrono::Utc::now() + backoff)))
+        }
+        PrepareError::Auth(_) | PrepareError::Transient(_) => (TaskState::Failed, None),
+    };
+    tracing::warn!(task.id = %task.task_id, code = err.code(), to = to.as_str(), "workspace preparation failed: {err}");
+    let (task_id, code, detail) = (task.task_id.clone(), err.code(), err.to_string());
+    deps.store
+        .write(move |c| {
+            audit::record(
+                c,
+                &Audit::new("workspace.failed", "system")
+                    .task(&task_id)
+                    .error(code)
+                    .meta(serde_json::json!({ "detail": detail, "attempt": attempt })),
+            )?;
+            scheduling::end_attempt(c, &task_id, code)?;
+            scheduling::move_task(c, &task_id, to, "system", "workspace preparation failed", Some(code), retry_at.as_deref())
+        })
+        .await?;
+    Ok(())
+}

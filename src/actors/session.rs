@@ -1,0 +1,716 @@
+//! The session actor: one per Issue/PR. It owns the agent thread and drives its
+//! leased tasks through the runtime: thread, turn/start intent, turn, events,
+//! verification. The outbox's two drain lanes (normal, steer) are mailbox
+//! messages with their own busy flag: a wake-up that arrives while a lane runs
+//! only sets a follow-up flag that the finishing pass honours, so nothing that
+//! lands at the boundary is lost.
+//!
+//! After a restart (a fault in this actor, or a new process), it rebuilds from
+//! the store: work before the turn/start intent is run (or, if a dead process
+//! had it, retried once); work after the intent is never replayed: it is
+//! confirmed from the thread's history or marked `needs_reconciliation`.
+
+use super::health::SessionHealth;
+use super::registry::{Registry, SessionIdle, TaskSettled};
+use super::{catch_panic, Deps};
+use crate::lifecycle::TaskState;
+use crate::runtime::{ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
+use crate::store::audit::{self, Audit};
+use crate::store::models::{OutboxEntry, Task};
+use crate::store::tasks::TransitionOutcome;
+use crate::store::{format_time, now, scheduling, StoreError};
+use actix::prelude::*;
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The two drain lanes of a session's outbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// Starts turns for queued work, one at a time.
+    Normal,
+    /// Steers the active turn (used by the `/steer` send mode).
+    Steer,
+}
+
+/// Run a lane's pass (or mark a follow-up if it is running).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Drain {
+    pub lane: Lane,
+}
+
+/// Interrupt the task's turn (operator abort).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct Abort {
+    pub task_id: String,
+}
+
+/// Stop if idle past the limit (sent periodically by the registry).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct StopIfIdle;
+
+#[derive(Debug, Default)]
+struct LaneState {
+    busy: bool,
+    followup: bool,
+    passes: u64,
+}
+
+/// The turn a pass is driving, shared so `Abort` can reach it.
+#[derive(Debug, Clone, Default)]
+struct ActiveTurn {
+    task_id: Option<String>,
+    thread_id: Option<String>,
+    turn_id: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum PassError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The actor lost sight of its turn: stop, restart, recover by history.
+    #[error("session fault: {0}")]
+    Fault(String),
+}
+
+pub struct SessionActor {
+    session_key: String,
+    repo_key: String,
+    deps: Arc<Deps>,
+    registry: Addr<Registry>,
+    health: Arc<Mutex<SessionHealth>>,
+    backlog: Arc<AtomicI64>,
+    normal: LaneState,
+    steer: LaneState,
+    active: Arc<Mutex<ActiveTurn>>,
+    abort: Arc<tokio::sync::Notify>,
+    last_activity: Instant,
+}
+
+impl SessionActor {
+    pub fn new(
+        session_key: String,
+        repo_key: String,
+        deps: Arc<Deps>,
+        registry: Addr<Registry>,
+        health: Arc<Mutex<SessionHealth>>,
+        backlog: Arc<AtomicI64>,
+    ) -> Self {
+        SessionActor {
+            session_key,
+            repo_key,
+            deps,
+            registry,
+            health,
+            backlog,
+            normal: LaneState::default(),
+            steer: LaneState::default(),
+            active: Arc::new(Mutex::new(ActiveTurn::default())),
+            abort: Arc::new(tokio::sync::Notify::new()),
+            last_activity: Instant::now(),
+        }
+    }
+
+    fn update_health(&self, f: impl FnOnce(&mut SessionHealth)) {
+        if let Ok(mut h) = self.health.lock() {
+            f(&mut h);
+            h.normal_lane.busy = self.normal.busy;
+            h.normal_lane.followup = self.normal.followup;
+            h.normal_lane.passes = self.normal.passes;
+            h.steer_lane.busy = self.steer.busy;
+            h.steer_lane.followup = self.steer.followup;
+            h.steer_lane.passes = self.steer.passes;
+            h.last_event_at = Some(now());
+        }
+    }
+
+    fn lane(&mut self, lane: Lane) -> &mut LaneState {
+        match lane {
+            Lane::Normal => &mut self.normal,
+            Lane::Steer => &mut self.steer,
+        }
+    }
+
+    fn drain(&mut self, lane: Lane, ctx: &mut Context<Self>) {
+        self.last_activity = Instant::now();
+        let state = self.lane(lane);
+        if state.busy {
+            state.followup = true;
+            return;
+        }
+        state.busy = true;
+        state.passes += 1;
+        self.update_health(|h| h.status = "busy".into());
+        let fut = match lane {
+            Lane::Normal => normal_pass(
+                self.deps.clone(),
+                self.session_key.clone(),
+                self.health.clone(),
+                self.active.clone(),
+                self.abort.clone(),
+            )
+            .boxed_local(),
+            // No send mode steers yet; the lane exists so the mode has its own flag.
+            Lane::Steer => async { Ok(false) }.boxed_local(),
+        };
+        ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
+            act.last_activity = Instant::now();
+            act.lane(lane).busy = false;
+            if let Ok(mut a) = act.active.lock() {
+                *a = ActiveTurn::default();
+            }
+            match result {
+                Ok(Ok(settled)) => {
+                    act.update_health(|h| {
+                        h.status = "idle".into();
+                        h.active_task = None;
+                        h.active_turn = None;
+                    });
+                    if settled {
+                        act.registry.do_send(TaskSettled {
+                            repo_key: act.repo_key.clone(),
+                        });
+                    }
+                }
+                Ok(Err(PassError::Store(e))) => {
+                    // Not a fault of ours: try again shortly, state is in the store.
+                    tracing::warn!(session.key = %act.session_key, error = %e, "session pass failed on the store; retrying");
+                    act.update_health(|h| h.last_error = Some(e.to_string()));
+                    ctx.run_later(Duration::from_secs(1), move |act, ctx| act.drain(lane, ctx));
+                }
+                Ok(Err(PassError::Fault(e))) => {
+                    tracing::error!(session.key = %act.session_key, error = %e, "session actor error; restarting it");
+                    act.update_health(|h| h.last_error = Some(e));
+                    ctx.stop();
+                    return;
+                }
+                Err(panic) => {
+                    tracing::error!(session.key = %act.session_key, panic = %panic, "session actor panic; restarting it");
+                    act.update_health(|h| h.last_error = Some(format!("panic: {panic}")));
+                    ctx.stop();
+                    return;
+                }
+            }
+            let state = act.lane(lane);
+            if state.followup {
+                state.followup = false;
+                act.drain(lane, ctx);
+            }
+        }));
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.update_health(|h| {
+            h.starts += 1;
+            h.status = "idle".into();
+        });
+        // Rebuild from the store: whatever this session was doing is found again.
+        let store = self.deps.store.clone();
+        let key = self.session_key.clone();
+        ctx.spawn(
+            async move {
+                store
+                    .read(move |c| {
+                        Ok((
+                            scheduling::session(c, &key)?.and_then(|s| s.thread_id),
+                            scheduling::outbox_depth(c, &key)?,
+                        ))
+                    })
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, act, _| {
+                if let Ok((thread_id, depth)) = result {
+                    act.update_health(|h| {
+                        h.thread_id = thread_id;
+                        h.outbox_depth = depth;
+                    });
+                }
+            }),
+        );
+        self.drain(Lane::Normal, ctx);
+    }
+}
+
+impl Supervised for SessionActor {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.normal = LaneState::default();
+        self.steer = LaneState::default();
+        self.update_health(|h| {
+            h.restarts += 1;
+            h.status = "restarting".into();
+        });
+    }
+}
+
+impl Handler<Drain> for SessionActor {
+    type Result = ();
+
+    /// Runs the lane's pass, or marks a follow-up when one is running.
+    fn handle(&mut self, msg: Drain, ctx: &mut Self::Context) {
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        self.drain(msg.lane, ctx);
+    }
+}
+
+impl Handler<Abort> for SessionActor {
+    type Result = ();
+
+    /// Signals the running pass to interrupt its turn.
+    fn handle(&mut self, msg: Abort, ctx: &mut Self::Context) {
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        let driving = self
+            .active
+            .lock()
+            .map(|a| a.task_id.as_deref() == Some(msg.task_id.as_str()))
+            .unwrap_or(false);
+        if driving {
+            self.abort.notify_one();
+        } else {
+            // Not running here: the next pass finds `cancel_requested` and settles it.
+            self.drain(Lane::Normal, ctx);
+        }
+    }
+}
+
+impl Handler<StopIfIdle> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
+        let idle = !self.normal.busy && !self.steer.busy;
+        if idle && self.last_activity.elapsed() >= self.deps.settings.session_idle {
+            self.registry.do_send(SessionIdle {
+                session_key: self.session_key.clone(),
+            });
+        }
+    }
+}
+
+trait BoxedLocal<'a, T> {
+    fn boxed_local(self) -> futures_util::future::LocalBoxFuture<'a, T>;
+}
+
+impl<'a, T, F: std::future::Future<Output = T> + 'a> BoxedLocal<'a, T> for F {
+    fn boxed_local(self) -> futures_util::future::LocalBoxFuture<'a, T> {
+        Box::pin(self)
+    }
+}
+
+/// Moves a task; `Applied` or not, the caller goes on from the store's truth.
+async fn move_to(
+    deps: &Deps,
+    task_id: &str,
+    to: TaskState,
+    reason: &str,
+    error_code: Option<&str>,
+) -> Result<TransitionOutcome, StoreError> {
+    let (id, reason, code) = (task_id.to_owned(), reason.to_owned(), error_code.map(str::to_owned));
+    deps.store
+        .write(move |c| scheduling::move_task(c, &id, to, "system", &reason, code.as_deref(), None))
+        .await
+}
+
+async fn settle(deps: &Deps, task_id: &str, to: TaskState, reason: &str, error_code: Option<&str>) -> Result<(), StoreError> {
+    let (id, reason, code) = (task_id.to_owned(), reason.to_owned(), error_code.map(str::to_owned));
+    deps.store
+        .write(move |c| {
+            scheduling::end_attempt(c, &id, code.as_deref().unwrap_or(to.as_str()))?;
+            scheduling::move_task(c, &id, to, "system", &reason, code.as_deref(), None)
+        })
+        .await?;
+    Ok(())
+}
+
+/// One pass of the normal lane: drive the session's oldest unsettled task.
+/// Returns whether a task settled (so the repository may start the next).
+async fn normal_pass(
+    deps: Arc<Deps>,
+    session_key: String,
+    health: Arc<Mutex<SessionHealth>>,
+    active: Arc<Mutex<ActiveTurn>>,
+    abort: Arc<tokio::sync::Notify>,
+) -> Result<bool, PassError> {
+    let key = session_key.clone();
+    let found = deps
+        .store
+        .read(move |c| {
+            let Some(task) = scheduling::driven_tasks_of_session(c, &key)?.into_iter().next() else {
+                return Ok(None);
+            };
+            let entry = scheduling::outbox_entry(c, &task.task_id)?;
+            let attempt = scheduling::active_attempt(c, &task.task_id)?;
+            let session = scheduling::session(c, &key)?;
+            let repo = scheduling::repository(c, &task.repo_key)?;
+            Ok(Some((task, entry, attempt, session, repo)))
+        })
+        .await?;
+    let Some((task, entry, attempt, session, repo)) = found else {
+        return Ok(false);
+    };
+    let Some(entry) = entry else {
+        settle(&deps, &task.task_id, TaskState::Failed, "the task has no outbox entry", Some("outbox_missing")).await?;
+        return Ok(true);
+    };
+    if let Ok(mut h) = health.lock() {
+        h.active_task = Some(task.task_id.clone());
+        h.thread_id = session.as_ref().and_then(|s| s.thread_id.clone()).or(h.thread_id.take());
+    }
+    if let Ok(mut a) = active.lock() {
+        a.task_id = Some(task.task_id.clone());
+    }
+    let state: TaskState = task
+        .state
+        .parse()
+        .map_err(|e: crate::lifecycle::UnknownState| PassError::Store(StoreError::Query(e.to_string())))?;
+    let ours = attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
+    let intent = entry.status == "sending";
+    let ctx = TurnCtx { deps: deps.clone(), task, entry, health, active, abort };
+
+    match state {
+        TaskState::Leased if !intent && !ours => {
+            // A process that died before sending anything had it: safe to run
+            // again, once (DESIGN §5, §10).
+            let attempts = ctx.task.attempt;
+            let to = if attempts < deps.settings.max_attempts { TaskState::RetryWait } else { TaskState::Failed };
+            let retry_at = format_time(chrono::Utc::now());
+            let id = ctx.task.task_id.clone();
+            deps.store
+                .write(move |c| {
+                    scheduling::end_attempt(c, &id, "interrupted_by_restart")?;
+                    scheduling::move_task(c, &id, to, "system", "interrupted by a restart before turn/start", Some("interrupted_by_restart"), Some(&retry_at))
+                })
+                .await?;
+            Ok(true)
+        }
+        TaskState::Leased if !intent => {
+            let (owner, name) = repo.map(|r| (r.owner, r.name)).unwrap_or_default();
+            let cwd = deps.workspaces.path_for(&owner, &name).unwrap_or_else(|_| PathBuf::from("."));
+            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd).await
+        }
+        TaskState::CancelRequested if ctx.task.turn_id.is_none() => {
+            settle(&deps, &ctx.task.task_id, TaskState::Cancelled, "cancelled before a turn started", None).await?;
+            Ok(true)
+        }
+        TaskState::VerifyingReply => {
+            let final_text = None;
+            verify(&ctx, ctx.task.turn_id.clone().unwrap_or_default(), final_text).await
+        }
+        _ => recover(&ctx).await,
+    }
+}
+
+struct TurnCtx {
+    deps: Arc<Deps>,
+    task: Task,
+    entry: OutboxEntry,
+    health: Arc<Mutex<SessionHealth>>,
+    active: Arc<Mutex<ActiveTurn>>,
+    abort: Arc<tokio::sync::Notify>,
+}
+
+/// Before admission: thread, intent, turn/start, then the turn's events.
+async fn run_turn(ctx: &TurnCtx, thread_id: Option<String>, cwd: PathBuf) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let task_id = ctx.task.task_id.clone();
+    let thread = deps
+        .runtime
+        .ensure_thread(ThreadRequest {
+            session_key: ctx.task.session_key.clone(),
+            thread_id: thread_id.clone(),
+            cwd: cwd.clone(),
+        })
+        .await;
+    let thread = match thread {
+        Ok(t) => t,
+        Err(e) => return pre_admission_failure(ctx, &e.to_string()).await,
+    };
+    // Stored once; an ordinary retry never replaces it.
+    let (sk, t) = (ctx.task.session_key.clone(), thread.clone());
+    let thread = deps.store.write(move |c| scheduling::set_thread_once(c, &sk, &t)).await?;
+    if let Ok(mut h) = ctx.health.lock() {
+        h.thread_id = Some(thread.clone());
+    }
+    if let Ok(mut a) = ctx.active.lock() {
+        a.thread_id = Some(thread.clone());
+    }
+    let attempt_id = {
+        let id = task_id.clone();
+        deps.store
+            .read(move |c| scheduling::active_attempt(c, &id))
+            .await?
+            .map(|a| a.attempt_id)
+            .unwrap_or_default()
+    };
+    let (task, entry, th) = (ctx.task.clone(), ctx.entry.clone(), thread.clone());
+    deps.store
+        .write(move |c| scheduling::record_turn_intent(c, &task, &entry, &th, &attempt_id))
+        .await?;
+
+    let started = deps
+        .runtime
+        .start_turn(TurnRequest {
+            thread_id: thread.clone(),
+            operation_id: ctx.entry.operation_id.clone(),
+            text: ctx.entry.user_text.clone(),
+            cwd,
+        })
+        .await;
+    match started {
+        Ok(turn) => {
+            let (id, th, tu) = (task_id.clone(), thread.clone(), turn.turn_id.clone());
+            deps.store
+                .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal"))
+                .await?;
+            consume(ctx, thread, turn.turn_id, turn.events).await
+        }
+        Err(RuntimeError::Unavailable(e)) => {
+            let id = task_id.clone();
+            deps.store.write(move |c| scheduling::release_intent(c, &id)).await?;
+            pre_admission_failure(ctx, &e).await
+        }
+        Err(RuntimeError::Uncertain(e)) => {
+            tracing::warn!(task.id = %task_id, error = %e, "turn/start answer uncertain; looking in the thread's history");
+            recover_with(ctx, thread).await
+        }
+    }
+}
+
+/// Nothing reached the agent: retry later, or fail once attempts are used up.
+async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let retry = ctx.task.attempt < deps.settings.max_attempts;
+    let backoff = chrono::Duration::from_std(deps.settings.retry_backoff).unwrap_or_else(|_| chrono::Duration::seconds(30));
+    let retry_at = format_time(chrono::Utc::now() + backoff);
+    let (id, err) = (ctx.task.task_id.clone(), error.to_owned());
+    deps.store
+        .write(move |c| {
+            audit::record(
+                c,
+                &Audit::new("runtime.unavailable", "system")
+                    .task(&id)
+                    .error("runtime_unavailable")
+                    .meta(serde_json::json!({ "detail": err })),
+            )?;
+            scheduling::end_attempt(c, &id, "runtime_unavailable")?;
+            if retry {
+                scheduling::move_task(c, &id, TaskState::RetryWait, "system", "agent runtime unavailable before admission", Some("runtime_unavailable"), Some(&retry_at))
+            } else {
+                scheduling::move_task(c, &id, TaskState::Failed, "system", "agent runtime unavailable; attempts used up", Some("runtime_unavailable"), None)
+            }
+        })
+        .await?;
+    Ok(true)
+}
+
+/// Reads the turn's events to its end.
+async fn consume(
+    ctx: &TurnCtx,
+    thread: String,
+    turn_id: String,
+    mut events: futures_util::stream::BoxStream<'static, TurnEvent>,
+) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    if let Ok(mut a) = ctx.active.lock() {
+        a.thread_id = Some(thread.clone());
+        a.turn_id = Some(turn_id.clone());
+    }
+    if let Ok(mut h) = ctx.health.lock() {
+        h.active_turn = Some(turn_id.clone());
+    }
+    let mut last_seq = 0;
+    let mut interrupt_deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let next = match interrupt_deadline {
+            None => {
+                tokio::select! {
+                    ev = events.next() => ev,
+                    _ = ctx.abort.notified() => {
+                        request_interrupt(ctx, &thread, &turn_id).await?;
+                        interrupt_deadline = Some(tokio::time::Instant::now() + Duration::from_secs(15));
+                        continue;
+                    }
+                }
+            }
+            Some(deadline) => match tokio::time::timeout_at(deadline, events.next()).await {
+                Ok(ev) => ev,
+                Err(_) => {
+                    // No confirmation within 15 s: never guess.
+                    settle(deps, &ctx.task.task_id, TaskState::NeedsReconciliation, "interrupt not confirmed within 15 s", Some("interrupt_unconfirmed")).await?;
+                    return Ok(true);
+                }
+            },
+        };
+        match next {
+            Some(TurnEvent::Progress { seq, .. }) => last_seq = seq,
+            Some(TurnEvent::Completed { seq, final_text }) => {
+                let (tu, text) = (turn_id.clone(), final_text.clone());
+                deps.store
+                    .write(move |c| scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), seq))
+                    .await?;
+                move_to(deps, &ctx.task.task_id, TaskState::VerifyingReply, "turn completed", None).await?;
+                return verify(ctx, turn_id, final_text).await;
+            }
+            Some(TurnEvent::Failed { seq, error }) => {
+                let tu = turn_id.clone();
+                deps.store
+                    .write(move |c| scheduling::record_turn_finished(c, &tu, "failed", None, seq))
+                    .await?;
+                tracing::warn!(task.id = %ctx.task.task_id, error = %error, "turn failed");
+                settle(deps, &ctx.task.task_id, TaskState::Failed, "the turn failed", Some("turn_failed")).await?;
+                return Ok(true);
+            }
+            Some(TurnEvent::Interrupted { .. }) => {
+                let tu = turn_id.clone();
+                deps.store
+                    .write(move |c| scheduling::record_turn_finished(c, &tu, "interrupted", None, last_seq))
+                    .await?;
+                let to = if interrupt_deadline.is_some() { TaskState::Aborted } else { TaskState::Failed };
+                settle(deps, &ctx.task.task_id, to, "the turn was interrupted", Some("turn_interrupted")).await?;
+                return Ok(true);
+            }
+            None => {
+                return Err(PassError::Fault(format!(
+                    "the event stream of turn {turn_id} ended without an end event"
+                )))
+            }
+        }
+    }
+}
+
+/// Abort: `cancel_requested`, then `turn/interrupt`.
+async fn request_interrupt(ctx: &TurnCtx, thread: &str, turn: &str) -> Result<(), PassError> {
+    move_to(&ctx.deps, &ctx.task.task_id, TaskState::CancelRequested, "abort requested", None).await?;
+    if let Err(e) = ctx.deps.runtime.interrupt(thread, turn).await {
+        tracing::warn!(task.id = %ctx.task.task_id, error = %e, "turn/interrupt failed; waiting for the deadline");
+    }
+    Ok(())
+}
+
+/// After the intent: find the operation in the thread's history. Never replay.
+async fn recover(ctx: &TurnCtx) -> Result<bool, PassError> {
+    let Some(thread) = ctx.task.thread_id.clone() else {
+        settle(&ctx.deps, &ctx.task.task_id, TaskState::NeedsReconciliation, "no thread recorded for a started task", Some("history_unreadable")).await?;
+        return Ok(true);
+    };
+    recover_with(ctx, thread).await
+}
+
+async fn recover_with(ctx: &TurnCtx, thread: String) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let task_id = ctx.task.task_id.clone();
+    let deadline = Instant::now() + deps.settings.history_wait;
+    let lookup = loop {
+        match deps.runtime.lookup_turn(&thread, &ctx.entry.operation_id).await {
+            Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {
+                if let Ok(mut h) = ctx.health.lock() {
+                    h.active_turn = Some(turn_id);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => break other,
+        }
+    };
+    let _ = audit_recovery(ctx, &lookup).await;
+    let state = ctx.task.state.as_str();
+    match lookup {
+        Ok(TurnLookup::Completed { turn_id, final_text }) => {
+            ensure_running(ctx, &thread, &turn_id).await?;
+            let (tu, text) = (turn_id.clone(), final_text.clone());
+            deps.store
+                .write(move |c| scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), 0))
+                .await?;
+            if state != TaskState::VerifyingReply.as_str() {
+                move_to(deps, &task_id, TaskState::VerifyingReply, "turn completed (confirmed from history)", None).await?;
+            }
+            verify(ctx, turn_id, final_text).await
+        }
+        Ok(TurnLookup::Failed { turn_id, .. }) => {
+            ensure_running(ctx, &thread, &turn_id).await?;
+            settle(deps, &task_id, TaskState::Failed, "the turn failed (confirmed from history)", Some("turn_failed")).await?;
+            Ok(true)
+        }
+        Ok(TurnLookup::Interrupted { turn_id }) if state == TaskState::CancelRequested.as_str() => {
+            let _ = turn_id;
+            settle(deps, &task_id, TaskState::Aborted, "interrupt confirmed from history", Some("turn_interrupted")).await?;
+            Ok(true)
+        }
+        other => {
+            let why = match other {
+                Ok(TurnLookup::Missing) => "the operation is not in the thread's history".to_owned(),
+                Ok(TurnLookup::Running { .. }) => "the turn did not end while we waited".to_owned(),
+                Ok(TurnLookup::Interrupted { .. }) => "the turn was interrupted without a request".to_owned(),
+                Err(e) => format!("the history could not be read: {e}"),
+                Ok(_) => "unexpected history".to_owned(),
+            };
+            tracing::warn!(task.id = %task_id, why = %why, "task needs reconciliation");
+            settle(deps, &task_id, TaskState::NeedsReconciliation, &why, Some("uncertain_admission")).await?;
+            Ok(true)
+        }
+    }
+}
+
+async fn audit_recovery(ctx: &TurnCtx, lookup: &Result<TurnLookup, RuntimeError>) -> Result<(), StoreError> {
+    let (id, found) = (ctx.task.task_id.clone(), format!("{lookup:?}"));
+    let op = ctx.entry.operation_id.clone();
+    ctx.deps
+        .store
+        .write(move |c| {
+            audit::record(
+                c,
+                &Audit::new("turn.history_checked", "system")
+                    .task(&id)
+                    .meta(serde_json::json!({ "operationId": op, "found": found })),
+            )
+            .map(|_| ())
+        })
+        .await
+}
+
+/// A task found `leased` with a turn in history goes through `running` first.
+async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<(), StoreError> {
+    if ctx.task.state == TaskState::Leased.as_str() {
+        let (id, th, tu) = (ctx.task.task_id.clone(), thread.to_owned(), turn_id.to_owned());
+        ctx.deps
+            .store
+            .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal"))
+            .await?;
+    }
+    Ok(())
+}
+
+/// `verifying_reply` → the verifier's verdict (DESIGN §8; the reply-retry turn
+/// and the REST fallback come with the Gitea client).
+async fn verify(ctx: &TurnCtx, turn_id: String, final_text: Option<String>) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let check = deps
+        .verifier
+        .verify(ReplyQuery {
+            task_id: ctx.task.task_id.clone(),
+            turn_id,
+            resource_key: ctx.task.resource_key.clone(),
+            final_text,
+        })
+        .await;
+    match check {
+        ReplyCheck::Confirmed { .. } => {
+            settle(deps, &ctx.task.task_id, TaskState::Succeeded, "reply confirmed", None).await?;
+        }
+        ReplyCheck::Missing => {
+            settle(deps, &ctx.task.task_id, TaskState::FailedReply, "reply missing in Gitea", Some("mcp_reply_missing")).await?;
+        }
+        ReplyCheck::Unknown(e) => {
+            tracing::warn!(task.id = %ctx.task.task_id, error = %e, "reply could not be verified");
+            settle(deps, &ctx.task.task_id, TaskState::FailedReply, "reply could not be verified", Some("reply_unverifiable")).await?;
+        }
+    }
+    Ok(true)
+}

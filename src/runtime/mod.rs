@@ -1,0 +1,116 @@
+//! The agent runtime as the session actor sees it: a thread per Issue/PR and
+//! turns on it. The Codex app-server client implements this; tests use the
+//! [`scripted`] runtime. A runtime speaks its protocol and returns typed events;
+//! it knows nothing of the store or the actors.
+
+pub mod scripted;
+
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use std::path::PathBuf;
+
+/// Open (or resume) the session's thread.
+#[derive(Debug, Clone)]
+pub struct ThreadRequest {
+    pub session_key: String,
+    /// The stored thread id, if the session already has one (resume it).
+    pub thread_id: Option<String>,
+    pub cwd: PathBuf,
+}
+
+/// One turn: only this turn's input and its correlation id.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    pub thread_id: String,
+    /// The outbox entry's operation id, sent as the user message's client id.
+    pub operation_id: String,
+    pub text: String,
+    pub cwd: PathBuf,
+}
+
+/// What happens during a turn, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEvent {
+    /// Progress (an item started or completed); `seq` orders events.
+    Progress { seq: i64, kind: String },
+    /// The turn finished; `final_text` is the agent's last message.
+    Completed { seq: i64, final_text: Option<String> },
+    /// The turn ended in failure.
+    Failed { seq: i64, error: String },
+    /// The turn was interrupted (abort or deadline).
+    Interrupted { seq: i64 },
+}
+
+/// A turn the runtime accepted. The turn runs in the runtime whether or not
+/// anyone consumes `events`: an actor that restarts finds it again through
+/// [`AgentRuntime::lookup_turn`].
+pub struct TurnStarted {
+    pub turn_id: String,
+    pub events: BoxStream<'static, TurnEvent>,
+}
+
+/// What the thread's history says about one operation (our client message id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnLookup {
+    /// No turn carries this operation: it was never admitted.
+    Missing,
+    Running { turn_id: String },
+    Completed { turn_id: String, final_text: Option<String> },
+    Failed { turn_id: String, error: String },
+    Interrupted { turn_id: String },
+}
+
+/// Whether the agent's reply is really in Gitea (DESIGN §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyCheck {
+    /// Found: bot author + marker + resource.
+    Confirmed { comment_id: Option<i64> },
+    /// Gitea said explicitly that it is not there.
+    Missing,
+    /// The query failed: nothing may be written on this basis.
+    Unknown(String),
+}
+
+/// What the verifier needs to find a reply.
+#[derive(Debug, Clone)]
+pub struct ReplyQuery {
+    pub task_id: String,
+    pub turn_id: String,
+    pub resource_key: String,
+    pub final_text: Option<String>,
+}
+
+/// Checks replies in Gitea (the Gitea client implements it).
+pub trait ReplyVerifier: Send + Sync + 'static {
+    fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck>;
+}
+
+/// Why a runtime call failed, split at the admission boundary.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum RuntimeError {
+    /// Nothing reached the agent: safe to retry.
+    #[error("the agent runtime is unavailable: {0}")]
+    Unavailable(String),
+    /// The request may have been admitted (an error after sending, a closed
+    /// pipe, a deadline): never send it again blindly.
+    #[error("the agent runtime's answer is uncertain: {0}")]
+    Uncertain(String),
+}
+
+/// The agent runtime behind the session actors.
+pub trait AgentRuntime: Send + Sync + 'static {
+    /// A short name for logs and the health view (`codex`, `scripted`).
+    fn name(&self) -> &'static str;
+    /// Starts or resumes the session's thread; returns its id.
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, RuntimeError>>;
+    /// Starts a turn; resolves once the runtime accepted it.
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>>;
+    /// Asks the runtime to stop a turn; `Interrupted` follows on its events.
+    fn interrupt(&self, thread_id: &str, turn_id: &str) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    /// Looks an operation up in the thread's history (reconciliation by history).
+    fn lookup_turn(
+        &self,
+        thread_id: &str,
+        operation_id: &str,
+    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>>;
+}

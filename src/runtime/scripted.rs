@@ -1,0 +1,382 @@
+//! A runtime that plays scripts instead of running a model: for the actor
+//! tests (start, events, complete, fail, hang, and faults in the consumer). A
+//! script is chosen by a word in the instruction text, so a test picks
+//! behaviour from the comment it posts. Like Codex, a turn runs on its own
+//! (here, a tokio task) whether or not its events are consumed, and its
+//! outcome is kept as history for [`AgentRuntime::lookup_turn`].
+
+use super::{AgentRuntime, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// One step of a turn.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Emit a progress event.
+    Progress(&'static str),
+    Sleep(Duration),
+    /// Finish with this final text.
+    Complete(String),
+    Fail(String),
+    /// Never finish (until interrupted).
+    Hang,
+    /// The consumer of the events panics when it reads this point (a fault
+    /// inside the session actor); the turn itself goes on.
+    PanicConsumer,
+    /// The event stream ends here without an end event (an error in the
+    /// actor's connection to the turn); the turn itself goes on.
+    DropStream,
+}
+
+/// How `start_turn` itself answers before any step runs.
+#[derive(Debug, Clone)]
+pub enum StartBehaviour {
+    Accept,
+    Unavailable,
+    Uncertain,
+    /// Take this long to answer.
+    Slow(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct Script {
+    pub start: StartBehaviour,
+    pub steps: Vec<Step>,
+}
+
+impl Script {
+    pub fn complete(text: &str) -> Script {
+        Script {
+            start: StartBehaviour::Accept,
+            steps: vec![Step::Progress("agentMessage"), Step::Complete(text.to_owned())],
+        }
+    }
+
+    pub fn steps(steps: Vec<Step>) -> Script {
+        Script {
+            start: StartBehaviour::Accept,
+            steps,
+        }
+    }
+}
+
+/// A recorded `start_turn` call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub thread_id: String,
+    pub operation_id: String,
+    pub text: String,
+    pub cwd: std::path::PathBuf,
+    pub at: Instant,
+    pub turn_id: String,
+}
+
+/// Messages from the turn task to the consumer stream.
+enum Wire {
+    Event(TurnEvent),
+    Panic,
+    Drop,
+}
+
+#[derive(Default)]
+struct Inner {
+    rules: Vec<(String, Script)>,
+    calls: Vec<Call>,
+    threads_started: usize,
+    interrupts: Vec<String>,
+    ends: Vec<(String, Instant)>,
+    /// operation id → what the "thread history" says.
+    history: HashMap<String, TurnLookup>,
+    /// Turns still running, so `interrupt` can stop them.
+    live: HashMap<String, tokio::sync::oneshot::Sender<()>>,
+}
+
+/// The scripted runtime. Cloning shares the script book and the recordings.
+#[derive(Clone, Default)]
+pub struct ScriptedRuntime {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl ScriptedRuntime {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Turns whose text contains `word` play `script` (first matching rule wins;
+    /// otherwise the turn completes with "done").
+    pub fn on(&self, word: &str, script: Script) -> &Self {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.rules.push((word.to_owned(), script));
+        }
+        self
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.inner.lock().map(|i| i.calls.clone()).unwrap_or_default()
+    }
+
+    /// When each turn finished (completed, failed or interrupted).
+    pub fn ends(&self) -> Vec<(String, Instant)> {
+        self.inner.lock().map(|i| i.ends.clone()).unwrap_or_default()
+    }
+
+    pub fn threads_started(&self) -> usize {
+        self.inner.lock().map(|i| i.threads_started).unwrap_or(0)
+    }
+
+    pub fn interrupts(&self) -> Vec<String> {
+        self.inner.lock().map(|i| i.interrupts.clone()).unwrap_or_default()
+    }
+
+    fn script_for(&self, text: &str) -> Script {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|i| {
+                i.rules
+                    .iter()
+                    .find(|(word, _)| text.contains(word.as_str()))
+                    .map(|(_, s)| s.clone())
+            })
+            .unwrap_or_else(|| Script::complete("done"))
+    }
+}
+
+fn finish(inner: &Arc<Mutex<Inner>>, operation_id: &str, turn_id: &str, outcome: TurnLookup) {
+    if let Ok(mut i) = inner.lock() {
+        i.ends.push((turn_id.to_owned(), Instant::now()));
+        i.history.insert(operation_id.to_owned(), outcome);
+        i.live.remove(turn_id);
+    }
+}
+
+/// Plays the script; runs on its own like a Codex turn.
+async fn play(
+    inner: Arc<Mutex<Inner>>,
+    steps: Vec<Step>,
+    operation_id: String,
+    turn_id: String,
+    tx: mpsc::UnboundedSender<Wire>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    let mut seq = 0;
+    for step in steps {
+        seq += 1;
+        if stop.try_recv().is_ok() {
+            break;
+        }
+        match step {
+            Step::Progress(kind) => {
+                let _ = tx.send(Wire::Event(TurnEvent::Progress { seq, kind: kind.to_owned() }));
+            }
+            Step::Sleep(d) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = &mut stop => break,
+                }
+            }
+            Step::Complete(text) => {
+                finish(
+                    &inner,
+                    &operation_id,
+                    &turn_id,
+                    TurnLookup::Completed { turn_id: turn_id.clone(), final_text: Some(text.clone()) },
+                );
+                let _ = tx.send(Wire::Event(TurnEvent::Completed { seq, final_text: Some(text) }));
+                return;
+            }
+            Step::Fail(error) => {
+                finish(
+                    &inner,
+                    &operation_id,
+                    &turn_id,
+                    TurnLookup::Failed { turn_id: turn_id.clone(), error: error.clone() },
+                );
+                let _ = tx.send(Wire::Event(TurnEvent::Failed { seq, error }));
+                return;
+            }
+            Step::Hang => {
+                let _ = (&mut stop).await;
+                break;
+            }
+            Step::PanicConsumer => {
+                let _ = tx.send(Wire::Panic);
+            }
+            Step::DropStream => {
+                let _ = tx.send(Wire::Drop);
+            }
+        }
+    }
+    // Stopped by `interrupt` (or the script ran out without an end).
+    finish(&inner, &operation_id, &turn_id, TurnLookup::Interrupted { turn_id: turn_id.clone() });
+    let _ = tx.send(Wire::Event(TurnEvent::Interrupted { seq: seq + 1 }));
+}
+
+impl AgentRuntime for ScriptedRuntime {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, RuntimeError>> {
+        let id = match req.thread_id {
+            Some(id) => id,
+            None => {
+                if let Ok(mut inner) = self.inner.lock() {
+                    inner.threads_started += 1;
+                }
+                format!("thread-{}", uuid::Uuid::new_v4().simple())
+            }
+        };
+        async move { Ok(id) }.boxed()
+    }
+
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
+        let script = self.script_for(&req.text);
+        let inner = self.inner.clone();
+        async move {
+            match script.start {
+                StartBehaviour::Accept => {}
+                StartBehaviour::Unavailable => {
+                    return Err(RuntimeError::Unavailable("scripted: refused before sending".into()))
+                }
+                StartBehaviour::Uncertain => {
+                    return Err(RuntimeError::Uncertain("scripted: pipe closed after sending".into()))
+                }
+                StartBehaviour::Slow(d) => tokio::time::sleep(d).await,
+            }
+            let turn_id = format!("turn-{}", uuid::Uuid::new_v4().simple());
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+            if let Ok(mut i) = inner.lock() {
+                i.calls.push(Call {
+                    thread_id: req.thread_id.clone(),
+                    operation_id: req.operation_id.clone(),
+                    text: req.text.clone(),
+                    cwd: req.cwd.clone(),
+                    at: Instant::now(),
+                    turn_id: turn_id.clone(),
+                });
+                i.history
+                    .insert(req.operation_id.clone(), TurnLookup::Running { turn_id: turn_id.clone() });
+                i.live.insert(turn_id.clone(), stop_tx);
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(play(inner, script.steps, req.operation_id, turn_id.clone(), tx, stop_rx));
+            let events = futures_util::stream::unfold(rx, |mut rx| async move {
+                match rx.recv().await {
+                    Some(Wire::Event(e)) => Some((e, rx)),
+                    Some(Wire::Panic) => panic!("scripted runtime: injected fault in the event consumer"),
+                    Some(Wire::Drop) | None => None,
+                }
+            })
+            .boxed();
+            Ok(TurnStarted { turn_id, events })
+        }
+        .boxed()
+    }
+
+    fn interrupt(&self, _thread_id: &str, turn_id: &str) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let live = match self.inner.lock() {
+            Ok(mut i) => {
+                i.interrupts.push(turn_id.to_owned());
+                i.live.remove(turn_id)
+            }
+            Err(_) => None,
+        };
+        if let Some(stop) = live {
+            let _ = stop.send(());
+        }
+        async { Ok(()) }.boxed()
+    }
+
+    fn lookup_turn(
+        &self,
+        _thread_id: &str,
+        operation_id: &str,
+    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>> {
+        let found = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|i| i.history.get(operation_id).cloned())
+            .unwrap_or(TurnLookup::Missing);
+        async move { Ok(found) }.boxed()
+    }
+}
+
+/// A verifier that confirms every reply (for actor tests before the Gitea
+/// verifier exists), or reports what the test sets.
+#[derive(Clone)]
+pub struct ScriptedVerifier {
+    pub answer: Arc<Mutex<super::ReplyCheck>>,
+}
+
+impl Default for ScriptedVerifier {
+    fn default() -> Self {
+        ScriptedVerifier {
+            answer: Arc::new(Mutex::new(super::ReplyCheck::Confirmed { comment_id: None })),
+        }
+    }
+}
+
+impl super::ReplyVerifier for ScriptedVerifier {
+    fn verify(&self, _query: super::ReplyQuery) -> BoxFuture<'static, super::ReplyCheck> {
+        let answer = self
+            .answer
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_else(|_| super::ReplyCheck::Unknown("verifier poisoned".into()));
+        async move { answer }.boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_turn_completes_and_is_found_in_history() {
+        let rt = ScriptedRuntime::new();
+        let started = rt
+            .start_turn(TurnRequest {
+                thread_id: "t".into(),
+                operation_id: "op-1".into(),
+                text: "hello".into(),
+                cwd: ".".into(),
+            })
+            .await
+            .unwrap();
+        let events: Vec<TurnEvent> = started.events.collect().await;
+        assert!(matches!(events.last(), Some(TurnEvent::Completed { .. })));
+        assert!(matches!(rt.lookup_turn("t", "op-1").await, Ok(TurnLookup::Completed { .. })));
+        assert_eq!(rt.lookup_turn("t", "op-2").await, Ok(TurnLookup::Missing));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_leaves_the_turn_running_to_completion() {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "drop",
+            Script::steps(vec![Step::DropStream, Step::Sleep(Duration::from_millis(20)), Step::Complete("late".into())]),
+        );
+        let started = rt
+            .start_turn(TurnRequest {
+                thread_id: "t".into(),
+                operation_id: "op-d".into(),
+                text: "drop it".into(),
+                cwd: ".".into(),
+            })
+            .await
+            .unwrap();
+        let events: Vec<TurnEvent> = started.events.collect().await;
+        assert!(events.is_empty());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert_eq!(
+            rt.lookup_turn("t", "op-d").await.unwrap(),
+            TurnLookup::Completed { turn_id: started.turn_id, final_text: Some("late".into()) }
+        );
+    }
+}

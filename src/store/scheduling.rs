@@ -1,0 +1,401 @@
+//! What the repo and session actors ask of the store: which task may run next
+//! in a repository, claiming it, and recording a turn's start and end. Every
+//! state change still goes through `tasks::transition`.
+
+use super::audit::{self, Audit};
+use super::models::{Attempt, OutboxEntry, Repository, Session, Task};
+use super::schema::{outbox_entries, repositories, sessions, tasks, turns};
+use super::tasks::{self as task_store, TransitionOutcome, TransitionRequest};
+use super::{now, DbConn, StoreError};
+use crate::lifecycle::TaskState;
+use crate::with_conn;
+use diesel::prelude::*;
+
+/// States in which a task holds its repository: while one exists, no other
+/// task of that repository starts (uncertain and blocked ones included: an
+/// operator must decide first).
+pub const HOLDING_STATES: [TaskState; 7] = [
+    TaskState::Leased,
+    TaskState::Running,
+    TaskState::AwaitingApproval,
+    TaskState::VerifyingReply,
+    TaskState::CancelRequested,
+    TaskState::NeedsReconciliation,
+    TaskState::BlockedWorkspace,
+];
+
+fn names(states: &[TaskState]) -> Vec<&'static str> {
+    states.iter().map(|s| s.as_str()).collect()
+}
+
+pub fn repository(conn: &mut DbConn, repo_key: &str) -> Result<Option<Repository>, StoreError> {
+    Ok(with_conn!(conn, |c| repositories::table
+        .find(repo_key)
+        .select(Repository::as_select())
+        .first(c)
+        .optional())?)
+}
+
+pub fn session(conn: &mut DbConn, session_key: &str) -> Result<Option<Session>, StoreError> {
+    Ok(with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(Session::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The task currently holding the repository, if any (oldest first).
+pub fn holding_task(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(tasks::state.eq_any(names(&HOLDING_STATES)))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The repository's next runnable task in FIFO order: `queued`, or
+/// `retry_wait` whose time has come.
+pub fn next_runnable(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
+    let at = now();
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(
+            tasks::state.eq(TaskState::Queued.as_str()).or(tasks::state
+                .eq(TaskState::RetryWait.as_str())
+                .and(tasks::next_retry_at.le(&at).or(tasks::next_retry_at.is_null()))),
+        )
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// How many tasks wait in the repository's queue (for the health view).
+pub fn queue_depth(conn: &mut DbConn, repo_key: &str) -> Result<i64, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(tasks::state.eq_any(["queued", "retry_wait"]))
+        .count()
+        .get_result(c))?)
+}
+
+/// Repositories that have work waiting or holding (start-up and periodic sweeps).
+pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
+    let mut states = names(&HOLDING_STATES);
+    states.extend(["queued", "retry_wait"]);
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::state.eq_any(states))
+        .select(tasks::repo_key)
+        .distinct()
+        .load(c))?)
+}
+
+/// Claims `task` for this lease (`queued`/`retry_wait` → `leased`) and opens a
+/// new attempt. `None` when someone changed the task first.
+pub fn claim(
+    conn: &mut DbConn,
+    task: &Task,
+    lease_id: &str,
+    owner: &str,
+) -> Result<Option<Attempt>, StoreError> {
+    let out = task_store::transition(
+        conn,
+        &TransitionRequest {
+            task_id: &task.task_id,
+            to: TaskState::Leased,
+            expected_version: Some(task.state_version),
+            actor: owner,
+            reason: Some("won the repository lease"),
+            error_code: None,
+        },
+    )?;
+    if !matches!(out, TransitionOutcome::Applied { .. }) {
+        return Ok(None);
+    }
+    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
+        .set(tasks::lease_id.eq(lease_id))
+        .execute(c))?;
+    let attempt = task_store::start_attempt(conn, &task.task_id, Some(lease_id), Some(owner))?;
+    Ok(Some(attempt))
+}
+
+/// Moves a task, setting `next_retry_at` when it goes to `retry_wait`.
+pub fn move_task(
+    conn: &mut DbConn,
+    task_id: &str,
+    to: TaskState,
+    actor: &str,
+    reason: &str,
+    error_code: Option<&str>,
+    next_retry_at: Option<&str>,
+) -> Result<TransitionOutcome, StoreError> {
+    let out = task_store::transition(
+        conn,
+        &TransitionRequest {
+            task_id,
+            to,
+            expected_version: None,
+            actor,
+            reason: Some(reason),
+            error_code,
+        },
+    )?;
+    if matches!(out, TransitionOutcome::Applied { .. }) {
+        if let Some(at) = next_retry_at {
+            with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
+                .set(tasks::next_retry_at.eq(at))
+                .execute(c))?;
+        }
+    }
+    Ok(out)
+}
+
+/// The session's tasks that hold a lease and wait for their turn, oldest first.
+pub fn leased_tasks_of_session(
+    conn: &mut DbConn,
+    session_key: &str,
+) -> Result<Vec<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::session_key.eq(session_key))
+        .filter(tasks::state.eq(TaskState::Leased.as_str()))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?)
+}
+
+pub fn outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<Option<OutboxEntry>, StoreError> {
+    Ok(with_conn!(conn, |c| outbox_entries::table
+        .filter(outbox_entries::task_id.eq(task_id))
+        .select(OutboxEntry::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Queued outbox entries of a session (for the health view).
+pub fn outbox_depth(conn: &mut DbConn, session_key: &str) -> Result<i64, StoreError> {
+    Ok(with_conn!(conn, |c| outbox_entries::table
+        .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
+        .filter(outbox_entries::session_key.eq(session_key))
+        .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
+        .count()
+        .get_result(c))?)
+}
+
+/// Stores the session's thread id once. An ordinary retry never replaces it:
+/// returns the id that is stored afterwards.
+pub fn set_thread_once(
+    conn: &mut DbConn,
+    session_key: &str,
+    thread_id: &str,
+) -> Result<String, StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        sessions::table
+            .filter(sessions::session_key.eq(session_key))
+            .filter(sessions::thread_id.is_null())
+    )
+    .set((sessions::thread_id.eq(thread_id), sessions::updated_at.eq(&at)))
+    .execute(c))?;
+    let stored: Option<String> = with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(sessions::thread_id)
+        .first(c))?;
+    stored.ok_or_else(|| StoreError::Query(format!("session {session_key} has no thread")))
+}
+
+/// The turn/start intent (DESIGN §5): written before the request leaves. After
+/// this, a crash means reconciliation, never replay.
+pub fn record_turn_intent(
+    conn: &mut DbConn,
+    task: &Task,
+    entry: &OutboxEntry,
+    thread_id: &str,
+    attempt_id: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::queue_id.eq(&entry.queue_id))
+            .filter(outbox_entries::version.eq(entry.version))
+    )
+    .set((
+        outbox_entries::status.eq("sending"),
+        outbox_entries::updated_at.eq(&at),
+        outbox_entries::version.eq(entry.version + 1),
+    ))
+    .execute(c))?;
+    if n == 0 {
+        return Err(StoreError::Refused {
+            code: "outbox_changed",
+            message: format!("outbox entry {} changed before sending", entry.queue_id),
+        });
+    }
+    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
+        .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
+        .execute(c))?;
+    audit::record(
+        conn,
+        &Audit::new("turn.start_intent", "system")
+            .task(&task.task_id)
+            .meta(serde_json::json!({
+                "threadId": thread_id,
+                "operationId": entry.operation_id,
+                "queueId": entry.queue_id,
+                "attemptId": attempt_id,
+            })),
+    )?;
+    Ok(())
+}
+
+/// Whether the turn/start intent of `task` was recorded (the admission boundary).
+pub fn intent_recorded(conn: &mut DbConn, task_id: &str) -> Result<bool, StoreError> {
+    let status: Option<String> = with_conn!(conn, |c| outbox_entries::table
+        .filter(outbox_entries::task_id.eq(task_id))
+        .select(outbox_entries::status)
+        .first(c)
+        .optional())?;
+    Ok(status.as_deref() == Some("sending"))
+}
+
+/// Records the accepted turn and moves the task to `running`.
+pub fn record_turn_started(
+    conn: &mut DbConn,
+    task_id: &str,
+    thread_id: &str,
+    turn_id: &str,
+    kind: &str,
+) -> Result<TransitionOutcome, StoreError> {
+    let at = now();
+    with_conn!(conn, |c| {
+        diesel::insert_into(turns::table)
+            .values((
+                turns::turn_id.eq(turn_id),
+                turns::task_id.eq(task_id),
+                turns::thread_id.eq(thread_id),
+                turns::kind.eq(kind),
+                turns::status.eq("started"),
+                turns::event_seq.eq(0_i64),
+                turns::started_at.eq(&at),
+            ))
+            .execute(c)?;
+        diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
+            .set(tasks::turn_id.eq(turn_id))
+            .execute(c)
+    })?;
+    audit::record(
+        conn,
+        &Audit::new("turn.started", "system")
+            .task(task_id)
+            .meta(serde_json::json!({ "threadId": thread_id, "turnId": turn_id })),
+    )?;
+    move_task(conn, task_id, TaskState::Running, "system", "turn accepted", None, None)
+}
+
+/// Stores how a turn ended and its final agent message (kept durably: a reply
+/// can be published from it without running the model again).
+pub fn record_turn_finished(
+    conn: &mut DbConn,
+    turn_id: &str,
+    status: &str,
+    final_text: Option<&str>,
+    event_seq: i64,
+) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(turns::table.find(turn_id))
+        .set((
+            turns::status.eq(status),
+            turns::final_text.eq(final_text),
+            turns::event_seq.eq(event_seq),
+            turns::completed_at.eq(&at),
+        ))
+        .execute(c))?;
+    Ok(())
+}
+
+/// Ends the task's current attempt with an outcome.
+pub fn end_attempt(conn: &mut DbConn, task_id: &str, outcome: &str) -> Result<(), StoreError> {
+    use super::schema::attempts;
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        attempts::table
+            .filter(attempts::task_id.eq(task_id))
+            .filter(attempts::status.eq("active"))
+    )
+    .set((
+        attempts::status.eq("ended"),
+        attempts::outcome.eq(outcome),
+        attempts::ended_at.eq(&at),
+    ))
+    .execute(c))?;
+    Ok(())
+}
+
+/// The task's active attempt.
+pub fn active_attempt(conn: &mut DbConn, task_id: &str) -> Result<Option<Attempt>, StoreError> {
+    use super::schema::attempts;
+    Ok(with_conn!(conn, |c| attempts::table
+        .filter(attempts::task_id.eq(task_id))
+        .filter(attempts::status.eq("active"))
+        .order(attempts::number.desc())
+        .select(Attempt::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Sets a repository's status (`active` or `disabled`) by an operator.
+pub fn set_repository_status(
+    conn: &mut DbConn,
+    repo_key: &str,
+    status: &str,
+) -> Result<Option<String>, StoreError> {
+    let before = repository(conn, repo_key)?;
+    let Some(before) = before else {
+        return Ok(None);
+    };
+    let at = now();
+    with_conn!(conn, |c| diesel::update(repositories::table.find(repo_key))
+        .set((
+            repositories::status.eq(status),
+            repositories::updated_at.eq(&at),
+            repositories::version.eq(before.version + 1),
+        ))
+        .execute(c))?;
+    Ok(Some(before.status))
+}
+
+/// Undoes the turn/start intent when the runtime proved nothing was sent
+/// (pre-admission failure): the entry is queued again, not "sending".
+pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::task_id.eq(task_id))
+            .filter(outbox_entries::status.eq("sending"))
+    )
+    .set((
+        outbox_entries::status.eq("queued"),
+        outbox_entries::updated_at.eq(&at),
+        outbox_entries::version.eq(outbox_entries::version + 1),
+    ))
+    .execute(c))?;
+    Ok(())
+}
+
+/// The session's tasks that a session actor drives (leased or later, not yet
+/// settled), oldest first.
+pub fn driven_tasks_of_session(conn: &mut DbConn, session_key: &str) -> Result<Vec<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::session_key.eq(session_key))
+        .filter(tasks::state.eq_any([
+            "leased",
+            "running",
+            "awaiting_approval",
+            "verifying_reply",
+            "cancel_requested",
+        ]))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?)
+}
