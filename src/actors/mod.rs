@@ -117,10 +117,13 @@ pub struct Deps {
 /// restarted by its supervisor instead of taking the process down.
 pub(crate) async fn catch_panic<T>(fut: impl std::future::Future<Output = T>) -> Result<T, String> {
     use futures_util::FutureExt;
-    std::panic::AssertUnwindSafe(fut).catch_unwind().await.map_err(|p| {
-        p.downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".into())
-    })
+    std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .await
+        .map_err(|p| {
+            p.downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into())
+        })
 }

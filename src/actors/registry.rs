@@ -49,7 +49,11 @@ impl Registry {
             let backlog = Arc::new(AtomicI64::new(0));
             let (h, b, key) = (health.clone(), backlog.clone(), repo_key.to_owned());
             let addr = Supervisor::start(move |_| RepoActor::new(key, deps, me, h, b));
-            Child { addr, health, backlog }
+            Child {
+                addr,
+                health,
+                backlog,
+            }
         })
     }
 
@@ -74,7 +78,14 @@ impl Registry {
                 let (h, b) = (health.clone(), backlog.clone());
                 let (sk, rk) = (session_key.to_owned(), repo_key.to_owned());
                 let addr = Supervisor::start(move |_| SessionActor::new(sk, rk, deps, me, h, b));
-                (repo_key.to_owned(), Child { addr, health, backlog })
+                (
+                    repo_key.to_owned(),
+                    Child {
+                        addr,
+                        health,
+                        backlog,
+                    },
+                )
             })
             .1
     }
@@ -206,7 +217,9 @@ impl Handler<AbortTask> for Registry {
     fn handle(&mut self, msg: AbortTask, ctx: &mut Self::Context) {
         let child = self.session(&msg.session_key, &msg.repo_key, ctx);
         child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(super::session::Abort { task_id: msg.task_id });
+        child.addr.do_send(super::session::Abort {
+            task_id: msg.task_id,
+        });
     }
 }
 

@@ -126,7 +126,9 @@ impl RepoActor {
     }
 
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        let Some(lease) = self.lease.clone() else { return };
+        let Some(lease) = self.lease.clone() else {
+            return;
+        };
         let store = self.deps.store.clone();
         let ttl = self.deps.settings.lease_ttl;
         let fut = async move {
@@ -186,7 +188,11 @@ impl Handler<Wake> for RepoActor {
 }
 
 /// One look at the store: decide, claim, prepare, dispatch.
-async fn schedule_pass(deps: Arc<Deps>, repo_key: String, held: Option<Lease>) -> Result<Pass, StoreError> {
+async fn schedule_pass(
+    deps: Arc<Deps>,
+    repo_key: String,
+    held: Option<Lease>,
+) -> Result<Pass, StoreError> {
     let store = deps.store.clone();
     let owner = deps.settings.owner.clone();
     let ttl = deps.settings.lease_ttl;
@@ -215,11 +221,18 @@ async fn schedule_pass(deps: Arc<Deps>, repo_key: String, held: Option<Lease>) -
     };
 
     if let Some(task) = holding {
-        let state: TaskState = task.state.parse().map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        let state: TaskState = task
+            .state
+            .parse()
+            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
         match state {
             TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
                 // An operator decides; nothing else runs here until then.
-                pass.status = if state == TaskState::BlockedWorkspace { "blocked" } else { "uncertain" };
+                pass.status = if state == TaskState::BlockedWorkspace {
+                    "blocked"
+                } else {
+                    "uncertain"
+                };
                 pass.lease = release(&deps, held).await;
                 return Ok(pass);
             }
@@ -280,7 +293,11 @@ async fn schedule_pass(deps: Arc<Deps>, repo_key: String, held: Option<Lease>) -
     let workspaces = deps.workspaces.clone();
     let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&request))
         .await
-        .unwrap_or_else(|e| Err(PrepareError::Transient(format!("workspace task failed: {e}"))));
+        .unwrap_or_else(|e| {
+            Err(PrepareError::Transient(format!(
+                "workspace task failed: {e}"
+            )))
+        });
     match prepared {
         Ok(path) => {
             tracing::debug!(task.id = %next.task_id, path = %path.display(), "workspace ready");
@@ -309,7 +326,9 @@ async fn acquire(
     ttl: std::time::Duration,
 ) -> Result<Option<Lease>, StoreError> {
     let (key, who) = (repo_key.to_owned(), owner.to_owned());
-    deps.store.write(move |c| leases::acquire(c, &key, &who, ttl)).await
+    deps.store
+        .write(move |c| leases::acquire(c, &key, &who, ttl))
+        .await
 }
 
 /// Gives the lease back if we hold one; what we hold afterwards (normally nothing).
@@ -330,13 +349,24 @@ async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
 }
 
 /// Maps a workspace failure onto the lifecycle (seed §8's failure matrix).
-async fn workspace_failed(deps: &Arc<Deps>, task: &Task, attempt: i64, err: &PrepareError) -> Result<(), StoreError> {
+async fn workspace_failed(
+    deps: &Arc<Deps>,
+    task: &Task,
+    attempt: i64,
+    err: &PrepareError,
+) -> Result<(), StoreError> {
     let (to, retry_at) = match err {
         PrepareError::Dirty(_) => (TaskState::BlockedWorkspace, None),
         PrepareError::InvalidName(_) => (TaskState::Failed, None),
-        PrepareError::Auth(_) | PrepareError::Transient(_) if attempt < deps.settings.max_attempts => {
-            let backoff = chrono::Duration::from_std(deps.settings.retry_backoff).unwrap_or_else(|_| chrono::Duration::seconds(30));
-            (TaskState::RetryWait, Some(format_time(chrono::Utc::now() + backoff)))
+        PrepareError::Auth(_) | PrepareError::Transient(_)
+            if attempt < deps.settings.max_attempts =>
+        {
+            let backoff = chrono::Duration::from_std(deps.settings.retry_backoff)
+                .unwrap_or_else(|_| chrono::Duration::seconds(30));
+            (
+                TaskState::RetryWait,
+                Some(format_time(chrono::Utc::now() + backoff)),
+            )
         }
         PrepareError::Auth(_) | PrepareError::Transient(_) => (TaskState::Failed, None),
     };
@@ -352,7 +382,15 @@ async fn workspace_failed(deps: &Arc<Deps>, task: &Task, attempt: i64, err: &Pre
                     .meta(serde_json::json!({ "detail": detail, "attempt": attempt })),
             )?;
             scheduling::end_attempt(c, &task_id, code)?;
-            scheduling::move_task(c, &task_id, to, "system", "workspace preparation failed", Some(code), retry_at.as_deref())
+            scheduling::move_task(
+                c,
+                &task_id,
+                to,
+                "system",
+                "workspace preparation failed",
+                Some(code),
+                retry_at.as_deref(),
+            )
         })
         .await?;
     Ok(())

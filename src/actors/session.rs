@@ -14,7 +14,9 @@ use super::health::SessionHealth;
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, Deps};
 use crate::lifecycle::TaskState;
-use crate::runtime::{ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
+use crate::runtime::{
+    ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest,
+};
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::tasks::TransitionOutcome;
@@ -313,14 +315,28 @@ async fn move_to(
     reason: &str,
     error_code: Option<&str>,
 ) -> Result<TransitionOutcome, StoreError> {
-    let (id, reason, code) = (task_id.to_owned(), reason.to_owned(), error_code.map(str::to_owned));
+    let (id, reason, code) = (
+        task_id.to_owned(),
+        reason.to_owned(),
+        error_code.map(str::to_owned),
+    );
     deps.store
         .write(move |c| scheduling::move_task(c, &id, to, "system", &reason, code.as_deref(), None))
         .await
 }
 
-async fn settle(deps: &Deps, task_id: &str, to: TaskState, reason: &str, error_code: Option<&str>) -> Result<(), StoreError> {
-    let (id, reason, code) = (task_id.to_owned(), reason.to_owned(), error_code.map(str::to_owned));
+async fn settle(
+    deps: &Deps,
+    task_id: &str,
+    to: TaskState,
+    reason: &str,
+    error_code: Option<&str>,
+) -> Result<(), StoreError> {
+    let (id, reason, code) = (
+        task_id.to_owned(),
+        reason.to_owned(),
+        error_code.map(str::to_owned),
+    );
     deps.store
         .write(move |c| {
             scheduling::end_attempt(c, &id, code.as_deref().unwrap_or(to.as_str()))?;
@@ -343,7 +359,10 @@ async fn normal_pass(
     let found = deps
         .store
         .read(move |c| {
-            let Some(task) = scheduling::driven_tasks_of_session(c, &key)?.into_iter().next() else {
+            let Some(task) = scheduling::driven_tasks_of_session(c, &key)?
+                .into_iter()
+                .next()
+            else {
                 return Ok(None);
             };
             let entry = scheduling::outbox_entry(c, &task.task_id)?;
@@ -357,12 +376,22 @@ async fn normal_pass(
         return Ok(false);
     };
     let Some(entry) = entry else {
-        settle(&deps, &task.task_id, TaskState::Failed, "the task has no outbox entry", Some("outbox_missing")).await?;
+        settle(
+            &deps,
+            &task.task_id,
+            TaskState::Failed,
+            "the task has no outbox entry",
+            Some("outbox_missing"),
+        )
+        .await?;
         return Ok(true);
     };
     if let Ok(mut h) = health.lock() {
         h.active_task = Some(task.task_id.clone());
-        h.thread_id = session.as_ref().and_then(|s| s.thread_id.clone()).or(h.thread_id.take());
+        h.thread_id = session
+            .as_ref()
+            .and_then(|s| s.thread_id.clone())
+            .or(h.thread_id.take());
     }
     if let Ok(mut a) = active.lock() {
         a.task_id = Some(task.task_id.clone());
@@ -370,39 +399,76 @@ async fn normal_pass(
     let state: TaskState = task
         .state
         .parse()
-        .map_err(|e: crate::lifecycle::UnknownState| PassError::Store(StoreError::Query(e.to_string())))?;
-    let ours = attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
+        .map_err(|e: crate::lifecycle::UnknownState| {
+            PassError::Store(StoreError::Query(e.to_string()))
+        })?;
+    let ours =
+        attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
     let intent = entry.status == "sending";
-    let ctx = TurnCtx { deps: deps.clone(), task, entry, health, active, abort };
+    let ctx = TurnCtx {
+        deps: deps.clone(),
+        task,
+        entry,
+        health,
+        active,
+        abort,
+    };
 
     match state {
         TaskState::Leased if !intent && !ours => {
             // A process that died before sending anything had it: safe to run
             // again, once (DESIGN §5, §10).
             let attempts = ctx.task.attempt;
-            let to = if attempts < deps.settings.max_attempts { TaskState::RetryWait } else { TaskState::Failed };
+            let to = if attempts < deps.settings.max_attempts {
+                TaskState::RetryWait
+            } else {
+                TaskState::Failed
+            };
             let retry_at = format_time(chrono::Utc::now());
             let id = ctx.task.task_id.clone();
             deps.store
                 .write(move |c| {
                     scheduling::end_attempt(c, &id, "interrupted_by_restart")?;
-                    scheduling::move_task(c, &id, to, "system", "interrupted by a restart before turn/start", Some("interrupted_by_restart"), Some(&retry_at))
+                    scheduling::move_task(
+                        c,
+                        &id,
+                        to,
+                        "system",
+                        "interrupted by a restart before turn/start",
+                        Some("interrupted_by_restart"),
+                        Some(&retry_at),
+                    )
                 })
                 .await?;
             Ok(true)
         }
         TaskState::Leased if !intent => {
             let (owner, name) = repo.map(|r| (r.owner, r.name)).unwrap_or_default();
-            let cwd = deps.workspaces.path_for(&owner, &name).unwrap_or_else(|_| PathBuf::from("."));
+            let cwd = deps
+                .workspaces
+                .path_for(&owner, &name)
+                .unwrap_or_else(|_| PathBuf::from("."));
             run_turn(&ctx, session.and_then(|s| s.thread_id), cwd).await
         }
         TaskState::CancelRequested if ctx.task.turn_id.is_none() => {
-            settle(&deps, &ctx.task.task_id, TaskState::Cancelled, "cancelled before a turn started", None).await?;
+            settle(
+                &deps,
+                &ctx.task.task_id,
+                TaskState::Cancelled,
+                "cancelled before a turn started",
+                None,
+            )
+            .await?;
             Ok(true)
         }
         TaskState::VerifyingReply => {
             let final_text = None;
-            verify(&ctx, ctx.task.turn_id.clone().unwrap_or_default(), final_text).await
+            verify(
+                &ctx,
+                ctx.task.turn_id.clone().unwrap_or_default(),
+                final_text,
+            )
+            .await
         }
         _ => recover(&ctx).await,
     }
@@ -418,7 +484,11 @@ struct TurnCtx {
 }
 
 /// Before admission: thread, intent, turn/start, then the turn's events.
-async fn run_turn(ctx: &TurnCtx, thread_id: Option<String>, cwd: PathBuf) -> Result<bool, PassError> {
+async fn run_turn(
+    ctx: &TurnCtx,
+    thread_id: Option<String>,
+    cwd: PathBuf,
+) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
     let thread = deps
@@ -435,7 +505,10 @@ async fn run_turn(ctx: &TurnCtx, thread_id: Option<String>, cwd: PathBuf) -> Res
     };
     // Stored once; an ordinary retry never replaces it.
     let (sk, t) = (ctx.task.session_key.clone(), thread.clone());
-    let thread = deps.store.write(move |c| scheduling::set_thread_once(c, &sk, &t)).await?;
+    let thread = deps
+        .store
+        .write(move |c| scheduling::set_thread_once(c, &sk, &t))
+        .await?;
     if let Ok(mut h) = ctx.health.lock() {
         h.thread_id = Some(thread.clone());
     }
@@ -474,7 +547,9 @@ async fn run_turn(ctx: &TurnCtx, thread_id: Option<String>, cwd: PathBuf) -> Res
         }
         Err(RuntimeError::Unavailable(e)) => {
             let id = task_id.clone();
-            deps.store.write(move |c| scheduling::release_intent(c, &id)).await?;
+            deps.store
+                .write(move |c| scheduling::release_intent(c, &id))
+                .await?;
             pre_admission_failure(ctx, &e).await
         }
         Err(RuntimeError::Uncertain(e)) => {
@@ -488,7 +563,8 @@ async fn run_turn(ctx: &TurnCtx, thread_id: Option<String>, cwd: PathBuf) -> Res
 async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let retry = ctx.task.attempt < deps.settings.max_attempts;
-    let backoff = chrono::Duration::from_std(deps.settings.retry_backoff).unwrap_or_else(|_| chrono::Duration::seconds(30));
+    let backoff = chrono::Duration::from_std(deps.settings.retry_backoff)
+        .unwrap_or_else(|_| chrono::Duration::seconds(30));
     let retry_at = format_time(chrono::Utc::now() + backoff);
     let (id, err) = (ctx.task.task_id.clone(), error.to_owned());
     deps.store
@@ -502,9 +578,25 @@ async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassE
             )?;
             scheduling::end_attempt(c, &id, "runtime_unavailable")?;
             if retry {
-                scheduling::move_task(c, &id, TaskState::RetryWait, "system", "agent runtime unavailable before admission", Some("runtime_unavailable"), Some(&retry_at))
+                scheduling::move_task(
+                    c,
+                    &id,
+                    TaskState::RetryWait,
+                    "system",
+                    "agent runtime unavailable before admission",
+                    Some("runtime_unavailable"),
+                    Some(&retry_at),
+                )
             } else {
-                scheduling::move_task(c, &id, TaskState::Failed, "system", "agent runtime unavailable; attempts used up", Some("runtime_unavailable"), None)
+                scheduling::move_task(
+                    c,
+                    &id,
+                    TaskState::Failed,
+                    "system",
+                    "agent runtime unavailable; attempts used up",
+                    Some("runtime_unavailable"),
+                    None,
+                )
             }
         })
         .await?;
@@ -544,7 +636,14 @@ async fn consume(
                 Ok(ev) => ev,
                 Err(_) => {
                     // No confirmation within 15 s: never guess.
-                    settle(deps, &ctx.task.task_id, TaskState::NeedsReconciliation, "interrupt not confirmed within 15 s", Some("interrupt_unconfirmed")).await?;
+                    settle(
+                        deps,
+                        &ctx.task.task_id,
+                        TaskState::NeedsReconciliation,
+                        "interrupt not confirmed within 15 s",
+                        Some("interrupt_unconfirmed"),
+                    )
+                    .await?;
                     return Ok(true);
                 }
             },
@@ -554,9 +653,18 @@ async fn consume(
             Some(TurnEvent::Completed { seq, final_text }) => {
                 let (tu, text) = (turn_id.clone(), final_text.clone());
                 deps.store
-                    .write(move |c| scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), seq))
+                    .write(move |c| {
+                        scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), seq)
+                    })
                     .await?;
-                move_to(deps, &ctx.task.task_id, TaskState::VerifyingReply, "turn completed", None).await?;
+                move_to(
+                    deps,
+                    &ctx.task.task_id,
+                    TaskState::VerifyingReply,
+                    "turn completed",
+                    None,
+                )
+                .await?;
                 return verify(ctx, turn_id, final_text).await;
             }
             Some(TurnEvent::Failed { seq, error }) => {
@@ -565,16 +673,36 @@ async fn consume(
                     .write(move |c| scheduling::record_turn_finished(c, &tu, "failed", None, seq))
                     .await?;
                 tracing::warn!(task.id = %ctx.task.task_id, error = %error, "turn failed");
-                settle(deps, &ctx.task.task_id, TaskState::Failed, "the turn failed", Some("turn_failed")).await?;
+                settle(
+                    deps,
+                    &ctx.task.task_id,
+                    TaskState::Failed,
+                    "the turn failed",
+                    Some("turn_failed"),
+                )
+                .await?;
                 return Ok(true);
             }
             Some(TurnEvent::Interrupted { .. }) => {
                 let tu = turn_id.clone();
                 deps.store
-                    .write(move |c| scheduling::record_turn_finished(c, &tu, "interrupted", None, last_seq))
+                    .write(move |c| {
+                        scheduling::record_turn_finished(c, &tu, "interrupted", None, last_seq)
+                    })
                     .await?;
-                let to = if interrupt_deadline.is_some() { TaskState::Aborted } else { TaskState::Failed };
-                settle(deps, &ctx.task.task_id, to, "the turn was interrupted", Some("turn_interrupted")).await?;
+                let to = if interrupt_deadline.is_some() {
+                    TaskState::Aborted
+                } else {
+                    TaskState::Failed
+                };
+                settle(
+                    deps,
+                    &ctx.task.task_id,
+                    to,
+                    "the turn was interrupted",
+                    Some("turn_interrupted"),
+                )
+                .await?;
                 return Ok(true);
             }
             None => {
@@ -588,7 +716,14 @@ async fn consume(
 
 /// Abort: `cancel_requested`, then `turn/interrupt`.
 async fn request_interrupt(ctx: &TurnCtx, thread: &str, turn: &str) -> Result<(), PassError> {
-    move_to(&ctx.deps, &ctx.task.task_id, TaskState::CancelRequested, "abort requested", None).await?;
+    move_to(
+        &ctx.deps,
+        &ctx.task.task_id,
+        TaskState::CancelRequested,
+        "abort requested",
+        None,
+    )
+    .await?;
     if let Err(e) = ctx.deps.runtime.interrupt(thread, turn).await {
         tracing::warn!(task.id = %ctx.task.task_id, error = %e, "turn/interrupt failed; waiting for the deadline");
     }
@@ -598,7 +733,14 @@ async fn request_interrupt(ctx: &TurnCtx, thread: &str, turn: &str) -> Result<()
 /// After the intent: find the operation in the thread's history. Never replay.
 async fn recover(ctx: &TurnCtx) -> Result<bool, PassError> {
     let Some(thread) = ctx.task.thread_id.clone() else {
-        settle(&ctx.deps, &ctx.task.task_id, TaskState::NeedsReconciliation, "no thread recorded for a started task", Some("history_unreadable")).await?;
+        settle(
+            &ctx.deps,
+            &ctx.task.task_id,
+            TaskState::NeedsReconciliation,
+            "no thread recorded for a started task",
+            Some("history_unreadable"),
+        )
+        .await?;
         return Ok(true);
     };
     recover_with(ctx, thread).await
@@ -609,7 +751,11 @@ async fn recover_with(ctx: &TurnCtx, thread: String) -> Result<bool, PassError> 
     let task_id = ctx.task.task_id.clone();
     let deadline = Instant::now() + deps.settings.history_wait;
     let lookup = loop {
-        match deps.runtime.lookup_turn(&thread, &ctx.entry.operation_id).await {
+        match deps
+            .runtime
+            .lookup_turn(&thread, &ctx.entry.operation_id)
+            .await
+        {
             Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {
                 if let Ok(mut h) = ctx.health.lock() {
                     h.active_turn = Some(turn_id);
@@ -622,43 +768,83 @@ async fn recover_with(ctx: &TurnCtx, thread: String) -> Result<bool, PassError> 
     let _ = audit_recovery(ctx, &lookup).await;
     let state = ctx.task.state.as_str();
     match lookup {
-        Ok(TurnLookup::Completed { turn_id, final_text }) => {
+        Ok(TurnLookup::Completed {
+            turn_id,
+            final_text,
+        }) => {
             ensure_running(ctx, &thread, &turn_id).await?;
             let (tu, text) = (turn_id.clone(), final_text.clone());
             deps.store
-                .write(move |c| scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), 0))
+                .write(move |c| {
+                    scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), 0)
+                })
                 .await?;
             if state != TaskState::VerifyingReply.as_str() {
-                move_to(deps, &task_id, TaskState::VerifyingReply, "turn completed (confirmed from history)", None).await?;
+                move_to(
+                    deps,
+                    &task_id,
+                    TaskState::VerifyingReply,
+                    "turn completed (confirmed from history)",
+                    None,
+                )
+                .await?;
             }
             verify(ctx, turn_id, final_text).await
         }
         Ok(TurnLookup::Failed { turn_id, .. }) => {
             ensure_running(ctx, &thread, &turn_id).await?;
-            settle(deps, &task_id, TaskState::Failed, "the turn failed (confirmed from history)", Some("turn_failed")).await?;
+            settle(
+                deps,
+                &task_id,
+                TaskState::Failed,
+                "the turn failed (confirmed from history)",
+                Some("turn_failed"),
+            )
+            .await?;
             Ok(true)
         }
         Ok(TurnLookup::Interrupted { turn_id }) if state == TaskState::CancelRequested.as_str() => {
             let _ = turn_id;
-            settle(deps, &task_id, TaskState::Aborted, "interrupt confirmed from history", Some("turn_interrupted")).await?;
+            settle(
+                deps,
+                &task_id,
+                TaskState::Aborted,
+                "interrupt confirmed from history",
+                Some("turn_interrupted"),
+            )
+            .await?;
             Ok(true)
         }
         other => {
             let why = match other {
-                Ok(TurnLookup::Missing) => "the operation is not in the thread's history".to_owned(),
+                Ok(TurnLookup::Missing) => {
+                    "the operation is not in the thread's history".to_owned()
+                }
                 Ok(TurnLookup::Running { .. }) => "the turn did not end while we waited".to_owned(),
-                Ok(TurnLookup::Interrupted { .. }) => "the turn was interrupted without a request".to_owned(),
+                Ok(TurnLookup::Interrupted { .. }) => {
+                    "the turn was interrupted without a request".to_owned()
+                }
                 Err(e) => format!("the history could not be read: {e}"),
                 Ok(_) => "unexpected history".to_owned(),
             };
             tracing::warn!(task.id = %task_id, why = %why, "task needs reconciliation");
-            settle(deps, &task_id, TaskState::NeedsReconciliation, &why, Some("uncertain_admission")).await?;
+            settle(
+                deps,
+                &task_id,
+                TaskState::NeedsReconciliation,
+                &why,
+                Some("uncertain_admission"),
+            )
+            .await?;
             Ok(true)
         }
     }
 }
 
-async fn audit_recovery(ctx: &TurnCtx, lookup: &Result<TurnLookup, RuntimeError>) -> Result<(), StoreError> {
+async fn audit_recovery(
+    ctx: &TurnCtx,
+    lookup: &Result<TurnLookup, RuntimeError>,
+) -> Result<(), StoreError> {
     let (id, found) = (ctx.task.task_id.clone(), format!("{lookup:?}"));
     let op = ctx.entry.operation_id.clone();
     ctx.deps
@@ -678,7 +864,11 @@ async fn audit_recovery(ctx: &TurnCtx, lookup: &Result<TurnLookup, RuntimeError>
 /// A task found `leased` with a turn in history goes through `running` first.
 async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<(), StoreError> {
     if ctx.task.state == TaskState::Leased.as_str() {
-        let (id, th, tu) = (ctx.task.task_id.clone(), thread.to_owned(), turn_id.to_owned());
+        let (id, th, tu) = (
+            ctx.task.task_id.clone(),
+            thread.to_owned(),
+            turn_id.to_owned(),
+        );
         ctx.deps
             .store
             .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal"))
@@ -689,7 +879,11 @@ async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<()
 
 /// `verifying_reply` → the verifier's verdict (DESIGN §8; the reply-retry turn
 /// and the REST fallback come with the Gitea client).
-async fn verify(ctx: &TurnCtx, turn_id: String, final_text: Option<String>) -> Result<bool, PassError> {
+async fn verify(
+    ctx: &TurnCtx,
+    turn_id: String,
+    final_text: Option<String>,
+) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let check = deps
         .verifier
@@ -702,14 +896,35 @@ async fn verify(ctx: &TurnCtx, turn_id: String, final_text: Option<String>) -> R
         .await;
     match check {
         ReplyCheck::Confirmed { .. } => {
-            settle(deps, &ctx.task.task_id, TaskState::Succeeded, "reply confirmed", None).await?;
+            settle(
+                deps,
+                &ctx.task.task_id,
+                TaskState::Succeeded,
+                "reply confirmed",
+                None,
+            )
+            .await?;
         }
         ReplyCheck::Missing => {
-            settle(deps, &ctx.task.task_id, TaskState::FailedReply, "reply missing in Gitea", Some("mcp_reply_missing")).await?;
+            settle(
+                deps,
+                &ctx.task.task_id,
+                TaskState::FailedReply,
+                "reply missing in Gitea",
+                Some("mcp_reply_missing"),
+            )
+            .await?;
         }
         ReplyCheck::Unknown(e) => {
             tracing::warn!(task.id = %ctx.task.task_id, error = %e, "reply could not be verified");
-            settle(deps, &ctx.task.task_id, TaskState::FailedReply, "reply could not be verified", Some("reply_unverifiable")).await?;
+            settle(
+                deps,
+                &ctx.task.task_id,
+                TaskState::FailedReply,
+                "reply could not be verified",
+                Some("reply_unverifiable"),
+            )
+            .await?;
         }
     }
     Ok(true)

@@ -34,7 +34,10 @@ pub enum TurnEvent {
     /// Progress (an item started or completed); `seq` orders events.
     Progress { seq: i64, kind: String },
     /// The turn finished; `final_text` is the agent's last message.
-    Completed { seq: i64, final_text: Option<String> },
+    Completed {
+        seq: i64,
+        final_text: Option<String>,
+    },
     /// The turn ended in failure.
     Failed { seq: i64, error: String },
     /// The turn was interrupted (abort or deadline).
@@ -54,10 +57,20 @@ pub struct TurnStarted {
 pub enum TurnLookup {
     /// No turn carries this operation: it was never admitted.
     Missing,
-    Running { turn_id: String },
-    Completed { turn_id: String, final_text: Option<String> },
-    Failed { turn_id: String, error: String },
-    Interrupted { turn_id: String },
+    Running {
+        turn_id: String,
+    },
+    Completed {
+        turn_id: String,
+        final_text: Option<String>,
+    },
+    Failed {
+        turn_id: String,
+        error: String,
+    },
+    Interrupted {
+        turn_id: String,
+    },
 }
 
 /// Whether the agent's reply is really in Gitea (DESIGN §8).
@@ -102,11 +115,17 @@ pub trait AgentRuntime: Send + Sync + 'static {
     /// A short name for logs and the health view (`codex`, `scripted`).
     fn name(&self) -> &'static str;
     /// Starts or resumes the session's thread; returns its id.
-    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, RuntimeError>>;
+    fn ensure_thread(&self, req: ThreadRequest)
+        -> BoxFuture<'static, Result<String, RuntimeError>>;
     /// Starts a turn; resolves once the runtime accepted it.
-    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>>;
+    fn start_turn(&self, req: TurnRequest)
+        -> BoxFuture<'static, Result<TurnStarted, RuntimeError>>;
     /// Asks the runtime to stop a turn; `Interrupted` follows on its events.
-    fn interrupt(&self, thread_id: &str, turn_id: &str) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    fn interrupt(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>>;
     /// Looks an operation up in the thread's history (reconciliation by history).
     fn lookup_turn(
         &self,

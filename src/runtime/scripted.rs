@@ -5,7 +5,9 @@
 //! (here, a tokio task) whether or not its events are consumed, and its
 //! outcome is kept as history for [`AgentRuntime::lookup_turn`].
 
-use super::{AgentRuntime, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted};
+use super::{
+    AgentRuntime, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted,
+};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
@@ -52,7 +54,10 @@ impl Script {
     pub fn complete(text: &str) -> Script {
         Script {
             start: StartBehaviour::Accept,
-            steps: vec![Step::Progress("agentMessage"), Step::Complete(text.to_owned())],
+            steps: vec![
+                Step::Progress("agentMessage"),
+                Step::Complete(text.to_owned()),
+            ],
         }
     }
 
@@ -116,12 +121,18 @@ impl ScriptedRuntime {
     }
 
     pub fn calls(&self) -> Vec<Call> {
-        self.inner.lock().map(|i| i.calls.clone()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|i| i.calls.clone())
+            .unwrap_or_default()
     }
 
     /// When each turn finished (completed, failed or interrupted).
     pub fn ends(&self) -> Vec<(String, Instant)> {
-        self.inner.lock().map(|i| i.ends.clone()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|i| i.ends.clone())
+            .unwrap_or_default()
     }
 
     pub fn threads_started(&self) -> usize {
@@ -129,7 +140,10 @@ impl ScriptedRuntime {
     }
 
     pub fn interrupts(&self) -> Vec<String> {
-        self.inner.lock().map(|i| i.interrupts.clone()).unwrap_or_default()
+        self.inner
+            .lock()
+            .map(|i| i.interrupts.clone())
+            .unwrap_or_default()
     }
 
     fn script_for(&self, text: &str) -> Script {
@@ -171,7 +185,10 @@ async fn play(
         }
         match step {
             Step::Progress(kind) => {
-                let _ = tx.send(Wire::Event(TurnEvent::Progress { seq, kind: kind.to_owned() }));
+                let _ = tx.send(Wire::Event(TurnEvent::Progress {
+                    seq,
+                    kind: kind.to_owned(),
+                }));
             }
             Step::Sleep(d) => {
                 tokio::select! {
@@ -184,9 +201,15 @@ async fn play(
                     &inner,
                     &operation_id,
                     &turn_id,
-                    TurnLookup::Completed { turn_id: turn_id.clone(), final_text: Some(text.clone()) },
+                    TurnLookup::Completed {
+                        turn_id: turn_id.clone(),
+                        final_text: Some(text.clone()),
+                    },
                 );
-                let _ = tx.send(Wire::Event(TurnEvent::Completed { seq, final_text: Some(text) }));
+                let _ = tx.send(Wire::Event(TurnEvent::Completed {
+                    seq,
+                    final_text: Some(text),
+                }));
                 return;
             }
             Step::Fail(error) => {
@@ -194,7 +217,10 @@ async fn play(
                     &inner,
                     &operation_id,
                     &turn_id,
-                    TurnLookup::Failed { turn_id: turn_id.clone(), error: error.clone() },
+                    TurnLookup::Failed {
+                        turn_id: turn_id.clone(),
+                        error: error.clone(),
+                    },
                 );
                 let _ = tx.send(Wire::Event(TurnEvent::Failed { seq, error }));
                 return;
@@ -212,7 +238,14 @@ async fn play(
         }
     }
     // Stopped by `interrupt` (or the script ran out without an end).
-    finish(&inner, &operation_id, &turn_id, TurnLookup::Interrupted { turn_id: turn_id.clone() });
+    finish(
+        &inner,
+        &operation_id,
+        &turn_id,
+        TurnLookup::Interrupted {
+            turn_id: turn_id.clone(),
+        },
+    );
     let _ = tx.send(Wire::Event(TurnEvent::Interrupted { seq: seq + 1 }));
 }
 
@@ -221,7 +254,10 @@ impl AgentRuntime for ScriptedRuntime {
         "scripted"
     }
 
-    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, RuntimeError>> {
+    fn ensure_thread(
+        &self,
+        req: ThreadRequest,
+    ) -> BoxFuture<'static, Result<String, RuntimeError>> {
         let id = match req.thread_id {
             Some(id) => id,
             None => {
@@ -234,17 +270,24 @@ impl AgentRuntime for ScriptedRuntime {
         async move { Ok(id) }.boxed()
     }
 
-    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
+    fn start_turn(
+        &self,
+        req: TurnRequest,
+    ) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
         let script = self.script_for(&req.text);
         let inner = self.inner.clone();
         async move {
             match script.start {
                 StartBehaviour::Accept => {}
                 StartBehaviour::Unavailable => {
-                    return Err(RuntimeError::Unavailable("scripted: refused before sending".into()))
+                    return Err(RuntimeError::Unavailable(
+                        "scripted: refused before sending".into(),
+                    ))
                 }
                 StartBehaviour::Uncertain => {
-                    return Err(RuntimeError::Uncertain("scripted: pipe closed after sending".into()))
+                    return Err(RuntimeError::Uncertain(
+                        "scripted: pipe closed after sending".into(),
+                    ))
                 }
                 StartBehaviour::Slow(d) => tokio::time::sleep(d).await,
             }
@@ -259,16 +302,29 @@ impl AgentRuntime for ScriptedRuntime {
                     at: Instant::now(),
                     turn_id: turn_id.clone(),
                 });
-                i.history
-                    .insert(req.operation_id.clone(), TurnLookup::Running { turn_id: turn_id.clone() });
+                i.history.insert(
+                    req.operation_id.clone(),
+                    TurnLookup::Running {
+                        turn_id: turn_id.clone(),
+                    },
+                );
                 i.live.insert(turn_id.clone(), stop_tx);
             }
             let (tx, rx) = mpsc::unbounded_channel();
-            tokio::spawn(play(inner, script.steps, req.operation_id, turn_id.clone(), tx, stop_rx));
+            tokio::spawn(play(
+                inner,
+                script.steps,
+                req.operation_id,
+                turn_id.clone(),
+                tx,
+                stop_rx,
+            ));
             let events = futures_util::stream::unfold(rx, |mut rx| async move {
                 match rx.recv().await {
                     Some(Wire::Event(e)) => Some((e, rx)),
-                    Some(Wire::Panic) => panic!("scripted runtime: injected fault in the event consumer"),
+                    Some(Wire::Panic) => {
+                        panic!("scripted runtime: injected fault in the event consumer")
+                    }
                     Some(Wire::Drop) | None => None,
                 }
             })
@@ -278,7 +334,11 @@ impl AgentRuntime for ScriptedRuntime {
         .boxed()
     }
 
-    fn interrupt(&self, _thread_id: &str, turn_id: &str) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    fn interrupt(
+        &self,
+        _thread_id: &str,
+        turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
         let live = match self.inner.lock() {
             Ok(mut i) => {
                 i.interrupts.push(turn_id.to_owned());
@@ -317,7 +377,9 @@ pub struct ScriptedVerifier {
 impl Default for ScriptedVerifier {
     fn default() -> Self {
         ScriptedVerifier {
-            answer: Arc::new(Mutex::new(super::ReplyCheck::Confirmed { comment_id: None })),
+            answer: Arc::new(Mutex::new(super::ReplyCheck::Confirmed {
+                comment_id: None,
+            })),
         }
     }
 }
@@ -351,7 +413,10 @@ mod tests {
             .unwrap();
         let events: Vec<TurnEvent> = started.events.collect().await;
         assert!(matches!(events.last(), Some(TurnEvent::Completed { .. })));
-        assert!(matches!(rt.lookup_turn("t", "op-1").await, Ok(TurnLookup::Completed { .. })));
+        assert!(matches!(
+            rt.lookup_turn("t", "op-1").await,
+            Ok(TurnLookup::Completed { .. })
+        ));
         assert_eq!(rt.lookup_turn("t", "op-2").await, Ok(TurnLookup::Missing));
     }
 
@@ -360,7 +425,11 @@ mod tests {
         let rt = ScriptedRuntime::new();
         rt.on(
             "drop",
-            Script::steps(vec![Step::DropStream, Step::Sleep(Duration::from_millis(20)), Step::Complete("late".into())]),
+            Script::steps(vec![
+                Step::DropStream,
+                Step::Sleep(Duration::from_millis(20)),
+                Step::Complete("late".into()),
+            ]),
         );
         let started = rt
             .start_turn(TurnRequest {
@@ -376,7 +445,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(
             rt.lookup_turn("t", "op-d").await.unwrap(),
-            TurnLookup::Completed { turn_id: started.turn_id, final_text: Some("late".into()) }
+            TurnLookup::Completed {
+                turn_id: started.turn_id,
+                final_text: Some("late".into())
+            }
         );
     }
 }

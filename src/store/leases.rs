@@ -115,7 +115,10 @@ pub fn renew(
             .filter(leases::repo_key.eq(repo_key))
             .filter(leases::lease_id.eq(lease_id))
     )
-    .set((leases::renewed_at.eq(&at), leases::expires_at.eq(expiry(ttl))))
+    .set((
+        leases::renewed_at.eq(&at),
+        leases::expires_at.eq(expiry(ttl))
+    ))
     .execute(c))?;
     if n == 0 {
         return Ok(None);

@@ -64,7 +64,11 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, 
         .filter(
             tasks::state.eq(TaskState::Queued.as_str()).or(tasks::state
                 .eq(TaskState::RetryWait.as_str())
-                .and(tasks::next_retry_at.le(&at).or(tasks::next_retry_at.is_null()))),
+                .and(
+                    tasks::next_retry_at
+                        .le(&at)
+                        .or(tasks::next_retry_at.is_null())
+                )),
         )
         .order(tasks::id.asc())
         .select(Task::as_select())
@@ -114,9 +118,11 @@ pub fn claim(
     if !matches!(out, TransitionOutcome::Applied { .. }) {
         return Ok(None);
     }
-    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
-        .set(tasks::lease_id.eq(lease_id))
-        .execute(c))?;
+    with_conn!(conn, |c| diesel::update(
+        tasks::table.filter(tasks::task_id.eq(&task.task_id))
+    )
+    .set(tasks::lease_id.eq(lease_id))
+    .execute(c))?;
     let attempt = task_store::start_attempt(conn, &task.task_id, Some(lease_id), Some(owner))?;
     Ok(Some(attempt))
 }
@@ -144,9 +150,11 @@ pub fn move_task(
     )?;
     if matches!(out, TransitionOutcome::Applied { .. }) {
         if let Some(at) = next_retry_at {
-            with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
-                .set(tasks::next_retry_at.eq(at))
-                .execute(c))?;
+            with_conn!(conn, |c| diesel::update(
+                tasks::table.filter(tasks::task_id.eq(task_id))
+            )
+            .set(tasks::next_retry_at.eq(at))
+            .execute(c))?;
         }
     }
     Ok(out)
@@ -196,7 +204,10 @@ pub fn set_thread_once(
             .filter(sessions::session_key.eq(session_key))
             .filter(sessions::thread_id.is_null())
     )
-    .set((sessions::thread_id.eq(thread_id), sessions::updated_at.eq(&at)))
+    .set((
+        sessions::thread_id.eq(thread_id),
+        sessions::updated_at.eq(&at)
+    ))
     .execute(c))?;
     let stored: Option<String> = with_conn!(conn, |c| sessions::table
         .find(session_key)
@@ -232,9 +243,11 @@ pub fn record_turn_intent(
             message: format!("outbox entry {} changed before sending", entry.queue_id),
         });
     }
-    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
-        .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
-        .execute(c))?;
+    with_conn!(conn, |c| diesel::update(
+        tasks::table.filter(tasks::task_id.eq(&task.task_id))
+    )
+    .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
+    .execute(c))?;
     audit::record(
         conn,
         &Audit::new("turn.start_intent", "system")
@@ -290,7 +303,15 @@ pub fn record_turn_started(
             .task(task_id)
             .meta(serde_json::json!({ "threadId": thread_id, "turnId": turn_id })),
     )?;
-    move_task(conn, task_id, TaskState::Running, "system", "turn accepted", None, None)
+    move_task(
+        conn,
+        task_id,
+        TaskState::Running,
+        "system",
+        "turn accepted",
+        None,
+        None,
+    )
 }
 
 /// Stores how a turn ended and its final agent message (kept durably: a reply
@@ -385,7 +406,10 @@ pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError
 
 /// The session's tasks that a session actor drives (leased or later, not yet
 /// settled), oldest first.
-pub fn driven_tasks_of_session(conn: &mut DbConn, session_key: &str) -> Result<Vec<Task>, StoreError> {
+pub fn driven_tasks_of_session(
+    conn: &mut DbConn,
+    session_key: &str,
+) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
         .filter(tasks::state.eq_any([

@@ -2,6 +2,7 @@
 //! PostgreSQL tests need `TEST_DATABASE_URL`, which `scripts/test` provides.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod actors;
 mod admin;
 mod cli;
 mod lifecycle;

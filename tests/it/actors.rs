@@ -1,0 +1,638 @@
+//! The actor tree in process, on a real SQLite store, with the scripted
+//! runtime: scheduling, FIFO and mutual exclusion per repository, faults and
+//! supervision, uncertain admission, workspaces, abort, idle sessions, health.
+
+use actix::prelude::*;
+use codex_bridge::actors::health::RegistryHealth;
+use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
+use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::lifecycle::TaskState;
+use codex_bridge::runtime::scripted::{
+    Script, ScriptedRuntime, ScriptedVerifier, StartBehaviour, Step,
+};
+use codex_bridge::store::ingest::{
+    self, IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
+};
+use codex_bridge::store::tasks::{self, Verdict};
+use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Workspaces under a temp root; a test can make a repository fail.
+#[derive(Clone, Default)]
+pub struct TestWorkspaces {
+    root: PathBuf,
+    failures: Arc<Mutex<HashMap<String, PrepareError>>>,
+    pub prepared: Arc<Mutex<Vec<String>>>,
+}
+
+impl Workspaces for TestWorkspaces {
+    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError> {
+        if let Some(err) = self.failures.lock().unwrap().get(&req.name) {
+            return Err(err.clone());
+        }
+        self.prepared.lock().unwrap().push(req.name.clone());
+        let path = self.path_for(&req.owner, &req.name)?;
+        std::fs::create_dir_all(&path).map_err(|e| PrepareError::Transient(e.to_string()))?;
+        Ok(path)
+    }
+
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError> {
+        Ok(self.root.join("default").join(owner).join(name))
+    }
+}
+
+pub struct Harness {
+    pub store: Store,
+    pub runtime: ScriptedRuntime,
+    pub verifier: ScriptedVerifier,
+    pub workspaces: TestWorkspaces,
+    pub registry: Addr<Registry>,
+    _dir: tempfile::TempDir,
+}
+
+pub fn settings() -> ActorSettings {
+    let mut s = ActorSettings::new("default");
+    s.lease_ttl = Duration::from_secs(3);
+    s.heartbeat = Duration::from_millis(300);
+    s.sweep = Duration::from_millis(200);
+    s.session_idle = Duration::from_secs(600);
+    s.retry_backoff = Duration::from_millis(100);
+    s.history_wait = Duration::from_secs(3);
+    s
+}
+
+impl Harness {
+    /// Must be called inside an actix System.
+    pub fn start(runtime: ScriptedRuntime, settings: ActorSettings) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&StoreSettings {
+            url: DbUrl::Sqlite(dir.path().join("actors.db")),
+            read_pool_size: 4,
+            sqlite_busy_timeout: Duration::from_secs(5),
+            writer: WriterSettings {
+                batch_max: 64,
+                threads: 1,
+                queue_capacity: 4096,
+            },
+        })
+        .unwrap();
+        let workspaces = TestWorkspaces {
+            root: dir.path().join("ws"),
+            ..Default::default()
+        };
+        let verifier = ScriptedVerifier::default();
+        let deps = Arc::new(Deps {
+            store: store.clone(),
+            runtime: Arc::new(runtime.clone()),
+            verifier: Arc::new(verifier.clone()),
+            workspaces: Arc::new(workspaces.clone()),
+            settings,
+        });
+        let registry = Registry::new(deps).start();
+        Harness {
+            store,
+            runtime,
+            verifier,
+            workspaces,
+            registry,
+            _dir: dir,
+        }
+    }
+
+    /// Commits a comment as the webhook would, then notifies the registry.
+    pub async fn comment(&self, repo: &str, number: i64, comment_id: i64, text: &str) -> String {
+        let req = request(repo, number, comment_id, text);
+        let out = self
+            .store
+            .write(move |c| ingest::ingest(c, &req))
+            .await
+            .unwrap();
+        let IngestOutcome::Accepted { task_id, .. } = out else {
+            panic!("not accepted: {out:?}")
+        };
+        self.registry.do_send(Notify {
+            repo_key: format!("default:acme/{repo}"),
+        });
+        task_id
+    }
+
+    pub async fn state(&self, task_id: &str) -> TaskState {
+        let id = task_id.to_owned();
+        let t = self
+            .store
+            .read(move |c| tasks::find(c, &id))
+            .await
+            .unwrap()
+            .unwrap();
+        t.state.parse().unwrap()
+    }
+
+    pub async fn wait_state(&self, task_id: &str, want: TaskState) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let now = self.state(task_id).await;
+            if now == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "task {task_id} is {now}, expected {want}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn wait_all(&self, ids: &[String], want: TaskState) {
+        for id in ids {
+            self.wait_state(id, want).await;
+        }
+    }
+
+    pub async fn health(&self) -> RegistryHealth {
+        self.registry.send(Snapshot).await.unwrap()
+    }
+}
+
+pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRequest {
+    IngestRequest {
+        delivery_key: format!("default:d-{repo}-{comment_id}"),
+        delivery_id: format!("d-{repo}-{comment_id}"),
+        event_type: "issue_comment".into(),
+        action: Some("created".into()),
+        payload_hash: "sha256:00".into(),
+        content_key: Some(format!("default:comment:{comment_id}:created:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: repo.into(),
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number,
+            comment_id: Some(comment_id),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent: Intent::Trigger {
+            trigger_key: format!("default:comment:{comment_id}"),
+            text: text.into(),
+            written_at: "2026-01-01T00:00:00Z".into(),
+        },
+    }
+}
+
+fn run<F: std::future::Future<Output = ()>>(f: F) {
+    actix::System::new().block_on(f);
+}
+
+#[test]
+fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let mut ids = Vec::new();
+        for (i, (repo, number)) in [
+            ("widgets", 1),
+            ("widgets", 1),
+            ("widgets", 2),
+            ("gadgets", 5),
+        ]
+        .iter()
+        .enumerate()
+        {
+            ids.push(
+                h.comment(repo, *number, 100 + i as i64, &format!("@ccbot task {i}"))
+                    .await,
+            );
+        }
+        h.wait_all(&ids, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert_eq!(calls.len(), 4, "each task ran exactly once");
+        // One thread per Issue/PR: issue 1's two tasks share one.
+        assert_eq!(h.runtime.threads_started(), 3);
+        let widgets: Vec<&str> = calls
+            .iter()
+            .filter(|c| c.cwd.ends_with("acme/widgets"))
+            .map(|c| c.text.as_str())
+            .collect();
+        assert_eq!(
+            widgets,
+            vec!["@ccbot task 0", "@ccbot task 1", "@ccbot task 2"],
+            "FIFO per repository"
+        );
+        let first = calls.iter().find(|c| c.text == "@ccbot task 0").unwrap();
+        let second = calls.iter().find(|c| c.text == "@ccbot task 1").unwrap();
+        assert_eq!(first.thread_id, second.thread_id);
+        // The turn carried the outbox entry's operation id, and the task its history.
+        let id = ids[0].clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(detail.outbox.unwrap().operation_id, first.operation_id);
+        let path: Vec<String> = detail
+            .transitions
+            .iter()
+            .map(|t| t.to_state.clone())
+            .collect();
+        assert_eq!(
+            path,
+            [
+                "received",
+                "queued",
+                "leased",
+                "running",
+                "verifying_reply",
+                "succeeded"
+            ]
+        );
+        assert_eq!(detail.turns.len(), 1);
+        assert_eq!(detail.turns[0].final_text.as_deref(), Some("done"));
+        assert_eq!(detail.attempts.len(), 1);
+
+        let health = h.health().await;
+        assert_eq!(health.repo_actors, 2);
+        assert!(health.repositories.iter().all(|r| r.restarts == 0));
+        let widgets = health
+            .repositories
+            .iter()
+            .find(|r| r.repo_key == "default:acme/widgets")
+            .unwrap();
+        assert_eq!(widgets.sessions.len(), 2);
+        assert!(widgets.sessions.iter().all(|s| s.thread_id.is_some()));
+        System::current().stop();
+    });
+}
+
+#[test]
+fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_history() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "panic",
+            Script::steps(vec![
+                Step::Progress("x"),
+                Step::PanicConsumer,
+                Step::Sleep(Duration::from_millis(100)),
+                Step::Complete("after panic".into()),
+            ]),
+        );
+        rt.on(
+            "drop",
+            Script::steps(vec![
+                Step::DropStream,
+                Step::Sleep(Duration::from_millis(100)),
+                Step::Complete("after drop".into()),
+            ]),
+        );
+        let h = Harness::start(rt, settings());
+        let panicking = h.comment("widgets", 1, 1, "@ccbot panic please").await;
+        let dropping = h.comment("gadgets", 2, 2, "@ccbot drop please").await;
+        let bystander = h.comment("tools", 3, 3, "@ccbot ordinary").await;
+        h.wait_all(
+            &[panicking.clone(), dropping.clone(), bystander.clone()],
+            TaskState::Succeeded,
+        )
+        .await;
+        // Not replayed: one turn each.
+        assert_eq!(h.runtime.calls().len(), 3);
+        let health = h.health().await;
+        let restarts = |repo: &str| -> u64 {
+            health
+                .repositories
+                .iter()
+                .find(|r| r.repo_key == format!("default:acme/{repo}"))
+                .unwrap()
+                .sessions[0]
+                .restarts
+        };
+        assert_eq!(
+            restarts("widgets"),
+            1,
+            "the panic restarted the session actor"
+        );
+        assert_eq!(
+            restarts("gadgets"),
+            1,
+            "the error restarted the session actor"
+        );
+        assert_eq!(
+            restarts("tools"),
+            0,
+            "other repositories were not disturbed"
+        );
+        let id = panicking.clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(detail.turns[0].final_text.as_deref(), Some("after panic"));
+        assert!(detail
+            .audit
+            .iter()
+            .any(|e| e.action == "turn.history_checked"));
+        System::current().stop();
+    });
+}
+
+#[test]
+fn uncertain_admission_blocks_the_repository_until_reconciled() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "uncertain",
+            Script {
+                start: StartBehaviour::Uncertain,
+                steps: vec![],
+            },
+        );
+        let h = Harness::start(rt, settings());
+        let uncertain = h.comment("widgets", 1, 1, "@ccbot uncertain").await;
+        h.wait_state(&uncertain, TaskState::NeedsReconciliation)
+            .await;
+        let behind = h.comment("widgets", 2, 2, "@ccbot after it").await;
+        let elsewhere = h.comment("gadgets", 1, 3, "@ccbot elsewhere").await;
+        h.wait_state(&elsewhere, TaskState::Succeeded).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(
+            h.state(&behind).await,
+            TaskState::Queued,
+            "an uncertain task blocks its repository"
+        );
+        assert_eq!(
+            h.runtime
+                .calls()
+                .iter()
+                .filter(|c| c.text.contains("uncertain"))
+                .count(),
+            0
+        );
+
+        let id = uncertain.clone();
+        h.store
+            .write(move |c| {
+                let attempt = codex_bridge::store::scheduling::active_attempt(c, &id)?;
+                let attempt = match attempt {
+                    Some(a) => a.attempt_id,
+                    None => tasks::detail(c, &id)?
+                        .unwrap()
+                        .attempts
+                        .last()
+                        .unwrap()
+                        .attempt_id
+                        .clone(),
+                };
+                tasks::reconcile(c, &id, &attempt, Verdict::Failed, "admin:test", "checked")
+            })
+            .await
+            .unwrap();
+        h.registry.do_send(Notify {
+            repo_key: "default:acme/widgets".into(),
+        });
+        h.wait_state(&behind, TaskState::Succeeded).await;
+        System::current().stop();
+    });
+}
+
+#[test]
+fn runtime_unavailable_retries_once_then_fails() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "down",
+            Script {
+                start: StartBehaviour::Unavailable,
+                steps: vec![],
+            },
+        );
+        let h = Harness::start(rt, settings());
+        let id = h.comment("widgets", 1, 1, "@ccbot down").await;
+        h.wait_state(&id, TaskState::Failed).await;
+        let i = id.clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        let path: Vec<&str> = detail
+            .transitions
+            .iter()
+            .map(|t| t.to_state.as_str())
+            .collect();
+        assert_eq!(
+            path,
+            [
+                "received",
+                "queued",
+                "leased",
+                "retry_wait",
+                "leased",
+                "failed"
+            ]
+        );
+        assert_eq!(detail.attempts.len(), 2);
+        assert_eq!(detail.outbox.unwrap().status, "queued", "nothing was sent");
+        System::current().stop();
+    });
+}
+
+#[test]
+fn workspace_failures_map_to_blocked_retry_and_failed() {
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        h.workspaces.failures.lock().unwrap().insert(
+            "dirty".into(),
+            PrepareError::Dirty("src/lib.rs modified".into()),
+        );
+        h.workspaces
+            .failures
+            .lock()
+            .unwrap()
+            .insert("locked".into(), PrepareError::Auth("HTTP 401".into()));
+        let dirty = h.comment("dirty", 1, 1, "@ccbot x").await;
+        let dirty_next = h.comment("dirty", 2, 2, "@ccbot y").await;
+        let locked = h.comment("locked", 1, 3, "@ccbot z").await;
+        h.wait_state(&dirty, TaskState::BlockedWorkspace).await;
+        h.wait_state(&locked, TaskState::Failed).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            h.state(&dirty_next).await,
+            TaskState::Queued,
+            "a blocked workspace holds its repository"
+        );
+        let i = locked.clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        let path: Vec<&str> = detail
+            .transitions
+            .iter()
+            .map(|t| t.to_state.as_str())
+            .collect();
+        assert_eq!(
+            path,
+            [
+                "received",
+                "queued",
+                "leased",
+                "retry_wait",
+                "leased",
+                "failed"
+            ]
+        );
+        assert_eq!(detail.task.error_code.as_deref(), Some("git_auth_failed"));
+        assert!(h.runtime.calls().is_empty());
+        System::current().stop();
+    });
+}
+
+#[test]
+fn abort_interrupts_a_hanging_turn() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on("hang", Script::steps(vec![Step::Progress("x"), Step::Hang]));
+        let h = Harness::start(rt, settings());
+        let id = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&id, TaskState::Running).await;
+        h.registry.do_send(AbortTask {
+            session_key: "default:acme/widgets:issue:1".into(),
+            repo_key: "default:acme/widgets".into(),
+            task_id: id.clone(),
+        });
+        h.wait_state(&id, TaskState::Aborted).await;
+        assert_eq!(h.runtime.interrupts().len(), 1);
+        let next = h.comment("widgets", 1, 2, "@ccbot next").await;
+        h.wait_state(&next, TaskState::Succeeded).await;
+        System::current().stop();
+    });
+}
+
+#[test]
+fn idle_sessions_stop_and_revive() {
+    run(async {
+        let mut s = settings();
+        s.session_idle = Duration::from_millis(300);
+        let h = Harness::start(ScriptedRuntime::new(), s);
+        let first = h.comment("widgets", 1, 1, "@ccbot one").await;
+        h.wait_state(&first, TaskState::Succeeded).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while h.health().await.session_actors > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the idle session actor was not stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let second = h.comment("widgets", 1, 2, "@ccbot two").await;
+        h.wait_state(&second, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert_eq!(
+            calls[0].thread_id, calls[1].thread_id,
+            "the revived session resumes its thread"
+        );
+        assert_eq!(h.runtime.threads_started(), 1);
+        System::current().stop();
+    });
+}
+
+#[test]
+fn stress_no_repository_runs_two_tasks_at_once_repositories_run_in_parallel_fifo_holds() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        for ms in [5u64, 20, 40, 80] {
+            rt.on(
+                &format!("sleep{ms}"),
+                Script::steps(vec![
+                    Step::Sleep(Duration::from_millis(ms)),
+                    Step::Complete("ok".into()),
+                ]),
+            );
+        }
+        let h = Harness::start(rt, settings());
+        let mut ids = Vec::new();
+        let mut n = 0;
+        for round in 0..6 {
+            for repo in 0..8 {
+                n += 1;
+                let ms = [5u64, 20, 40, 80][(round + repo) % 4];
+                let issue = (n % 3) as i64;
+                ids.push(
+                    h.comment(
+                        &format!("repo{repo}"),
+                        issue,
+                        n,
+                        &format!("@ccbot {n:03} sleep{ms}"),
+                    )
+                    .await,
+                );
+            }
+        }
+        h.wait_all(&ids, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert_eq!(calls.len(), ids.len());
+        let ends: HashMap<String, Instant> = h.runtime.ends().into_iter().collect();
+        let mut by_repo: HashMap<PathBuf, Vec<(Instant, Instant, String)>> = HashMap::new();
+        for c in &calls {
+            by_repo.entry(c.cwd.clone()).or_default().push((
+                c.at,
+                ends[&c.turn_id],
+                c.text.clone(),
+            ));
+        }
+        for (repo, mut turns) in by_repo {
+            turns.sort_by_key(|t| t.0);
+            for pair in turns.windows(2) {
+                assert!(pair[0].1 <= pair[1].0, "{repo:?} ran two turns at once");
+            }
+            let texts: Vec<&String> = turns.iter().map(|t| &t.2).collect();
+            let mut sorted = texts.clone();
+            sorted.sort();
+            assert_eq!(texts, sorted, "{repo:?} did not run FIFO");
+        }
+        // Different repositories overlapped in time.
+        let mut overlaps = 0;
+        for a in &calls {
+            for b in &calls {
+                if a.cwd != b.cwd && a.at < b.at && b.at < ends[&a.turn_id] {
+                    overlaps += 1;
+                }
+            }
+        }
+        assert!(overlaps > 0, "repositories never ran in parallel");
+        System::current().stop();
+    });
+}
+
+#[test]
+fn a_missing_or_unverifiable_reply_is_failed_reply() {
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        *h.verifier.answer.lock().unwrap() =
+            codex_bridge::runtime::ReplyCheck::Unknown("gitea answered 500".into());
+        let id = h.comment("widgets", 1, 1, "@ccbot reply").await;
+        h.wait_state(&id, TaskState::FailedReply).await;
+        let i = id.clone();
+        let t = h
+            .store
+            .read(move |c| tasks::find(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.error_code.as_deref(), Some("reply_unverifiable"));
+        System::current().stop();
+    });
+}
