@@ -14,9 +14,69 @@ use tracing_actix_web::TracingLogger;
 /// What every handler can reach.
 pub struct AppState {
     pub config: Arc<Config>,
+    /// The actor tree; `None` when no agent runtime is configured (intake only).
+    pub registry: Option<actix::Addr<crate::actors::registry::Registry>>,
     pub secrets: ServerSecrets,
     pub store: Store,
     pub normalizer: Normalizer,
+}
+
+/// Starts the actor tree for the configured agent runtime (`None`: intake only).
+fn start_actors(
+    config: &Config,
+    store: &Store,
+) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
+    use crate::actors::{registry::Registry, Deps};
+    use crate::config::AgentRuntimeKind;
+    use crate::runtime::scripted::{ScriptedRuntime, ScriptedVerifier};
+    use crate::runtime::{AgentRuntime, ReplyVerifier};
+    use actix::Actor;
+
+    let (runtime, verifier): (Arc<dyn AgentRuntime>, Arc<dyn ReplyVerifier>) = match config.agent_runtime {
+        AgentRuntimeKind::None => {
+            tracing::warn!(
+                "agent_runtime = none: webhooks are stored and queued, but no turn runs \
+                 (set agent_runtime to run them)"
+            );
+            return Ok(None);
+        }
+        AgentRuntimeKind::Codex => anyhow::bail!(
+            "config key `agent_runtime`: the codex runtime is not part of this build yet; \
+             use none (intake only) for now"
+        ),
+        AgentRuntimeKind::Scripted => {
+            tracing::warn!(
+                "agent_runtime = scripted: turns play [directives] from the comment text and no model runs; \
+                 this mode is for tests"
+            );
+            std::fs::create_dir_all(&config.state_dir)
+                .with_context(|| format!("cannot create state_dir {}", config.state_dir.display()))?;
+            (
+                Arc::new(ScriptedRuntime::with_directives(
+                    config.state_dir.join("scripted-history.json"),
+                )),
+                Arc::new(ScriptedVerifier::default()),
+            )
+        }
+    };
+    let mut workspaces = crate::workspace::WorkspaceManager::new(
+        config.workspace_root.clone(),
+        config.instance_id.clone(),
+        config.gitea_token.clone(),
+    );
+    if let Some(url) = &config.gitea_url {
+        workspaces = workspaces
+            .with_gitea_url(url)
+            .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
+    }
+    let deps = Arc::new(Deps {
+        store: store.clone(),
+        runtime,
+        verifier,
+        workspaces: Arc::new(workspaces),
+        settings: config.actor_settings(),
+    });
+    Ok(Some(Registry::new(deps).start()))
 }
 
 /// Opens the store, binds `listen` and serves until SIGINT/SIGTERM (graceful:
@@ -36,6 +96,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
+    let registry = start_actors(&config, &store)?;
+
     let listener = TcpListener::bind(&config.listen).with_context(|| {
         format!(
             "cannot listen on {} (config key `listen`): is the port free?",
@@ -49,6 +111,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             bot_login: config.bot_login.clone(),
         },
         config: Arc::new(config),
+        registry,
         secrets,
         store,
     });

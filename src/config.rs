@@ -130,6 +130,24 @@ pub struct Config {
     pub writer_threads: usize,
     pub read_pool_size: u32,
     pub sqlite_busy_timeout_ms: u64,
+    pub agent_runtime: AgentRuntimeKind,
+    pub lease_ttl_secs: u64,
+    pub lease_heartbeat_secs: u64,
+    pub session_idle_secs: u64,
+    pub retry_backoff_secs: u64,
+    pub max_attempts: i64,
+    pub scheduler_sweep_ms: u64,
+}
+
+/// Which agent runtime runs the turns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentRuntimeKind {
+    /// Intake only: webhooks are stored, nothing runs.
+    None,
+    /// The Codex app-server.
+    Codex,
+    /// Plays directives from the instruction text; no model. For tests.
+    Scripted,
 }
 
 impl fmt::Debug for Config {
@@ -318,6 +336,28 @@ impl Config {
             0,
             600_000,
         )? as u64;
+        let agent_runtime = match take("agent_runtime").as_deref() {
+            None | Some("none") => AgentRuntimeKind::None,
+            Some("codex") => AgentRuntimeKind::Codex,
+            Some("scripted") => AgentRuntimeKind::Scripted,
+            Some(_) => return Err(invalid("agent_runtime", "expected none, codex or scripted")),
+        };
+        let lease_ttl_secs = parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
+        let lease_heartbeat_secs =
+            parse_num("lease_heartbeat_secs", take("lease_heartbeat_secs"), 15, 1, 86_400)? as u64;
+        if lease_heartbeat_secs >= lease_ttl_secs {
+            return Err(invalid(
+                "lease_heartbeat_secs",
+                "must be shorter than lease_ttl_secs, or leases expire between renewals",
+            ));
+        }
+        let session_idle_secs =
+            parse_num("session_idle_secs", take("session_idle_secs"), 600, 1, 604_800)? as u64;
+        let retry_backoff_secs =
+            parse_num("retry_backoff_secs", take("retry_backoff_secs"), 30, 0, 86_400)? as u64;
+        let max_attempts = parse_num("max_attempts", take("max_attempts"), 2, 1, 10)? as i64;
+        let scheduler_sweep_ms =
+            parse_num("scheduler_sweep_ms", take("scheduler_sweep_ms"), 5000, 10, 600_000)? as u64;
 
         Ok(Config {
             listen,
@@ -337,7 +377,26 @@ impl Config {
             writer_threads,
             read_pool_size,
             sqlite_busy_timeout_ms,
+            agent_runtime,
+            lease_ttl_secs,
+            lease_heartbeat_secs,
+            session_idle_secs,
+            retry_backoff_secs,
+            max_attempts,
+            scheduler_sweep_ms,
         })
+    }
+
+    /// Timings of the actor tree.
+    pub fn actor_settings(&self) -> crate::actors::ActorSettings {
+        let mut s = crate::actors::ActorSettings::new(&self.instance_id);
+        s.lease_ttl = Duration::from_secs(self.lease_ttl_secs);
+        s.heartbeat = Duration::from_secs(self.lease_heartbeat_secs);
+        s.session_idle = Duration::from_secs(self.session_idle_secs);
+        s.retry_backoff = Duration::from_secs(self.retry_backoff_secs);
+        s.max_attempts = self.max_attempts;
+        s.sweep = Duration::from_millis(self.scheduler_sweep_ms);
+        s
     }
 
     pub fn store_settings(&self) -> StoreSettings {

@@ -11,6 +11,7 @@ pub mod health;
 pub mod registry;
 pub mod repo;
 pub mod session;
+mod workspaces;
 
 use crate::runtime::{AgentRuntime, ReplyVerifier};
 use crate::store::Store;
@@ -83,6 +84,10 @@ pub enum PrepareError {
     /// Anything else worth one more try.
     #[error("workspace preparation failed: {0}")]
     Transient(String),
+    /// Retrying cannot help (the repository or ref does not exist, git failed
+    /// in a way we do not understand): `failed`.
+    #[error("{detail}")]
+    Fatal { code: &'static str, detail: String },
 }
 
 impl PrepareError {
@@ -92,6 +97,7 @@ impl PrepareError {
             PrepareError::Dirty(_) => "workspace_dirty",
             PrepareError::Auth(_) => "git_auth_failed",
             PrepareError::Transient(_) => "workspace_failed",
+            PrepareError::Fatal { code, .. } => code,
         }
     }
 }

@@ -357,7 +357,7 @@ async fn workspace_failed(
 ) -> Result<(), StoreError> {
     let (to, retry_at) = match err {
         PrepareError::Dirty(_) => (TaskState::BlockedWorkspace, None),
-        PrepareError::InvalidName(_) => (TaskState::Failed, None),
+        PrepareError::InvalidName(_) | PrepareError::Fatal { .. } => (TaskState::Failed, None),
         PrepareError::Auth(_) | PrepareError::Transient(_)
             if attempt < deps.settings.max_attempts =>
         {

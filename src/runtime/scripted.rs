@@ -98,6 +98,95 @@ struct Inner {
     history: HashMap<String, TurnLookup>,
     /// Turns still running, so `interrupt` can stop them.
     live: HashMap<String, tokio::sync::oneshot::Sender<()>>,
+    /// Where the history is kept across process restarts (directive mode).
+    history_file: Option<std::path::PathBuf>,
+    /// Choose scripts from `[directives]` in the text when no rule matches.
+    directives: bool,
+}
+
+impl Inner {
+    fn remember(&mut self, operation_id: &str, outcome: TurnLookup) {
+        self.history.insert(operation_id.to_owned(), outcome);
+        if let Some(file) = &self.history_file {
+            let entries: Vec<serde_json::Value> = self
+                .history
+                .iter()
+                .map(|(op, h)| serde_json::json!({ "operationId": op, "lookup": lookup_to_json(h) }))
+                .collect();
+            let tmp = file.with_extension("tmp");
+            let written = std::fs::write(&tmp, serde_json::Value::Array(entries).to_string())
+                .and_then(|_| std::fs::rename(&tmp, file));
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "scripted runtime could not persist its history");
+            }
+        }
+    }
+}
+
+fn lookup_to_json(h: &TurnLookup) -> serde_json::Value {
+    match h {
+        TurnLookup::Missing => serde_json::json!({ "kind": "missing" }),
+        TurnLookup::Running { turn_id } => serde_json::json!({ "kind": "running", "turnId": turn_id }),
+        TurnLookup::Completed { turn_id, final_text } => {
+            serde_json::json!({ "kind": "completed", "turnId": turn_id, "finalText": final_text })
+        }
+        TurnLookup::Failed { turn_id, error } => serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error }),
+        TurnLookup::Interrupted { turn_id } => serde_json::json!({ "kind": "interrupted", "turnId": turn_id }),
+    }
+}
+
+fn lookup_from_json(v: &serde_json::Value) -> Option<TurnLookup> {
+    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
+    Some(match v.get("kind")?.as_str()? {
+        "missing" => TurnLookup::Missing,
+        // A turn that was running when its process died is over: interrupted.
+        "running" | "interrupted" => TurnLookup::Interrupted { turn_id: s("turnId")? },
+        "completed" => TurnLookup::Completed { turn_id: s("turnId")?, final_text: s("finalText") },
+        "failed" => TurnLookup::Failed { turn_id: s("turnId")?, error: s("error").unwrap_or_default() },
+        _ => return None,
+    })
+}
+
+/// Reads `[name:arg:arg]` directives from an instruction.
+fn directive_args<'a>(text: &'a str, name: &str) -> Option<Vec<&'a str>> {
+    let open = format!("[{name}");
+    let start = text.find(&open)?;
+    let rest = &text[start + 1..];
+    let end = rest.find(']')?;
+    let inner = &rest[..end];
+    let mut parts = inner.split(':');
+    (parts.next() == Some(name)).then(|| parts.collect())
+}
+
+fn millis(arg: Option<&&str>) -> Duration {
+    Duration::from_millis(arg.and_then(|a| a.parse().ok()).unwrap_or(1000))
+}
+
+/// The script an instruction's directives describe: `[start:slow:MS]`,
+/// `[start:unavailable]`, `[start:uncertain]`, `[sleep:MS]`, `[fail]`, `[hang]`;
+/// the final text repeats any `[verify:…]` directive for the scripted verifier.
+pub fn script_from_directives(text: &str) -> Script {
+    let start = match directive_args(text, "start").as_deref() {
+        Some(["slow", ms, ..]) => StartBehaviour::Slow(millis(Some(ms))),
+        Some(["unavailable", ..]) => StartBehaviour::Unavailable,
+        Some(["uncertain", ..]) => StartBehaviour::Uncertain,
+        _ => StartBehaviour::Accept,
+    };
+    let mut steps = vec![Step::Progress("agentMessage")];
+    if let Some(args) = directive_args(text, "sleep") {
+        steps.push(Step::Sleep(millis(args.first())));
+    }
+    if directive_args(text, "hang").is_some() {
+        steps.push(Step::Hang);
+    } else if directive_args(text, "fail").is_some() {
+        steps.push(Step::Fail("scripted failure".into()));
+    } else {
+        let verify = directive_args(text, "verify")
+            .map(|a| format!(" [verify:{}]", a.join(":")))
+            .unwrap_or_default();
+        steps.push(Step::Complete(format!("done{verify}")));
+    }
+    Script { start, steps }
 }
 
 /// The scripted runtime. Cloning shares the script book and the recordings.
@@ -146,24 +235,51 @@ impl ScriptedRuntime {
             .unwrap_or_default()
     }
 
+    /// The binary's scripted mode: scripts come from `[directives]` in the
+    /// instruction, and the history survives a process restart in `history_file`
+    /// (turns that were running then are found interrupted, as after an
+    /// app-server restart).
+    pub fn with_directives(history_file: std::path::PathBuf) -> Self {
+        let mut inner = Inner {
+            directives: true,
+            ..Default::default()
+        };
+        if let Ok(text) = std::fs::read_to_string(&history_file) {
+            if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str(&text) {
+                for e in entries {
+                    if let (Some(op), Some(h)) =
+                        (e.get("operationId").and_then(|o| o.as_str()), e.get("lookup").and_then(lookup_from_json))
+                    {
+                        inner.history.insert(op.to_owned(), h);
+                    }
+                }
+            }
+        }
+        inner.history_file = Some(history_file);
+        ScriptedRuntime {
+            inner: Arc::new(Mutex::new(inner)),
+        }
+    }
+
     fn script_for(&self, text: &str) -> Script {
-        self.inner
-            .lock()
-            .ok()
-            .and_then(|i| {
-                i.rules
-                    .iter()
-                    .find(|(word, _)| text.contains(word.as_str()))
-                    .map(|(_, s)| s.clone())
-            })
-            .unwrap_or_else(|| Script::complete("done"))
+        let Ok(inner) = self.inner.lock() else {
+            return Script::complete("done");
+        };
+        if let Some((_, script)) = inner.rules.iter().find(|(word, _)| text.contains(word.as_str())) {
+            return script.clone();
+        }
+        if inner.directives {
+            script_from_directives(text)
+        } else {
+            Script::complete("done")
+        }
     }
 }
 
 fn finish(inner: &Arc<Mutex<Inner>>, operation_id: &str, turn_id: &str, outcome: TurnLookup) {
     if let Ok(mut i) = inner.lock() {
         i.ends.push((turn_id.to_owned(), Instant::now()));
-        i.history.insert(operation_id.to_owned(), outcome);
+        i.remember(operation_id, outcome);
         i.live.remove(turn_id);
     }
 }
@@ -385,19 +501,68 @@ impl Default for ScriptedVerifier {
 }
 
 impl super::ReplyVerifier for ScriptedVerifier {
-    fn verify(&self, _query: super::ReplyQuery) -> BoxFuture<'static, super::ReplyCheck> {
+    /// Answers what the test set, unless the final text carries a
+    /// `[verify:slow:MS]`, `[verify:missing]` or `[verify:unknown]` directive.
+    fn verify(&self, query: super::ReplyQuery) -> BoxFuture<'static, super::ReplyCheck> {
         let answer = self
             .answer
             .lock()
             .map(|a| a.clone())
             .unwrap_or_else(|_| super::ReplyCheck::Unknown("verifier poisoned".into()));
-        async move { answer }.boxed()
+        let text = query.final_text.unwrap_or_default();
+        let directive: Option<Vec<String>> =
+            directive_args(&text, "verify").map(|a| a.iter().map(|s| (*s).to_owned()).collect());
+        async move {
+            match directive.as_deref() {
+                Some([slow, ms, ..]) if slow == "slow" => {
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+                    answer
+                }
+                Some([missing, ..]) if missing == "missing" => super::ReplyCheck::Missing,
+                Some([unknown, ..]) if unknown == "unknown" => {
+                    super::ReplyCheck::Unknown("scripted: query failed".into())
+                }
+                _ => answer,
+            }
+        }
+        .boxed()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn directives_choose_the_script() {
+        let s = script_from_directives("@bot do it [start:slow:250] [sleep:40] [verify:slow:500]");
+        assert!(matches!(s.start, StartBehaviour::Slow(d) if d == Duration::from_millis(250)));
+        assert!(matches!(s.steps[1], Step::Sleep(d) if d == Duration::from_millis(40)));
+        assert!(matches!(&s.steps[2], Step::Complete(t) if t == "done [verify:slow:500]"));
+        assert!(matches!(script_from_directives("[hang]").steps[1], Step::Hang));
+        assert!(matches!(script_from_directives("[start:uncertain]").start, StartBehaviour::Uncertain));
+        assert!(matches!(script_from_directives("plain").steps[1], Step::Complete(_)));
+    }
+
+    #[tokio::test]
+    async fn history_survives_a_restart_and_running_turns_become_interrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("h.json");
+        let rt = ScriptedRuntime::with_directives(file.clone());
+        let done = rt
+            .start_turn(TurnRequest { thread_id: "t".into(), operation_id: "op-a".into(), text: "x".into(), cwd: ".".into() })
+            .await
+            .unwrap();
+        let _: Vec<_> = done.events.collect().await;
+        let _hanging = rt
+            .start_turn(TurnRequest { thread_id: "t".into(), operation_id: "op-b".into(), text: "[hang]".into(), cwd: ".".into() })
+            .await
+            .unwrap();
+        let again = ScriptedRuntime::with_directives(file);
+        assert!(matches!(again.lookup_turn("t", "op-a").await, Ok(TurnLookup::Completed { .. })));
+        assert!(matches!(again.lookup_turn("t", "op-b").await, Ok(TurnLookup::Interrupted { .. })));
+        assert_eq!(again.lookup_turn("t", "op-c").await, Ok(TurnLookup::Missing));
+    }
 
     #[tokio::test]
     async fn a_turn_completes_and_is_found_in_history() {

@@ -138,3 +138,118 @@ pub fn set_paused(
         )
     })
 }
+
+/// Disables or enables a repository (webhooks for a disabled one get 409; its
+/// queued tasks wait).
+pub fn set_repository_enabled(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    repo_key: &str,
+    enabled: bool,
+) -> Result<AuditView, StoreError> {
+    let action = if enabled { "repository.enable" } else { "repository.disable" };
+    idempotent(conn, req, action, repo_key, |conn| {
+        let status = if enabled { "active" } else { "disabled" };
+        let before = super::scheduling::set_repository_status(conn, repo_key, status)?
+            .ok_or_else(|| StoreError::NotFound(format!("repository {repo_key}")))?;
+        audit::record(
+            conn,
+            &Audit::new(action, &req.actor).meta(serde_json::json!({
+                "requestId": req.request_id,
+                "reason": req.reason,
+                "repoKey": repo_key,
+                "before": before,
+                "after": status,
+            })),
+        )
+    })
+}
+
+/// Cancels a task that has not started (`queued`, `waiting_user`, `blocked_workspace`).
+pub fn cancel_task(conn: &mut DbConn, req: &ControlRequest, task_id: &str) -> Result<AuditView, StoreError> {
+    use crate::lifecycle::TaskState;
+    idempotent(conn, req, "task.cancel", task_id, |conn| {
+        let task = super::tasks::find(conn, task_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
+        let cancellable = ["queued", "waiting_user", "blocked_workspace"];
+        if !cancellable.contains(&task.state.as_str()) {
+            return Err(StoreError::Refused {
+                code: "not_cancellable",
+                message: format!(
+                    "task {task_id} is `{}`: cancel takes queued, waiting_user or blocked_workspace tasks; use abort for running work",
+                    task.state
+                ),
+            });
+        }
+        transition_by_operator(conn, req, &task, TaskState::Cancelled, "task.cancel")
+    })
+}
+
+/// Asks running work to stop: the task goes to `cancel_requested`; the session
+/// actor interrupts the turn and settles it (`aborted`, or `needs_reconciliation`
+/// when the interrupt is not confirmed).
+pub fn abort_task(conn: &mut DbConn, req: &ControlRequest, task_id: &str) -> Result<AuditView, StoreError> {
+    use crate::lifecycle::TaskState;
+    idempotent(conn, req, "task.abort", task_id, |conn| {
+        let task = super::tasks::find(conn, task_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
+        let abortable = ["leased", "running", "awaiting_approval"];
+        if !abortable.contains(&task.state.as_str()) {
+            return Err(StoreError::Refused {
+                code: "not_abortable",
+                message: format!(
+                    "task {task_id} is `{}`: abort takes leased, running or awaiting_approval tasks; use cancel for queued ones",
+                    task.state
+                ),
+            });
+        }
+        transition_by_operator(conn, req, &task, TaskState::CancelRequested, "task.abort")
+    })
+}
+
+fn transition_by_operator(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    task: &super::models::Task,
+    to: crate::lifecycle::TaskState,
+    action: &str,
+) -> Result<AuditView, StoreError> {
+    use super::tasks::{transition, TransitionOutcome, TransitionRequest};
+    let out = transition(
+        conn,
+        &TransitionRequest {
+            task_id: &task.task_id,
+            to,
+            expected_version: Some(task.state_version),
+            actor: &req.actor,
+            reason: Some(&req.reason),
+            error_code: None,
+        },
+    )?;
+    if !matches!(out, TransitionOutcome::Applied { .. }) {
+        return Err(StoreError::Refused {
+            code: "state_changed",
+            message: format!("task {} changed meanwhile ({out:?}); look again and retry", task.task_id),
+        });
+    }
+    audit::record(
+        conn,
+        &Audit::new(action, &req.actor)
+            .task(&task.task_id)
+            .states(Some(&task.state), Some(to.as_str()))
+            .meta(serde_json::json!({ "requestId": req.request_id, "reason": req.reason })),
+    )
+}
+
+/// The operator's reconciliation through the admin API (same rules as the CLI).
+pub fn reconcile_task(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    task_id: &str,
+    attempt_id: &str,
+    verdict: super::tasks::Verdict,
+) -> Result<AuditView, StoreError> {
+    idempotent(conn, req, "task.reconcile", task_id, |conn| {
+        super::tasks::reconcile(conn, task_id, attempt_id, verdict, &req.actor, &req.reason)
+    })
+}

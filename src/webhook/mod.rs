@@ -101,10 +101,17 @@ async fn receive(
         }
     };
 
+    let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key());
     let outcome = state
         .store
         .write(move |c| ingest::ingest(c, &request))
         .await?;
+    // After the commit, never before: the registry wakes the repository's actor.
+    if let (Some(registry), Some(repo_key), IngestOutcome::Accepted { .. }) =
+        (&state.registry, repo_key, &outcome)
+    {
+        registry.do_send(crate::actors::registry::Notify { repo_key });
+    }
     let response = match outcome {
         IngestOutcome::Accepted { task_id, state: task_state } => {
             root.record("task.id", task_id.as_str());

@@ -153,8 +153,12 @@ pub enum WorkspaceError {
         root: PathBuf,
     },
     /// A branch name (or pull request number) git would not accept safely.
-    #[error("refusing branch {value}: {reason}")]
-    InvalidRef { value: String, reason: String },
+    #[error("refusing {value}: {reason}")]
+    InvalidRef {
+        /// What was refused: `branch "x"` or `pull request #0`.
+        value: String,
+        reason: String,
+    },
     /// A clone URL that is not plain http(s), or not on the configured Gitea.
     #[error("refusing clone URL {url}: {reason}")]
     InvalidUrl { url: String, reason: &'static str },
@@ -292,8 +296,9 @@ impl WorkspaceManager {
     }
 
     /// Clone (first time) or fetch (after), then check out what the task needs.
-    /// On any error the workspace is as it was (a failed first clone leaves
-    /// nothing behind).
+    /// On any error the work tree, the index and the local branches are as they
+    /// were (a fetch may have updated remote-tracking refs), and a failed first
+    /// clone leaves nothing behind.
     pub fn prepare(
         &self,
         spec: &RepoSpec,
@@ -318,7 +323,7 @@ impl WorkspaceManager {
                 "the clone URL carried user information; it was removed (the token is passed separately)"
             );
         }
-        let branch = match checkout {
+        let named_branch = match checkout {
             Checkout::DefaultBranch { name: Some(name) } => Some(self.check_branch(name)?),
             Checkout::DefaultBranch { name: None } => None,
             Checkout::PullRequest { number, head_ref } => {
@@ -328,7 +333,8 @@ impl WorkspaceManager {
                         reason: "a pull request number is positive".into(),
                     });
                 }
-                Some(self.check_branch(head_ref)?)
+                self.check_branch(head_ref)?;
+                None
             }
         };
 
@@ -370,9 +376,9 @@ impl WorkspaceManager {
         let (branch, target, what) = match checkout {
             Checkout::DefaultBranch { .. } => {
                 if !cloned {
-                    ws.fetch(None)?;
+                    ws.fetch(true, None)?;
                 }
-                let branch = match branch {
+                let branch = match named_branch {
                     Some(b) => b,
                     None => ws.default_branch(cloned)?,
                 };
@@ -380,8 +386,9 @@ impl WorkspaceManager {
                 let what = format!("origin/{branch}");
                 (branch, target, what)
             }
-            Checkout::PullRequest { number, .. } => {
-                ws.fetch(Some(*number))?;
+            Checkout::PullRequest { number, head_ref } => {
+                // Right after a clone the branches are fresh; only the PR ref is new.
+                ws.fetch(!cloned, Some(*number))?;
                 let target =
                     ws.commit_of(&pull_ref(*number))?
                         .ok_or_else(|| WorkspaceError::NotFound {
@@ -389,8 +396,7 @@ impl WorkspaceManager {
                             repo: ws.repo.clone(),
                             detail: format!("{} is missing after the fetch", pull_ref(*number)),
                         })?;
-                let what = format!("pull request #{number}");
-                (branch.unwrap_or_default(), target, what)
+                (head_ref.clone(), target, format!("pull request #{number}"))
             }
         };
         ws.check_out(&branch, &target, &what)?;
@@ -444,14 +450,14 @@ impl WorkspaceManager {
             })
             .map_err(|f| match f {
                 Failure::Exit { .. } => WorkspaceError::InvalidRef {
-                    value: quote(name),
+                    value: format!("branch {}", quote(name)),
                     reason: "git does not accept it as a branch name".into(),
                 },
                 other => map_local(other, "check-ref-format", &dir),
             })?;
         if out.stdout.trim_end_matches('\n') != name {
             return Err(WorkspaceError::InvalidRef {
-                value: quote(name),
+                value: format!("branch {}", quote(name)),
                 reason: "git reads it as another branch".into(),
             });
         }
@@ -605,7 +611,7 @@ impl Workspace<'_> {
             .map(|(file, what)| format!("{what} (.git/{file})"))
             .collect();
 
-        let status = self.local(
+        let status = self.local_raw(
             "status",
             git::args([
                 "status",
@@ -684,11 +690,11 @@ impl Workspace<'_> {
         }
     }
 
-    /// Fetch the branches (after a clone they are fresh already) and, for a
-    /// pull request, its head ref. The PR head is stored as `refs/pull/<n>/head`,
-    /// outside `refs/remotes/origin/`, where a branch named `pr/<n>` and
-    /// `--prune` could clash with it.
-    fn fetch(&self, pull: Option<i64>) -> Result<(), WorkspaceError> {
+    /// Fetch the branches (`heads`) and, for a pull request, its head ref.
+    /// The PR head is stored as `refs/pull/<n>/head`, outside
+    /// `refs/remotes/origin/`, where a branch named `pr/<n>` and `--prune`
+    /// could clash with it.
+    fn fetch(&self, heads: bool, pull: Option<i64>) -> Result<(), WorkspaceError> {
         let mut args = git::args([
             "fetch",
             "--quiet",
@@ -696,8 +702,10 @@ impl Workspace<'_> {
             "--no-recurse-submodules",
             "--no-write-fetch-head",
             "origin",
-            "+refs/heads/*:refs/remotes/origin/*",
         ]);
+        if heads {
+            args.push(OsString::from("+refs/heads/*:refs/remotes/origin/*"));
+        }
         if let Some(n) = pull {
             args.push(OsString::from(format!("+{0}:{0}", pull_ref(n))));
         }
@@ -822,6 +830,21 @@ impl Workspace<'_> {
     /// A local command in the workspace; its trimmed stdout.
     fn local(&self, op: &'static str, args: Vec<OsString>) -> Result<String, WorkspaceError> {
         self.run_local(args)
+            .map_err(|f| map_local(f, op, &self.path))
+    }
+
+    /// A local command in the workspace; its stdout as printed (leading
+    /// spaces matter in `status --porcelain`).
+    fn local_raw(&self, op: &'static str, args: Vec<OsString>) -> Result<String, WorkspaceError> {
+        self.mgr
+            .git()
+            .run(Invocation {
+                dir: &self.path,
+                ceiling: &self.ceiling,
+                args,
+                remote: None,
+            })
+            .map(|o| o.stdout)
             .map_err(|f| map_local(f, op, &self.path))
     }
 

@@ -69,7 +69,7 @@ pub(super) fn precheck_branch(value: &str) -> Result<(), WorkspaceError> {
     };
     match reason {
         Some(reason) => Err(WorkspaceError::InvalidRef {
-            value: quote(value),
+            value: format!("branch {}", quote(value)),
             reason: reason.to_owned(),
         }),
         None => Ok(()),

@@ -5,8 +5,10 @@
 mod actors;
 mod admin;
 mod cli;
+mod gitsim;
 mod lifecycle;
 mod logs;
 mod migrations;
 mod support;
 mod webhook;
+mod workspace;

@@ -1,5 +1,6 @@
 //! `/api/gitea-workflow/*`: one file per resource.
 
+mod actors;
 mod audit;
 mod control;
 mod overview;
@@ -17,7 +18,13 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/tasks/{task_id}", web::get().to(tasks::show))
             .route("/audit", web::get().to(audit::list))
             .route("/control/pause", web::post().to(control::pause))
-            .route("/control/resume", web::post().to(control::resume)),
+            .route("/control/resume", web::post().to(control::resume))
+            .route("/actors", web::get().to(actors::tree))
+            .route("/repos/{repo_key:.+}/disable", web::post().to(actors::disable_repo))
+            .route("/repos/{repo_key:.+}/enable", web::post().to(actors::enable_repo))
+            .route("/tasks/{task_id}/cancel", web::post().to(actors::cancel))
+            .route("/tasks/{task_id}/abort", web::post().to(actors::abort))
+            .route("/tasks/{task_id}/reconcile", web::post().to(actors::reconcile)),
     );
 }
 

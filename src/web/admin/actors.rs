@@ -1,0 +1,142 @@
+//! `GET /api/gitea-workflow/actors`: the live actor tree; and the controls that
+//! act through it: repository disable/enable, task cancel/abort/reconcile.
+
+use super::ControlBody;
+use crate::actors::health::RegistryHealth;
+use crate::actors::registry::{AbortTask, Notify, Snapshot};
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::store::audit::AuditView;
+use crate::store::control;
+use crate::store::tasks::{self, Verdict};
+use crate::web::auth::Admin;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let health = match &state.registry {
+        Some(registry) => registry.send(Snapshot).await.map_err(|_| ApiError::Unavailable)?,
+        None => RegistryHealth {
+            runtime: "none".into(),
+            ..Default::default()
+        },
+    };
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "registry": {
+            "owner": health.owner,
+            "runtime": health.runtime,
+            "repoActors": health.repo_actors,
+            "sessionActors": health.session_actors,
+        },
+        "repositories": health.repositories,
+    })))
+}
+
+/// Path values may arrive with `/` and `:` percent-encoded.
+fn decode_key(raw: &str) -> String {
+    raw.replace("%2F", "/").replace("%2f", "/").replace("%3A", ":").replace("%3a", ":")
+}
+
+fn notify(state: &AppState, repo_key: &str) {
+    if let Some(registry) = &state.registry {
+        registry.do_send(Notify {
+            repo_key: repo_key.to_owned(),
+        });
+    }
+}
+
+async fn set_repo(state: web::Data<AppState>, key: String, body: ControlBody, enabled: bool) -> Result<HttpResponse, ApiError> {
+    let req = body.into_request()?;
+    let repo_key = decode_key(&key);
+    let k = repo_key.clone();
+    let event = state
+        .store
+        .write(move |c| control::set_repository_enabled(c, &req, &k, enabled))
+        .await?;
+    notify(&state, &repo_key);
+    Ok(HttpResponse::Ok().json(event))
+}
+
+pub async fn disable_repo(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+    set_repo(state, path.into_inner(), body.into_inner(), false).await
+}
+
+pub async fn enable_repo(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+    set_repo(state, path.into_inner(), body.into_inner(), true).await
+}
+
+/// After a task control: wake its repository (and, for abort, its session).
+async fn after_task_control(state: &AppState, task_id: &str, abort: bool) -> Result<(), ApiError> {
+    let id = task_id.to_owned();
+    let Some(task) = state.store.read(move |c| tasks::find(c, &id)).await? else {
+        return Ok(());
+    };
+    if let Some(registry) = &state.registry {
+        if abort {
+            registry.do_send(AbortTask {
+                session_key: task.session_key.clone(),
+                repo_key: task.repo_key.clone(),
+                task_id: task.task_id.clone(),
+            });
+        }
+        registry.do_send(Notify { repo_key: task.repo_key });
+    }
+    Ok(())
+}
+
+pub async fn cancel(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let task_id = path.into_inner();
+    let id = task_id.clone();
+    let event: AuditView = state.store.write(move |c| control::cancel_task(c, &req, &id)).await?;
+    after_task_control(&state, &task_id, false).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
+pub async fn abort(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let task_id = path.into_inner();
+    let id = task_id.clone();
+    let event = state.store.write(move |c| control::abort_task(c, &req, &id)).await?;
+    after_task_control(&state, &task_id, true).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileBody {
+    #[serde(flatten)]
+    control: ControlBody,
+    attempt_id: Option<String>,
+    verdict: Option<String>,
+    #[serde(default)]
+    confirm_no_active_turn: bool,
+}
+
+pub async fn reconcile(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ReconcileBody>) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    if !body.confirm_no_active_turn {
+        return Err(ApiError::bad_request(
+            "confirmation_required",
+            "set confirmNoActiveTurn: true after checking that no Codex turn of this attempt is still running; reconciliation never re-runs anything",
+        ));
+    }
+    let verdict = match body.verdict.as_deref() {
+        Some("failed") => Verdict::Failed,
+        Some("succeeded") => Verdict::Succeeded,
+        _ => return Err(ApiError::bad_request("invalid_verdict", "verdict must be failed or succeeded")),
+    };
+    let attempt = body
+        .attempt_id
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| ApiError::bad_request("invalid_attempt", "attemptId is required (see the task's attempts)"))?;
+    let req = body.control.into_request()?;
+    let task_id = path.into_inner();
+    let id = task_id.clone();
+    let event = state
+        .store
+        .write(move |c| control::reconcile_task(c, &req, &id, &attempt, verdict))
+        .await?;
+    after_task_control(&state, &task_id, false).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
