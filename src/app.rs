@@ -32,7 +32,9 @@ fn start_actors(
     use crate::runtime::{AgentRuntime, ReplyVerifier};
     use actix::Actor;
 
-    let (runtime, verifier): (Arc<dyn AgentRuntime>, Arc<dyn ReplyVerifier>) = match config.agent_runtime {
+    let (runtime, verifier): (Arc<dyn AgentRuntime>, Arc<dyn ReplyVerifier>) = match config
+        .agent_runtime
+    {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
@@ -49,8 +51,9 @@ fn start_actors(
                 "agent_runtime = scripted: turns play [directives] from the comment text and no model runs; \
                  this mode is for tests"
             );
-            std::fs::create_dir_all(&config.state_dir)
-                .with_context(|| format!("cannot create state_dir {}", config.state_dir.display()))?;
+            std::fs::create_dir_all(&config.state_dir).with_context(|| {
+                format!("cannot create state_dir {}", config.state_dir.display())
+            })?;
             (
                 Arc::new(ScriptedRuntime::with_directives(
                     config.state_dir.join("scripted-history.json"),

@@ -342,22 +342,43 @@ impl Config {
             Some("scripted") => AgentRuntimeKind::Scripted,
             Some(_) => return Err(invalid("agent_runtime", "expected none, codex or scripted")),
         };
-        let lease_ttl_secs = parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
-        let lease_heartbeat_secs =
-            parse_num("lease_heartbeat_secs", take("lease_heartbeat_secs"), 15, 1, 86_400)? as u64;
+        let lease_ttl_secs =
+            parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
+        let lease_heartbeat_secs = parse_num(
+            "lease_heartbeat_secs",
+            take("lease_heartbeat_secs"),
+            15,
+            1,
+            86_400,
+        )? as u64;
         if lease_heartbeat_secs >= lease_ttl_secs {
             return Err(invalid(
                 "lease_heartbeat_secs",
                 "must be shorter than lease_ttl_secs, or leases expire between renewals",
             ));
         }
-        let session_idle_secs =
-            parse_num("session_idle_secs", take("session_idle_secs"), 600, 1, 604_800)? as u64;
-        let retry_backoff_secs =
-            parse_num("retry_backoff_secs", take("retry_backoff_secs"), 30, 0, 86_400)? as u64;
+        let session_idle_secs = parse_num(
+            "session_idle_secs",
+            take("session_idle_secs"),
+            600,
+            1,
+            604_800,
+        )? as u64;
+        let retry_backoff_secs = parse_num(
+            "retry_backoff_secs",
+            take("retry_backoff_secs"),
+            30,
+            0,
+            86_400,
+        )? as u64;
         let max_attempts = parse_num("max_attempts", take("max_attempts"), 2, 1, 10)? as i64;
-        let scheduler_sweep_ms =
-            parse_num("scheduler_sweep_ms", take("scheduler_sweep_ms"), 5000, 10, 600_000)? as u64;
+        let scheduler_sweep_ms = parse_num(
+            "scheduler_sweep_ms",
+            take("scheduler_sweep_ms"),
+            5000,
+            10,
+            600_000,
+        )? as u64;
 
         Ok(Config {
             listen,

@@ -462,13 +462,16 @@ async fn normal_pass(
             Ok(true)
         }
         TaskState::VerifyingReply => {
-            let final_text = None;
-            verify(
-                &ctx,
-                ctx.task.turn_id.clone().unwrap_or_default(),
-                final_text,
-            )
-            .await
+            // Verify again from what is stored: the final text is durable, so
+            // nothing runs the model a second time.
+            let turn_id = ctx.task.turn_id.clone().unwrap_or_default();
+            let t = turn_id.clone();
+            let final_text = deps
+                .store
+                .read(move |c| scheduling::turn(c, &t))
+                .await?
+                .and_then(|t| t.final_text);
+            verify(&ctx, turn_id, final_text).await
         }
         _ => recover(&ctx).await,
     }

@@ -111,7 +111,9 @@ impl Inner {
             let entries: Vec<serde_json::Value> = self
                 .history
                 .iter()
-                .map(|(op, h)| serde_json::json!({ "operationId": op, "lookup": lookup_to_json(h) }))
+                .map(
+                    |(op, h)| serde_json::json!({ "operationId": op, "lookup": lookup_to_json(h) }),
+                )
                 .collect();
             let tmp = file.with_extension("tmp");
             let written = std::fs::write(&tmp, serde_json::Value::Array(entries).to_string())
@@ -126,12 +128,21 @@ impl Inner {
 fn lookup_to_json(h: &TurnLookup) -> serde_json::Value {
     match h {
         TurnLookup::Missing => serde_json::json!({ "kind": "missing" }),
-        TurnLookup::Running { turn_id } => serde_json::json!({ "kind": "running", "turnId": turn_id }),
-        TurnLookup::Completed { turn_id, final_text } => {
+        TurnLookup::Running { turn_id } => {
+            serde_json::json!({ "kind": "running", "turnId": turn_id })
+        }
+        TurnLookup::Completed {
+            turn_id,
+            final_text,
+        } => {
             serde_json::json!({ "kind": "completed", "turnId": turn_id, "finalText": final_text })
         }
-        TurnLookup::Failed { turn_id, error } => serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error }),
-        TurnLookup::Interrupted { turn_id } => serde_json::json!({ "kind": "interrupted", "turnId": turn_id }),
+        TurnLookup::Failed { turn_id, error } => {
+            serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error })
+        }
+        TurnLookup::Interrupted { turn_id } => {
+            serde_json::json!({ "kind": "interrupted", "turnId": turn_id })
+        }
     }
 }
 
@@ -140,9 +151,17 @@ fn lookup_from_json(v: &serde_json::Value) -> Option<TurnLookup> {
     Some(match v.get("kind")?.as_str()? {
         "missing" => TurnLookup::Missing,
         // A turn that was running when its process died is over: interrupted.
-        "running" | "interrupted" => TurnLookup::Interrupted { turn_id: s("turnId")? },
-        "completed" => TurnLookup::Completed { turn_id: s("turnId")?, final_text: s("finalText") },
-        "failed" => TurnLookup::Failed { turn_id: s("turnId")?, error: s("error").unwrap_or_default() },
+        "running" | "interrupted" => TurnLookup::Interrupted {
+            turn_id: s("turnId")?,
+        },
+        "completed" => TurnLookup::Completed {
+            turn_id: s("turnId")?,
+            final_text: s("finalText"),
+        },
+        "failed" => TurnLookup::Failed {
+            turn_id: s("turnId")?,
+            error: s("error").unwrap_or_default(),
+        },
         _ => return None,
     })
 }
@@ -247,9 +266,10 @@ impl ScriptedRuntime {
         if let Ok(text) = std::fs::read_to_string(&history_file) {
             if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str(&text) {
                 for e in entries {
-                    if let (Some(op), Some(h)) =
-                        (e.get("operationId").and_then(|o| o.as_str()), e.get("lookup").and_then(lookup_from_json))
-                    {
+                    if let (Some(op), Some(h)) = (
+                        e.get("operationId").and_then(|o| o.as_str()),
+                        e.get("lookup").and_then(lookup_from_json),
+                    ) {
                         inner.history.insert(op.to_owned(), h);
                     }
                 }
@@ -265,7 +285,11 @@ impl ScriptedRuntime {
         let Ok(inner) = self.inner.lock() else {
             return Script::complete("done");
         };
-        if let Some((_, script)) = inner.rules.iter().find(|(word, _)| text.contains(word.as_str())) {
+        if let Some((_, script)) = inner
+            .rules
+            .iter()
+            .find(|(word, _)| text.contains(word.as_str()))
+        {
             return script.clone();
         }
         if inner.directives {
@@ -539,9 +563,18 @@ mod tests {
         assert!(matches!(s.start, StartBehaviour::Slow(d) if d == Duration::from_millis(250)));
         assert!(matches!(s.steps[1], Step::Sleep(d) if d == Duration::from_millis(40)));
         assert!(matches!(&s.steps[2], Step::Complete(t) if t == "done [verify:slow:500]"));
-        assert!(matches!(script_from_directives("[hang]").steps[1], Step::Hang));
-        assert!(matches!(script_from_directives("[start:uncertain]").start, StartBehaviour::Uncertain));
-        assert!(matches!(script_from_directives("plain").steps[1], Step::Complete(_)));
+        assert!(matches!(
+            script_from_directives("[hang]").steps[1],
+            Step::Hang
+        ));
+        assert!(matches!(
+            script_from_directives("[start:uncertain]").start,
+            StartBehaviour::Uncertain
+        ));
+        assert!(matches!(
+            script_from_directives("plain").steps[1],
+            Step::Complete(_)
+        ));
     }
 
     #[tokio::test]
@@ -550,18 +583,37 @@ mod tests {
         let file = dir.path().join("h.json");
         let rt = ScriptedRuntime::with_directives(file.clone());
         let done = rt
-            .start_turn(TurnRequest { thread_id: "t".into(), operation_id: "op-a".into(), text: "x".into(), cwd: ".".into() })
+            .start_turn(TurnRequest {
+                thread_id: "t".into(),
+                operation_id: "op-a".into(),
+                text: "x".into(),
+                cwd: ".".into(),
+            })
             .await
             .unwrap();
         let _: Vec<_> = done.events.collect().await;
         let _hanging = rt
-            .start_turn(TurnRequest { thread_id: "t".into(), operation_id: "op-b".into(), text: "[hang]".into(), cwd: ".".into() })
+            .start_turn(TurnRequest {
+                thread_id: "t".into(),
+                operation_id: "op-b".into(),
+                text: "[hang]".into(),
+                cwd: ".".into(),
+            })
             .await
             .unwrap();
         let again = ScriptedRuntime::with_directives(file);
-        assert!(matches!(again.lookup_turn("t", "op-a").await, Ok(TurnLookup::Completed { .. })));
-        assert!(matches!(again.lookup_turn("t", "op-b").await, Ok(TurnLookup::Interrupted { .. })));
-        assert_eq!(again.lookup_turn("t", "op-c").await, Ok(TurnLookup::Missing));
+        assert!(matches!(
+            again.lookup_turn("t", "op-a").await,
+            Ok(TurnLookup::Completed { .. })
+        ));
+        assert!(matches!(
+            again.lookup_turn("t", "op-b").await,
+            Ok(TurnLookup::Interrupted { .. })
+        ));
+        assert_eq!(
+            again.lookup_turn("t", "op-c").await,
+            Ok(TurnLookup::Missing)
+        );
     }
 
     #[tokio::test]

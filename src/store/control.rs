@@ -147,7 +147,11 @@ pub fn set_repository_enabled(
     repo_key: &str,
     enabled: bool,
 ) -> Result<AuditView, StoreError> {
-    let action = if enabled { "repository.enable" } else { "repository.disable" };
+    let action = if enabled {
+        "repository.enable"
+    } else {
+        "repository.disable"
+    };
     idempotent(conn, req, action, repo_key, |conn| {
         let status = if enabled { "active" } else { "disabled" };
         let before = super::scheduling::set_repository_status(conn, repo_key, status)?
@@ -166,7 +170,11 @@ pub fn set_repository_enabled(
 }
 
 /// Cancels a task that has not started (`queued`, `waiting_user`, `blocked_workspace`).
-pub fn cancel_task(conn: &mut DbConn, req: &ControlRequest, task_id: &str) -> Result<AuditView, StoreError> {
+pub fn cancel_task(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    task_id: &str,
+) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "task.cancel", task_id, |conn| {
         let task = super::tasks::find(conn, task_id)?
@@ -188,7 +196,11 @@ pub fn cancel_task(conn: &mut DbConn, req: &ControlRequest, task_id: &str) -> Re
 /// Asks running work to stop: the task goes to `cancel_requested`; the session
 /// actor interrupts the turn and settles it (`aborted`, or `needs_reconciliation`
 /// when the interrupt is not confirmed).
-pub fn abort_task(conn: &mut DbConn, req: &ControlRequest, task_id: &str) -> Result<AuditView, StoreError> {
+pub fn abort_task(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    task_id: &str,
+) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "task.abort", task_id, |conn| {
         let task = super::tasks::find(conn, task_id)?
@@ -229,7 +241,10 @@ fn transition_by_operator(
     if !matches!(out, TransitionOutcome::Applied { .. }) {
         return Err(StoreError::Refused {
             code: "state_changed",
-            message: format!("task {} changed meanwhile ({out:?}); look again and retry", task.task_id),
+            message: format!(
+                "task {} changed meanwhile ({out:?}); look again and retry",
+                task.task_id
+            ),
         });
     }
     audit::record(

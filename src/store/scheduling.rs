@@ -423,3 +423,12 @@ pub fn driven_tasks_of_session(
         .select(Task::as_select())
         .load(c))?)
 }
+
+/// One turn by id.
+pub fn turn(conn: &mut DbConn, turn_id: &str) -> Result<Option<super::models::Turn>, StoreError> {
+    Ok(with_conn!(conn, |c| turns::table
+        .find(turn_id)
+        .select(super::models::Turn::as_select())
+        .first(c)
+        .optional())?)
+}

@@ -569,7 +569,7 @@ fn stress_no_repository_runs_two_tasks_at_once_repositories_run_in_parallel_fifo
             for repo in 0..8 {
                 n += 1;
                 let ms = [5u64, 20, 40, 80][(round + repo) % 4];
-                let issue = (n % 3) as i64;
+                let issue = n % 3;
                 ids.push(
                     h.comment(
                         &format!("repo{repo}"),

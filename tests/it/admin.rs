@@ -289,8 +289,14 @@ fn pause_and_resume_are_idempotent_postgres() {
 #[test]
 fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
     let s = TestServer::start(Db::Sqlite);
-    let a = s.comment("c-1", 1, "@ccbot one", "widgets", 1).json["taskId"].as_str().unwrap().to_owned();
-    let b = s.comment("c-2", 2, "@ccbot two", "widgets", 2).json["taskId"].as_str().unwrap().to_owned();
+    let a = s.comment("c-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let b = s.comment("c-2", 2, "@ccbot two", "widgets", 2).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     // The tree answers even when no runtime runs (intake only).
     let tree = s.admin_get("/api/gitea-workflow/actors");
@@ -308,14 +314,27 @@ fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
     assert_eq!(task.json["task"]["state"], "cancelled");
     assert_eq!(task.json["transitions"].as_array().unwrap().len(), 3);
     // A new request to cancel a cancelled task is refused, not replayed.
-    let late = s.admin_post(&format!("/api/gitea-workflow/tasks/{a}/cancel"), &json!({"requestId": "cancel-a2", "reason": "x"}));
+    let late = s.admin_post(
+        &format!("/api/gitea-workflow/tasks/{a}/cancel"),
+        &json!({"requestId": "cancel-a2", "reason": "x"}),
+    );
     assert_eq!(late.status, 409);
     assert_eq!(late.json["code"], "not_cancellable");
     // Abort is for running work.
-    let abort = s.admin_post(&format!("/api/gitea-workflow/tasks/{b}/abort"), &json!({"requestId": "abort-b", "reason": "x"}));
+    let abort = s.admin_post(
+        &format!("/api/gitea-workflow/tasks/{b}/abort"),
+        &json!({"requestId": "abort-b", "reason": "x"}),
+    );
     assert_eq!(abort.status, 409);
     assert_eq!(abort.json["code"], "not_abortable");
-    assert_eq!(s.admin_post("/api/gitea-workflow/tasks/task-nope/cancel", &json!({"requestId": "n", "reason": "x"})).status, 404);
+    assert_eq!(
+        s.admin_post(
+            "/api/gitea-workflow/tasks/task-nope/cancel",
+            &json!({"requestId": "n", "reason": "x"})
+        )
+        .status,
+        404
+    );
 
     // Disable the repository: new comments get 409; enable: accepted again.
     let disable = s.admin_post(
@@ -324,7 +343,10 @@ fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
     );
     assert_eq!(disable.status, 200, "{:?}", disable.json);
     assert_eq!(disable.json["action"], "repository.disable");
-    assert_eq!(s.comment("c-3", 3, "@ccbot three", "widgets", 1).status, 409);
+    assert_eq!(
+        s.comment("c-3", 3, "@ccbot three", "widgets", 1).status,
+        409
+    );
     let enable = s.admin_post(
         "/api/gitea-workflow/repos/default:acme/widgets/enable",
         &json!({"requestId": "en-1", "reason": "fixed"}),
@@ -332,7 +354,11 @@ fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
     assert_eq!(enable.status, 200, "{:?}", enable.json);
     assert_eq!(s.comment("c-4", 4, "@ccbot four", "widgets", 1).status, 202);
     assert_eq!(
-        s.admin_post("/api/gitea-workflow/repos/default:acme%2Fnope/disable", &json!({"requestId": "dis-2", "reason": "x"})).status,
+        s.admin_post(
+            "/api/gitea-workflow/repos/default:acme%2Fnope/disable",
+            &json!({"requestId": "dis-2", "reason": "x"})
+        )
+        .status,
         404
     );
 }
@@ -342,21 +368,45 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
     use codex_bridge::lifecycle::TaskState;
     use codex_bridge::store::tasks::{self, TransitionRequest};
     let s = TestServer::start(Db::Sqlite);
-    let id = s.comment("r-1", 1, "@ccbot one", "widgets", 1).json["taskId"].as_str().unwrap().to_owned();
+    let id = s.comment("r-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let mut c = s.db();
     let attempt = c
         .write_transaction(|c| {
-            for to in [TaskState::Leased, TaskState::Running, TaskState::NeedsReconciliation] {
-                tasks::transition(c, &TransitionRequest { task_id: &id, to, expected_version: None, actor: "test", reason: None, error_code: None })?;
+            for to in [
+                TaskState::Leased,
+                TaskState::Running,
+                TaskState::NeedsReconciliation,
+            ] {
+                tasks::transition(
+                    c,
+                    &TransitionRequest {
+                        task_id: &id,
+                        to,
+                        expected_version: None,
+                        actor: "test",
+                        reason: None,
+                        error_code: None,
+                    },
+                )?;
                 if to == TaskState::Leased {
                     tasks::start_attempt(c, &id, None, Some("test"))?;
                 }
             }
-            Ok::<_, codex_bridge::store::StoreError>(tasks::detail(c, &id)?.unwrap().attempts[0].attempt_id.clone())
+            Ok::<_, codex_bridge::store::StoreError>(
+                tasks::detail(c, &id)?.unwrap().attempts[0]
+                    .attempt_id
+                    .clone(),
+            )
         })
         .unwrap();
     let path = format!("/api/gitea-workflow/tasks/{id}/reconcile");
-    let unconfirmed = s.admin_post(&path, &json!({"requestId": "rc-0", "reason": "x", "attemptId": attempt, "verdict": "failed"}));
+    let unconfirmed = s.admin_post(
+        &path,
+        &json!({"requestId": "rc-0", "reason": "x", "attemptId": attempt, "verdict": "failed"}),
+    );
     assert_eq!(unconfirmed.status, 400);
     assert_eq!(unconfirmed.json["code"], "confirmation_required");
     let wrong = s.admin_post(
@@ -371,5 +421,8 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
     );
     assert_eq!(ok.status, 200, "{:?}", ok.json);
     assert_eq!(ok.json["action"], "task.reconciled");
-    assert_eq!(s.admin_get(&format!("/api/gitea-workflow/tasks/{id}")).json["task"]["state"], "succeeded");
+    assert_eq!(
+        s.admin_get(&format!("/api/gitea-workflow/tasks/{id}")).json["task"]["state"],
+        "succeeded"
+    );
 }

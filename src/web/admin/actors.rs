@@ -15,7 +15,10 @@ use serde::Deserialize;
 
 pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let health = match &state.registry {
-        Some(registry) => registry.send(Snapshot).await.map_err(|_| ApiError::Unavailable)?,
+        Some(registry) => registry
+            .send(Snapshot)
+            .await
+            .map_err(|_| ApiError::Unavailable)?,
         None => RegistryHealth {
             runtime: "none".into(),
             ..Default::default()
@@ -34,7 +37,10 @@ pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
 
 /// Path values may arrive with `/` and `:` percent-encoded.
 fn decode_key(raw: &str) -> String {
-    raw.replace("%2F", "/").replace("%2f", "/").replace("%3A", ":").replace("%3a", ":")
+    raw.replace("%2F", "/")
+        .replace("%2f", "/")
+        .replace("%3A", ":")
+        .replace("%3a", ":")
 }
 
 fn notify(state: &AppState, repo_key: &str) {
@@ -45,7 +51,12 @@ fn notify(state: &AppState, repo_key: &str) {
     }
 }
 
-async fn set_repo(state: web::Data<AppState>, key: String, body: ControlBody, enabled: bool) -> Result<HttpResponse, ApiError> {
+async fn set_repo(
+    state: web::Data<AppState>,
+    key: String,
+    body: ControlBody,
+    enabled: bool,
+) -> Result<HttpResponse, ApiError> {
     let req = body.into_request()?;
     let repo_key = decode_key(&key);
     let k = repo_key.clone();
@@ -57,11 +68,21 @@ async fn set_repo(state: web::Data<AppState>, key: String, body: ControlBody, en
     Ok(HttpResponse::Ok().json(event))
 }
 
-pub async fn disable_repo(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn disable_repo(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     set_repo(state, path.into_inner(), body.into_inner(), false).await
 }
 
-pub async fn enable_repo(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn enable_repo(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     set_repo(state, path.into_inner(), body.into_inner(), true).await
 }
 
@@ -79,25 +100,43 @@ async fn after_task_control(state: &AppState, task_id: &str, abort: bool) -> Res
                 task_id: task.task_id.clone(),
             });
         }
-        registry.do_send(Notify { repo_key: task.repo_key });
+        registry.do_send(Notify {
+            repo_key: task.repo_key,
+        });
     }
     Ok(())
 }
 
-pub async fn cancel(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn cancel(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     let req = body.into_inner().into_request()?;
     let task_id = path.into_inner();
     let id = task_id.clone();
-    let event: AuditView = state.store.write(move |c| control::cancel_task(c, &req, &id)).await?;
+    let event: AuditView = state
+        .store
+        .write(move |c| control::cancel_task(c, &req, &id))
+        .await?;
     after_task_control(&state, &task_id, false).await?;
     Ok(HttpResponse::Ok().json(event))
 }
 
-pub async fn abort(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ControlBody>) -> Result<HttpResponse, ApiError> {
+pub async fn abort(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
     let req = body.into_inner().into_request()?;
     let task_id = path.into_inner();
     let id = task_id.clone();
-    let event = state.store.write(move |c| control::abort_task(c, &req, &id)).await?;
+    let event = state
+        .store
+        .write(move |c| control::abort_task(c, &req, &id))
+        .await?;
     after_task_control(&state, &task_id, true).await?;
     Ok(HttpResponse::Ok().json(event))
 }
@@ -113,7 +152,12 @@ pub struct ReconcileBody {
     confirm_no_active_turn: bool,
 }
 
-pub async fn reconcile(_: Admin, state: web::Data<AppState>, path: web::Path<String>, body: web::Json<ReconcileBody>) -> Result<HttpResponse, ApiError> {
+pub async fn reconcile(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ReconcileBody>,
+) -> Result<HttpResponse, ApiError> {
     let body = body.into_inner();
     if !body.confirm_no_active_turn {
         return Err(ApiError::bad_request(
@@ -124,12 +168,19 @@ pub async fn reconcile(_: Admin, state: web::Data<AppState>, path: web::Path<Str
     let verdict = match body.verdict.as_deref() {
         Some("failed") => Verdict::Failed,
         Some("succeeded") => Verdict::Succeeded,
-        _ => return Err(ApiError::bad_request("invalid_verdict", "verdict must be failed or succeeded")),
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_verdict",
+                "verdict must be failed or succeeded",
+            ))
+        }
     };
-    let attempt = body
-        .attempt_id
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| ApiError::bad_request("invalid_attempt", "attemptId is required (see the task's attempts)"))?;
+    let attempt = body.attempt_id.filter(|a| !a.is_empty()).ok_or_else(|| {
+        ApiError::bad_request(
+            "invalid_attempt",
+            "attemptId is required (see the task's attempts)",
+        )
+    })?;
     let req = body.control.into_request()?;
     let task_id = path.into_inner();
     let id = task_id.clone();

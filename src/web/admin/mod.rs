@@ -20,11 +20,20 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/control/pause", web::post().to(control::pause))
             .route("/control/resume", web::post().to(control::resume))
             .route("/actors", web::get().to(actors::tree))
-            .route("/repos/{repo_key:.+}/disable", web::post().to(actors::disable_repo))
-            .route("/repos/{repo_key:.+}/enable", web::post().to(actors::enable_repo))
+            .route(
+                "/repos/{repo_key:.+}/disable",
+                web::post().to(actors::disable_repo),
+            )
+            .route(
+                "/repos/{repo_key:.+}/enable",
+                web::post().to(actors::enable_repo),
+            )
             .route("/tasks/{task_id}/cancel", web::post().to(actors::cancel))
             .route("/tasks/{task_id}/abort", web::post().to(actors::abort))
-            .route("/tasks/{task_id}/reconcile", web::post().to(actors::reconcile)),
+            .route(
+                "/tasks/{task_id}/reconcile",
+                web::post().to(actors::reconcile),
+            ),
     );
 }
 
