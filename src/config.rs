@@ -74,6 +74,34 @@ pub const KEYS: &[(&str, &str)] = &[
         "sqlite_busy_timeout_ms",
         "how long SQLite waits for a lock (default 5000)",
     ),
+    (
+        "agent_runtime",
+        "none (intake only), codex, or scripted (tests: plays directives, no model) (default none)",
+    ),
+    (
+        "lease_ttl_secs",
+        "how long a repository lease lives without renewal (default 60)",
+    ),
+    (
+        "lease_heartbeat_secs",
+        "how often a held lease is renewed (default 15)",
+    ),
+    (
+        "session_idle_secs",
+        "an idle session actor is stopped after this long (default 600)",
+    ),
+    (
+        "retry_backoff_secs",
+        "wait before a retry_wait task runs again (default 30)",
+    ),
+    (
+        "max_attempts",
+        "attempts a task gets before a transient failure fails it (default 2)",
+    ),
+    (
+        "scheduler_sweep_ms",
+        "how often the registry looks for due work in the store (default 5000)",
+    ),
 ];
 
 const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
@@ -631,6 +659,43 @@ mod tests {
         let err =
             Config::from_sources(None, &env(&[("CODEX_BRIDGE_INSTANCE_ID", "a:b")])).unwrap_err();
         assert!(err.to_string().contains("instance_id"));
+    }
+
+    #[test]
+    fn every_documented_key_is_read_from_the_environment() {
+        let set = env(&[
+            ("CODEX_BRIDGE_AGENT_RUNTIME", "scripted"),
+            ("CODEX_BRIDGE_LEASE_TTL_SECS", "9"),
+            ("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "3"),
+            ("CODEX_BRIDGE_SESSION_IDLE_SECS", "7"),
+            ("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "4"),
+            ("CODEX_BRIDGE_MAX_ATTEMPTS", "3"),
+            ("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "150"),
+        ]);
+        for key in set.keys() {
+            let name = key.trim_start_matches("CODEX_BRIDGE_").to_ascii_lowercase();
+            assert!(
+                KEYS.iter().any(|(k, _)| *k == name),
+                "{name} is not documented in KEYS"
+            );
+        }
+        let c = Config::from_sources(None, &set).unwrap();
+        assert_eq!(c.agent_runtime, AgentRuntimeKind::Scripted);
+        assert_eq!((c.lease_ttl_secs, c.lease_heartbeat_secs), (9, 3));
+        assert_eq!(
+            (c.session_idle_secs, c.retry_backoff_secs, c.max_attempts),
+            (7, 4, 3)
+        );
+        assert_eq!(c.scheduler_sweep_ms, 150);
+        let err = Config::from_sources(
+            None,
+            &env(&[
+                ("CODEX_BRIDGE_LEASE_TTL_SECS", "5"),
+                ("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "5"),
+            ]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("lease_heartbeat_secs"));
     }
 
     #[test]

@@ -50,6 +50,8 @@ struct State {
     token: Mutex<Option<String>>,
     /// How many of the next requests get a 500.
     fail_next: AtomicUsize,
+    /// Every answer waits this long first (slow-server fault), in milliseconds.
+    delay_ms: AtomicUsize,
     requests: Mutex<Vec<SeenRequest>>,
 }
 
@@ -77,6 +79,7 @@ impl GitSim {
             home,
             token: Mutex::new(token.map(str::to_owned)),
             fail_next: AtomicUsize::new(0),
+            delay_ms: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
         });
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -137,6 +140,13 @@ impl GitSim {
     /// Answer the next `n` requests with 500, whatever they are.
     pub fn fail_next(&self, n: usize) {
         self.state.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Make every answer wait `delay` first (0 to stop).
+    pub fn set_delay(&self, delay: std::time::Duration) {
+        self.state
+            .delay_ms
+            .store(delay.as_millis() as usize, Ordering::SeqCst);
     }
 
     /// Every request so far, oldest first.
@@ -353,6 +363,10 @@ fn plain_git_env(cmd: &mut Command, home: &Path) {
 /// Every request: record it, inject a fault or check the token, then hand it
 /// to `git http-backend`.
 async fn git_http(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -> HttpResponse {
+    let delay = state.delay_ms.load(Ordering::SeqCst);
+    if delay > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(delay as u64)).await;
+    }
     let headers: Vec<(String, String)> = req
         .headers()
         .iter()

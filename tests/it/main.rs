@@ -9,6 +9,7 @@ mod gitsim;
 mod lifecycle;
 mod logs;
 mod migrations;
+mod recovery;
 mod support;
 mod webhook;
 mod workspace;

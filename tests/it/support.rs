@@ -340,6 +340,12 @@ impl TestServer {
         panic!("timed out waiting for {what}");
     }
 
+    /// SIGKILL: no graceful anything, as when the machine loses the process.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// SIGTERM, and wait for a graceful exit. The database and temp dir stay.
     pub fn stop(&mut self) -> String {
         let _ = Command::new("kill")
@@ -396,4 +402,28 @@ pub fn count_where(conn: &mut DbConn, table: &str, clause: &str) -> i64 {
 /// Runs trusted test SQL.
 pub fn exec(conn: &mut DbConn, sql: &str) -> Result<usize, diesel::result::Error> {
     codex_bridge::with_conn!(conn, |c| diesel::sql_query(sql).execute(c))
+}
+
+/// A task's state and version, read directly from the database.
+pub fn task_state(conn: &mut DbConn, task_id: &str) -> Option<String> {
+    codex_bridge::store::tasks::find(conn, task_id)
+        .unwrap()
+        .map(|t| t.state)
+}
+
+/// Waits until the task is in `state` (panics with the task's history otherwise).
+pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Duration) {
+    let mut conn = connect(db_url);
+    let deadline = Instant::now() + timeout;
+    loop {
+        if task_state(&mut conn, task_id).as_deref() == Some(state) {
+            return;
+        }
+        if Instant::now() > deadline {
+            let history = codex_bridge::store::tasks::history(&mut conn, task_id).unwrap();
+            let path: Vec<String> = history.iter().map(|t| t.to_state.clone()).collect();
+            panic!("task {task_id} did not reach {state}; its history: {path:?}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
 }

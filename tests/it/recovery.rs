@@ -1,0 +1,442 @@
+//! Restart recovery (DESIGN §5, §10): the real server process is killed with
+//! SIGKILL at each critical point and started again on the same database,
+//! workspace root and runtime history. Work before the turn/start intent is
+//! retried once (`retry_wait(interrupted_by_restart)`); after the intent it is
+//! never replayed: confirmed from the history, or `needs_reconciliation`, which
+//! blocks the repository until an operator decides.
+
+use crate::gitsim::GitSim;
+use crate::support::*;
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+
+/// What survives a restart: the database, the state dir (runtime history) and
+/// the workspaces; and the Gitea stand-in.
+struct Rig {
+    sim: GitSim,
+    dir: tempfile::TempDir,
+    db_url: String,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let sim = GitSim::start(Some(GITEA_TOKEN));
+        sim.create_repo("acme", "widgets");
+        let dir = tempfile::tempdir().unwrap();
+        let db_url = format!("sqlite://{}", dir.path().join("bridge.db").display());
+        Rig { sim, dir, db_url }
+    }
+
+    fn server(&self) -> TestServer {
+        ServerBuilder::new(Db::Sqlite)
+            .db_url(&self.db_url)
+            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
+            .env("CODEX_BRIDGE_GITEA_URL", &self.sim.base_url())
+            .env(
+                "CODEX_BRIDGE_STATE_DIR",
+                self.dir.path().join("state").to_str().unwrap(),
+            )
+            .env(
+                "CODEX_BRIDGE_WORKSPACE_ROOT",
+                self.dir.path().join("ws").to_str().unwrap(),
+            )
+            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+            .start()
+    }
+
+    /// Posts a signed comment whose repository clones from the simulator.
+    fn comment(
+        &self,
+        s: &TestServer,
+        delivery: &str,
+        comment_id: i64,
+        text: &str,
+        number: i64,
+    ) -> String {
+        let mut v: Value =
+            serde_json::from_slice(&comment_body(comment_id, text, "widgets", number)).unwrap();
+        v["repository"]["clone_url"] = self.sim.clone_url("acme", "widgets").into();
+        v["repository"]["default_branch"] = "main".into();
+        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let r = s.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        r.json["taskId"].as_str().unwrap().to_owned()
+    }
+
+    fn history(&self, task_id: &str) -> Vec<String> {
+        let mut c = connect(&self.db_url);
+        codex_bridge::store::tasks::history(&mut c, task_id)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.to_state)
+            .collect()
+    }
+
+    fn turns(&self, task_id: &str) -> i64 {
+        count_where(
+            &mut connect(&self.db_url),
+            "turns",
+            &format!("task_id = '{task_id}'"),
+        )
+    }
+
+    fn wait(&self, task_id: &str, state: &str) {
+        wait_task_state(&self.db_url, task_id, state, Duration::from_secs(30));
+    }
+}
+
+const LONG: Duration = Duration::from_secs(30);
+
+#[test]
+fn killed_after_accept_the_task_runs_after_restart() {
+    let rig = Rig::new();
+    let mut s = rig.server();
+    let pause = s.admin_post(
+        "/api/gitea-workflow/control/pause",
+        &json!({"requestId": "p", "reason": "hold"}),
+    );
+    assert_eq!(pause.status, 200);
+    let task = rig.comment(&s, "acc-1", 1, "@ccbot after accept", 1);
+    s.kill9();
+
+    let s2 = rig.server();
+    assert_eq!(
+        task_state(&mut connect(&rig.db_url), &task).as_deref(),
+        Some("queued")
+    );
+    s2.admin_post(
+        "/api/gitea-workflow/control/resume",
+        &json!({"requestId": "r", "reason": "go"}),
+    );
+    wait_task_state(&rig.db_url, &task, "succeeded", LONG);
+    assert_eq!(rig.turns(&task), 1);
+}
+
+#[test]
+fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
+    let rig = Rig::new();
+    let mut s = rig.server();
+    rig.sim.set_delay(Duration::from_secs(4));
+    let task = rig.comment(&s, "lease-1", 1, "@ccbot after lease", 1);
+    rig.wait(&task, "leased");
+    s.kill9();
+    rig.sim.set_delay(Duration::ZERO);
+
+    let _s2 = rig.server();
+    rig.wait(&task, "succeeded");
+    let history = rig.history(&task);
+    assert_eq!(
+        history,
+        [
+            "received",
+            "queued",
+            "leased",
+            "retry_wait",
+            "leased",
+            "running",
+            "verifying_reply",
+            "succeeded"
+        ]
+    );
+    let mut c = connect(&rig.db_url);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "task_transitions",
+            &format!("task_id = '{task}' AND error_code = 'interrupted_by_restart'")
+        ),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "attempts", &format!("task_id = '{task}'")),
+        2
+    );
+    assert_eq!(rig.turns(&task), 1);
+}
+
+#[test]
+fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_repository() {
+    let rig = Rig::new();
+    let mut s = rig.server();
+    let task = rig.comment(
+        &s,
+        "intent-1",
+        1,
+        "@ccbot after intent [start:slow:8000]",
+        1,
+    );
+    let mut c = connect(&rig.db_url);
+    let deadline = std::time::Instant::now() + LONG;
+    while count_where(
+        &mut c,
+        "outbox_entries",
+        &format!("task_id = '{task}' AND status = 'sending'"),
+    ) == 0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the intent was never recorded"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.kill9();
+
+    let mut s2 = rig.server();
+    rig.wait(&task, "needs_reconciliation");
+    assert_eq!(rig.turns(&task), 0, "nothing was replayed");
+    // Recovery is idempotent: another restart changes nothing.
+    let before = rig.history(&task);
+    s2.kill9();
+    let s2 = rig.server();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(rig.history(&task), before);
+    // The uncertain task blocks new work on its repository.
+    let behind = rig.comment(&s2, "intent-2", 2, "@ccbot queued behind", 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(task_state(&mut c, &behind).as_deref(), Some("queued"));
+
+    // The operator decides; then the next task runs.
+    let attempt = codex_bridge::store::tasks::detail(&mut c, &task)
+        .unwrap()
+        .unwrap()
+        .attempts
+        .last()
+        .unwrap()
+        .attempt_id
+        .clone();
+    let out = Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+        .env("CODEX_BRIDGE_DATABASE_URL", &rig.db_url)
+        .args([
+            "reconcile",
+            &task,
+            &attempt,
+            "failed",
+            "--confirm-no-active-turn",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    rig.wait(&behind, "succeeded");
+    assert_eq!(task_state(&mut c, &task).as_deref(), Some("failed"));
+}
+
+#[test]
+fn killed_after_the_reply_before_verification_it_is_verified_not_rerun() {
+    let rig = Rig::new();
+    let mut s = rig.server();
+    let task = rig.comment(
+        &s,
+        "verify-1",
+        1,
+        "@ccbot reply then verify [verify:slow:8000]",
+        1,
+    );
+    rig.wait(&task, "verifying_reply");
+    s.kill9();
+
+    let _s2 = rig.server();
+    rig.wait(&task, "succeeded");
+    assert_eq!(rig.turns(&task), 1, "the model did not run again");
+    let history = rig.history(&task);
+    assert_eq!(history.iter().filter(|s| *s == "running").count(), 1);
+}
+
+#[test]
+fn a_workspace_is_really_cloned_and_the_token_stays_out_of_it() {
+    let rig = Rig::new();
+    let s = rig.server();
+    let task = rig.comment(&s, "ws-1", 1, "@ccbot clone me", 1);
+    rig.wait(&task, "succeeded");
+    let ws = rig.dir.path().join("ws/default/acme/widgets");
+    assert!(ws.join(".git").is_dir(), "no clone at {ws:?}");
+    let config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
+    assert!(!config.contains(GITEA_TOKEN));
+    assert!(rig.sim.requests().iter().all(|r| r.authorization.as_deref()
+        == Some(&format!("token {GITEA_TOKEN}"))
+        || r.status == 401));
+    assert!(!s.logs().contains(GITEA_TOKEN));
+}
+
+#[test]
+fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a_dead_one() {
+    let sim = GitSim::start(Some(GITEA_TOKEN));
+    let repos = ["alpha", "beta", "gamma", "delta"];
+    for r in repos {
+        sim.create_repo("acme", r);
+    }
+    let db = PgDb::create();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let start = |dir: &tempfile::TempDir| {
+        ServerBuilder::new(Db::Postgres)
+            .db_url(&db.url)
+            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
+            .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
+            .env(
+                "CODEX_BRIDGE_STATE_DIR",
+                dir.path().join("state").to_str().unwrap(),
+            )
+            .env(
+                "CODEX_BRIDGE_WORKSPACE_ROOT",
+                dir.path().join("ws").to_str().unwrap(),
+            )
+            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+            .start()
+    };
+    let mut a = start(&dirs[0]);
+    let b = start(&dirs[1]);
+    let mut ids = Vec::new();
+    for i in 0..16i64 {
+        let repo = repos[(i as usize) % repos.len()];
+        let mut v: Value = serde_json::from_slice(&comment_body(
+            100 + i,
+            &format!("@ccbot job {i} [sleep:300]"),
+            repo,
+            i % 2,
+        ))
+        .unwrap();
+        v["repository"]["clone_url"] = sim.clone_url("acme", repo).into();
+        v["repository"]["default_branch"] = "main".into();
+        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let server = if i % 2 == 0 { &a } else { &b };
+        let r = server.webhook(
+            &gitea_headers(&format!("two-{i}"), "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        ids.push(r.json["taskId"].as_str().unwrap().to_owned());
+    }
+    // Kill A while it holds a repository's lease (its owner id is in its log).
+    let a_owner = a
+        .logs()
+        .split("owner=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(|o| o.trim_matches('"').to_owned())
+        .expect("A logs its lease owner id");
+    let mut c = connect(&db.url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while count_where(&mut c, "leases", &format!("owner = '{a_owner}'")) == 0 {
+        assert!(std::time::Instant::now() < deadline, "A never held a lease");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    a.kill9();
+
+    // B takes over: nothing stays in flight; a task A was running becomes
+    // uncertain (B cannot see A's turn) and holds its repository until an
+    // operator reconciles it; then B runs what queued behind it.
+    let in_flight = "state IN ('leased', 'running', 'verifying_reply', 'retry_wait')";
+    let stuck = "state = 'queued' AND repo_key NOT IN (SELECT repo_key FROM tasks WHERE state = 'needs_reconciliation')";
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while count_where(&mut c, "tasks", in_flight) + count_where(&mut c, "tasks", stuck) > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tasks never settled after the takeover:\n{}",
+            b.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let uncertain: Vec<String> = ids
+        .iter()
+        .filter(|id| task_state(&mut c, id).as_deref() == Some("needs_reconciliation"))
+        .cloned()
+        .collect();
+    for id in &uncertain {
+        let attempt = codex_bridge::store::tasks::detail(&mut c, id)
+            .unwrap()
+            .unwrap()
+            .attempts
+            .last()
+            .unwrap()
+            .attempt_id
+            .clone();
+        let r = b.admin_post(
+            &format!("/api/gitea-workflow/tasks/{id}/reconcile"),
+            &json!({"requestId": format!("rc-{id}"), "reason": "A died mid-turn", "attemptId": attempt, "verdict": "failed", "confirmNoActiveTurn": true}),
+        );
+        assert_eq!(r.status, 200, "{:?}", r.json);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while count_where(&mut c, "tasks", "state NOT IN ('succeeded', 'failed')") > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queued work never ran after reconciliation:\n{}",
+            b.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        count_where(&mut c, "tasks", "state = 'failed'") as usize,
+        uncertain.len()
+    );
+    let owners = |clause: &str| count_where(&mut connect(&db.url), "attempts", clause);
+    assert!(owners("owner IS NOT NULL") >= 16);
+    // Both processes ran work.
+    #[derive(diesel::QueryableByName)]
+    struct Owner {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        owner: String,
+    }
+    use diesel::RunQueryDsl;
+    let distinct: Vec<Owner> = codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(
+        "SELECT DISTINCT owner FROM attempts"
+    )
+    .load::<Owner>(conn))
+    .unwrap();
+    assert!(
+        distinct.len() >= 2,
+        "only one instance ever ran work: {:?}",
+        distinct.iter().map(|o| &o.owner).collect::<Vec<_>>()
+    );
+    // No repository ever ran two turns at once, across both processes.
+    #[derive(diesel::QueryableByName)]
+    struct Span {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        repo_key: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        started_at: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        completed_at: Option<String>,
+    }
+    let spans: Vec<Span> = codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(
+        "SELECT t.repo_key, u.started_at, u.completed_at FROM turns u JOIN tasks t ON t.task_id = u.task_id ORDER BY t.repo_key, u.started_at"
+    )
+    .load::<Span>(conn))
+    .unwrap();
+    for pair in spans.windows(2) {
+        if pair[0].repo_key == pair[1].repo_key {
+            if let Some(end) = &pair[0].completed_at {
+                assert!(
+                    end <= &pair[1].started_at,
+                    "{} ran two turns at once",
+                    pair[0].repo_key
+                );
+            }
+        }
+    }
+    // The dead instance's leases expired and moved.
+    assert!(
+        count_where(
+            &mut c,
+            "audit_events",
+            "action IN ('lease.taken_over', 'lease.expired_released')"
+        ) >= 1
+    );
+    assert_eq!(
+        count_where(&mut c, "tasks", "state = 'succeeded'") as usize,
+        16 - uncertain.len()
+    );
+}
