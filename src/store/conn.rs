@@ -104,9 +104,14 @@ impl DbConn {
         match &settings.url {
             DbUrl::Sqlite(path) => {
                 let mut c = SqliteConnection::establish(&path.to_string_lossy())?;
+                // A larger page cache and in-memory statement journals keep the
+                // writer's per-request I/O to the WAL itself. Automatic
+                // checkpoints are left to the checkpointer thread (see
+                // `Store::open`); the high limit here is only a safety net.
                 let pragmas = format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
-                     PRAGMA foreign_keys = ON; PRAGMA query_only = {};",
+                     PRAGMA foreign_keys = ON; PRAGMA query_only = {}; PRAGMA cache_size = -65536; \
+                     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 20000;",
                     settings.sqlite_busy_timeout.as_millis(),
                     if settings.read_only { 1 } else { 0 }
                 );

@@ -402,12 +402,22 @@ fn create_task(
     }
     let session_key = subject.resource_key();
     ensure_session(conn, subject, &session_key, &repo_key, at)?;
-    let pending: i64 = with_conn!(conn, |c| outbox_entries::table
-        .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
+    // Most sessions never had 256 entries at all: count them first (a cheap,
+    // cached query), and only then count the unfinished ones.
+    let total: i64 = with_conn!(conn, |c| outbox_entries::table
         .filter(outbox_entries::session_key.eq(&session_key))
-        .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
         .count()
         .get_result(c))?;
+    let pending: i64 = if total < OUTBOX_CAPACITY {
+        total
+    } else {
+        with_conn!(conn, |c| outbox_entries::table
+            .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
+            .filter(outbox_entries::session_key.eq(&session_key))
+            .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
+            .count()
+            .get_result(c))?
+    };
     if pending >= OUTBOX_CAPACITY {
         insert_delivery(conn, req, "rejected", Some("outbox_full"), None, None, at)?;
         audit::record(
@@ -472,8 +482,8 @@ fn create_task(
         },
     )?;
 
-    let queue_id = format!("q-{}", uuid::Uuid::new_v4().simple());
-    let operation_id = format!("op-{}", uuid::Uuid::new_v4().simple());
+    let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
+    let operation_id = format!("op-{}", uuid::Uuid::now_v7().simple());
     let fingerprint = fingerprint(&session_key, &queue_id, text, subject, written_at);
     let entry = NewOutboxEntry {
         queue_id: &queue_id,

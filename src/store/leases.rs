@@ -165,5 +165,5 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
 }
 
 pub fn new_lease_id() -> String {
-    format!("lease-{}", uuid::Uuid::new_v4().simple())
+    format!("lease-{}", uuid::Uuid::now_v7().simple())
 }

@@ -140,6 +140,13 @@ impl Store {
             settings.url.is_sqlite(),
             settings.read_pool_size.max(1),
         )?;
+        if let DbUrl::Sqlite(_) = &settings.url {
+            start_checkpointer(ConnSettings {
+                url: settings.url.clone(),
+                sqlite_busy_timeout: settings.sqlite_busy_timeout,
+                read_only: false,
+            })?;
+        }
         let writer = writer::Writer::start(write_pool, settings.writer)
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
@@ -191,6 +198,26 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.read(|c| c.ping().map_err(StoreError::from)).await
     }
+}
+
+/// Checkpoints the SQLite WAL into the database file from its own thread, so
+/// the writer's commits do not pay for it. PASSIVE checkpoints never block the
+/// writer; the writer's own automatic checkpoint stays as a safety net.
+fn start_checkpointer(settings: ConnSettings) -> Result<(), StoreError> {
+    use diesel::connection::SimpleConnection;
+    let mut conn = DbConn::establish(&settings)
+        .map_err(|e| StoreError::Unavailable(format!("cannot open the checkpointer connection: {e}")))?;
+    std::thread::Builder::new()
+        .name("sqlite-checkpointer".into())
+        .spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(200));
+            let result = crate::with_conn!(&mut conn, |c| c.batch_execute("PRAGMA wal_checkpoint(PASSIVE);"));
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "WAL checkpoint skipped");
+            }
+        })
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the checkpointer thread: {e}")))?;
+    Ok(())
 }
 
 fn build_pool(

@@ -332,7 +332,7 @@ pub fn start_attempt(
         .select(diesel::dsl::max(attempts::number))
         .first(c))?;
     let attempt = Attempt {
-        attempt_id: format!("att-{}", uuid::Uuid::new_v4().simple()),
+        attempt_id: format!("att-{}", uuid::Uuid::now_v7().simple()),
         task_id: task_id.to_owned(),
         number: number.unwrap_or(0) + 1,
         lease_id: lease_id.map(str::to_owned),

@@ -49,7 +49,6 @@ CREATE TABLE webhook_deliveries (
     received_at   TEXT NOT NULL
 );
 CREATE INDEX webhook_deliveries_received ON webhook_deliveries (received_at);
-CREATE INDEX webhook_deliveries_comment ON webhook_deliveries (comment_id);
 
 CREATE TABLE tasks (
     id             INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
@@ -80,7 +79,6 @@ CREATE TABLE tasks (
 CREATE INDEX tasks_state ON tasks (state);
 CREATE INDEX tasks_repo ON tasks (repo_key, id);
 CREATE INDEX tasks_session ON tasks (session_key, id);
-CREATE INDEX tasks_comment ON tasks (comment_id);
 
 -- History: one row per transition, written in the same transaction as the
 -- compare-and-swap. `from_state` is NULL for the creation row.
@@ -126,8 +124,7 @@ CREATE TABLE outbox_entries (
     user_text     TEXT NOT NULL,
     created_at    TEXT NOT NULL,
     updated_at    TEXT NOT NULL,
-    version       BIGINT NOT NULL DEFAULT 1,
-    UNIQUE (session_key, operation_id)
+    version       BIGINT NOT NULL DEFAULT 1
 );
 CREATE INDEX outbox_entries_session ON outbox_entries (session_key, id);
 
