@@ -1,15 +1,23 @@
 //! The webhook's one transaction (DESIGN §3 hot path, seed §5.1): the delivery
 //! row, the repository and session (created on first sight), the task in
-//! `queued`, its outbox entry and the audit events, all or nothing.
+//! `queued`, its outbox entry, its history and the audit events, all or nothing.
+//!
+//! Deliveries are ingested in batches (the group-commit writer hands over what
+//! arrived together): one round of lookups for the whole batch, every decision
+//! made in memory in arrival order (so duplicates inside a batch are found too),
+//! then one multi-row INSERT per table. A single delivery is a batch of one, so
+//! there is only one code path.
 
-use super::audit::{self, Audit};
 use super::models::*;
-use super::schema::{outbox_entries, repositories, sessions, tasks, webhook_deliveries};
-use super::tasks::append_history;
+use super::schema::{
+    audit_events, outbox_entries, repositories, sessions, task_transitions, tasks,
+    webhook_deliveries,
+};
 use super::{now, sha256_hex, DbConn, StoreError};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
+use std::collections::{HashMap, HashSet};
 
 /// Most entries a session's outbox holds for unfinished tasks (DESIGN §6).
 pub const OUTBOX_CAPACITY: i64 = 256;
@@ -141,145 +149,452 @@ pub fn task_id_for(delivery_key: &str) -> String {
     format!("task-{}", &sha256_hex(delivery_key.as_bytes())[..32])
 }
 
-/// Runs the whole ingest in the caller's transaction.
+/// Ingests one delivery in the caller's transaction.
 pub fn ingest(conn: &mut DbConn, req: &IngestRequest) -> Result<IngestOutcome, StoreError> {
+    ingest_batch(conn, std::slice::from_ref(req))?
+        .pop()
+        .ok_or_else(|| StoreError::Query("an ingest batch of one gave no outcome".into()))
+}
+
+/// Ingests deliveries in arrival order, in the caller's transaction: the
+/// outcomes are the same as ingesting them one after the other.
+pub fn ingest_batch(
+    conn: &mut DbConn,
+    reqs: &[IngestRequest],
+) -> Result<Vec<IngestOutcome>, StoreError> {
     let at = now();
-    // 1. The same delivery again (a client retry): the first answer again.
-    if let Some(original) = find_delivery(conn, &req.delivery_key)? {
-        return replay_answer(conn, &original);
+    let mut known = Known::load(conn, reqs)?;
+    let mut plan = Plan::default();
+    let mut outcomes = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        outcomes.push(decide(req, &mut known, &mut plan, &at)?);
     }
-    // 2. The same content under a new delivery id (Gitea's manual replay).
-    if let Some(content_key) = &req.content_key {
-        let original: Option<Delivery> = with_conn!(conn, |c| webhook_deliveries::table
-            .filter(webhook_deliveries::content_key.eq(content_key))
-            .select(Delivery::as_select())
-            .first(c)
-            .optional())?;
-        if let Some(original) = original {
-            return record_duplicate(
-                conn,
-                req,
-                &original.delivery_key,
-                original.task_id.as_deref(),
-                &at,
-            );
-        }
-    }
-    match &req.intent {
-        Intent::Ignore { reason } => {
-            insert_delivery(conn, req, "ignored", Some(reason), None, None, &at)?;
-            audit::record(
-                conn,
-                &Audit::new("webhook.ignored", "system")
-                    .delivery(&req.delivery_id)
-                    .comment(req.subject.as_ref().and_then(|s| s.comment_id))
-                    .meta(serde_json::json!({ "reason": reason, "eventType": req.event_type })),
-            )?;
-            Ok(IngestOutcome::Ignored {
-                reason: (*reason).to_owned(),
-                task_id: None,
-            })
-        }
-        Intent::Trigger {
-            trigger_key,
-            text,
-            written_at,
-        } => create_task(conn, req, trigger_key, text, written_at, &at),
-        Intent::Edit {
-            trigger_key,
-            text,
-            written_at,
-            mention_added,
-        } => {
-            let existing = task_for_trigger(conn, trigger_key)?;
-            if existing.is_none() && *mention_added {
-                create_task(conn, req, trigger_key, text, written_at, &at)
+    plan.write(conn, &at)?;
+    Ok(outcomes)
+}
+
+/// What the store already holds that the batch's decisions depend on, kept up
+/// to date as the batch is decided.
+#[derive(Default)]
+struct Known {
+    deliveries: HashMap<String, Delivery>,
+    /// content key → (delivery key, task id) of the delivery that claimed it.
+    content: HashMap<String, (String, Option<String>)>,
+    /// repository key → status
+    repos: HashMap<String, String>,
+    /// trigger key → (task id, state, delivery key)
+    triggers: HashMap<String, (String, String, String)>,
+    /// task id → state, for the answers to repeated deliveries
+    task_states: HashMap<String, String>,
+    /// session key → unfinished outbox entries (present = the session exists)
+    open_entries: HashMap<String, i64>,
+    /// sessions that exist already
+    sessions: HashSet<String>,
+}
+
+fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = items.map(String::as_str).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl Known {
+    fn load(conn: &mut DbConn, reqs: &[IngestRequest]) -> Result<Known, StoreError> {
+        let delivery_keys = keys(reqs.iter().map(|r| &r.delivery_key));
+        let content_keys = keys(reqs.iter().filter_map(|r| r.content_key.as_ref()));
+        let repo_keys: Vec<String> = {
+            let mut v: Vec<String> = reqs
+                .iter()
+                .filter_map(|r| r.subject.as_ref().map(|s| s.repo.repo_key()))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let trigger_keys = keys(reqs.iter().filter_map(|r| match &r.intent {
+            Intent::Trigger { trigger_key, .. }
+            | Intent::Edit { trigger_key, .. }
+            | Intent::Delete { trigger_key } => Some(trigger_key),
+            Intent::Ignore { .. } => None,
+        }));
+        let session_keys: Vec<String> = {
+            let mut v: Vec<String> = reqs
+                .iter()
+                .filter(|r| matches!(r.intent, Intent::Trigger { .. } | Intent::Edit { .. }))
+                .filter_map(|r| r.subject.as_ref().map(Subject::resource_key))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+
+        let (deliveries, by_content, repos, triggers, totals) = with_conn!(conn, |c| {
+            let deliveries: Vec<Delivery> = webhook_deliveries::table
+                .filter(webhook_deliveries::delivery_key.eq_any(&delivery_keys))
+                .select(Delivery::as_select())
+                .load(c)?;
+            let by_content: Vec<(Option<String>, String, Option<String>)> =
+                if content_keys.is_empty() {
+                    Vec::new()
+                } else {
+                    webhook_deliveries::table
+                        .filter(webhook_deliveries::content_key.eq_any(&content_keys))
+                        .select((
+                            webhook_deliveries::content_key,
+                            webhook_deliveries::delivery_key,
+                            webhook_deliveries::task_id,
+                        ))
+                        .load(c)?
+                };
+            let repos: Vec<(String, String)> = if repo_keys.is_empty() {
+                Vec::new()
             } else {
-                record_comment_change(conn, req, "comment.edited", existing, &at)
+                repositories::table
+                    .filter(repositories::repo_key.eq_any(&repo_keys))
+                    .select((repositories::repo_key, repositories::status))
+                    .load(c)?
+            };
+            let triggers: Vec<(String, String, String, String)> = if trigger_keys.is_empty() {
+                Vec::new()
+            } else {
+                tasks::table
+                    .filter(tasks::trigger_key.eq_any(&trigger_keys))
+                    .select((
+                        tasks::trigger_key,
+                        tasks::task_id,
+                        tasks::state,
+                        tasks::delivery_key,
+                    ))
+                    .load(c)?
+            };
+            let existing: Vec<String> = if session_keys.is_empty() {
+                Vec::new()
+            } else {
+                sessions::table
+                    .filter(sessions::session_key.eq_any(&session_keys))
+                    .select(sessions::session_key)
+                    .load(c)?
+            };
+            let totals: Vec<(String, i64)> = if session_keys.is_empty() {
+                Vec::new()
+            } else {
+                outbox_entries::table
+                    .filter(outbox_entries::session_key.eq_any(&session_keys))
+                    .group_by(outbox_entries::session_key)
+                    .select((outbox_entries::session_key, diesel::dsl::count_star()))
+                    .load(c)?
+            };
+            Ok::<_, diesel::result::Error>((
+                deliveries,
+                by_content,
+                repos,
+                triggers,
+                (existing, totals),
+            ))
+        })?;
+        let (existing_sessions, totals) = totals;
+
+        let mut known = Known {
+            sessions: existing_sessions.into_iter().collect(),
+            ..Default::default()
+        };
+        for (content_key, delivery_key, task_id) in by_content {
+            if let Some(k) = content_key {
+                known.content.insert(k, (delivery_key, task_id));
             }
         }
-        Intent::Delete { trigger_key } => {
-            let existing = task_for_trigger(conn, trigger_key)?;
-            record_comment_change(conn, req, "comment.deleted", existing, &at)
+        known.repos = repos.into_iter().collect();
+        for (trigger, task_id, state, delivery_key) in triggers {
+            known.task_states.insert(task_id.clone(), state.clone());
+            known
+                .triggers
+                .insert(trigger, (task_id, state, delivery_key));
         }
-    }
-}
-
-fn find_delivery(conn: &mut DbConn, delivery_key: &str) -> Result<Option<Delivery>, StoreError> {
-    Ok(with_conn!(conn, |c| webhook_deliveries::table
-        .find(delivery_key)
-        .select(Delivery::as_select())
-        .first(c)
-        .optional())?)
-}
-
-fn task_state(conn: &mut DbConn, task_id: &str) -> Result<Option<String>, StoreError> {
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::task_id.eq(task_id))
-        .select(tasks::state)
-        .first(c)
-        .optional())?)
-}
-
-/// The task a comment (or review) already has: `(task_id, state, delivery_key)`.
-fn task_for_trigger(
-    conn: &mut DbConn,
-    trigger_key: &str,
-) -> Result<Option<(String, String, String)>, StoreError> {
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::trigger_key.eq(trigger_key))
-        .select((tasks::task_id, tasks::state, tasks::delivery_key))
-        .first(c)
-        .optional())?)
-}
-
-/// The answer a repeated delivery gets: what the first one got.
-fn replay_answer(conn: &mut DbConn, original: &Delivery) -> Result<IngestOutcome, StoreError> {
-    match original.status.as_str() {
-        "accepted" | "duplicate" => {
-            let state = match &original.task_id {
-                Some(id) => task_state(conn, id)?,
-                None => None,
+        // Most sessions never held 256 entries at all; only near the cap are
+        // the unfinished ones counted exactly.
+        for (session, total) in totals {
+            let open = if total < OUTBOX_CAPACITY {
+                total
+            } else {
+                with_conn!(conn, |c| outbox_entries::table
+                    .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
+                    .filter(outbox_entries::session_key.eq(&session))
+                    .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
+                    .count()
+                    .get_result(c))?
             };
-            Ok(IngestOutcome::Duplicate {
-                task_id: original.task_id.clone(),
-                state,
-            })
+            known.open_entries.insert(session, open);
         }
-        "rejected" if original.reason.as_deref() == Some("repository_disabled") => {
-            Ok(IngestOutcome::RepositoryDisabled {
-                repo_key: original.repo_key.clone().unwrap_or_default(),
-            })
+        // States of the tasks that repeated deliveries point at.
+        let wanted: Vec<String> = deliveries
+            .iter()
+            .filter_map(|d| d.task_id.clone())
+            .chain(known.content.values().filter_map(|(_, t)| t.clone()))
+            .filter(|t| !known.task_states.contains_key(t))
+            .collect();
+        if !wanted.is_empty() {
+            let states: Vec<(String, String)> = with_conn!(conn, |c| tasks::table
+                .filter(tasks::task_id.eq_any(&wanted))
+                .select((tasks::task_id, tasks::state))
+                .load(c))?;
+            known.task_states.extend(states);
         }
-        "rejected" if original.reason.as_deref() == Some("outbox_full") => {
-            Ok(IngestOutcome::OutboxFull {
-                session_key: original.resource_key.clone().unwrap_or_default(),
-            })
-        }
-        _ => Ok(IngestOutcome::Ignored {
-            reason: original
-                .reason
-                .clone()
-                .unwrap_or_else(|| original.status.clone()),
-            task_id: original.task_id.clone(),
-        }),
+        known.deliveries = deliveries
+            .into_iter()
+            .map(|d| (d.delivery_key.clone(), d))
+            .collect();
+        Ok(known)
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn insert_delivery(
-    conn: &mut DbConn,
+#[derive(Insertable)]
+#[diesel(table_name = repositories)]
+struct RepoRow {
+    repo_key: String,
+    instance_id: String,
+    owner: String,
+    name: String,
+    clone_url: Option<String>,
+    default_branch: Option<String>,
+    status: String,
+    registered_at: String,
+    updated_at: String,
+    version: i64,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = sessions)]
+struct SessionRow {
+    session_key: String,
+    repo_key: String,
+    kind: String,
+    number: i64,
+    status: String,
+    created_at: String,
+    updated_at: String,
+    version: i64,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = tasks)]
+struct TaskRow {
+    task_id: String,
+    delivery_key: String,
+    repo_key: String,
+    session_key: String,
+    resource_key: String,
+    trigger_key: String,
+    comment_id: Option<i64>,
+    author: String,
+    state: String,
+    state_version: i64,
+    head_ref: Option<String>,
+    base_ref: Option<String>,
+    created_at: String,
+    updated_at: String,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = task_transitions)]
+struct TransitionRow {
+    task_id: String,
+    from_state: Option<String>,
+    to_state: String,
+    state_version: i64,
+    actor: String,
+    reason: Option<String>,
+    error_code: Option<String>,
+    at: String,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = outbox_entries)]
+struct OutboxRow {
+    queue_id: String,
+    session_key: String,
+    task_id: String,
+    operation_id: String,
+    fingerprint: String,
+    mode: String,
+    status: String,
+    auto_drain: bool,
+    user_text: String,
+    created_at: String,
+    updated_at: String,
+    version: i64,
+}
+
+#[derive(Insertable)]
+#[diesel(table_name = audit_events)]
+struct AuditRow {
+    event_id: String,
+    task_id: Option<String>,
+    action: String,
+    actor: String,
+    from_state: Option<String>,
+    to_state: Option<String>,
+    delivery_id: Option<String>,
+    turn_id: Option<String>,
+    comment_id: Option<i64>,
+    error_code: Option<String>,
+    metadata: String,
+    at: String,
+}
+
+/// The rows the batch writes, collected while deciding.
+#[derive(Default)]
+struct Plan {
+    repos: Vec<RepoRow>,
+    sessions: Vec<SessionRow>,
+    deliveries: Vec<Delivery>,
+    tasks: Vec<TaskRow>,
+    transitions: Vec<TransitionRow>,
+    outbox: Vec<OutboxRow>,
+    audits: Vec<AuditRow>,
+}
+
+/// An audit event under construction (`Plan::audit` fills the rest).
+struct Event<'a> {
+    action: &'a str,
+    actor: &'a str,
+    task_id: Option<&'a str>,
+    states: (Option<&'a str>, Option<&'a str>),
+    delivery_id: Option<&'a str>,
+    comment_id: Option<i64>,
+    error_code: Option<&'a str>,
+    metadata: serde_json::Value,
+}
+
+impl<'a> Event<'a> {
+    fn new(action: &'a str, actor: &'a str, metadata: serde_json::Value) -> Self {
+        Event {
+            action,
+            actor,
+            task_id: None,
+            states: (None, None),
+            delivery_id: None,
+            comment_id: None,
+            error_code: None,
+            metadata,
+        }
+    }
+}
+
+impl Plan {
+    fn audit(&mut self, e: Event<'_>, at: &str) {
+        self.audits.push(AuditRow {
+            event_id: format!("audit-{}", uuid::Uuid::now_v7().simple()),
+            task_id: e.task_id.map(str::to_owned),
+            action: e.action.to_owned(),
+            actor: e.actor.to_owned(),
+            from_state: e.states.0.map(str::to_owned),
+            to_state: e.states.1.map(str::to_owned),
+            delivery_id: e.delivery_id.map(str::to_owned),
+            turn_id: None,
+            comment_id: e.comment_id,
+            error_code: e.error_code.map(str::to_owned),
+            metadata: e.metadata.to_string(),
+            at: at.to_owned(),
+        });
+    }
+
+    /// One history row and its audit event (`task.created` for the first).
+    fn history(&mut self, row: TransitionRow) {
+        let action = if row.from_state.is_none() {
+            "task.created"
+        } else {
+            "task.transition"
+        };
+        let at = row.at.clone();
+        self.audit(
+            Event {
+                task_id: Some(&row.task_id),
+                states: (row.from_state.as_deref(), Some(&row.to_state)),
+                ..Event::new(
+                    action,
+                    &row.actor,
+                    serde_json::json!({ "stateVersion": row.state_version, "reason": row.reason }),
+                )
+            },
+            &at,
+        );
+        self.transitions.push(row);
+    }
+
+    fn write(mut self, conn: &mut DbConn, at: &str) -> Result<(), StoreError> {
+        // Repositories first: a concurrent first sighting (another writer)
+        // inserts nothing here, and only real registrations are audited.
+        let mut registered: Vec<String> = Vec::new();
+        // (Row by row: SQLite cannot combine multi-row inserts with ON
+        // CONFLICT, and new repositories and sessions are few.)
+        for repo in &self.repos {
+            let inserted = with_conn!(conn, |c| diesel::insert_into(repositories::table)
+                .values(repo)
+                .on_conflict_do_nothing()
+                .execute(c))?;
+            if inserted == 1 {
+                registered.push(repo.repo_key.clone());
+            }
+        }
+        for repo_key in registered {
+            self.audit(
+                Event::new(
+                    "repository.registered",
+                    "system",
+                    serde_json::json!({ "repoKey": repo_key }),
+                ),
+                at,
+            );
+        }
+        with_conn!(conn, |c| {
+            for session in &self.sessions {
+                diesel::insert_into(sessions::table)
+                    .values(session)
+                    .on_conflict_do_nothing()
+                    .execute(c)?;
+            }
+            for chunk in self.deliveries.chunks(200) {
+                diesel::insert_into(webhook_deliveries::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+            for chunk in self.tasks.chunks(200) {
+                diesel::insert_into(tasks::table).values(chunk).execute(c)?;
+            }
+            for chunk in self.transitions.chunks(300) {
+                diesel::insert_into(task_transitions::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+            for chunk in self.outbox.chunks(200) {
+                diesel::insert_into(outbox_entries::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+            for chunk in self.audits.chunks(300) {
+                diesel::insert_into(audit_events::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+            Ok::<(), diesel::result::Error>(())
+        })?;
+        Ok(())
+    }
+}
+
+fn delivery_row(
     req: &IngestRequest,
     status: &str,
     reason: Option<&str>,
     task_id: Option<&str>,
     duplicate_of: Option<&str>,
     at: &str,
-) -> Result<(), StoreError> {
+) -> Delivery {
     // Only deliveries that did something claim the content key: a replay of a
     // rejected one (say, while the repository was disabled) is judged afresh.
     let claims_content = matches!(status, "accepted" | "recorded");
-    let row = Delivery {
+    Delivery {
         delivery_key: req.delivery_key.clone(),
         delivery_id: req.delivery_id.clone(),
         event_type: req.event_type.clone(),
@@ -299,72 +614,216 @@ fn insert_delivery(
         sender: req.sender.clone(),
         payload_hash: req.payload_hash.clone(),
         received_at: at.to_owned(),
-    };
-    with_conn!(conn, |c| diesel::insert_into(webhook_deliveries::table)
-        .values(&row)
-        .execute(c))?;
-    Ok(())
+    }
 }
 
-fn record_duplicate(
-    conn: &mut DbConn,
+/// Records the delivery in the plan and in what later deliveries of the batch see.
+fn record(known: &mut Known, plan: &mut Plan, row: Delivery) {
+    if let Some(k) = &row.content_key {
+        known
+            .content
+            .insert(k.clone(), (row.delivery_key.clone(), row.task_id.clone()));
+    }
+    known
+        .deliveries
+        .insert(row.delivery_key.clone(), row.clone());
+    plan.deliveries.push(row);
+}
+
+fn decide(
     req: &IngestRequest,
+    known: &mut Known,
+    plan: &mut Plan,
+    at: &str,
+) -> Result<IngestOutcome, StoreError> {
+    // 1. The same delivery again (a client retry): the first answer again.
+    if let Some(original) = known.deliveries.get(&req.delivery_key) {
+        return Ok(replay_answer(known, original));
+    }
+    // 2. The same content under a new delivery id (Gitea's manual replay).
+    if let Some((original, task_id)) = req
+        .content_key
+        .as_ref()
+        .and_then(|k| known.content.get(k))
+        .cloned()
+    {
+        return Ok(duplicate(
+            req,
+            known,
+            plan,
+            &original,
+            task_id.as_deref(),
+            at,
+        ));
+    }
+    match &req.intent {
+        Intent::Ignore { reason } => {
+            record(
+                known,
+                plan,
+                delivery_row(req, "ignored", Some(reason), None, None, at),
+            );
+            plan.audit(
+                Event {
+                    delivery_id: Some(&req.delivery_id),
+                    comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
+                    ..Event::new(
+                        "webhook.ignored",
+                        "system",
+                        serde_json::json!({ "reason": reason, "eventType": req.event_type }),
+                    )
+                },
+                at,
+            );
+            Ok(IngestOutcome::Ignored {
+                reason: (*reason).to_owned(),
+                task_id: None,
+            })
+        }
+        Intent::Trigger {
+            trigger_key,
+            text,
+            written_at,
+        } => create_task(req, known, plan, trigger_key, text, written_at, at),
+        Intent::Edit {
+            trigger_key,
+            text,
+            written_at,
+            mention_added,
+        } => {
+            let existing = known.triggers.get(trigger_key).cloned();
+            if existing.is_none() && *mention_added {
+                create_task(req, known, plan, trigger_key, text, written_at, at)
+            } else {
+                Ok(comment_change(
+                    req,
+                    known,
+                    plan,
+                    "comment.edited",
+                    existing,
+                    at,
+                ))
+            }
+        }
+        Intent::Delete { trigger_key } => {
+            let existing = known.triggers.get(trigger_key).cloned();
+            Ok(comment_change(
+                req,
+                known,
+                plan,
+                "comment.deleted",
+                existing,
+                at,
+            ))
+        }
+    }
+}
+
+/// The answer a repeated delivery gets: what the first one got.
+fn replay_answer(known: &Known, original: &Delivery) -> IngestOutcome {
+    let state_of =
+        |id: &Option<String>| id.as_ref().and_then(|t| known.task_states.get(t).cloned());
+    match (original.status.as_str(), original.reason.as_deref()) {
+        ("accepted" | "duplicate", _) => IngestOutcome::Duplicate {
+            task_id: original.task_id.clone(),
+            state: state_of(&original.task_id),
+        },
+        ("rejected", Some("repository_disabled")) => IngestOutcome::RepositoryDisabled {
+            repo_key: original.repo_key.clone().unwrap_or_default(),
+        },
+        ("rejected", Some("outbox_full")) => IngestOutcome::OutboxFull {
+            session_key: original.resource_key.clone().unwrap_or_default(),
+        },
+        _ => IngestOutcome::Ignored {
+            reason: original
+                .reason
+                .clone()
+                .unwrap_or_else(|| original.status.clone()),
+            task_id: original.task_id.clone(),
+        },
+    }
+}
+
+fn duplicate(
+    req: &IngestRequest,
+    known: &mut Known,
+    plan: &mut Plan,
     original_delivery: &str,
     task_id: Option<&str>,
     at: &str,
-) -> Result<IngestOutcome, StoreError> {
-    insert_delivery(
-        conn,
-        req,
-        "duplicate",
-        Some("same_content"),
-        task_id,
-        Some(original_delivery),
+) -> IngestOutcome {
+    record(
+        known,
+        plan,
+        delivery_row(
+            req,
+            "duplicate",
+            Some("same_content"),
+            task_id,
+            Some(original_delivery),
+            at,
+        ),
+    );
+    plan.audit(
+        Event {
+            task_id,
+            delivery_id: Some(&req.delivery_id),
+            ..Event::new(
+                "webhook.duplicate",
+                "system",
+                serde_json::json!({ "originalDeliveryKey": original_delivery }),
+            )
+        },
         at,
-    )?;
-    let mut event = Audit::new("webhook.duplicate", "system")
-        .delivery(&req.delivery_id)
-        .meta(serde_json::json!({ "originalDeliveryKey": original_delivery }));
-    event.task_id = task_id;
-    audit::record(conn, &event)?;
-    let state = match task_id {
-        Some(id) => task_state(conn, id)?,
-        None => None,
-    };
-    Ok(IngestOutcome::Duplicate {
+    );
+    IngestOutcome::Duplicate {
         task_id: task_id.map(str::to_owned),
-        state,
-    })
+        state: task_id.and_then(|t| known.task_states.get(t).cloned()),
+    }
 }
 
-fn record_comment_change(
-    conn: &mut DbConn,
+fn comment_change(
     req: &IngestRequest,
+    known: &mut Known,
+    plan: &mut Plan,
     action: &str,
     existing: Option<(String, String, String)>,
     at: &str,
-) -> Result<IngestOutcome, StoreError> {
+) -> IngestOutcome {
     let task_id = existing.as_ref().map(|(id, _, _)| id.as_str());
-    insert_delivery(conn, req, "recorded", Some(action), task_id, None, at)?;
+    record(
+        known,
+        plan,
+        delivery_row(req, "recorded", Some(action), task_id, None, at),
+    );
     let actor = format!("gitea:user:{}", req.sender.as_deref().unwrap_or("unknown"));
-    let mut event = Audit::new(action, &actor)
-        .delivery(&req.delivery_id)
-        .comment(req.subject.as_ref().and_then(|s| s.comment_id))
-        .meta(serde_json::json!({
-            "taskState": existing.as_ref().map(|(_, s, _)| s),
-            "effect": "recorded; a comment change never creates a second task",
-        }));
-    event.task_id = task_id;
-    audit::record(conn, &event)?;
-    Ok(IngestOutcome::Ignored {
+    plan.audit(
+        Event {
+            task_id,
+            delivery_id: Some(&req.delivery_id),
+            comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
+            ..Event::new(
+                action,
+                &actor,
+                serde_json::json!({
+                    "taskState": existing.as_ref().map(|(_, s, _)| s),
+                    "effect": "recorded; a comment change never creates a second task",
+                }),
+            )
+        },
+        at,
+    );
+    IngestOutcome::Ignored {
         reason: action.replace('.', "_"),
         task_id: task_id.map(str::to_owned),
-    })
+    }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn create_task(
-    conn: &mut DbConn,
     req: &IngestRequest,
+    known: &mut Known,
+    plan: &mut Plan,
     trigger_key: &str,
     text: &str,
     written_at: &str,
@@ -375,155 +834,184 @@ fn create_task(
         .as_ref()
         .ok_or_else(|| StoreError::Query("a triggering event must name its Issue/PR".into()))?;
     let repo_key = subject.repo.repo_key();
-    let repo = ensure_repository(conn, &subject.repo, &repo_key, at)?;
-    if repo.status == "disabled" {
-        insert_delivery(
-            conn,
-            req,
-            "rejected",
-            Some("repository_disabled"),
-            None,
-            None,
+    let status = match known.repos.get(&repo_key) {
+        Some(status) => status.clone(),
+        None => {
+            // Registered on first sight (audited when the row is really written).
+            plan.repos.push(RepoRow {
+                repo_key: repo_key.clone(),
+                instance_id: subject.repo.instance_id.clone(),
+                owner: subject.repo.owner.clone(),
+                name: subject.repo.name.clone(),
+                clone_url: subject.repo.clone_url.clone(),
+                default_branch: subject.repo.default_branch.clone(),
+                status: "active".into(),
+                registered_at: at.to_owned(),
+                updated_at: at.to_owned(),
+                version: 1,
+            });
+            known.repos.insert(repo_key.clone(), "active".into());
+            "active".to_owned()
+        }
+    };
+    if status == "disabled" {
+        record(
+            known,
+            plan,
+            delivery_row(req, "rejected", Some("repository_disabled"), None, None, at),
+        );
+        plan.audit(
+            Event {
+                delivery_id: Some(&req.delivery_id),
+                comment_id: subject.comment_id,
+                error_code: Some("repository_disabled"),
+                ..Event::new(
+                    "webhook.rejected",
+                    "system",
+                    serde_json::json!({ "repoKey": repo_key }),
+                )
+            },
             at,
-        )?;
-        audit::record(
-            conn,
-            &Audit::new("webhook.rejected", "system")
-                .delivery(&req.delivery_id)
-                .comment(subject.comment_id)
-                .error("repository_disabled")
-                .meta(serde_json::json!({ "repoKey": repo_key })),
-        )?;
+        );
         return Ok(IngestOutcome::RepositoryDisabled { repo_key });
     }
-    if let Some((task_id, _, original_delivery)) = task_for_trigger(conn, trigger_key)? {
+    if let Some((task_id, _, original_delivery)) = known.triggers.get(trigger_key).cloned() {
         // The comment already has its task (a replay with another updated_at).
-        return record_duplicate(conn, req, &original_delivery, Some(&task_id), at);
+        return Ok(duplicate(
+            req,
+            known,
+            plan,
+            &original_delivery,
+            Some(&task_id),
+            at,
+        ));
     }
     let session_key = subject.resource_key();
-    ensure_session(conn, subject, &session_key, &repo_key, at)?;
-    // Most sessions never had 256 entries at all: count them first (a cheap,
-    // cached query), and only then count the unfinished ones.
-    let total: i64 = with_conn!(conn, |c| outbox_entries::table
-        .filter(outbox_entries::session_key.eq(&session_key))
-        .count()
-        .get_result(c))?;
-    let pending: i64 = if total < OUTBOX_CAPACITY {
-        total
-    } else {
-        with_conn!(conn, |c| outbox_entries::table
-            .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
-            .filter(outbox_entries::session_key.eq(&session_key))
-            .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
-            .count()
-            .get_result(c))?
-    };
-    if pending >= OUTBOX_CAPACITY {
-        insert_delivery(conn, req, "rejected", Some("outbox_full"), None, None, at)?;
-        audit::record(
-            conn,
-            &Audit::new("webhook.rejected", "system")
-                .delivery(&req.delivery_id)
-                .comment(subject.comment_id)
-                .error("outbox_full")
-                .meta(
+    if known.sessions.insert(session_key.clone()) {
+        plan.sessions.push(SessionRow {
+            session_key: session_key.clone(),
+            repo_key: repo_key.clone(),
+            kind: subject.kind.as_str().to_owned(),
+            number: subject.number,
+            status: "active".into(),
+            created_at: at.to_owned(),
+            updated_at: at.to_owned(),
+            version: 1,
+        });
+    }
+    let open = known.open_entries.entry(session_key.clone()).or_insert(0);
+    if *open >= OUTBOX_CAPACITY {
+        record(
+            known,
+            plan,
+            delivery_row(req, "rejected", Some("outbox_full"), None, None, at),
+        );
+        plan.audit(
+            Event {
+                delivery_id: Some(&req.delivery_id),
+                comment_id: subject.comment_id,
+                error_code: Some("outbox_full"),
+                ..Event::new(
+                    "webhook.rejected",
+                    "system",
                     serde_json::json!({ "sessionKey": session_key, "capacity": OUTBOX_CAPACITY }),
-                ),
-        )?;
+                )
+            },
+            at,
+        );
         return Ok(IngestOutcome::OutboxFull { session_key });
     }
+    *open += 1;
 
     let task_id = task_id_for(&req.delivery_key);
-    insert_delivery(conn, req, "accepted", None, Some(&task_id), None, at)?;
-    let task = NewTask {
-        task_id: &task_id,
-        delivery_key: &req.delivery_key,
-        repo_key: &repo_key,
-        session_key: &session_key,
-        resource_key: &session_key,
-        trigger_key,
+    record(
+        known,
+        plan,
+        delivery_row(req, "accepted", None, Some(&task_id), None, at),
+    );
+    plan.tasks.push(TaskRow {
+        task_id: task_id.clone(),
+        delivery_key: req.delivery_key.clone(),
+        repo_key: repo_key.clone(),
+        session_key: session_key.clone(),
+        resource_key: session_key.clone(),
+        trigger_key: trigger_key.to_owned(),
         comment_id: subject.comment_id,
-        author: &subject.author,
-        state: TaskState::Queued.as_str(),
+        author: subject.author.clone(),
+        state: TaskState::Queued.as_str().to_owned(),
         state_version: 2,
-        head_ref: subject.head_ref.as_deref(),
-        base_ref: subject.base_ref.as_deref(),
-        created_at: at,
-        updated_at: at,
-    };
-    with_conn!(conn, |c| diesel::insert_into(tasks::table)
-        .values(&task)
-        .execute(c))?;
+        head_ref: subject.head_ref.clone(),
+        base_ref: subject.base_ref.clone(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+    });
     let actor = format!("gitea:user:{}", subject.author);
-    append_history(
-        conn,
-        &NewTransition {
-            task_id: &task_id,
-            from_state: None,
-            to_state: TaskState::Received.as_str(),
-            state_version: 1,
-            actor: &actor,
-            reason: Some("webhook accepted"),
-            error_code: None,
-            at,
-        },
-    )?;
-    append_history(
-        conn,
-        &NewTransition {
-            task_id: &task_id,
-            from_state: Some(TaskState::Received.as_str()),
-            to_state: TaskState::Queued.as_str(),
-            state_version: 2,
-            actor: "system",
-            reason: Some("normalised and queued"),
-            error_code: None,
-            at,
-        },
-    )?;
-
+    plan.history(TransitionRow {
+        task_id: task_id.clone(),
+        from_state: None,
+        to_state: TaskState::Received.as_str().to_owned(),
+        state_version: 1,
+        actor: actor.clone(),
+        reason: Some("webhook accepted".into()),
+        error_code: None,
+        at: at.to_owned(),
+    });
+    plan.history(TransitionRow {
+        task_id: task_id.clone(),
+        from_state: Some(TaskState::Received.as_str().to_owned()),
+        to_state: TaskState::Queued.as_str().to_owned(),
+        state_version: 2,
+        actor: "system".into(),
+        reason: Some("normalised and queued".into()),
+        error_code: None,
+        at: at.to_owned(),
+    });
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
     let operation_id = format!("op-{}", uuid::Uuid::now_v7().simple());
-    let fingerprint = fingerprint(&session_key, &queue_id, text, subject, written_at);
-    let entry = NewOutboxEntry {
-        queue_id: &queue_id,
-        session_key: &session_key,
-        task_id: &task_id,
-        operation_id: &operation_id,
-        fingerprint: &fingerprint,
-        mode: "enqueue",
-        status: "queued",
+    plan.outbox.push(OutboxRow {
+        fingerprint: fingerprint(&session_key, &queue_id, text, subject, written_at),
+        queue_id: queue_id.clone(),
+        session_key: session_key.clone(),
+        task_id: task_id.clone(),
+        operation_id: operation_id.clone(),
+        mode: "enqueue".into(),
+        status: "queued".into(),
         auto_drain: true,
-        user_text: text,
-        created_at: at,
-        updated_at: at,
+        user_text: text.to_owned(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
         version: 1,
-    };
-    with_conn!(conn, |c| {
-        diesel::insert_into(outbox_entries::table)
-            .values(&entry)
-            .execute(c)?;
-        diesel::update(sessions::table.find(&session_key))
-            .set((
-                sessions::last_task_id.eq(&task_id),
-                sessions::updated_at.eq(at),
-            ))
-            .execute(c)
-    })?;
-    audit::record(
-        conn,
-        &Audit::new("webhook.accept", &actor)
-            .task(&task_id)
-            .delivery(&req.delivery_id)
-            .comment(subject.comment_id)
-            .meta(serde_json::json!({
-                "eventType": req.event_type,
-                "repoKey": repo_key,
-                "resourceKey": session_key,
-                "queueId": queue_id,
-                "operationId": operation_id,
-            })),
-    )?;
+    });
+    plan.audit(
+        Event {
+            task_id: Some(&task_id),
+            delivery_id: Some(&req.delivery_id),
+            comment_id: subject.comment_id,
+            ..Event::new(
+                "webhook.accept",
+                &actor,
+                serde_json::json!({
+                    "eventType": req.event_type,
+                    "repoKey": repo_key,
+                    "resourceKey": session_key,
+                    "queueId": queue_id,
+                    "operationId": operation_id,
+                }),
+            )
+        },
+        at,
+    );
+    known
+        .task_states
+        .insert(task_id.clone(), TaskState::Queued.as_str().to_owned());
+    known.triggers.insert(
+        trigger_key.to_owned(),
+        (
+            task_id.clone(),
+            TaskState::Queued.as_str().to_owned(),
+            req.delivery_key.clone(),
+        ),
+    );
     Ok(IngestOutcome::Accepted {
         task_id,
         state: TaskState::Queued.as_str().to_owned(),
@@ -550,65 +1038,4 @@ pub fn fingerprint(
         "createdAt": written_at,
     });
     sha256_hex(canonical.to_string().as_bytes())
-}
-
-/// Finds the repository, creating it on first sight. Concurrent first sightings
-/// (two writers on PostgreSQL) yield one row: the loser's insert does nothing.
-fn ensure_repository(
-    conn: &mut DbConn,
-    repo: &RepoRef,
-    repo_key: &str,
-    at: &str,
-) -> Result<Repository, StoreError> {
-    let row = NewRepository {
-        repo_key,
-        instance_id: &repo.instance_id,
-        owner: &repo.owner,
-        name: &repo.name,
-        clone_url: repo.clone_url.as_deref(),
-        default_branch: repo.default_branch.as_deref(),
-        status: "active",
-        registered_at: at,
-        updated_at: at,
-        version: 1,
-    };
-    let inserted = with_conn!(conn, |c| diesel::insert_into(repositories::table)
-        .values(&row)
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    if inserted == 1 {
-        audit::record(
-            conn,
-            &Audit::new("repository.registered", "system")
-                .meta(serde_json::json!({ "repoKey": repo_key })),
-        )?;
-    }
-    Ok(with_conn!(conn, |c| repositories::table
-        .find(repo_key)
-        .select(Repository::as_select())
-        .first(c))?)
-}
-
-fn ensure_session(
-    conn: &mut DbConn,
-    subject: &Subject,
-    session_key: &str,
-    repo_key: &str,
-    at: &str,
-) -> Result<(), StoreError> {
-    let row = NewSession {
-        session_key,
-        repo_key,
-        kind: subject.kind.as_str(),
-        number: subject.number,
-        status: "active",
-        created_at: at,
-        updated_at: at,
-        version: 1,
-    };
-    with_conn!(conn, |c| diesel::insert_into(sessions::table)
-        .values(&row)
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    Ok(())
 }

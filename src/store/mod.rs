@@ -194,6 +194,19 @@ impl Store {
             .await
     }
 
+    /// Ingests one webhook delivery; deliveries that arrive together are
+    /// committed as one batch. Resolves after the commit.
+    pub async fn ingest(
+        &self,
+        req: ingest::IngestRequest,
+    ) -> Result<ingest::IngestOutcome, StoreError> {
+        self.inner
+            .writer
+            .ingest(req)
+            .instrument(tracing::Span::current())
+            .await
+    }
+
     /// Whether the database answers (for `/readyz`).
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.read(|c| c.ping().map_err(StoreError::from)).await
@@ -205,18 +218,22 @@ impl Store {
 /// writer; the writer's own automatic checkpoint stays as a safety net.
 fn start_checkpointer(settings: ConnSettings) -> Result<(), StoreError> {
     use diesel::connection::SimpleConnection;
-    let mut conn = DbConn::establish(&settings)
-        .map_err(|e| StoreError::Unavailable(format!("cannot open the checkpointer connection: {e}")))?;
+    let mut conn = DbConn::establish(&settings).map_err(|e| {
+        StoreError::Unavailable(format!("cannot open the checkpointer connection: {e}"))
+    })?;
     std::thread::Builder::new()
         .name("sqlite-checkpointer".into())
         .spawn(move || loop {
             std::thread::sleep(Duration::from_millis(200));
-            let result = crate::with_conn!(&mut conn, |c| c.batch_execute("PRAGMA wal_checkpoint(PASSIVE);"));
+            let result = crate::with_conn!(&mut conn, |c| c
+                .batch_execute("PRAGMA wal_checkpoint(PASSIVE);"));
             if let Err(e) = result {
                 tracing::debug!(error = %e, "WAL checkpoint skipped");
             }
         })
-        .map_err(|e| StoreError::Unavailable(format!("cannot start the checkpointer thread: {e}")))?;
+        .map_err(|e| {
+            StoreError::Unavailable(format!("cannot start the checkpointer thread: {e}"))
+        })?;
     Ok(())
 }
 

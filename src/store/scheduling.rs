@@ -243,11 +243,18 @@ pub fn record_turn_intent(
             message: format!("outbox entry {} changed before sending", entry.queue_id),
         });
     }
-    with_conn!(conn, |c| diesel::update(
-        tasks::table.filter(tasks::task_id.eq(&task.task_id))
-    )
-    .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
-    .execute(c))?;
+    with_conn!(conn, |c| {
+        diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
+            .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
+            .execute(c)?;
+        // The session's last task: the one that last reached the agent.
+        diesel::update(sessions::table.find(&task.session_key))
+            .set((
+                sessions::last_task_id.eq(&task.task_id),
+                sessions::updated_at.eq(&at),
+            ))
+            .execute(c)
+    })?;
     audit::record(
         conn,
         &Audit::new("turn.start_intent", "system")

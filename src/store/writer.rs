@@ -10,6 +10,7 @@
 //! and every operation is run again alone, retrying contention a few times, so
 //! one bad neighbour cannot fail the others.
 
+use super::ingest::{self, IngestOutcome, IngestRequest};
 use super::{DbConn, DbManager, StoreError};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::time::Duration;
@@ -61,10 +62,33 @@ where
     }
 }
 
+/// A webhook delivery to ingest: these are batched into one `ingest_batch`.
+struct IngestJob {
+    req: IngestRequest,
+    reply: oneshot::Sender<Result<IngestOutcome, StoreError>>,
+}
+
+impl IngestJob {
+    /// The same delivery as an ordinary operation (for the one-by-one path).
+    fn into_op(self) -> Box<dyn WriteOp> {
+        let req = self.req;
+        Box::new(TypedOp {
+            f: move |c: &mut DbConn| ingest::ingest(c, &req),
+            outcome: None,
+            reply: self.reply,
+        })
+    }
+}
+
+enum Job {
+    Op(Box<dyn WriteOp>),
+    Ingest(IngestJob),
+}
+
 /// Handle to the writer threads. Cloning is cheap.
 #[derive(Clone)]
 pub struct Writer {
-    tx: Sender<Box<dyn WriteOp>>,
+    tx: Sender<Job>,
 }
 
 /// Tuning of the group-commit writer.
@@ -80,8 +104,7 @@ pub struct WriterSettings {
 
 impl Writer {
     pub fn start(pool: r2d2::Pool<DbManager>, settings: WriterSettings) -> std::io::Result<Writer> {
-        let (tx, rx) =
-            crossbeam_channel::bounded::<Box<dyn WriteOp>>(settings.queue_capacity.max(1));
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(settings.queue_capacity.max(1));
         for n in 0..settings.threads.max(1) {
             let rx = rx.clone();
             let pool = pool.clone();
@@ -107,34 +130,55 @@ impl Writer {
             outcome: None,
             reply,
         });
-        match self.tx.try_send(op) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => {
-                return Err(StoreError::Unavailable(
-                    "the store's write queue is full; the database is not keeping up".into(),
-                ))
-            }
-            Err(TrySendError::Disconnected(_)) => {
-                return Err(StoreError::Unavailable(
-                    "the store writer has stopped".into(),
-                ))
-            }
-        }
+        self.send(Job::Op(op))?;
         rx.await.unwrap_or_else(|_| {
             Err(StoreError::Unavailable(
                 "the store writer stopped mid-write".into(),
             ))
         })
     }
+
+    /// Queues one webhook delivery; deliveries that arrive together are
+    /// ingested as one batch. Resolves after the commit.
+    pub async fn ingest(&self, req: IngestRequest) -> Result<IngestOutcome, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Job::Ingest(IngestJob { req, reply }))?;
+        rx.await.unwrap_or_else(|_| {
+            Err(StoreError::Unavailable(
+                "the store writer stopped mid-write".into(),
+            ))
+        })
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => Err(StoreError::Unavailable(
+                "the store's write queue is full; the database is not keeping up".into(),
+            )),
+            Err(TrySendError::Disconnected(_)) => Err(StoreError::Unavailable(
+                "the store writer has stopped".into(),
+            )),
+        }
+    }
 }
 
-fn writer_loop(rx: &Receiver<Box<dyn WriteOp>>, pool: &r2d2::Pool<DbManager>, batch_max: usize) {
-    let mut batch: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
+fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usize) {
+    let mut ops: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
+    let mut ingests: Vec<IngestJob> = Vec::with_capacity(batch_max);
     while let Ok(first) = rx.recv() {
-        batch.push(first);
-        while batch.len() < batch_max {
+        let mut take = |job: Job| match job {
+            Job::Op(op) => ops.push(op),
+            Job::Ingest(job) => ingests.push(job),
+        };
+        take(first);
+        let mut n = 1;
+        while n < batch_max {
             match rx.try_recv() {
-                Ok(op) => batch.push(op),
+                Ok(job) => {
+                    take(job);
+                    n += 1;
+                }
                 Err(_) => break,
             }
         }
@@ -143,37 +187,99 @@ fn writer_loop(rx: &Receiver<Box<dyn WriteOp>>, pool: &r2d2::Pool<DbManager>, ba
             Err(e) => {
                 let err =
                     StoreError::Unavailable(format!("no database connection for writing: {e}"));
-                for op in batch.drain(..) {
+                for op in ops.drain(..) {
                     op.finish(Err(err.clone()));
+                }
+                for job in ingests.drain(..) {
+                    let _ = job.reply.send(Err(err.clone()));
                 }
                 // Do not spin on a database that is down.
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
         };
-        let committed = commit_batch(&mut conn, &mut batch);
-        let retry = match &committed {
-            Err(StoreError::Contended(_)) => true,
-            Err(_) => batch.len() > 1,
-            Ok(()) => false,
-        };
-        if retry {
-            tracing::debug!(
-                batch = batch.len(),
-                error = %committed.as_ref().err().map(ToString::to_string).unwrap_or_default(),
-                "group commit rolled back; committing its operations one by one"
-            );
-            for op in batch.drain(..) {
-                commit_alone(&mut conn, op);
+        let reqs: Vec<IngestRequest> = ingests.iter().map(|j| j.req.clone()).collect();
+        let committed = conn.write_transaction(|c| {
+            let outcomes = ingest_all(c, &reqs)?;
+            for op in ops.iter_mut() {
+                if !op.apply(c) {
+                    // Roll back the whole transaction: its locks are what the
+                    // other writer waits for.
+                    return Err(StoreError::Contended("an operation lost a race".into()));
+                }
             }
-        } else {
-            for op in batch.drain(..) {
-                op.finish(committed.clone());
+            Ok::<_, StoreError>(outcomes)
+        });
+        match committed {
+            Ok(outcomes) => {
+                for (job, outcome) in ingests.drain(..).zip(outcomes) {
+                    let _ = job.reply.send(outcome);
+                }
+                for op in ops.drain(..) {
+                    op.finish(Ok(()));
+                }
+            }
+            Err(e) if ops.len() + ingests.len() == 1 && !matches!(e, StoreError::Contended(_)) => {
+                let err = unavailable(e);
+                for op in ops.drain(..) {
+                    op.finish(Err(err.clone()));
+                }
+                for job in ingests.drain(..) {
+                    let _ = job.reply.send(Err(err.clone()));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(
+                    batch = ops.len() + ingests.len(),
+                    error = %e,
+                    "group commit rolled back; committing its operations one by one"
+                );
+                let singles: Vec<Box<dyn WriteOp>> = ingests
+                    .drain(..)
+                    .map(IngestJob::into_op)
+                    .chain(ops.drain(..))
+                    .collect();
+                for op in singles {
+                    commit_alone(&mut conn, op);
+                }
             }
         }
     }
 }
 
+/// The batch's deliveries, each with its own result. One `ingest_batch` in a
+/// savepoint; if it fails as a whole (say a unique key that another instance
+/// just took), each delivery is ingested alone in its own savepoint, so one
+/// bad delivery cannot fail the others.
+fn ingest_all(
+    c: &mut DbConn,
+    reqs: &[IngestRequest],
+) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
+    if reqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    match c.transaction(|c| ingest::ingest_batch(c, reqs)) {
+        Ok(outcomes) => return Ok(outcomes.into_iter().map(Ok).collect()),
+        Err(StoreError::Contended(m)) => return Err(StoreError::Contended(m)),
+        Err(e) if reqs.len() == 1 => return Ok(vec![Err(e)]),
+        Err(e) => tracing::debug!(error = %e, "batch ingest failed; ingesting one by one"),
+    }
+    let mut out = Vec::with_capacity(reqs.len());
+    for req in reqs {
+        match c.transaction(|c| ingest::ingest(c, req)) {
+            Err(StoreError::Contended(m)) => return Err(StoreError::Contended(m)),
+            other => out.push(other),
+        }
+    }
+    Ok(out)
+}
+
+fn unavailable(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Unavailable(_) | StoreError::Contended(_) => e,
+        other => StoreError::Unavailable(format!("commit failed: {other}")),
+    }
+}
 /// Commits one operation in its own transaction, retrying contention with a
 /// short, growing pause.
 fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>) {
@@ -205,8 +311,5 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
         }
         Ok::<(), StoreError>(())
     })
-    .map_err(|e| match e {
-        StoreError::Unavailable(_) | StoreError::Contended(_) => e,
-        other => StoreError::Unavailable(format!("commit failed: {other}")),
-    })
+    .map_err(unavailable)
 }

@@ -102,10 +102,7 @@ async fn receive(
     };
 
     let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key());
-    let outcome = state
-        .store
-        .write(move |c| ingest::ingest(c, &request))
-        .await?;
+    let outcome = state.store.ingest(request).await?;
     // After the commit, never before: the registry wakes the repository's actor.
     if let (Some(registry), Some(repo_key), IngestOutcome::Accepted { .. }) =
         (&state.registry, repo_key, &outcome)

@@ -6,6 +6,7 @@ mod actors;
 mod admin;
 mod cli;
 mod gitsim;
+mod ingest;
 mod lifecycle;
 mod logs;
 mod migrations;

@@ -51,7 +51,7 @@ CREATE TABLE webhook_deliveries (
 CREATE INDEX webhook_deliveries_received ON webhook_deliveries (received_at);
 
 CREATE TABLE tasks (
-    id             INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+    id             INTEGER PRIMARY KEY NOT NULL,
     task_id        TEXT NOT NULL UNIQUE,
     delivery_key   TEXT NOT NULL REFERENCES webhook_deliveries (delivery_key),
     repo_key       TEXT NOT NULL REFERENCES repositories (repo_key),
@@ -83,7 +83,7 @@ CREATE INDEX tasks_session ON tasks (session_key, id);
 -- History: one row per transition, written in the same transaction as the
 -- compare-and-swap. `from_state` is NULL for the creation row.
 CREATE TABLE task_transitions (
-    id             INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+    id             INTEGER PRIMARY KEY NOT NULL,
     task_id        TEXT NOT NULL REFERENCES tasks (task_id),
     from_state     TEXT,
     to_state       TEXT NOT NULL,
@@ -111,7 +111,7 @@ CREATE TABLE attempts (
 -- The session's durable outbox (DESIGN §6): a visible entry (queue_id) with an
 -- immutable operation identity and the fingerprint of what it asks.
 CREATE TABLE outbox_entries (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+    id            INTEGER PRIMARY KEY NOT NULL,
     queue_id      TEXT NOT NULL UNIQUE,
     session_key   TEXT NOT NULL REFERENCES sessions (session_key),
     task_id       TEXT NOT NULL UNIQUE REFERENCES tasks (task_id),
@@ -171,7 +171,7 @@ CREATE INDEX approvals_task ON approvals (task_id);
 
 -- Append-only: corrections are new events (a trigger refuses UPDATE and DELETE).
 CREATE TABLE audit_events (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT NOT NULL,
+    id           INTEGER PRIMARY KEY NOT NULL,
     event_id     TEXT NOT NULL UNIQUE,
     task_id      TEXT,
     action       TEXT NOT NULL,

@@ -1,0 +1,131 @@
+//! Batched ingest decides exactly as one-by-one ingest: random streams of
+//! deliveries (repeats, Gitea replays, edits, deletes, ignored events, disabled
+//! repositories) give the same answers and the same rows whichever way they are
+//! cut into batches.
+
+use crate::support::*;
+use codex_bridge::store::ingest::{
+    self, IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
+};
+use codex_bridge::store::{run_migrations, DbConn};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Event {
+    delivery: u8,
+    comment: u8,
+    repo: u8,
+    kind: u8,
+}
+
+fn request(e: &Event) -> IngestRequest {
+    let comment = i64::from(e.comment);
+    let intent = match e.kind % 5 {
+        0 | 1 => Intent::Trigger {
+            trigger_key: format!("default:comment:{comment}"),
+            text: format!("@ccbot {comment}"),
+            written_at: "t".into(),
+        },
+        2 => Intent::Edit {
+            trigger_key: format!("default:comment:{comment}"),
+            text: "@ccbot edited".into(),
+            written_at: "t2".into(),
+            mention_added: e.delivery % 2 == 0,
+        },
+        3 => Intent::Delete {
+            trigger_key: format!("default:comment:{comment}"),
+        },
+        _ => Intent::Ignore {
+            reason: "no_mention",
+        },
+    };
+    let action = match e.kind % 5 {
+        2 => "edited",
+        3 => "deleted",
+        _ => "created",
+    };
+    IngestRequest {
+        delivery_key: format!("default:d{}", e.delivery),
+        delivery_id: format!("d{}", e.delivery),
+        event_type: "issue_comment".into(),
+        action: Some(action.into()),
+        payload_hash: "sha256:0".into(),
+        content_key: Some(format!("default:comment:{comment}:{action}:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: format!("r{}", e.repo),
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number: i64::from(e.comment % 3),
+            comment_id: Some(comment),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent,
+    }
+}
+
+fn fresh() -> (tempfile::TempDir, DbConn) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("i.db").display()));
+    run_migrations(&mut c).unwrap();
+    // One repository starts disabled, to exercise that path in both ways.
+    exec(&mut c, "INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) VALUES ('default:acme/r3', 'default', 'acme', 'r3', 'disabled', 't', 't', 1)").unwrap();
+    (dir, c)
+}
+
+fn rows(c: &mut DbConn) -> Vec<i64> {
+    [
+        "webhook_deliveries",
+        "tasks",
+        "task_transitions",
+        "outbox_entries",
+        "sessions",
+        "repositories",
+        "audit_events",
+    ]
+    .iter()
+    .map(|t| count(c, t))
+    .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn batches_decide_like_one_by_one(
+        events in prop::collection::vec((0u8..12, 0u8..8, 0u8..4, 0u8..10).prop_map(|(delivery, comment, repo, kind)| Event { delivery, comment, repo, kind }), 1..40),
+        cuts in prop::collection::vec(1usize..8, 1..10),
+    ) {
+        let reqs: Vec<IngestRequest> = events.iter().map(request).collect();
+        let (_d1, mut one) = fresh();
+        let single: Vec<IngestOutcome> = reqs
+            .iter()
+            .map(|r| one.write_transaction(|c| ingest::ingest(c, r)).unwrap())
+            .collect();
+        let (_d2, mut many) = fresh();
+        let mut batched = Vec::new();
+        let mut rest = &reqs[..];
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = cuts[i % cuts.len()].min(rest.len());
+            let (now, later) = rest.split_at(n);
+            batched.extend(many.write_transaction(|c| ingest::ingest_batch(c, now)).unwrap());
+            rest = later;
+            i += 1;
+        }
+        prop_assert_eq!(&single, &batched);
+        prop_assert_eq!(rows(&mut one), rows(&mut many));
+        // And the invariants hold: one task per comment, at most.
+        prop_assert_eq!(
+            count_where(&mut many, "tasks", "1 = 1"),
+            count_where(&mut many, "(SELECT DISTINCT trigger_key FROM tasks)", "1 = 1")
+        );
+    }
+}
