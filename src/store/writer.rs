@@ -82,7 +82,7 @@ impl IngestJob {
 
 enum Job {
     Op(Box<dyn WriteOp>),
-    Ingest(IngestJob),
+    Ingest(Box<IngestJob>),
 }
 
 /// Handle to the writer threads. Cloning is cheap.
@@ -142,7 +142,7 @@ impl Writer {
     /// ingested as one batch. Resolves after the commit.
     pub async fn ingest(&self, req: IngestRequest) -> Result<IngestOutcome, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.send(Job::Ingest(IngestJob { req, reply }))?;
+        self.send(Job::Ingest(Box::new(IngestJob { req, reply })))?;
         rx.await.unwrap_or_else(|_| {
             Err(StoreError::Unavailable(
                 "the store writer stopped mid-write".into(),
@@ -169,7 +169,7 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
     while let Ok(first) = rx.recv() {
         let mut take = |job: Job| match job {
             Job::Op(op) => ops.push(op),
-            Job::Ingest(job) => ingests.push(job),
+            Job::Ingest(job) => ingests.push(*job),
         };
         take(first);
         let mut n = 1;
