@@ -262,16 +262,23 @@ async fn schedule_pass(
         pass.lease = release(&deps, held).await;
         return Ok(pass);
     };
-    let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+    // Lease and claim in one transaction: one commit on the way to the turn.
+    let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
+    let (lease, claimed) = store
+        .write(move |c| {
+            let Some(lease) = leases::acquire(c, &key, &who, ttl)? else {
+                return Ok((None, None));
+            };
+            let attempt = scheduling::claim(c, &task, &lease.lease_id, &who)?;
+            Ok((Some(lease), attempt))
+        })
+        .await?;
+    let Some(lease) = lease else {
         pass.status = "busy_elsewhere";
         pass.lease = None;
         return Ok(pass);
     };
-    pass.lease = Some(lease.clone());
-    let (task, lease_id, who) = (next.clone(), lease.lease_id.clone(), owner.clone());
-    let claimed = store
-        .write(move |c| scheduling::claim(c, &task, &lease_id, &who))
-        .await?;
+    pass.lease = Some(lease);
     let Some(attempt) = claimed else {
         pass.again = true;
         return Ok(pass);

@@ -407,6 +407,10 @@ async fn normal_pass(
     let intent = entry.status == "sending";
     let ctx = TurnCtx {
         deps: deps.clone(),
+        attempt_id: attempt
+            .as_ref()
+            .map(|a| a.attempt_id.clone())
+            .unwrap_or_default(),
         task,
         entry,
         health,
@@ -480,6 +484,8 @@ async fn normal_pass(
 struct TurnCtx {
     deps: Arc<Deps>,
     task: Task,
+    /// The active attempt (empty when none is recorded).
+    attempt_id: String,
     entry: OutboxEntry,
     health: Arc<Mutex<SessionHealth>>,
     active: Arc<Mutex<ActiveTurn>>,
@@ -506,11 +512,17 @@ async fn run_turn(
         Ok(t) => t,
         Err(e) => return pre_admission_failure(ctx, &e.to_string()).await,
     };
-    // Stored once; an ordinary retry never replaces it.
-    let (sk, t) = (ctx.task.session_key.clone(), thread.clone());
+    // The thread id (stored once; an ordinary retry never replaces it) and
+    // the turn/start intent, in one commit before the request leaves.
+    let (task, entry, th) = (ctx.task.clone(), ctx.entry.clone(), thread.clone());
+    let attempt_id = ctx.attempt_id.clone();
     let thread = deps
         .store
-        .write(move |c| scheduling::set_thread_once(c, &sk, &t))
+        .write(move |c| {
+            let stored = scheduling::set_thread_once(c, &task.session_key, &th)?;
+            scheduling::record_turn_intent(c, &task, &entry, &stored, &attempt_id)?;
+            Ok(stored)
+        })
         .await?;
     if let Ok(mut h) = ctx.health.lock() {
         h.thread_id = Some(thread.clone());
@@ -518,18 +530,6 @@ async fn run_turn(
     if let Ok(mut a) = ctx.active.lock() {
         a.thread_id = Some(thread.clone());
     }
-    let attempt_id = {
-        let id = task_id.clone();
-        deps.store
-            .read(move |c| scheduling::active_attempt(c, &id))
-            .await?
-            .map(|a| a.attempt_id)
-            .unwrap_or_default()
-    };
-    let (task, entry, th) = (ctx.task.clone(), ctx.entry.clone(), thread.clone());
-    deps.store
-        .write(move |c| scheduling::record_turn_intent(c, &task, &entry, &th, &attempt_id))
-        .await?;
 
     let started = deps
         .runtime

@@ -1,0 +1,311 @@
+//! Actor-tree benchmark: memory per idle session actor, and scheduling latency
+//! from a webhook's commit to the agent runtime's start, in process, on a real
+//! SQLite store with the scripted runtime.
+//!
+//! `cargo bench --bench actors` (or `scripts/bench-actors`). Environment:
+//! `BENCH_SESSIONS` (default 100000), `BENCH_REPOS` (default 300). Without
+//! `--bench` (under `cargo test --all-targets`) it runs a small smoke version
+//! and only checks that everything was scheduled.
+
+use actix::prelude::*;
+use anyhow::{bail, Context as _, Result};
+use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
+use codex_bridge::actors::session::Lane;
+use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::runtime::scripted::{ScriptedRuntime, ScriptedVerifier};
+use codex_bridge::store::ingest::{
+    IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
+};
+use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Workspaces that need no git: the benchmark measures the actors, not clones.
+struct Folders(PathBuf);
+
+impl Workspaces for Folders {
+    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError> {
+        self.path_for(&req.owner, &req.name)
+    }
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError> {
+        Ok(self.0.join(owner).join(name))
+    }
+}
+
+fn rss_bytes() -> Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .context("statm has no resident field")?
+        .parse()?;
+    Ok(pages * 4096)
+}
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn request(repo: usize, n: usize) -> IngestRequest {
+    IngestRequest {
+        delivery_key: format!("default:bench-{repo}-{n}"),
+        delivery_id: format!("bench-{repo}-{n}"),
+        event_type: "issue_comment".into(),
+        action: Some("created".into()),
+        payload_hash: "sha256:0".into(),
+        content_key: Some(format!("default:comment:{repo}{n:06}:created:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: format!("repo{repo}"),
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number: n as i64,
+            comment_id: Some((repo * 1_000_000 + n) as i64),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent: Intent::Trigger {
+            trigger_key: format!("default:comment:{repo}-{n}"),
+            text: format!("@ccbot bench {repo}-{n}"),
+            written_at: "t".into(),
+        },
+    }
+}
+
+struct Rig {
+    store: Store,
+    runtime: ScriptedRuntime,
+    registry: Addr<Registry>,
+    _dir: tempfile::TempDir,
+}
+
+fn rig() -> Result<Rig> {
+    let dir = tempfile::tempdir()?;
+    let store = Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(dir.path().join("actors.db")),
+        read_pool_size: 8,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 1 << 20,
+        },
+    })?;
+    let runtime = ScriptedRuntime::new();
+    let mut settings = ActorSettings::new("default");
+    // Long sweeps, so that only the notification path schedules work.
+    settings.sweep = Duration::from_secs(3600);
+    settings.session_idle = Duration::from_secs(3600);
+    let deps = Arc::new(Deps {
+        store: store.clone(),
+        runtime: Arc::new(runtime.clone()),
+        verifier: Arc::new(ScriptedVerifier::default()),
+        workspaces: Arc::new(Folders(dir.path().join("ws"))),
+        settings,
+    });
+    let registry = Registry::new(deps).start();
+    Ok(Rig {
+        store,
+        runtime,
+        registry,
+        _dir: dir,
+    })
+}
+
+/// RSS growth for `n` idle session actors, per actor.
+async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
+    let rig = rig()?;
+    // Warm up the store and the runtime of actix before measuring.
+    for i in 0..100 {
+        rig.registry.do_send(DrainSession {
+            session_key: format!("warm:{i}"),
+            repo_key: "warm".into(),
+            lane: Lane::Normal,
+        });
+    }
+    wait_sessions(&rig.registry, 100).await?;
+    let before = rss_bytes()?;
+    for i in 0..n {
+        rig.registry.do_send(DrainSession {
+            session_key: format!("default:acme/r{}:issue:{i}", i % 500),
+            repo_key: format!("default:acme/r{}", i % 500),
+            lane: Lane::Normal,
+        });
+        if i % 2000 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    wait_sessions(&rig.registry, n + 100).await?;
+    // Let every session finish its start-up pass (idle means no work in flight).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_bytes()?;
+    drop(rig);
+    Ok((
+        (after.saturating_sub(before)) as f64 / n as f64,
+        before,
+        after,
+    ))
+}
+
+async fn wait_sessions(registry: &Addr<Registry>, n: usize) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let tree = registry.send(Snapshot).await?;
+        if tree.session_actors >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("only {} of {n} session actors started", tree.session_actors);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Commit → runtime start, for one task in each of `repos` repositories:
+/// all committed at once (`pace` zero) or one every `pace`.
+async fn scheduling(repos: usize, pace: Duration) -> Result<Vec<f64>> {
+    let rig = rig()?;
+    let mut committed: HashMap<String, Instant> = HashMap::new();
+    let mut pending = Vec::new();
+    for r in 0..repos {
+        let store = rig.store.clone();
+        let registry = rig.registry.clone();
+        let start = pace * r as u32;
+        pending.push(async move {
+            tokio::time::sleep(start).await;
+            let out = store.ingest(request(r, 1)).await?;
+            let at = Instant::now();
+            registry.do_send(Notify {
+                repo_key: format!("default:acme/repo{r}"),
+            });
+            match out {
+                IngestOutcome::Accepted { .. } => {
+                    Ok::<_, anyhow::Error>((format!("@ccbot bench {r}-1"), at))
+                }
+                other => bail!("not accepted: {other:?}"),
+            }
+        });
+    }
+    for result in futures_util::future::join_all(pending).await {
+        let (text, at) = result?;
+        committed.insert(text, at);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while rig.runtime.calls().len() < repos {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {repos} tasks reached the runtime",
+                rig.runtime.calls().len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut ms: Vec<f64> = rig
+        .runtime
+        .calls()
+        .iter()
+        .filter_map(|c| {
+            committed
+                .get(&c.text)
+                .map(|at| c.at.saturating_duration_since(*at).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    Ok(ms)
+}
+
+struct Figures {
+    label: String,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    count: usize,
+}
+
+fn figures(label: String, latencies: &[f64]) -> Figures {
+    Figures {
+        label,
+        p50: percentile(latencies, 0.5),
+        p99: percentile(latencies, 0.99),
+        max: latencies.last().copied().unwrap_or(f64::NAN),
+        count: latencies.len(),
+    }
+}
+
+fn main() -> Result<()> {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (sessions, repos) = if full {
+        (
+            env_num("BENCH_SESSIONS", 100_000),
+            env_num("BENCH_REPOS", 300),
+        )
+    } else {
+        (1_000, 20)
+    };
+    // Each phase in its own actix system, so one phase's actors are gone
+    // before the next is measured.
+    let (per_session, before, after) = System::new().block_on(idle_sessions(sessions))?;
+    let burst = System::new().block_on(scheduling(repos, Duration::ZERO))?;
+    // A steady stream over the same repositories: 150 commits a second.
+    let paced = System::new().block_on(scheduling(repos, Duration::from_micros(6_667)))?;
+    let runs = [
+        figures(format!("{repos} repositories committed at once"), &burst),
+        figures(format!("{repos} repositories, 150 commits/s"), &paced),
+    ];
+    println!("actor benchmark ({}):", if full { "full" } else { "smoke" });
+    println!(
+        "  idle session actors: {sessions}, RSS {:.1} MiB -> {:.1} MiB, {:.0} bytes ({:.2} KiB) per actor  target <= 16 KiB  {}",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        per_session,
+        per_session / 1024.0,
+        if per_session <= 16.0 * 1024.0 { "PASS" } else { "MISS" }
+    );
+    for f in &runs {
+        println!(
+            "  scheduling, commit -> runtime start, {}: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms  target p99 <= 20 ms  {}",
+            f.label,
+            f.p50,
+            f.p99,
+            f.max,
+            if f.p99 <= 20.0 { "PASS" } else { "MISS" }
+        );
+    }
+    if full {
+        let json = serde_json::json!({
+            "benchmark": "actors",
+            "sessions": sessions,
+            "rssBeforeBytes": before,
+            "rssAfterBytes": after,
+            "bytesPerIdleSession": per_session,
+            "scheduling": runs.iter().map(|f| serde_json::json!({
+                "run": f.label, "p50Ms": f.p50, "p99Ms": f.p99, "maxMs": f.max, "count": f.count,
+            })).collect::<Vec<_>>(),
+        });
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-actors.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
+        println!("  figures written to {}", path.display());
+    } else if runs.iter().any(|f| f.count != repos) {
+        bail!("smoke: not every task was scheduled");
+    }
+    Ok(())
+}
