@@ -442,8 +442,8 @@ impl AgentRuntime for ScriptedRuntime {
                     at: Instant::now(),
                     turn_id: turn_id.clone(),
                 });
-                i.history.insert(
-                    req.operation_id.clone(),
+                i.remember(
+                    &req.operation_id,
                     TurnLookup::Running {
                         turn_id: turn_id.clone(),
                     },
@@ -606,10 +606,12 @@ mod tests {
             again.lookup_turn("t", "op-a").await,
             Ok(TurnLookup::Completed { .. })
         ));
-        assert!(matches!(
-            again.lookup_turn("t", "op-b").await,
-            Ok(TurnLookup::Interrupted { .. })
-        ));
+        let b = again.lookup_turn("t", "op-b").await;
+        assert!(
+            matches!(b, Ok(TurnLookup::Interrupted { .. })),
+            "{b:?} {}",
+            std::fs::read_to_string(dir.path().join("h.json")).unwrap_or_default()
+        );
         assert_eq!(
             again.lookup_turn("t", "op-c").await,
             Ok(TurnLookup::Missing)

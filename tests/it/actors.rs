@@ -636,3 +636,80 @@ fn a_missing_or_unverifiable_reply_is_failed_reply() {
         System::current().stop();
     });
 }
+
+#[test]
+fn pause_and_disable_keep_tasks_queued_until_lifted() {
+    use codex_bridge::store::control::{self, ControlRequest};
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let req = |id: &str| ControlRequest {
+            request_id: id.into(),
+            reason: "test".into(),
+            actor: "admin:test".into(),
+        };
+        let r = req("p1");
+        h.store
+            .write(move |c| control::set_paused(c, &r, true))
+            .await
+            .unwrap();
+        let paused = h.comment("widgets", 1, 1, "@ccbot while paused").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(
+            h.state(&paused).await,
+            TaskState::Queued,
+            "paused: stays queued"
+        );
+        let r = req("p2");
+        h.store
+            .write(move |c| control::set_paused(c, &r, false))
+            .await
+            .unwrap();
+        h.wait_state(&paused, TaskState::Succeeded).await;
+
+        let r = req("d1");
+        h.store
+            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", false))
+            .await
+            .unwrap();
+        // A task queued before the repository was disabled waits.
+        let id = h
+            .store
+            .write(|c| ingest::ingest(c, &request("widgets", 2, 2, "@ccbot while disabled")))
+            .await
+            .unwrap();
+        let IngestOutcome::RepositoryDisabled { .. } = id else {
+            panic!("a disabled repository refuses new work: {id:?}")
+        };
+        let r = req("e1");
+        h.store
+            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))
+            .await
+            .unwrap();
+        let queued = h.comment("widgets", 2, 3, "@ccbot queued").await;
+        let r = req("d2");
+        h.store
+            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", false))
+            .await
+            .unwrap();
+        h.registry.do_send(Notify {
+            repo_key: "default:acme/widgets".into(),
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Either it had already started before the disable landed, or it waits.
+        let state = h.state(&queued).await;
+        assert!(
+            matches!(state, TaskState::Queued | TaskState::Succeeded),
+            "{state}"
+        );
+        let r = req("e2");
+        h.store
+            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))
+            .await
+            .unwrap();
+        h.registry.do_send(Notify {
+            repo_key: "default:acme/widgets".into(),
+        });
+        h.wait_state(&queued, TaskState::Succeeded).await;
+        System::current().stop();
+    });
+}

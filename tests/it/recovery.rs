@@ -440,3 +440,92 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         16 - uncertain.len()
     );
 }
+
+#[test]
+fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
+    let rig = Rig::new();
+    rig.sim.commit(
+        "acme",
+        "widgets",
+        "feature/retry-clock",
+        "src/clock.rs",
+        "pub struct Clock;\n",
+        "add clock",
+    );
+    let head = rig
+        .sim
+        .create_pull("acme", "widgets", 23, "feature/retry-clock");
+    let s = rig.server();
+    let (body, _) = fixture("issue_comment.created.pr.mention");
+    let mut v: Value = serde_json::from_slice(&body).unwrap();
+    v["repository"]["clone_url"] = rig.sim.clone_url("acme", "widgets").into();
+    let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+    let r = s.webhook(
+        &gitea_headers("pr-1", "issue_comment", "pull_request_comment", &body),
+        &body,
+    );
+    assert_eq!(r.status, 202, "{:?}", r.json);
+    let task = r.json["taskId"].as_str().unwrap().to_owned();
+    rig.wait(&task, "succeeded");
+    let ws = rig.dir.path().join("ws/default/acme/widgets");
+    let branch = Command::new("git")
+        .args([
+            "-C",
+            ws.to_str().unwrap(),
+            "rev-parse",
+            "--abbrev-ref",
+            "HEAD",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&branch.stdout).trim(),
+        "feature/retry-clock"
+    );
+    let commit = Command::new("git")
+        .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&commit.stdout).trim(), head);
+
+    let tree = s.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.status, 200);
+    assert_eq!(tree.json["registry"]["runtime"], "scripted");
+    let repo = tree.json["repositories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["repoKey"] == "default:acme/widgets")
+        .expect("the repository is in the tree")
+        .clone();
+    let session = &repo["sessions"][0];
+    assert_eq!(session["sessionKey"], "default:acme/widgets:pull:23");
+    assert!(
+        session["threadId"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("thread-")),
+        "{session}"
+    );
+    assert_eq!(session["restarts"], 0);
+    for key in [
+        "status",
+        "leaseHolder",
+        "leaseExpiresAt",
+        "queueDepth",
+        "runningTask",
+        "restarts",
+        "lastEventAt",
+    ] {
+        assert!(repo.get(key).is_some(), "repository field {key}");
+    }
+    for key in [
+        "activeTurn",
+        "normalLane",
+        "steerLane",
+        "outboxDepth",
+        "mailboxBacklog",
+        "lastEventAt",
+    ] {
+        assert!(session.get(key).is_some(), "session field {key}");
+    }
+}
