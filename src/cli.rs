@@ -182,17 +182,8 @@ pub fn tasks_command(config: &Config, command: TasksCommand) -> anyhow::Result<(
         TasksCommand::Show { task_id } => {
             let detail = tasks::detail(&mut conn, &task_id)?
                 .with_context(|| format!("no task {task_id}"))?;
-            let out = serde_json::json!({
-                "task": detail.task,
-                "transitions": detail.transitions,
-                "outbox": detail.outbox,
-                "attempts": detail.attempts,
-                "turns": detail.turns,
-                "comments": detail.comments,
-                "approvals": detail.approvals,
-                "audit": detail.audit,
-            });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+
+            println!("{}", serde_json::to_string_pretty(&detail)?);
         }
     }
     Ok(())

@@ -654,20 +654,32 @@ async fn consume(
         match next {
             Some(TurnEvent::Progress { seq, .. }) => last_seq = seq,
             Some(TurnEvent::Completed { seq, final_text }) => {
-                let (tu, text) = (turn_id.clone(), final_text.clone());
+                // The final text and the move to verification, in one commit.
+                let (tu, text, id) = (
+                    turn_id.clone(),
+                    final_text.clone(),
+                    ctx.task.task_id.clone(),
+                );
                 deps.store
                     .write(move |c| {
-                        scheduling::record_turn_finished(c, &tu, "completed", text.as_deref(), seq)
+                        scheduling::record_turn_finished(
+                            c,
+                            &tu,
+                            "completed",
+                            text.as_deref(),
+                            seq,
+                        )?;
+                        scheduling::move_task(
+                            c,
+                            &id,
+                            TaskState::VerifyingReply,
+                            "system",
+                            "turn completed",
+                            None,
+                            None,
+                        )
                     })
                     .await?;
-                move_to(
-                    deps,
-                    &ctx.task.task_id,
-                    TaskState::VerifyingReply,
-                    "turn completed",
-                    None,
-                )
-                .await?;
                 return verify(ctx, turn_id, final_text).await;
             }
             Some(TurnEvent::Failed { seq, error }) => {

@@ -245,8 +245,8 @@ pub fn count_by_state(conn: &mut DbConn) -> Result<Vec<(String, i64)>, StoreErro
         .load::<(String, i64)>(c))?)
 }
 
-/// Everything the task page shows.
-#[derive(Debug, Clone)]
+/// Everything the task page shows (the admin API's and `tasks show`'s JSON).
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct TaskDetail {
     pub task: Task,
     pub transitions: Vec<Transition>,

@@ -73,14 +73,5 @@ pub async fn show(
         .read(move |c| tasks::detail(c, &id))
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("task {task_id}")))?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "task": detail.task,
-        "transitions": detail.transitions,
-        "outbox": detail.outbox,
-        "attempts": detail.attempts,
-        "turns": detail.turns,
-        "comments": detail.comments,
-        "approvals": detail.approvals,
-        "audit": detail.audit,
-    })))
+    Ok(HttpResponse::Ok().json(detail))
 }
