@@ -14,6 +14,7 @@
 pub mod actors;
 pub mod app;
 pub mod cli;
+pub mod codex;
 pub mod config;
 pub mod error;
 pub mod lifecycle;

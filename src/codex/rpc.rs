@@ -1,0 +1,352 @@
+//! JSON-RPC over the app-server's stdio: JSON lines without a `"jsonrpc"`
+//! field (PROTOCOL.md). Requests carry ids and deadlines; responses are matched
+//! by id; notifications and the server's own requests go to the owner of the
+//! connection. A line that is not JSON, or a message of no known shape, is
+//! logged and skipped: it never takes the connection down.
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+/// Why a request got no result.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum RpcError {
+    /// The request could not be written: nothing reached the app-server.
+    #[error("the app-server connection is closed; the request was not sent")]
+    NotSent,
+    /// Sent, but the connection closed before the answer: it may have run.
+    #[error("the app-server closed the connection before answering {method}")]
+    ClosedAfterSend { method: String },
+    /// Sent, but no answer before the deadline: it may have run.
+    #[error("no answer to {method} within {secs} s")]
+    Timeout { method: String, secs: u64 },
+    /// The app-server answered with an error.
+    #[error("{method} failed: {message} (code {code})")]
+    Server {
+        method: String,
+        code: i64,
+        message: String,
+    },
+}
+
+impl RpcError {
+    /// Whether the request may have been acted on (an ambiguous failure).
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(
+            self,
+            RpcError::ClosedAfterSend { .. } | RpcError::Timeout { .. }
+        )
+    }
+}
+
+/// Something the app-server sent that is not an answer to us.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// A request from the server (approvals, elicitations): must be answered.
+    Request {
+        id: Value,
+        method: String,
+        params: Value,
+    },
+    /// The connection ended (the process exited or closed stdout).
+    Closed,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, (String, oneshot::Sender<Result<Value, RpcError>>)>>>;
+
+/// One live connection to an app-server process.
+pub struct RpcConnection {
+    next_id: AtomicU64,
+    out: mpsc::UnboundedSender<String>,
+    pending: Pending,
+    open: Arc<AtomicBool>,
+}
+
+impl RpcConnection {
+    /// Wires a connection over a child's stdin/stdout; what is not an answer
+    /// goes to the returned receiver.
+    pub fn start<W, R>(
+        stdin: W,
+        stdout: R,
+    ) -> (Arc<RpcConnection>, mpsc::UnboundedReceiver<Incoming>)
+    where
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    {
+        let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
+        let (in_tx, in_rx) = mpsc::unbounded_channel::<Incoming>();
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let open = Arc::new(AtomicBool::new(true));
+
+        let writer_open = open.clone();
+        tokio::spawn(async move {
+            let mut stdin = stdin;
+            while let Some(line) = out_rx.recv().await {
+                let written = async {
+                    stdin.write_all(line.as_bytes()).await?;
+                    stdin.write_all(b"\n").await?;
+                    stdin.flush().await
+                }
+                .await;
+                if let Err(e) = written {
+                    tracing::warn!(error = %e, "writing to the app-server failed");
+                    writer_open.store(false, Ordering::SeqCst);
+                    break;
+                }
+            }
+        });
+
+        let (reader_pending, reader_open) = (pending.clone(), open.clone());
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                dispatch(&line, &reader_pending, &in_tx);
+            }
+            reader_open.store(false, Ordering::SeqCst);
+            // Everyone still waiting learns the connection is gone.
+            let waiting: Vec<_> = reader_pending
+                .lock()
+                .map(|mut p| p.drain().collect())
+                .unwrap_or_default();
+            for (_, (method, tx)) in waiting {
+                let _ = tx.send(Err(RpcError::ClosedAfterSend { method }));
+            }
+            let _ = in_tx.send(Incoming::Closed);
+        });
+
+        (
+            Arc::new(RpcConnection {
+                next_id: AtomicU64::new(1),
+                out: out_tx,
+                pending,
+                open,
+            }),
+            in_rx,
+        )
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Sends a request and waits for its answer until `deadline`.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: Value,
+        deadline: Duration,
+    ) -> Result<Value, RpcError> {
+        if !self.is_open() {
+            return Err(RpcError::NotSent);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, (method.to_owned(), tx));
+        }
+        let line = json!({ "id": id, "method": method, "params": params }).to_string();
+        if self.out.send(line).is_err() {
+            if let Ok(mut p) = self.pending.lock() {
+                p.remove(&id);
+            }
+            return Err(RpcError::NotSent);
+        }
+        match tokio::time::timeout(deadline, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(RpcError::ClosedAfterSend {
+                method: method.to_owned(),
+            }),
+            Err(_) => {
+                if let Ok(mut p) = self.pending.lock() {
+                    p.remove(&id);
+                }
+                Err(RpcError::Timeout {
+                    method: method.to_owned(),
+                    secs: deadline.as_secs(),
+                })
+            }
+        }
+    }
+
+    /// Sends a notification (no answer expected).
+    pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), RpcError> {
+        let msg = match params {
+            Some(p) => json!({ "method": method, "params": p }),
+            None => json!({ "method": method }),
+        };
+        self.out
+            .send(msg.to_string())
+            .map_err(|_| RpcError::NotSent)
+    }
+
+    /// Answers a request from the server.
+    pub fn respond(&self, id: &Value, result: Value) -> Result<(), RpcError> {
+        self.out
+            .send(json!({ "id": id, "result": result }).to_string())
+            .map_err(|_| RpcError::NotSent)
+    }
+
+    /// Refuses a request from the server.
+    pub fn respond_error(&self, id: &Value, code: i64, message: &str) -> Result<(), RpcError> {
+        self.out
+            .send(json!({ "id": id, "error": { "code": code, "message": message } }).to_string())
+            .map_err(|_| RpcError::NotSent)
+    }
+}
+
+fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Incoming>) {
+    let Ok(msg) = serde_json::from_str::<Value>(line) else {
+        tracing::warn!(
+            bytes = line.len(),
+            "app-server sent a line that is not JSON; skipped"
+        );
+        return;
+    };
+    let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
+    let id = msg.get("id").cloned();
+    match (method, id) {
+        (Some(method), Some(id)) => {
+            let params = msg.get("params").cloned().unwrap_or(Value::Null);
+            let _ = incoming.send(Incoming::Request { id, method, params });
+        }
+        (Some(method), None) => {
+            let params = msg.get("params").cloned().unwrap_or(Value::Null);
+            let _ = incoming.send(Incoming::Notification { method, params });
+        }
+        (None, Some(id)) => {
+            let Some(id) = id.as_u64() else {
+                tracing::warn!("app-server answered with an id we never used; skipped");
+                return;
+            };
+            let Some((method, tx)) = pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
+                tracing::warn!(
+                    id,
+                    "app-server answered a request nobody waits for (late or unknown); skipped"
+                );
+                return;
+            };
+            let result = match (msg.get("result"), msg.get("error")) {
+                (_, Some(err)) => Err(RpcError::Server {
+                    method,
+                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    message: err
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned(),
+                }),
+                (Some(result), None) => Ok(result.clone()),
+                (None, None) => Ok(Value::Null),
+            };
+            let _ = tx.send(result);
+        }
+        (None, None) => tracing::warn!("app-server sent a message of no known shape; skipped"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{duplex, AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    #[tokio::test]
+    async fn requests_match_answers_and_other_messages_are_passed_on() {
+        let (client_side, server_side) = duplex(1 << 16);
+        let (server_read, mut server_write) = tokio::io::split(server_side);
+        let (read, write) = tokio::io::split(client_side);
+        let (conn, mut incoming) = RpcConnection::start(write, read);
+        let server = tokio::spawn(async move {
+            let mut lines = BufReader::new(server_read).lines();
+            // Noise first: garbage, an unknown answer, a notification, a server request.
+            server_write
+                .write_all(b"not json\n{\"id\": 999, \"result\": {}}\n")
+                .await
+                .unwrap();
+            server_write
+                .write_all(b"{\"method\":\"turn/started\",\"params\":{\"x\":1}}\n{\"id\":0,\"method\":\"item/commandExecution/requestApproval\",\"params\":{}}\n")
+                .await
+                .unwrap();
+            let line = lines.next_line().await.unwrap().unwrap();
+            let req: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(req["method"], "thread/start");
+            let answer = json!({ "id": req["id"], "result": { "thread": { "id": "t1" } } });
+            server_write
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap();
+            let line = lines.next_line().await.unwrap().unwrap();
+            let req: Value = serde_json::from_str(&line).unwrap();
+            let answer = json!({ "id": req["id"], "error": { "code": -32600, "message": "thread not found" } });
+            server_write
+                .write_all(format!("{answer}\n").as_bytes())
+                .await
+                .unwrap();
+            // The approval answer comes back to us.
+            let line = lines.next_line().await.unwrap().unwrap();
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(answer["id"], 0);
+            assert_eq!(answer["result"]["decision"], "decline");
+        });
+        let ok = conn
+            .request("thread/start", json!({}), Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(ok["thread"]["id"], "t1");
+        let err = conn
+            .request("turn/start", json!({}), Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RpcError::Server { code: -32600, .. }));
+        assert!(!err.is_ambiguous());
+        match incoming.recv().await.unwrap() {
+            Incoming::Notification { method, .. } => assert_eq!(method, "turn/started"),
+            other => panic!("{other:?}"),
+        }
+        match incoming.recv().await.unwrap() {
+            Incoming::Request { id, method, .. } => {
+                assert_eq!(method, "item/commandExecution/requestApproval");
+                conn.respond(&id, json!({ "decision": "decline" })).unwrap();
+            }
+            other => panic!("{other:?}"),
+        }
+        server.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_closed_pipe_fails_waiters_as_ambiguous_and_a_silent_one_times_out() {
+        let (client_side, server_side) = duplex(1 << 16);
+        let (read, write) = tokio::io::split(client_side);
+        let (conn, mut incoming) = RpcConnection::start(write, read);
+        let silent = conn
+            .request("turn/start", json!({}), Duration::from_millis(100))
+            .await
+            .unwrap_err();
+        assert!(matches!(silent, RpcError::Timeout { .. }) && silent.is_ambiguous());
+        let waiting = {
+            let conn = conn.clone();
+            tokio::spawn(async move {
+                conn.request("turn/start", json!({}), Duration::from_secs(5))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(server_side);
+        let err = waiting.await.unwrap().unwrap_err();
+        assert!(matches!(err, RpcError::ClosedAfterSend { .. }), "{err:?}");
+        assert!(matches!(incoming.recv().await, Some(Incoming::Closed)));
+        assert_eq!(
+            conn.request("x", json!({}), Duration::from_secs(1))
+                .await
+                .unwrap_err(),
+            RpcError::NotSent
+        );
+    }
+}

@@ -1,0 +1,545 @@
+//! [`CodexRuntime`]: threads and turns on a real `codex app-server`.
+//!
+//! One app-server process serves every session. It is started on first use,
+//! initialised once (`initialize` → `initialized` → best-effort capability
+//! probes), and started again with backoff if it dies; threads are resumed in
+//! the new process before their next turn. Notifications are routed to the turn
+//! running on their thread. Every request the server makes of us gets an
+//! explicit answer, so no turn can hang on one.
+
+use super::rpc::{Incoming, RpcConnection, RpcError};
+use crate::runtime::{
+    AgentRuntime, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted,
+};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// How the app-server is run and how threads are configured.
+#[derive(Debug, Clone)]
+pub struct CodexSettings {
+    /// The `codex` binary.
+    pub codex_bin: PathBuf,
+    /// The CODEX_HOME given to the app-server.
+    pub codex_home: PathBuf,
+    /// `never`, `on-request` or `untrusted`.
+    pub approval_policy: String,
+    /// `read-only`, `workspace-write` or `danger-full-access`.
+    pub sandbox: String,
+    /// Developer instructions of every thread.
+    pub developer_instructions: String,
+    /// Dotted thread config (`mcp_servers.gitea.command`, …).
+    pub thread_config: serde_json::Map<String, Value>,
+    /// Environment passed to the app-server (e.g. the variable an MCP server
+    /// reads its token from, by reference).
+    pub env: Vec<(String, String)>,
+    /// Deadline of one request (start-up and RPC tolerance).
+    pub request_timeout: Duration,
+}
+
+/// The turn running on a thread, and what its events need.
+struct Sink {
+    tx: mpsc::UnboundedSender<TurnEvent>,
+    seq: i64,
+    last_agent_text: Option<String>,
+    last_error: Option<String>,
+}
+
+struct Live {
+    conn: Arc<RpcConnection>,
+    _child: tokio::process::Child,
+    /// Threads loaded in this process (a new process must resume them).
+    loaded: HashSet<String>,
+}
+
+struct Inner {
+    settings: CodexSettings,
+    live: tokio::sync::Mutex<Option<Live>>,
+    sinks: Arc<Mutex<HashMap<String, Sink>>>,
+    failures: Mutex<(u32, Option<Instant>)>,
+    downgrades: Arc<Mutex<Vec<String>>>,
+}
+
+/// The Codex runtime. Cloning shares the process.
+#[derive(Clone)]
+pub struct CodexRuntime {
+    inner: Arc<Inner>,
+}
+
+fn rpc_to_runtime(e: RpcError) -> RuntimeError {
+    if e.is_ambiguous() {
+        RuntimeError::Uncertain(e.to_string())
+    } else {
+        RuntimeError::Unavailable(e.to_string())
+    }
+}
+
+impl CodexRuntime {
+    pub fn new(settings: CodexSettings) -> Self {
+        CodexRuntime {
+            inner: Arc::new(Inner {
+                settings,
+                live: tokio::sync::Mutex::new(None),
+                sinks: Arc::new(Mutex::new(HashMap::new())),
+                failures: Mutex::new((0, None)),
+                downgrades: Arc::new(Mutex::new(Vec::new())),
+            }),
+        }
+    }
+
+    /// Capability probes that failed (each is a `capability_downgrade`).
+    pub fn downgrades(&self) -> Vec<String> {
+        self.inner
+            .downgrades
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default()
+    }
+
+    /// The live connection, starting (or restarting) the app-server if needed.
+    async fn connection(&self) -> Result<(Arc<RpcConnection>, bool), RuntimeError> {
+        let mut live = self.inner.live.lock().await;
+        if let Some(l) = live.as_ref() {
+            if l.conn.is_open() {
+                return Ok((l.conn.clone(), false));
+            }
+            tracing::warn!("the codex app-server exited; starting a new one");
+        }
+        *live = None;
+        if let Ok(f) = self.inner.failures.lock() {
+            if let (n, Some(at)) = *f {
+                let backoff = Duration::from_millis(200u64.saturating_mul(1 << n.min(8)))
+                    .min(Duration::from_secs(30));
+                if at.elapsed() < backoff {
+                    return Err(RuntimeError::Unavailable(format!(
+                        "the codex app-server failed to start {n} time(s); retrying after {} ms",
+                        backoff.as_millis()
+                    )));
+                }
+            }
+        }
+        match self.spawn().await {
+            Ok(l) => {
+                let conn = l.conn.clone();
+                *live = Some(l);
+                if let Ok(mut f) = self.inner.failures.lock() {
+                    *f = (0, None);
+                }
+                Ok((conn, true))
+            }
+            Err(e) => {
+                if let Ok(mut f) = self.inner.failures.lock() {
+                    *f = (f.0 + 1, Some(Instant::now()));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn spawn(&self) -> Result<Live, RuntimeError> {
+        let s = &self.inner.settings;
+        std::fs::create_dir_all(&s.codex_home).map_err(|e| {
+            RuntimeError::Unavailable(format!(
+                "cannot create codex_home {}: {e}",
+                s.codex_home.display()
+            ))
+        })?;
+        let mut cmd = tokio::process::Command::new(&s.codex_bin);
+        cmd.arg("app-server")
+            .env_clear()
+            .env("CODEX_HOME", &s.codex_home)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env(
+                "HOME",
+                std::env::var_os("HOME").unwrap_or_else(|| s.codex_home.clone().into_os_string()),
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in &s.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().map_err(|e| {
+            RuntimeError::Unavailable(format!(
+                "cannot start {} app-server: {e} (check the config key `codex_bin`)",
+                s.codex_bin.display()
+            ))
+        })?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(RuntimeError::Unavailable(
+                "the app-server's pipes are missing".into(),
+            ));
+        };
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(async move {
+                let mut lines =
+                    tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(target: "codex_app_server", "{}", line.chars().take(500).collect::<String>());
+                }
+            });
+        }
+        let (conn, incoming) = RpcConnection::start(stdin, stdout);
+        tokio::spawn(route(conn.clone(), incoming, self.inner.sinks.clone()));
+
+        let timeout = s.request_timeout;
+        conn.request(
+            "initialize",
+            json!({
+                "clientInfo": { "name": "codex-bridge", "title": "codex-bridge", "version": env!("CARGO_PKG_VERSION") },
+                "capabilities": { "experimentalApi": true },
+            }),
+            timeout,
+        )
+        .await
+        .map_err(|e| RuntimeError::Unavailable(format!("app-server initialize failed: {e}")))?;
+        conn.notify("initialized", None)
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        // Best effort: a missing capability is a downgrade, never fatal.
+        if let Err(e) = conn
+            .request("collaborationMode/list", json!({}), timeout)
+            .await
+        {
+            tracing::info!(error = %e, "capability_downgrade: collaborationMode/list");
+            if let Ok(mut d) = self.inner.downgrades.lock() {
+                d.push(format!("collaborationMode/list: {e}"));
+            }
+        }
+        tracing::info!(codex_home = %s.codex_home.display(), "codex app-server started");
+        Ok(Live {
+            conn,
+            _child: child,
+            loaded: HashSet::new(),
+        })
+    }
+
+    /// Makes sure `thread_id` is loaded in the current process (resume after a restart).
+    async fn ensure_loaded(
+        &self,
+        thread_id: &str,
+        cwd: &std::path::Path,
+    ) -> Result<Arc<RpcConnection>, RuntimeError> {
+        let (conn, _) = self.connection().await?;
+        let loaded = {
+            let live = self.inner.live.lock().await;
+            live.as_ref().is_some_and(|l| l.loaded.contains(thread_id))
+        };
+        if !loaded {
+            conn.request(
+                "thread/resume",
+                json!({ "threadId": thread_id, "cwd": cwd }),
+                self.inner.settings.request_timeout,
+            )
+            .await
+            .map_err(|e| RuntimeError::Unavailable(format!("thread/resume failed: {e}")))?;
+            if let Some(l) = self.inner.live.lock().await.as_mut() {
+                l.loaded.insert(thread_id.to_owned());
+            }
+        }
+        Ok(conn)
+    }
+}
+
+/// Routes what the app-server sends: notifications to the turn on their
+/// thread, and an explicit answer to every request it makes of us.
+async fn route(
+    conn: Arc<RpcConnection>,
+    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+    sinks: Arc<Mutex<HashMap<String, Sink>>>,
+) {
+    while let Some(msg) = incoming.recv().await {
+        match msg {
+            Incoming::Notification { method, params } => {
+                let Some(thread) = params
+                    .get("threadId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+                else {
+                    continue;
+                };
+                let Ok(mut sinks) = sinks.lock() else {
+                    continue;
+                };
+                let Some(sink) = sinks.get_mut(&thread) else {
+                    continue;
+                };
+                sink.seq += 1;
+                let seq = sink.seq;
+                let done = match method.as_str() {
+                    "item/completed" => {
+                        let item = params.get("item").cloned().unwrap_or(Value::Null);
+                        let kind = item
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("item")
+                            .to_owned();
+                        if kind == "agentMessage" {
+                            sink.last_agent_text =
+                                item.get("text").and_then(Value::as_str).map(str::to_owned);
+                        }
+                        let _ = sink.tx.send(TurnEvent::Progress { seq, kind });
+                        false
+                    }
+                    "error" => {
+                        sink.last_error = params
+                            .pointer("/error/message")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                        false
+                    }
+                    "turn/completed" => {
+                        let turn = params.get("turn").cloned().unwrap_or(Value::Null);
+                        let status = turn.get("status").and_then(Value::as_str).unwrap_or("");
+                        let event = match status {
+                            "completed" => TurnEvent::Completed {
+                                seq,
+                                final_text: last_agent_text(&turn)
+                                    .or_else(|| sink.last_agent_text.clone()),
+                            },
+                            "interrupted" => TurnEvent::Interrupted { seq },
+                            _ => TurnEvent::Failed {
+                                seq,
+                                error: turn
+                                    .pointer("/error/message")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned)
+                                    .or_else(|| sink.last_error.clone())
+                                    .unwrap_or_else(|| format!("turn ended {status}")),
+                            },
+                        };
+                        let _ = sink.tx.send(event);
+                        true
+                    }
+                    _ => false,
+                };
+                if done {
+                    sinks.remove(&thread);
+                }
+            }
+            Incoming::Request { id, method, .. } => {
+                // Approvals are decided by an operator in a later release; until
+                // then nothing may hang on them: decline, and say so.
+                let answer = match method.as_str() {
+                    "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
+                        conn.respond(&id, json!({ "decision": "decline" }))
+                    }
+                    "mcpServer/elicitation/request" => {
+                        conn.respond(&id, json!({ "action": "decline", "content": null }))
+                    }
+                    _ => {
+                        conn.respond_error(&id, -32601, "codex-bridge does not handle this request")
+                    }
+                };
+                tracing::warn!(method = %method, "declined a request from the app-server");
+                if let Err(e) = answer {
+                    tracing::warn!(error = %e, "could not answer the app-server");
+                }
+            }
+            Incoming::Closed => {
+                // The streams end without an end event: the session actors see
+                // it and recover by history against the next process.
+                if let Ok(mut sinks) = sinks.lock() {
+                    sinks.clear();
+                }
+                break;
+            }
+        }
+    }
+}
+
+/// The last agent message among a turn's items.
+fn last_agent_text(turn: &Value) -> Option<String> {
+    turn.get("items")?
+        .as_array()?
+        .iter()
+        .rev()
+        .find(|i| i.get("type").and_then(Value::as_str) == Some("agentMessage"))
+        .and_then(|i| i.get("text").and_then(Value::as_str))
+        .map(str::to_owned)
+}
+
+impl AgentRuntime for CodexRuntime {
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn ensure_thread(
+        &self,
+        req: ThreadRequest,
+    ) -> BoxFuture<'static, Result<String, RuntimeError>> {
+        let this = self.clone();
+        async move {
+            if let Some(id) = req.thread_id {
+                return Ok(id);
+            }
+            let (conn, _) = this.connection().await?;
+            let s = &this.inner.settings;
+            let mut params = json!({
+                "cwd": req.cwd,
+                "approvalPolicy": s.approval_policy,
+                "sandbox": s.sandbox,
+                "developerInstructions": s.developer_instructions,
+            });
+            if !s.thread_config.is_empty() {
+                params["config"] = Value::Object(s.thread_config.clone());
+            }
+            let result = conn
+                .request("thread/start", params, s.request_timeout)
+                .await
+                .map_err(|e| RuntimeError::Unavailable(format!("thread/start failed: {e}")))?;
+            let id = result
+                .pointer("/thread/id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    RuntimeError::Unavailable("thread/start answered without a thread id".into())
+                })?
+                .to_owned();
+            if let Some(l) = this.inner.live.lock().await.as_mut() {
+                l.loaded.insert(id.clone());
+            }
+            Ok(id)
+        }
+        .boxed()
+    }
+
+    fn start_turn(
+        &self,
+        req: TurnRequest,
+    ) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
+        let this = self.clone();
+        async move {
+            let conn = this.ensure_loaded(&req.thread_id, &req.cwd).await?;
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            if let Ok(mut sinks) = this.inner.sinks.lock() {
+                sinks.insert(
+                    req.thread_id.clone(),
+                    Sink {
+                        tx,
+                        seq: 0,
+                        last_agent_text: None,
+                        last_error: None,
+                    },
+                );
+            }
+            let result = conn
+                .request(
+                    "turn/start",
+                    json!({
+                        "threadId": req.thread_id,
+                        "input": [{ "type": "text", "text": req.text, "text_elements": [] }],
+                        "clientUserMessageId": req.operation_id,
+                    }),
+                    this.inner.settings.request_timeout,
+                )
+                .await;
+            let result = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Ok(mut sinks) = this.inner.sinks.lock() {
+                        sinks.remove(&req.thread_id);
+                    }
+                    return Err(rpc_to_runtime(e));
+                }
+            };
+            let turn_id = result
+                .pointer("/turn/id")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    RuntimeError::Uncertain("turn/start answered without a turn id".into())
+                })?
+                .to_owned();
+            let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+            Ok(TurnStarted { turn_id, events })
+        }
+        .boxed()
+    }
+
+    fn interrupt(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let (this, thread, turn) = (self.clone(), thread_id.to_owned(), turn_id.to_owned());
+        async move {
+            let (conn, _) = this.connection().await?;
+            conn.request(
+                "turn/interrupt",
+                json!({ "threadId": thread, "turnId": turn }),
+                this.inner.settings.request_timeout,
+            )
+            .await
+            .map(|_| ())
+            .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn lookup_turn(
+        &self,
+        thread_id: &str,
+        operation_id: &str,
+    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>> {
+        let (this, thread, op) = (self.clone(), thread_id.to_owned(), operation_id.to_owned());
+        async move {
+            let (conn, _) = this.connection().await?;
+            let result = conn
+                .request(
+                    "thread/turns/list",
+                    json!({ "threadId": thread, "itemsView": "full" }),
+                    this.inner.settings.request_timeout,
+                )
+                .await
+                .map_err(|e| RuntimeError::Unavailable(format!("thread/turns/list failed: {e}")))?;
+            let turns = result
+                .get("data")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for turn in turns {
+                let ours = turn
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| {
+                        items.iter().any(|i| {
+                            i.get("type").and_then(Value::as_str) == Some("userMessage")
+                                && i.get("clientId").and_then(Value::as_str) == Some(op.as_str())
+                        })
+                    });
+                if !ours {
+                    continue;
+                }
+                let turn_id = turn
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok(
+                    match turn.get("status").and_then(Value::as_str).unwrap_or("") {
+                        "completed" => TurnLookup::Completed {
+                            final_text: last_agent_text(&turn),
+                            turn_id,
+                        },
+                        "interrupted" => TurnLookup::Interrupted { turn_id },
+                        "inProgress" => TurnLookup::Running { turn_id },
+                        _ => TurnLookup::Failed {
+                            error: turn
+                                .pointer("/error/message")
+                                .and_then(Value::as_str)
+                                .unwrap_or("failed")
+                                .to_owned(),
+                            turn_id,
+                        },
+                    },
+                );
+            }
+            Ok(TurnLookup::Missing)
+        }
+        .boxed()
+    }
+}
