@@ -21,6 +21,24 @@ pub struct AppState {
     pub normalizer: Normalizer,
 }
 
+/// Until the Gitea client exists, nothing can prove a reply landed: say so.
+struct NoVerifier;
+
+impl crate::runtime::ReplyVerifier for NoVerifier {
+    fn verify(
+        &self,
+        _: crate::runtime::ReplyQuery,
+    ) -> futures_util::future::BoxFuture<'static, crate::runtime::ReplyCheck> {
+        use futures_util::FutureExt;
+        async {
+            crate::runtime::ReplyCheck::Unknown(
+                "reply verification needs the Gitea client, which this build does not have yet".into(),
+            )
+        }
+        .boxed()
+    }
+}
+
 /// Starts the actor tree for the configured agent runtime (`None`: intake only).
 fn start_actors(
     config: &Config,
@@ -42,10 +60,26 @@ fn start_actors(
             );
             return Ok(None);
         }
-        AgentRuntimeKind::Codex => anyhow::bail!(
-            "config key `agent_runtime`: the codex runtime is not part of this build yet; \
-             use none (intake only) for now"
-        ),
+        AgentRuntimeKind::Codex => {
+            use crate::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
+            tracing::warn!(
+                "agent_runtime = codex: replies cannot be verified in Gitea yet (the Gitea client comes \
+                 next), so finished turns end failed_reply"
+            );
+            (
+                Arc::new(CodexRuntime::new(CodexSettings {
+                    codex_bin: config.codex_bin.clone(),
+                    codex_home: config.codex_home.clone(),
+                    approval_policy: "never".into(),
+                    sandbox: "danger-full-access".into(),
+                    developer_instructions: developer_instructions(&config.bot_login),
+                    thread_config: serde_json::Map::new(),
+                    env: Vec::new(),
+                    request_timeout: std::time::Duration::from_secs(30),
+                })),
+                Arc::new(NoVerifier),
+            )
+        }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
                 "agent_runtime = scripted: turns play [directives] from the comment text and no model runs; \

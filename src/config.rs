@@ -74,6 +74,8 @@ pub const KEYS: &[(&str, &str)] = &[
         "sqlite_busy_timeout_ms",
         "how long SQLite waits for a lock (default 5000)",
     ),
+    ("codex_bin", "the codex binary the app-server runs from (default codex, from PATH)"),
+    ("codex_home", "the CODEX_HOME given to the app-server (default <state_dir>/codex-home)"),
     (
         "agent_runtime",
         "none (intake only), codex, or scripted (tests: plays directives, no model) (default none)",
@@ -159,6 +161,8 @@ pub struct Config {
     pub read_pool_size: u32,
     pub sqlite_busy_timeout_ms: u64,
     pub agent_runtime: AgentRuntimeKind,
+    pub codex_bin: PathBuf,
+    pub codex_home: PathBuf,
     pub lease_ttl_secs: u64,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
@@ -370,6 +374,10 @@ impl Config {
             Some("scripted") => AgentRuntimeKind::Scripted,
             Some(_) => return Err(invalid("agent_runtime", "expected none, codex or scripted")),
         };
+        let codex_bin = PathBuf::from(take("codex_bin").unwrap_or_else(|| "codex".into()));
+        let codex_home = take("codex_home")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| state_dir.join("codex-home"));
         let lease_ttl_secs =
             parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
         let lease_heartbeat_secs = parse_num(
@@ -427,6 +435,8 @@ impl Config {
             read_pool_size,
             sqlite_busy_timeout_ms,
             agent_runtime,
+            codex_bin,
+            codex_home,
             lease_ttl_secs,
             lease_heartbeat_secs,
             session_idle_secs,
