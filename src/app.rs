@@ -32,7 +32,8 @@ impl crate::runtime::ReplyVerifier for NoVerifier {
         use futures_util::FutureExt;
         async {
             crate::runtime::ReplyCheck::Unknown(
-                "reply verification needs the Gitea client, which this build does not have yet".into(),
+                "reply verification needs the Gitea client, which this build does not have yet"
+                    .into(),
             )
         }
         .boxed()

@@ -74,8 +74,14 @@ pub const KEYS: &[(&str, &str)] = &[
         "sqlite_busy_timeout_ms",
         "how long SQLite waits for a lock (default 5000)",
     ),
-    ("codex_bin", "the codex binary the app-server runs from (default codex, from PATH)"),
-    ("codex_home", "the CODEX_HOME given to the app-server (default <state_dir>/codex-home)"),
+    (
+        "codex_bin",
+        "the codex binary the app-server runs from (default codex, from PATH)",
+    ),
+    (
+        "codex_home",
+        "the CODEX_HOME given to the app-server (default <state_dir>/codex-home)",
+    ),
     (
         "agent_runtime",
         "none (intake only), codex, or scripted (tests: plays directives, no model) (default none)",

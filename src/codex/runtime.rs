@@ -66,7 +66,7 @@ struct Sink {
 
 struct Live {
     conn: Arc<RpcConnection>,
-    _child: tokio::process::Child,
+    child: tokio::process::Child,
     /// Threads loaded in this process (a new process must resume them).
     loaded: HashSet<String>,
 }
@@ -103,6 +103,15 @@ impl CodexRuntime {
                 failures: Mutex::new((0, None)),
                 downgrades: Arc::new(Mutex::new(Vec::new())),
             }),
+        }
+    }
+
+    /// Ends the app-server process (an interrupt that was never confirmed,
+    /// or shutdown). The next call starts a new one and resumes threads.
+    pub async fn kill_process(&self) {
+        if let Some(mut live) = self.inner.live.lock().await.take() {
+            let _ = live.child.kill().await;
+            tracing::warn!("codex app-server process ended by codex-bridge");
         }
     }
 
@@ -228,7 +237,7 @@ impl CodexRuntime {
         tracing::info!(codex_home = %s.codex_home.display(), "codex app-server started");
         Ok(Live {
             conn,
-            _child: child,
+            child,
             loaded: HashSet::new(),
         })
     }

@@ -5,6 +5,10 @@
 mod actors;
 mod admin;
 mod cli;
+mod codex_runtime;
+mod codex_smoke;
+mod codexhome;
+mod fakemodel;
 mod gitsim;
 mod ingest;
 mod lifecycle;

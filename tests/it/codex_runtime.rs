@@ -1,0 +1,270 @@
+//! The production Codex runtime against the real `codex app-server` (pinned
+//! 0.171.0, installed by scripts/test) and the project's fake model: turns,
+//! history lookup by our client message id, failures, a dead process and
+//! thread resumption; and the whole server with agent_runtime = codex.
+
+use crate::codexhome::{codex_bin, CodexHome};
+use crate::fakemodel::{FakeModel, Step};
+use crate::support::*;
+use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
+use codex_bridge::runtime::{AgentRuntime, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
+use futures_util::StreamExt;
+use std::time::Duration;
+
+fn runtime(home: &CodexHome) -> CodexRuntime {
+    CodexRuntime::new(CodexSettings {
+        codex_bin: codex_bin(),
+        codex_home: home.path(),
+        approval_policy: "never".into(),
+        sandbox: "read-only".into(),
+        developer_instructions: developer_instructions("ccbot"),
+        thread_config: serde_json::Map::new(),
+        env: Vec::new(),
+        request_timeout: Duration::from_secs(30),
+    })
+}
+
+async fn turn(
+    rt: &CodexRuntime,
+    thread: &str,
+    op: &str,
+    text: &str,
+    cwd: &std::path::Path,
+) -> (String, Vec<TurnEvent>) {
+    let started = rt
+        .start_turn(TurnRequest {
+            thread_id: thread.into(),
+            operation_id: op.into(),
+            text: text.into(),
+            cwd: cwd.into(),
+        })
+        .await
+        .unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(30), started.events.collect::<Vec<_>>())
+        .await
+        .unwrap();
+    (started.turn_id, events)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
+    let model = FakeModel::start();
+    model.push(Step::message("The flaky test is a timer race."));
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime(&home);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let (turn_id, events) = turn(
+        &rt,
+        &thread,
+        "op-1",
+        "why does TestRetryBackoff flake?",
+        work.path(),
+    )
+    .await;
+    match events.last() {
+        Some(TurnEvent::Completed { final_text, .. }) => {
+            assert_eq!(
+                final_text.as_deref(),
+                Some("The flaky test is a timer race.")
+            )
+        }
+        other => panic!("turn did not complete: {other:?}"),
+    }
+    // The model saw the instruction and our developer instructions.
+    let body = model.requests().pop().unwrap();
+    assert!(crate::fakemodel::user_texts(&body)
+        .iter()
+        .any(|t| t.contains("TestRetryBackoff")));
+    assert!(body.to_string().contains("UNTRUSTED DATA"));
+    assert_eq!(
+        rt.lookup_turn(&thread, "op-1").await.unwrap(),
+        TurnLookup::Completed {
+            turn_id,
+            final_text: Some("The flaky test is a timer race.".into())
+        }
+    );
+    assert_eq!(
+        rt.lookup_turn(&thread, "op-never-sent").await.unwrap(),
+        TurnLookup::Missing
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_model_call_fails_the_turn() {
+    let model = FakeModel::start();
+    model.push(Step::http_error(500));
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime(&home);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let (_, events) = turn(&rt, &thread, "op-f", "hello", work.path()).await;
+    assert!(
+        matches!(events.last(), Some(TurnEvent::Failed { .. })),
+        "{events:?}"
+    );
+    assert!(matches!(
+        rt.lookup_turn(&thread, "op-f").await.unwrap(),
+        TurnLookup::Failed { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
+    let model = FakeModel::start();
+    model.push(Step::message("first answer"));
+    model.push(Step::message("second answer"));
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime(&home);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let (_, first) = turn(&rt, &thread, "op-a", "turn one", work.path()).await;
+    assert!(matches!(first.last(), Some(TurnEvent::Completed { .. })));
+    rt.kill_process().await;
+    // The stored thread id is used again, never replaced.
+    let again = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: Some(thread.clone()),
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(again, thread);
+    let (_, second) = turn(&rt, &thread, "op-b", "turn two", work.path()).await;
+    match second.last() {
+        Some(TurnEvent::Completed { final_text, .. }) => {
+            assert_eq!(final_text.as_deref(), Some("second answer"))
+        }
+        other => panic!("{other:?}"),
+    }
+    // Both turns are in the thread's history, found by their operation ids.
+    assert!(matches!(
+        rt.lookup_turn(&thread, "op-a").await.unwrap(),
+        TurnLookup::Completed { .. }
+    ));
+    assert!(matches!(
+        rt.lookup_turn(&thread, "op-b").await.unwrap(),
+        TurnLookup::Completed { .. }
+    ));
+    // The second model request carried the first turn's conversation.
+    let body = model.requests().pop().unwrap();
+    assert!(body.to_string().contains("first answer"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_ends_a_hanging_turn() {
+    let model = FakeModel::start();
+    model.push(Step::hang());
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime(&home);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let started = rt
+        .start_turn(TurnRequest {
+            thread_id: thread.clone(),
+            operation_id: "op-h".into(),
+            text: "hang".into(),
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    model.wait_for_requests(1, Duration::from_secs(20));
+    rt.interrupt(&thread, &started.turn_id).await.unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(15), started.events.collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(
+        matches!(events.last(), Some(TurnEvent::Interrupted { .. })),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn the_server_runs_a_comment_through_the_real_app_server() {
+    let model = FakeModel::start();
+    model.set_default(Step::message("Here is what I found."));
+    let home = CodexHome::new(&model);
+    let sim = crate::gitsim::GitSim::start(Some(GITEA_TOKEN));
+    sim.create_repo("acme", "widgets");
+    let s = ServerBuilder::new(Db::Sqlite)
+        .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
+        .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
+        .env("CODEX_BRIDGE_CODEX_HOME", home.path().to_str().unwrap())
+        .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .start();
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&comment_body(1, "@ccbot what is flaky here?", "widgets", 1))
+            .unwrap();
+    v["repository"]["clone_url"] = sim.clone_url("acme", "widgets").into();
+    v["repository"]["default_branch"] = "main".into();
+    let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+    let r = s.webhook(
+        &gitea_headers("codex-1", "issue_comment", "issue_comment", &body),
+        &body,
+    );
+    assert_eq!(r.status, 202, "{:?}", r.json);
+    let task = r.json["taskId"].as_str().unwrap().to_owned();
+    // Without the Gitea client a reply cannot be proven yet: failed_reply, never a claimed success.
+    wait_task_state(&s.db_url, &task, "failed_reply", Duration::from_secs(60));
+    let mut c = s.db();
+    let detail = codex_bridge::store::tasks::detail(&mut c, &task)
+        .unwrap()
+        .unwrap();
+    assert_eq!(detail.turns.len(), 1);
+    assert_eq!(
+        detail.turns[0].final_text.as_deref(),
+        Some("Here is what I found.")
+    );
+    assert!(detail.task.thread_id.is_some());
+    let path: Vec<&str> = detail
+        .transitions
+        .iter()
+        .map(|t| t.to_state.as_str())
+        .collect();
+    assert_eq!(
+        path,
+        [
+            "received",
+            "queued",
+            "leased",
+            "running",
+            "verifying_reply",
+            "failed_reply"
+        ]
+    );
+    // The model got the comment's text with our operation id as the client message id.
+    let body = model.requests().pop().unwrap();
+    assert!(crate::fakemodel::user_texts(&body)
+        .iter()
+        .any(|t| t.contains("what is flaky here")));
+}

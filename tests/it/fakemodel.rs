@@ -1,0 +1,708 @@
+//! A fake OpenAI Responses API for the real `codex app-server`: `POST
+//! /v1/responses` on 127.0.0.1:0, answered with Server-Sent Events in the
+//! shape Codex parses, from a script of [`Step`]s (one per request; the
+//! default step once the script runs out).
+//!
+//! - The stream: `response.created` (with a `response` object), then per
+//!   output item `response.output_item.added` and `response.output_item.done`
+//!   (a message also streams `response.output_text.delta` chunks in between),
+//!   then `response.completed` with `{response: {id, usage}}`.
+//! - Every request body is recorded as JSON ([`FakeModel::requests`]), so a
+//!   test can assert what Codex sent: [`user_texts`], [`tool_names`] and
+//!   [`tool_outputs`] dig out the usual parts.
+//! - Faults: an HTTP error, `response.failed`, a delay, a hang.
+//!
+//! Codex points at it through `model_providers.<name>.base_url =
+//! `[`FakeModel::base_url`] (see `codexhome.rs`). The server is actix-web in
+//! its own thread with its own `System`, like `gitsim.rs`.
+
+use actix_web::http::StatusCode;
+use actix_web::web::Bytes;
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What the model does for one request.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A normal response with these output items, in order.
+    Reply(Vec<Item>),
+    /// A plain HTTP error with this status and JSON body; no stream.
+    HttpError { status: u16, body: Value },
+    /// `response.created`, then `response.failed` with this error.
+    Failed { code: String, message: String },
+    /// The step, after a pause: for a stream the pause comes right after
+    /// `response.created` (so Codex is mid-turn while it lasts), for an HTTP
+    /// error before the answer.
+    Delayed(Duration, Box<Step>),
+    /// `response.created`, then silence with the stream open until the server
+    /// stops. Codex gives up after `stream_idle_timeout_ms`.
+    Hang,
+}
+
+/// One output item of a [`Step::Reply`].
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// An assistant message, streamed as `chunks` text deltas first.
+    Message { text: String, chunks: usize },
+    /// A shell command, as a call of whichever shell tool Codex advertised in
+    /// the request (`exec_command {cmd}`, `shell_command {command}` or
+    /// `shell {command: [argv]}`).
+    Shell { cmd: String },
+    /// A `function_call` verbatim. MCP tools are grouped by Codex in the
+    /// namespace `mcp__<server>`.
+    FunctionCall {
+        namespace: Option<String>,
+        name: String,
+        arguments: Value,
+    },
+    /// A `custom_tool_call` of the freeform `apply_patch` tool (Codex offers
+    /// it only for model slugs it knows).
+    ApplyPatch { patch: String },
+}
+
+impl Step {
+    /// An assistant message.
+    pub fn message(text: &str) -> Step {
+        Step::Reply(vec![Item::message(text)])
+    }
+
+    /// An assistant message streamed in `chunks` deltas.
+    pub fn message_in_chunks(text: &str, chunks: usize) -> Step {
+        Step::Reply(vec![Item::Message {
+            text: text.to_owned(),
+            chunks: chunks.max(1),
+        }])
+    }
+
+    /// A shell command through Codex's shell tool.
+    pub fn shell(cmd: &str) -> Step {
+        Step::Reply(vec![Item::shell(cmd)])
+    }
+
+    /// A call of any function tool, `arguments` as JSON.
+    pub fn function_call(name: &str, arguments: Value) -> Step {
+        Step::Reply(vec![Item::FunctionCall {
+            namespace: None,
+            name: name.to_owned(),
+            arguments,
+        }])
+    }
+
+    /// A call of the tool `tool` of the MCP server configured as `server`.
+    pub fn mcp(server: &str, tool: &str, arguments: Value) -> Step {
+        Step::Reply(vec![Item::mcp(server, tool, arguments)])
+    }
+
+    /// An `apply_patch` call with a patch in Codex's format
+    /// (`*** Begin Patch` … `*** End Patch`).
+    pub fn apply_patch(patch: &str) -> Step {
+        Step::Reply(vec![Item::ApplyPatch {
+            patch: patch.to_owned(),
+        }])
+    }
+
+    /// An HTTP error with an OpenAI-shaped error body.
+    pub fn http_error(status: u16) -> Step {
+        Step::HttpError {
+            status,
+            body: json!({"error": {
+                "message": format!("fake model error {status}"),
+                "type": "server_error",
+                "code": null,
+            }}),
+        }
+    }
+
+    /// `response.failed` with `server_error` and this message.
+    pub fn failed(message: &str) -> Step {
+        Step::Failed {
+            code: "server_error".into(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// A stream that never completes.
+    pub fn hang() -> Step {
+        Step::Hang
+    }
+
+    /// This step after `delay`.
+    pub fn delayed(self, delay: Duration) -> Step {
+        Step::Delayed(delay, Box::new(self))
+    }
+}
+
+impl Item {
+    pub fn message(text: &str) -> Item {
+        Item::Message {
+            text: text.to_owned(),
+            chunks: 1,
+        }
+    }
+
+    pub fn shell(cmd: &str) -> Item {
+        Item::Shell {
+            cmd: cmd.to_owned(),
+        }
+    }
+
+    pub fn mcp(server: &str, tool: &str, arguments: Value) -> Item {
+        Item::FunctionCall {
+            namespace: Some(format!("mcp__{server}")),
+            name: tool.to_owned(),
+            arguments,
+        }
+    }
+}
+
+struct State {
+    script: Mutex<Script>,
+    requests: Mutex<Vec<Value>>,
+    /// Numbers the ids of responses, items and calls (`resp_1`, `call_2`, …).
+    ids: AtomicU64,
+}
+
+struct Script {
+    steps: VecDeque<Step>,
+    default: Step,
+}
+
+impl State {
+    fn next_id(&self, prefix: &str) -> String {
+        format!("{prefix}_{}", self.ids.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+/// A running fake model; stopped on drop (open streams are cut).
+pub struct FakeModel {
+    state: Arc<State>,
+    addr: SocketAddr,
+    server: actix_web::dev::ServerHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FakeModel {
+    /// Start a server with an empty script and the default step
+    /// `Step::message("ok")`.
+    pub fn start() -> FakeModel {
+        let state = Arc::new(State {
+            script: Mutex::new(Script {
+                steps: VecDeque::new(),
+                default: Step::message("ok"),
+            }),
+            requests: Mutex::new(Vec::new()),
+            ids: AtomicU64::new(0),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = state.clone();
+        let thread = std::thread::Builder::new()
+            .name("fakemodel".into())
+            .spawn(move || {
+                let system = actix_web::rt::System::new();
+                let result = system.block_on(async move {
+                    let data = web::Data::from(shared);
+                    let server = HttpServer::new(move || {
+                        App::new()
+                            .app_data(data.clone())
+                            .app_data(web::PayloadConfig::new(64 << 20))
+                            .route("/v1/responses", web::post().to(responses))
+                            .route("/v1/models", web::get().to(models))
+                            .default_service(web::to(not_found))
+                    })
+                    .workers(1)
+                    .disable_signals()
+                    .shutdown_timeout(1)
+                    .listen(listener)?
+                    .run();
+                    let _ = tx.send(server.handle());
+                    server.await
+                });
+                if let Err(e) = result {
+                    eprintln!("fakemodel stopped with an error: {e}");
+                }
+            })
+            .unwrap();
+        let server = rx.recv().expect("fakemodel did not start");
+        FakeModel {
+            state,
+            addr,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`, the provider's `base_url`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Append a step to the script.
+    pub fn push(&self, step: Step) {
+        self.state.script.lock().unwrap().steps.push_back(step);
+    }
+
+    /// The step for every request once the script is used up.
+    pub fn set_default(&self, step: Step) {
+        self.state.script.lock().unwrap().default = step;
+    }
+
+    /// The body of every `POST /v1/responses` so far, oldest first (a body
+    /// that is not JSON is recorded as a string).
+    pub fn requests(&self) -> Vec<Value> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Wait until at least `n` requests arrived; their bodies. Panics after
+    /// `timeout`.
+    pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let seen = self.requests();
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fakemodel: {} of {n} requests after {timeout:?}",
+                seen.len()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        drop(self.server.stop(false));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The text of every user message in a request's `input`, oldest first
+/// (Codex's own context messages, e.g. `<environment_context>`, included).
+pub fn user_texts(body: &Value) -> Vec<String> {
+    input_items(body)
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The names of the tools a request offers the model; a tool inside a
+/// namespace (MCP) as `namespace/name`.
+pub fn tool_names(body: &Value) -> Vec<String> {
+    let mut names = Vec::new();
+    for tool in body["tools"].as_array().into_iter().flatten() {
+        if let Some(inner) = tool["tools"].as_array() {
+            let ns = tool["name"].as_str().unwrap_or_default();
+            for t in inner {
+                names.push(format!("{ns}/{}", t["name"].as_str().unwrap_or_default()));
+            }
+        } else if let Some(name) = tool["name"].as_str() {
+            names.push(name.to_owned());
+        }
+    }
+    names
+}
+
+/// `(call_id, output)` of every tool result a request sends back
+/// (`function_call_output`, `custom_tool_call_output`); `output` as Codex
+/// sent it (a string or a list of content parts).
+pub fn tool_outputs(body: &Value) -> Vec<(String, Value)> {
+    input_items(body)
+        .filter(|i| {
+            matches!(
+                i["type"].as_str(),
+                Some("function_call_output" | "custom_tool_call_output")
+            )
+        })
+        .map(|i| {
+            (
+                i["call_id"].as_str().unwrap_or_default().to_owned(),
+                i["output"].clone(),
+            )
+        })
+        .collect()
+}
+
+fn input_items(body: &Value) -> impl Iterator<Item = &Value> {
+    body["input"].as_array().into_iter().flatten()
+}
+
+/// `POST /v1/responses`: record the body, take the next step, answer it.
+async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
+    let request: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
+    let tools = tool_names(&request);
+    state.requests.lock().unwrap().push(request);
+    let step = {
+        let mut script = state.script.lock().unwrap();
+        match script.steps.pop_front() {
+            Some(step) => step,
+            None => script.default.clone(),
+        }
+    };
+    answer(&state, step, &tools, Duration::ZERO).await
+}
+
+async fn answer(state: &State, step: Step, tools: &[String], delay: Duration) -> HttpResponse {
+    match step {
+        Step::Delayed(more, step) => Box::pin(answer(state, *step, tools, delay + more)).await,
+        Step::HttpError { status, body } => {
+            tokio::time::sleep(delay).await;
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            HttpResponse::build(status).json(body)
+        }
+        step => sse(stream_of(state, step, tools, delay)),
+    }
+}
+
+/// What an SSE body is made of.
+enum Emit {
+    Event(Bytes),
+    Sleep(Duration),
+    /// Stay open and silent for good.
+    Hang,
+}
+
+fn event(name: &str, data: Value) -> Emit {
+    Emit::Event(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+}
+
+/// The events of a streamed step (anything but an HTTP error).
+fn stream_of(state: &State, step: Step, tools: &[String], delay: Duration) -> Vec<Emit> {
+    let resp_id = state.next_id("resp");
+    let mut out = vec![event(
+        "response.created",
+        json!({"type": "response.created",
+               "response": {"id": resp_id, "status": "in_progress"}}),
+    )];
+    if !delay.is_zero() {
+        out.push(Emit::Sleep(delay));
+    }
+    match step {
+        Step::Reply(items) => {
+            for item in items {
+                item_events(state, item, tools, &mut out);
+            }
+            out.push(event(
+                "response.completed",
+                json!({"type": "response.completed", "response": {
+                    "id": resp_id,
+                    "status": "completed",
+                    "usage": {
+                        "input_tokens": 10,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens": 5,
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                        "total_tokens": 15,
+                    },
+                }}),
+            ));
+        }
+        Step::Failed { code, message } => out.push(event(
+            "response.failed",
+            json!({"type": "response.failed", "response": {
+                "id": resp_id,
+                "status": "failed",
+                "error": {"code": code, "message": message},
+            }}),
+        )),
+        Step::Hang => out.push(Emit::Hang),
+        // Unwrapped by `answer` before a stream is built.
+        Step::HttpError { .. } | Step::Delayed(..) => {
+            unreachable!("fakemodel: {step:?} is not a stream")
+        }
+    }
+    out
+}
+
+fn item_events(state: &State, item: Item, tools: &[String], out: &mut Vec<Emit>) {
+    let done = match item {
+        Item::Message { text, chunks } => {
+            let id = state.next_id("msg");
+            let skeleton = json!({"type": "message", "role": "assistant", "id": id, "content": []});
+            out.push(event(
+                "response.output_item.added",
+                json!({"type": "response.output_item.added", "item": skeleton}),
+            ));
+            for delta in split_in(&text, chunks) {
+                out.push(event(
+                    "response.output_text.delta",
+                    json!({"type": "response.output_text.delta", "item_id": id,
+                           "output_index": 0, "content_index": 0, "delta": delta}),
+                ));
+            }
+            let mut done = skeleton;
+            done["content"] = json!([{"type": "output_text", "text": text, "annotations": []}]);
+            out.push(event(
+                "response.output_item.done",
+                json!({"type": "response.output_item.done", "item": done}),
+            ));
+            return;
+        }
+        Item::Shell { cmd } => {
+            let (name, arguments) = shell_call(&cmd, tools);
+            function_call(state, None, &name, &arguments)
+        }
+        Item::FunctionCall {
+            namespace,
+            name,
+            arguments,
+        } => function_call(state, namespace.as_deref(), &name, &arguments),
+        Item::ApplyPatch { patch } => json!({
+            "type": "custom_tool_call",
+            "id": state.next_id("ctc"),
+            "call_id": state.next_id("call"),
+            "name": "apply_patch",
+            "status": "completed",
+            "input": patch,
+        }),
+    };
+    out.push(event(
+        "response.output_item.added",
+        json!({"type": "response.output_item.added", "item": done}),
+    ));
+    out.push(event(
+        "response.output_item.done",
+        json!({"type": "response.output_item.done", "item": done}),
+    ));
+}
+
+fn function_call(state: &State, namespace: Option<&str>, name: &str, arguments: &Value) -> Value {
+    let mut item = json!({
+        "type": "function_call",
+        "id": state.next_id("fc"),
+        "call_id": state.next_id("call"),
+        "name": name,
+        "status": "completed",
+        // The Responses API sends arguments as a JSON string.
+        "arguments": match arguments {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        },
+    });
+    if let Some(ns) = namespace {
+        item["namespace"] = ns.into();
+    }
+    item
+}
+
+/// The shell tool Codex advertised and its arguments for `cmd`.
+fn shell_call(cmd: &str, tools: &[String]) -> (String, Value) {
+    let offered = |name: &str| tools.iter().any(|t| t == name);
+    if offered("exec_command") {
+        ("exec_command".into(), json!({"cmd": cmd}))
+    } else if offered("shell_command") {
+        ("shell_command".into(), json!({"command": cmd}))
+    } else if offered("shell") {
+        ("shell".into(), json!({"command": ["bash", "-lc", cmd]}))
+    } else {
+        panic!("fakemodel: Codex offered no shell tool; tools: {tools:?}")
+    }
+}
+
+/// `text` in `n` nearly equal pieces (by characters); at least one piece.
+fn split_in(text: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let size = chars.len().div_ceil(n.max(1)).max(1);
+    let pieces: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
+    if pieces.is_empty() {
+        vec![String::new()]
+    } else {
+        pieces
+    }
+}
+
+fn sse(emits: Vec<Emit>) -> HttpResponse {
+    let body = futures_util::stream::unfold(emits.into_iter(), |mut emits| async move {
+        loop {
+            match emits.next()? {
+                Emit::Event(bytes) => return Some((Ok::<_, Infallible>(bytes), emits)),
+                Emit::Sleep(d) => tokio::time::sleep(d).await,
+                Emit::Hang => std::future::pending::<()>().await,
+            }
+        }
+    });
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        .streaming(body)
+}
+
+/// `GET /v1/models`: no models (Codex falls back to built-in metadata).
+async fn models() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"object": "list", "data": [], "models": []}))
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    HttpResponse::NotFound().json(json!({"error": {
+        "message": format!("fakemodel: no route {} {}", req.method(), req.path()),
+        "type": "not_found",
+    }}))
+}
+
+/// `(event, data)` of every event in an SSE body.
+#[cfg(test)]
+fn parse_sse(body: &str) -> Vec<(String, Value)> {
+    body.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap();
+                }
+            }
+            assert_eq!(data["type"], name.as_str(), "{block}");
+            (name, data)
+        })
+        .collect()
+}
+
+#[test]
+fn fakemodel_plays_its_script_then_the_default() {
+    let model = FakeModel::start();
+    let url = format!("{}/responses", model.base_url());
+    // (status, content type, body) of one request offering `tools`.
+    let post = |tools: Value| {
+        let body = json!({"model": "m", "tools": tools, "input": [
+            {"type": "message", "role": "user",
+             "content": [{"type": "input_text", "text": "hi"}]},
+            {"type": "function_call_output", "call_id": "call_0", "output": "out"},
+        ]});
+        let resp = match ureq::post(&url).send_json(body) {
+            Ok(resp) => resp,
+            Err(ureq::Error::Status(_, resp)) => resp,
+            Err(e) => panic!("fakemodel: {e}"),
+        };
+        let status = resp.status();
+        let content_type = resp.content_type().to_owned();
+        (status, content_type, resp.into_string().unwrap())
+    };
+    let events_of = |tools: Value| {
+        let (status, content_type, body) = post(tools);
+        assert_eq!((status, content_type.as_str()), (200, "text/event-stream"));
+        parse_sse(&body)
+    };
+    model.push(Step::Reply(vec![
+        Item::Message {
+            text: "héllo wörld".into(),
+            chunks: 3,
+        },
+        Item::shell("echo hi"),
+        Item::mcp("gitea", "create_comment", json!({"body": "x"})),
+    ]));
+    model.push(Step::function_call("update_plan", json!({"plan": []})));
+    model.push(Step::mcp("gitea", "get_issue", json!({"index": 1})));
+    model.push(Step::apply_patch("*** Begin Patch\n*** End Patch\n"));
+    model.push(Step::http_error(503).delayed(Duration::from_millis(50)));
+    model.push(Step::failed("boom"));
+    model.push(Step::message("slow").delayed(Duration::from_millis(200)));
+    model.set_default(Step::message("default"));
+
+    let events = events_of(json!([{"type": "function", "name": "shell_command"}]));
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    let resp_id = &events[0].1["response"]["id"];
+    assert_eq!(&events.last().unwrap().1["response"]["id"], resp_id);
+    assert!(events.last().unwrap().1["response"]["usage"]["total_tokens"].is_u64());
+    let deltas: Vec<&str> = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_text.delta")
+        .map(|(_, d)| d["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas.len(), 3);
+    assert_eq!(deltas.concat(), "héllo wörld");
+    let done: Vec<&Value> = events
+        .iter()
+        .filter(|(n, _)| n == "response.output_item.done")
+        .map(|(_, d)| &d["item"])
+        .collect();
+    assert_eq!(done.len(), 3);
+    assert_eq!(done[0]["content"][0]["text"], "héllo wörld");
+    assert_eq!(done[1]["name"], "shell_command");
+    assert_eq!(done[1]["arguments"], r#"{"command":"echo hi"}"#);
+    assert_eq!(done[2]["namespace"], "mcp__gitea");
+    assert_eq!(done[2]["name"], "create_comment");
+
+    let events = events_of(json!([]));
+    assert_eq!(events[1].1["item"]["name"], "update_plan");
+    assert!(events[1].1["item"].get("namespace").is_none());
+
+    let events = events_of(json!([]));
+    assert_eq!(events[1].1["item"]["namespace"], "mcp__gitea");
+    assert_eq!(events[1].1["item"]["arguments"], r#"{"index":1}"#);
+
+    let events = events_of(json!([]));
+    assert_eq!(events[1].1["item"]["type"], "custom_tool_call");
+    assert_eq!(
+        events[1].1["item"]["input"],
+        "*** Begin Patch\n*** End Patch\n"
+    );
+
+    let started = Instant::now();
+    let (status, _, body) = post(json!([]));
+    assert!(started.elapsed() >= Duration::from_millis(50));
+    assert_eq!(status, 503);
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["type"], "server_error");
+
+    let events = events_of(json!([]));
+    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["response.created", "response.failed"]);
+    assert_eq!(events[1].1["response"]["error"]["message"], "boom");
+
+    let started = Instant::now();
+    let events = events_of(json!([]));
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(events.len(), 5);
+
+    let events = events_of(json!([]));
+    assert_eq!(events[3].1["item"]["content"][0]["text"], "default");
+
+    let requests = model.wait_for_requests(8, Duration::from_secs(1));
+    assert_eq!(requests.len(), 8);
+    assert_eq!(user_texts(&requests[0]), ["hi"]);
+    assert_eq!(tool_names(&requests[0]), ["shell_command"]);
+    assert_eq!(
+        tool_outputs(&requests[0]),
+        [("call_0".to_owned(), json!("out"))]
+    );
+}
+
+#[test]
+fn fakemodel_hang_sends_created_then_nothing() {
+    let model = FakeModel::start();
+    model.set_default(Step::hang());
+    let agent = ureq::AgentBuilder::new()
+        .timeout_read(Duration::from_millis(300))
+        .build();
+    let resp = agent
+        .post(&format!("{}/responses", model.base_url()))
+        .send_json(json!({"input": []}))
+        .unwrap();
+    let mut reader = std::io::BufReader::new(resp.into_reader());
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut first).unwrap();
+    assert_eq!(first, "event: response.created\n");
+    let mut rest = String::new();
+    let err = std::io::Read::read_to_string(&mut reader, &mut rest).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{err}");
+    assert!(!rest.contains("response.completed"), "{rest}");
+}
