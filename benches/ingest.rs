@@ -681,8 +681,8 @@ fn print_checks(checks: &[Check], connections: usize) {
         println!("  (the p99 target is stated for 64 connections; this run used {connections})");
     }
     println!(
-        "  (postgres rows: see the `postgres:` settings line at the top; with fsync=off, as scripts/with-postgres \
-         configures its throwaway cluster, a commit flushes nothing to disk and group commit has little to save)"
+        "  (postgres rows: see the `postgres:` settings line at the top; scripts/bench starts its cluster with \
+         fsync on; with fsync=off, as the test cluster runs, a commit flushes nothing and group commit has little to save)"
     );
 }
 
