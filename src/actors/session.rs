@@ -543,8 +543,9 @@ async fn run_turn(
     match started {
         Ok(turn) => {
             let (id, th, tu) = (task_id.clone(), thread.clone(), turn.turn_id.clone());
+            let op = ctx.entry.operation_id.clone();
             deps.store
-                .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal"))
+                .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal", &op))
                 .await?;
             consume(ctx, thread, turn.turn_id, turn.events).await
         }
@@ -652,7 +653,27 @@ async fn consume(
             },
         };
         match next {
-            Some(TurnEvent::Progress { seq, .. }) => last_seq = seq,
+            Some(TurnEvent::Progress { seq, kind }) => {
+                last_seq = seq;
+                let tu = turn_id.clone();
+                deps.store
+                    .write(move |c| crate::store::ledger::record_event(c, &tu, seq, &kind))
+                    .await?;
+            }
+            Some(TurnEvent::Delivered { seq, client_id }) => {
+                last_seq = seq.max(last_seq);
+                let (tu, op) = (turn_id.clone(), ctx.entry.operation_id.clone());
+                let ours = client_id.as_deref() == Some(op.as_str());
+                deps.store
+                    .write(move |c| {
+                        crate::store::ledger::record_event(c, &tu, seq, "userMessage")?;
+                        if ours {
+                            crate::store::ledger::sent(c, &op, Some(&tu))?;
+                        }
+                        Ok(())
+                    })
+                    .await?;
+            }
             Some(TurnEvent::Completed { seq, final_text }) => {
                 // The final text and the move to verification, in one commit.
                 let (tu, text, id) = (
@@ -877,19 +898,28 @@ async fn audit_recovery(
 }
 
 /// A task found `leased` with a turn in history goes through `running` first.
+/// The history shows the turn carrying our operation id: the message was
+/// delivered (ledger `sent`); a task found `leased` goes through `running`.
 async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<(), StoreError> {
-    if ctx.task.state == TaskState::Leased.as_str() {
-        let (id, th, tu) = (
-            ctx.task.task_id.clone(),
-            thread.to_owned(),
-            turn_id.to_owned(),
-        );
-        ctx.deps
-            .store
-            .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal"))
-            .await?;
-    }
-    Ok(())
+    let (id, th, tu) = (
+        ctx.task.task_id.clone(),
+        thread.to_owned(),
+        turn_id.to_owned(),
+    );
+    let (op, leased) = (
+        ctx.entry.operation_id.clone(),
+        ctx.task.state == TaskState::Leased.as_str(),
+    );
+    ctx.deps
+        .store
+        .write(move |c| {
+            if leased {
+                scheduling::record_turn_started(c, &id, &th, &tu, "normal", &op)?;
+            }
+            crate::store::ledger::sent(c, &op, Some(&tu))?;
+            Ok(())
+        })
+        .await
 }
 
 /// `verifying_reply` → the verifier's verdict (DESIGN §8; the reply-retry turn

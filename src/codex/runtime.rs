@@ -306,7 +306,18 @@ async fn route(
                             sink.last_agent_text =
                                 item.get("text").and_then(Value::as_str).map(str::to_owned);
                         }
-                        let _ = sink.tx.send(TurnEvent::Progress { seq, kind });
+                        let event = if kind == "userMessage" {
+                            TurnEvent::Delivered {
+                                seq,
+                                client_id: item
+                                    .get("clientId")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned),
+                            }
+                        } else {
+                            TurnEvent::Progress { seq, kind }
+                        };
+                        let _ = sink.tx.send(event);
                         false
                     }
                     "error" => {

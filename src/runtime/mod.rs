@@ -33,6 +33,9 @@ pub struct TurnRequest {
 pub enum TurnEvent {
     /// Progress (an item started or completed); `seq` orders events.
     Progress { seq: i64, kind: String },
+    /// The runtime recorded the user message; `client_id` is the operation id
+    /// it carries (the proof of delivery).
+    Delivered { seq: i64, client_id: Option<String> },
     /// The turn finished; `final_text` is the agent's last message.
     Completed {
         seq: i64,

@@ -317,6 +317,11 @@ async fn play(
     tx: mpsc::UnboundedSender<Wire>,
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
+    // Like Codex: the user message (with our operation id) is recorded first.
+    let _ = tx.send(Wire::Event(TurnEvent::Delivered {
+        seq: 0,
+        client_id: Some(operation_id.clone()),
+    }));
     let mut seq = 0;
     for step in steps {
         seq += 1;

@@ -14,6 +14,7 @@ pub mod audit;
 pub mod control;
 pub mod ingest;
 pub mod leases;
+pub mod ledger;
 pub mod scheduling;
 pub mod tasks;
 

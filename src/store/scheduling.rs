@@ -255,6 +255,14 @@ pub fn record_turn_intent(
             ))
             .execute(c)
     })?;
+    super::ledger::sending(
+        conn,
+        &entry.operation_id,
+        &task.task_id,
+        &entry.queue_id,
+        Some(attempt_id).filter(|a| !a.is_empty()),
+        thread_id,
+    )?;
     audit::record(
         conn,
         &Audit::new("turn.start_intent", "system")
@@ -286,7 +294,9 @@ pub fn record_turn_started(
     thread_id: &str,
     turn_id: &str,
     kind: &str,
+    operation_id: &str,
 ) -> Result<TransitionOutcome, StoreError> {
+    super::ledger::accepted(conn, operation_id, turn_id)?;
     let at = now();
     with_conn!(conn, |c| {
         diesel::insert_into(turns::table)
@@ -394,20 +404,30 @@ pub fn set_repository_status(
 }
 
 /// Undoes the turn/start intent when the runtime proved nothing was sent
-/// (pre-admission failure): the entry is queued again, not "sending".
+/// (pre-admission failure): the entry is queued again, not "sending", and the
+/// ledger forgets the attempt, but only while it still says `sending`.
 pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+    use super::schema::operation_ledger;
     let at = now();
-    with_conn!(conn, |c| diesel::update(
-        outbox_entries::table
-            .filter(outbox_entries::task_id.eq(task_id))
-            .filter(outbox_entries::status.eq("sending"))
-    )
-    .set((
-        outbox_entries::status.eq("queued"),
-        outbox_entries::updated_at.eq(&at),
-        outbox_entries::version.eq(outbox_entries::version + 1),
-    ))
-    .execute(c))?;
+    with_conn!(conn, |c| {
+        diesel::delete(
+            operation_ledger::table
+                .filter(operation_ledger::task_id.eq(task_id))
+                .filter(operation_ledger::status.eq("sending")),
+        )
+        .execute(c)?;
+        diesel::update(
+            outbox_entries::table
+                .filter(outbox_entries::task_id.eq(task_id))
+                .filter(outbox_entries::status.eq("sending")),
+        )
+        .set((
+            outbox_entries::status.eq("queued"),
+            outbox_entries::updated_at.eq(&at),
+            outbox_entries::version.eq(outbox_entries::version + 1),
+        ))
+        .execute(c)
+    })?;
     Ok(())
 }
 

@@ -220,6 +220,30 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    operation_ledger (operation_id) {
+        operation_id -> Text,
+        task_id -> Text,
+        queue_id -> Text,
+        attempt_id -> Nullable<Text>,
+        status -> Text,
+        thread_id -> Nullable<Text>,
+        turn_id -> Nullable<Text>,
+        sending_at -> Text,
+        accepted_at -> Nullable<Text>,
+        sent_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    turn_events (turn_id, seq) {
+        turn_id -> Text,
+        seq -> BigInt,
+        kind -> Text,
+        at -> Text,
+    }
+}
+
 diesel::allow_tables_to_appear_in_same_query!(
     repositories,
     sessions,
@@ -235,4 +259,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     control,
     control_requests,
     leases,
+    operation_ledger,
+    turn_events,
 );

@@ -255,6 +255,8 @@ pub struct TaskDetail {
     pub turns: Vec<Turn>,
     pub comments: Vec<Comment>,
     pub approvals: Vec<Approval>,
+    /// How far each message got (sending → accepted → sent).
+    pub ledger: Vec<super::ledger::LedgerEntry>,
     pub audit: Vec<AuditView>,
 }
 
@@ -299,7 +301,9 @@ pub fn detail(conn: &mut DbConn, task_id: &str) -> Result<Option<TaskDetail>, St
             ..Default::default()
         },
     )?;
+    let ledger = super::ledger::of_task(conn, task_id)?;
     Ok(Some(TaskDetail {
+        ledger,
         task,
         transitions,
         outbox,

@@ -257,6 +257,29 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
         assert_eq!(detail.turns.len(), 1);
         assert_eq!(detail.turns[0].final_text.as_deref(), Some("done"));
         assert_eq!(detail.attempts.len(), 1);
+        // The ledger proves delivery: sending → accepted → sent, with the turn.
+        assert_eq!(detail.ledger.len(), 1);
+        assert_eq!(detail.ledger[0].status, "sent");
+        assert_eq!(
+            detail.ledger[0].turn_id.as_deref(),
+            Some(first.turn_id.as_str())
+        );
+        assert!(detail.ledger[0].accepted_at.is_some() && detail.ledger[0].sent_at.is_some());
+        // Events are stored once each, in sequence.
+        let turn = first.turn_id.clone();
+        let stored = h
+            .store
+            .read(move |c| codex_bridge::store::ledger::event_count(c, &turn))
+            .await
+            .unwrap();
+        assert!(stored >= 2, "{stored} events stored");
+        let turn = first.turn_id.clone();
+        let again = h
+            .store
+            .write(move |c| codex_bridge::store::ledger::record_event(c, &turn, 0, "userMessage"))
+            .await
+            .unwrap();
+        assert!(!again, "a repeated event is not applied twice");
 
         let health = h.health().await;
         assert_eq!(health.repo_actors, 2);

@@ -246,6 +246,13 @@ fn the_server_runs_a_comment_through_the_real_app_server() {
         Some("Here is what I found.")
     );
     assert!(detail.task.thread_id.is_some());
+    // Codex echoed our operation id on the user message: delivery confirmed.
+    assert_eq!(detail.ledger.len(), 1);
+    assert_eq!(detail.ledger[0].status, "sent");
+    assert_eq!(
+        detail.ledger[0].turn_id,
+        Some(detail.turns[0].turn_id.clone())
+    );
     let path: Vec<&str> = detail
         .transitions
         .iter()

@@ -1,0 +1,2 @@
+DROP TABLE turn_events;
+DROP TABLE operation_ledger;
