@@ -170,6 +170,7 @@ pub struct Config {
     pub codex_bin: PathBuf,
     pub codex_home: PathBuf,
     pub lease_ttl_secs: u64,
+    pub turn_timeout_secs: u64,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,
@@ -384,6 +385,13 @@ impl Config {
         let codex_home = take("codex_home")
             .map(PathBuf::from)
             .unwrap_or_else(|| state_dir.join("codex-home"));
+        let turn_timeout_secs = parse_num(
+            "turn_timeout_secs",
+            take("turn_timeout_secs"),
+            1800,
+            1,
+            604_800,
+        )? as u64;
         let lease_ttl_secs =
             parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
         let lease_heartbeat_secs = parse_num(
@@ -444,6 +452,7 @@ impl Config {
             codex_bin,
             codex_home,
             lease_ttl_secs,
+            turn_timeout_secs,
             lease_heartbeat_secs,
             session_idle_secs,
             retry_backoff_secs,
@@ -461,6 +470,7 @@ impl Config {
         s.retry_backoff = Duration::from_secs(self.retry_backoff_secs);
         s.max_attempts = self.max_attempts;
         s.sweep = Duration::from_millis(self.scheduler_sweep_ms);
+        s.turn_timeout = Duration::from_secs(self.turn_timeout_secs);
         s
     }
 

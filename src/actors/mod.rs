@@ -36,6 +36,11 @@ pub struct ActorSettings {
     pub max_attempts: i64,
     /// How long a restarted session waits for a turn it lost sight of to end.
     pub history_wait: Duration,
+    /// A turn running longer is interrupted (`timed_out`).
+    pub turn_timeout: Duration,
+    /// How long an interrupt may take to be confirmed before the runtime is
+    /// reset and the task marked `needs_reconciliation` (DESIGN §5: 15 s).
+    pub interrupt_grace: Duration,
 }
 
 impl ActorSettings {
@@ -54,6 +59,8 @@ impl ActorSettings {
             retry_backoff: Duration::from_secs(30),
             max_attempts: 2,
             history_wait: Duration::from_secs(600),
+            turn_timeout: Duration::from_secs(1800),
+            interrupt_grace: Duration::from_secs(15),
         }
     }
 }

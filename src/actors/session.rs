@@ -623,28 +623,41 @@ async fn consume(
         h.active_turn = Some(turn_id.clone());
     }
     let mut last_seq = 0;
-    let mut interrupt_deadline: Option<tokio::time::Instant> = None;
+    // Why we are stopping the turn, and until when we wait for it to confirm.
+    let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
+    let turn_deadline = tokio::time::Instant::now() + deps.settings.turn_timeout;
     loop {
-        let next = match interrupt_deadline {
+        let next = match stopping {
             None => {
-                tokio::select! {
-                    ev = events.next() => ev,
-                    _ = ctx.abort.notified() => {
-                        request_interrupt(ctx, &thread, &turn_id).await?;
-                        interrupt_deadline = Some(tokio::time::Instant::now() + Duration::from_secs(15));
+                let stop = tokio::select! {
+                    ev = events.next() => Err(ev),
+                    _ = ctx.abort.notified() => Ok(Stop::Abort),
+                    _ = tokio::time::sleep_until(turn_deadline) => Ok(Stop::Deadline),
+                };
+                match stop {
+                    Err(ev) => ev,
+                    Ok(stop) => {
+                        request_interrupt(ctx, stop, &thread, &turn_id).await?;
+                        stopping = Some((
+                            stop,
+                            tokio::time::Instant::now() + deps.settings.interrupt_grace,
+                        ));
                         continue;
                     }
                 }
             }
-            Some(deadline) => match tokio::time::timeout_at(deadline, events.next()).await {
+            Some((stop, grace)) => match tokio::time::timeout_at(grace, events.next()).await {
                 Ok(ev) => ev,
                 Err(_) => {
-                    // No confirmation within 15 s: never guess.
+                    // No confirmation in time: end the runtime's process and
+                    // never guess what the turn did.
+                    tracing::error!(task.id = %ctx.task.task_id, ?stop, "interrupt not confirmed; resetting the agent runtime");
+                    deps.runtime.reset().await;
                     settle(
                         deps,
                         &ctx.task.task_id,
                         TaskState::NeedsReconciliation,
-                        "interrupt not confirmed within 15 s",
+                        "interrupt not confirmed in time; the agent runtime was reset",
                         Some("interrupt_unconfirmed"),
                     )
                     .await?;
@@ -726,10 +739,10 @@ async fn consume(
                         scheduling::record_turn_finished(c, &tu, "interrupted", None, last_seq)
                     })
                     .await?;
-                let to = if interrupt_deadline.is_some() {
-                    TaskState::Aborted
-                } else {
-                    TaskState::Failed
+                let to = match stopping {
+                    Some((Stop::Abort, _)) => TaskState::Aborted,
+                    Some((Stop::Deadline, _)) => TaskState::TimedOut,
+                    None => TaskState::Failed,
                 };
                 settle(
                     deps,
@@ -750,18 +763,43 @@ async fn consume(
     }
 }
 
-/// Abort: `cancel_requested`, then `turn/interrupt`.
-async fn request_interrupt(ctx: &TurnCtx, thread: &str, turn: &str) -> Result<(), PassError> {
-    move_to(
-        &ctx.deps,
-        &ctx.task.task_id,
-        TaskState::CancelRequested,
-        "abort requested",
-        None,
-    )
-    .await?;
+/// Why a running turn is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// An operator's abort (the task goes through `cancel_requested`).
+    Abort,
+    /// The turn deadline (`timed_out` once the interrupt is confirmed).
+    Deadline,
+}
+
+/// Sends `turn/interrupt`; an abort first moves the task to
+/// `cancel_requested` unless the admin API already did.
+async fn request_interrupt(
+    ctx: &TurnCtx,
+    stop: Stop,
+    thread: &str,
+    turn: &str,
+) -> Result<(), PassError> {
+    if stop == Stop::Abort {
+        let id = ctx.task.task_id.clone();
+        let state = ctx
+            .deps
+            .store
+            .read(move |c| Ok(crate::store::tasks::find(c, &id)?.map(|t| t.state)))
+            .await?;
+        if state.as_deref() != Some(TaskState::CancelRequested.as_str()) {
+            move_to(
+                &ctx.deps,
+                &ctx.task.task_id,
+                TaskState::CancelRequested,
+                "abort requested",
+                None,
+            )
+            .await?;
+        }
+    }
     if let Err(e) = ctx.deps.runtime.interrupt(thread, turn).await {
-        tracing::warn!(task.id = %ctx.task.task_id, error = %e, "turn/interrupt failed; waiting for the deadline");
+        tracing::warn!(task.id = %ctx.task.task_id, error = %e, "turn/interrupt failed; waiting for the grace period");
     }
     Ok(())
 }

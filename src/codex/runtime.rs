@@ -514,6 +514,11 @@ impl AgentRuntime for CodexRuntime {
         .boxed()
     }
 
+    fn reset(&self) -> BoxFuture<'static, ()> {
+        let this = self.clone();
+        async move { this.kill_process().await }.boxed()
+    }
+
     fn lookup_turn(
         &self,
         thread_id: &str,

@@ -129,6 +129,11 @@ pub trait AgentRuntime: Send + Sync + 'static {
         thread_id: &str,
         turn_id: &str,
     ) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    /// Ends whatever the runtime runs (an interrupt that was never confirmed):
+    /// for Codex, the app-server process; the next call starts a new one.
+    fn reset(&self) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
     /// Looks an operation up in the thread's history (reconciliation by history).
     fn lookup_turn(
         &self,

@@ -26,6 +26,8 @@ pub enum Step {
     Fail(String),
     /// Never finish (until interrupted).
     Hang,
+    /// Never finish, and ignore interrupts (an app-server that does not confirm).
+    Stubborn,
     /// The consumer of the events panics when it reads this point (a fault
     /// inside the session actor); the turn itself goes on.
     PanicConsumer,
@@ -374,6 +376,7 @@ async fn play(
                 let _ = (&mut stop).await;
                 break;
             }
+            Step::Stubborn => std::future::pending::<()>().await,
             Step::PanicConsumer => {
                 let _ = tx.send(Wire::Panic);
             }

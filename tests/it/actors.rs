@@ -736,3 +736,50 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
         System::current().stop();
     });
 }
+
+#[test]
+fn a_turn_past_its_deadline_is_interrupted_and_timed_out() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "slowpoke",
+            Script::steps(vec![Step::Progress("x"), Step::Hang]),
+        );
+        let mut s = settings();
+        s.turn_timeout = Duration::from_millis(300);
+        let h = Harness::start(rt, s);
+        let id = h.comment("widgets", 1, 1, "@ccbot slowpoke").await;
+        h.wait_state(&id, TaskState::TimedOut).await;
+        assert_eq!(h.runtime.interrupts().len(), 1);
+        // The repository is free again.
+        let next = h.comment("widgets", 1, 2, "@ccbot quick").await;
+        h.wait_state(&next, TaskState::Succeeded).await;
+        System::current().stop();
+    });
+}
+
+#[test]
+fn an_unconfirmed_interrupt_resets_the_runtime_and_needs_reconciliation() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "stubborn",
+            Script::steps(vec![Step::Progress("x"), Step::Stubborn]),
+        );
+        let mut s = settings();
+        s.turn_timeout = Duration::from_millis(200);
+        s.interrupt_grace = Duration::from_millis(300);
+        let h = Harness::start(rt, s);
+        let id = h.comment("widgets", 1, 1, "@ccbot stubborn").await;
+        h.wait_state(&id, TaskState::NeedsReconciliation).await;
+        let i = id.clone();
+        let t = h
+            .store
+            .read(move |c| tasks::find(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(t.error_code.as_deref(), Some("interrupt_unconfirmed"));
+        System::current().stop();
+    });
+}
