@@ -62,7 +62,31 @@ fn start_actors(
             return Ok(None);
         }
         AgentRuntimeKind::Codex => {
-            use crate::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
+            use crate::codex::runtime::{
+                developer_instructions, CodexRuntime, CodexSettings, GiteaMcp,
+            };
+            // The thread-level Gitea MCP server: its URL in thread config, its
+            // token only in the app-server's environment, by reference.
+            let mut thread_config = serde_json::Map::new();
+            let mut env = Vec::new();
+            if let Some(command) = &config.gitea_mcp_command {
+                let url = config.gitea_url.clone().ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "config key `gitea_url` is required when gitea_mcp_command is set"
+                    )
+                })?;
+                let mcp = GiteaMcp {
+                    command: command.clone(),
+                    args: config.gitea_mcp_args.clone(),
+                    url_env: config.gitea_mcp_url_env.clone(),
+                    url,
+                    token_env: config.gitea_mcp_token_env.clone(),
+                };
+                thread_config = mcp.thread_config();
+                if let Some(token) = &config.gitea_token {
+                    env.push((config.gitea_mcp_token_env.clone(), token.clone()));
+                }
+            }
             tracing::warn!(
                 "agent_runtime = codex: replies cannot be verified in Gitea yet (the Gitea client comes \
                  next), so finished turns end failed_reply"
@@ -74,8 +98,8 @@ fn start_actors(
                     approval_policy: "never".into(),
                     sandbox: "danger-full-access".into(),
                     developer_instructions: developer_instructions(&config.bot_login),
-                    thread_config: serde_json::Map::new(),
-                    env: Vec::new(),
+                    thread_config,
+                    env,
                     request_timeout: std::time::Duration::from_secs(30),
                 })),
                 Arc::new(NoVerifier),

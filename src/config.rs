@@ -169,6 +169,10 @@ pub struct Config {
     pub agent_runtime: AgentRuntimeKind,
     pub codex_bin: PathBuf,
     pub codex_home: PathBuf,
+    pub gitea_mcp_command: Option<String>,
+    pub gitea_mcp_args: Vec<String>,
+    pub gitea_mcp_url_env: String,
+    pub gitea_mcp_token_env: String,
     pub lease_ttl_secs: u64,
     pub turn_timeout_secs: u64,
     pub lease_heartbeat_secs: u64,
@@ -252,6 +256,18 @@ impl Config {
                     toml::Value::String(s) => s,
                     toml::Value::Integer(i) => i.to_string(),
                     toml::Value::Boolean(b) => b.to_string(),
+                    // Arrays (gitea_mcp_args) travel as JSON text, as in the environment.
+                    toml::Value::Array(items) => serde_json::to_string(
+                        &items
+                            .iter()
+                            .map(|i| {
+                                i.as_str()
+                                    .map(str::to_owned)
+                                    .unwrap_or_else(|| i.to_string())
+                            })
+                            .collect::<Vec<_>>(),
+                    )
+                    .unwrap_or_default(),
                     other => {
                         return Err(invalid(
                             key,
@@ -385,6 +401,19 @@ impl Config {
         let codex_home = take("codex_home")
             .map(PathBuf::from)
             .unwrap_or_else(|| state_dir.join("codex-home"));
+        let gitea_mcp_command = take("gitea_mcp_command");
+        let gitea_mcp_args: Vec<String> = match take("gitea_mcp_args") {
+            Some(text) => serde_json::from_str(&text).map_err(|_| {
+                invalid(
+                    "gitea_mcp_args",
+                    "expected a JSON array of strings, e.g. [\"-t\", \"stdio\"]",
+                )
+            })?,
+            None => Vec::new(),
+        };
+        let gitea_mcp_url_env = take("gitea_mcp_url_env").unwrap_or_else(|| "GITEA_HOST".into());
+        let gitea_mcp_token_env =
+            take("gitea_mcp_token_env").unwrap_or_else(|| "GITEA_ACCESS_TOKEN".into());
         let turn_timeout_secs = parse_num(
             "turn_timeout_secs",
             take("turn_timeout_secs"),
@@ -451,6 +480,10 @@ impl Config {
             agent_runtime,
             codex_bin,
             codex_home,
+            gitea_mcp_command,
+            gitea_mcp_args,
+            gitea_mcp_url_env,
+            gitea_mcp_token_env,
             lease_ttl_secs,
             turn_timeout_secs,
             lease_heartbeat_secs,

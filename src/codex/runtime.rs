@@ -34,8 +34,36 @@ tools, and end it with the hidden marker line you are given for the task \
     )
 }
 
-/// How the app-server is run and how threads are configured.
+/// The Gitea MCP server every thread gets (the agent posts its answer through it).
 #[derive(Debug, Clone)]
+pub struct GiteaMcp {
+    pub command: String,
+    pub args: Vec<String>,
+    /// The variable the server reads Gitea's URL from (`GITEA_HOST` for gitea-mcp).
+    pub url_env: String,
+    pub url: String,
+    /// The variable the server reads the token from (`GITEA_ACCESS_TOKEN`); the
+    /// token is handed over by reference (`env_vars`), never in thread config.
+    pub token_env: String,
+}
+
+impl GiteaMcp {
+    /// The dotted thread config of `thread/start` (`mcp_servers.gitea.*`).
+    pub fn thread_config(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("mcp_servers.gitea.command".into(), json!(self.command));
+        m.insert("mcp_servers.gitea.args".into(), json!(self.args));
+        m.insert(
+            "mcp_servers.gitea.env".into(),
+            json!({ &self.url_env: self.url }),
+        );
+        m.insert("mcp_servers.gitea.env_vars".into(), json!([self.token_env]));
+        m
+    }
+}
+
+/// How the app-server is run and how threads are configured.
+#[derive(Clone)]
 pub struct CodexSettings {
     /// The `codex` binary.
     pub codex_bin: PathBuf,
@@ -50,10 +78,23 @@ pub struct CodexSettings {
     /// Dotted thread config (`mcp_servers.gitea.command`, …).
     pub thread_config: serde_json::Map<String, Value>,
     /// Environment passed to the app-server (e.g. the variable an MCP server
-    /// reads its token from, by reference).
-    pub env: Vec<(String, String)>,
+    /// reads its token from, by reference). Values are secrets: never logged.
+    pub env: Vec<(String, secrecy::SecretString)>,
     /// Deadline of one request (start-up and RPC tolerance).
     pub request_timeout: Duration,
+}
+
+impl std::fmt::Debug for CodexSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CodexSettings")
+            .field("codex_bin", &self.codex_bin)
+            .field("codex_home", &self.codex_home)
+            .field("approval_policy", &self.approval_policy)
+            .field("sandbox", &self.sandbox)
+            .field("thread_config", &self.thread_config)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The turn running on a thread, and what its events need.
@@ -113,6 +154,36 @@ impl CodexRuntime {
             let _ = live.child.kill().await;
             tracing::warn!("codex app-server process ended by codex-bridge");
         }
+    }
+
+    /// `turn/steer`: adds input to the active turn `expected_turn_id` (for the
+    /// steer send mode). Fails if that turn is not the one running.
+    pub async fn steer(
+        &self,
+        thread_id: &str,
+        expected_turn_id: &str,
+        text: &str,
+        operation_id: &str,
+    ) -> Result<String, RuntimeError> {
+        let (conn, _) = self.connection().await?;
+        let result = conn
+            .request(
+                "turn/steer",
+                json!({
+                    "threadId": thread_id,
+                    "expectedTurnId": expected_turn_id,
+                    "input": [{ "type": "text", "text": text, "text_elements": [] }],
+                    "clientUserMessageId": operation_id,
+                }),
+                self.inner.settings.request_timeout,
+            )
+            .await
+            .map_err(rpc_to_runtime)?;
+        Ok(result
+            .get("turnId")
+            .and_then(Value::as_str)
+            .unwrap_or(expected_turn_id)
+            .to_owned())
     }
 
     /// Capability probes that failed (each is a `capability_downgrade`).
@@ -186,7 +257,7 @@ impl CodexRuntime {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in &s.env {
-            cmd.env(k, v);
+            cmd.env(k, secrecy::ExposeSecret::expose_secret(v));
         }
         let mut child = cmd.spawn().map_err(|e| {
             RuntimeError::Unavailable(format!(
@@ -580,5 +651,45 @@ impl AgentRuntime for CodexRuntime {
             Ok(TurnLookup::Missing)
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mcp_token_is_passed_by_reference_and_never_in_thread_config() {
+        let mcp = GiteaMcp {
+            command: "gitea-mcp".into(),
+            args: vec!["-t".into(), "stdio".into()],
+            url_env: "GITEA_HOST".into(),
+            url: "https://git.example.com".into(),
+            token_env: "GITEA_ACCESS_TOKEN".into(),
+        };
+        let config = Value::Object(mcp.thread_config());
+        assert_eq!(
+            config["mcp_servers.gitea.env_vars"],
+            json!(["GITEA_ACCESS_TOKEN"])
+        );
+        assert_eq!(
+            config["mcp_servers.gitea.env"]["GITEA_HOST"],
+            "https://git.example.com"
+        );
+        let settings = CodexSettings {
+            codex_bin: "codex".into(),
+            codex_home: "/tmp/h".into(),
+            approval_policy: "never".into(),
+            sandbox: "danger-full-access".into(),
+            developer_instructions: String::new(),
+            thread_config: mcp.thread_config(),
+            env: vec![(
+                "GITEA_ACCESS_TOKEN".into(),
+                secrecy::SecretString::from("tok-very-secret".to_owned()),
+            )],
+            request_timeout: Duration::from_secs(1),
+        };
+        assert!(!format!("{settings:?}").contains("tok-very-secret"));
+        assert!(!config.to_string().contains("tok-very-secret"));
     }
 }

@@ -275,3 +275,47 @@ fn the_server_runs_a_comment_through_the_real_app_server() {
         .iter()
         .any(|t| t.contains("what is flaky here")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_reaches_only_the_expected_active_turn() {
+    let model = FakeModel::start();
+    model.push(Step::hang());
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = runtime(&home);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let started = rt
+        .start_turn(TurnRequest {
+            thread_id: thread.clone(),
+            operation_id: "op-s".into(),
+            text: "work".into(),
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    model.wait_for_requests(1, Duration::from_secs(20));
+    let wrong = rt
+        .steer(&thread, "not-the-turn", "also this", "op-steer-0")
+        .await;
+    assert!(wrong.is_err(), "{wrong:?}");
+    let steered = rt
+        .steer(&thread, &started.turn_id, "also this", "op-steer-1")
+        .await
+        .unwrap();
+    assert_eq!(steered, started.turn_id);
+    rt.interrupt(&thread, &started.turn_id).await.unwrap();
+    let events = tokio::time::timeout(Duration::from_secs(15), started.events.collect::<Vec<_>>())
+        .await
+        .unwrap();
+    assert!(
+        matches!(events.last(), Some(TurnEvent::Interrupted { .. })),
+        "{events:?}"
+    );
+}
