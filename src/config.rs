@@ -110,6 +110,26 @@ pub const KEYS: &[(&str, &str)] = &[
         "scheduler_sweep_ms",
         "how often the registry looks for due work in the store (default 5000)",
     ),
+    (
+        "gitea_mcp_command",
+        "the Gitea MCP server each thread gets, e.g. gitea-mcp (unset: none)",
+    ),
+    (
+        "gitea_mcp_args",
+        "its arguments: a TOML array, or a JSON array in the environment",
+    ),
+    (
+        "gitea_mcp_url_env",
+        "the variable it reads Gitea's URL from (default GITEA_HOST)",
+    ),
+    (
+        "gitea_mcp_token_env",
+        "the variable it reads the token from, passed by reference (default GITEA_ACCESS_TOKEN)",
+    ),
+    (
+        "turn_timeout_secs",
+        "a turn running longer is interrupted and the task timed_out (default 1800)",
+    ),
 ];
 
 const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
@@ -459,6 +479,15 @@ impl Config {
             600_000,
         )? as u64;
 
+        // Every documented key must be read above: one that is accepted but
+        // ignored would silently do nothing for the operator who set it.
+        if let Some(key) = v.keys().next() {
+            return Err(invalid(
+                key,
+                "is documented but not read by this build; this is a bug, please report it",
+            ));
+        }
+
         Ok(Config {
             listen,
             database_url,
@@ -755,6 +784,21 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("lease_heartbeat_secs"));
+    }
+
+    #[test]
+    fn the_example_config_in_deploy_is_valid_and_sets_every_key() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/codex-bridge.example.toml");
+        let c = Config::from_sources(Some(&path), &env(&[])).unwrap();
+        assert_eq!(c.agent_runtime, AgentRuntimeKind::Codex);
+        assert_eq!(c.gitea_mcp_args, vec!["-t".to_owned(), "stdio".to_owned()]);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (key, _) in KEYS {
+            assert!(
+                text.contains(&format!("{key} =")),
+                "deploy example lacks `{key}`"
+            );
+        }
     }
 
     #[test]
