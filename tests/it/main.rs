@@ -11,6 +11,7 @@ mod codexhome;
 mod fakemodel;
 mod gitsim;
 mod ingest;
+mod leases;
 mod lifecycle;
 mod logs;
 mod migrations;
