@@ -30,6 +30,11 @@ pub enum Command {
         #[command(subcommand)]
         command: TasksCommand,
     },
+    /// List or decide the approvals the agent asked for.
+    Approvals {
+        #[command(subcommand)]
+        command: ApprovalsCommand,
+    },
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
     /// Never re-runs anything; it records the verdict and an audit event.
     Reconcile(ReconcileArgs),
@@ -56,6 +61,32 @@ pub enum TasksCommand {
     },
     /// Show one task: its record, transitions, attempts and audit events (JSON).
     Show { task_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ApprovalsCommand {
+    /// Pending approvals, oldest first (JSON).
+    List,
+    /// Accept or decline one pending approval (once; the turn then goes on).
+    Decide {
+        approval_id: String,
+        decision: DecisionArg,
+        /// Why, for the audit log.
+        #[arg(long, default_value = "decided from the command line")]
+        reason: String,
+        /// Who is deciding (audited as admin:<operator>).
+        #[arg(long, env = "USER", default_value = "cli")]
+        operator: String,
+        /// Idempotency key (a repeat returns the first result); generated if omitted.
+        #[arg(long)]
+        request_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DecisionArg {
+    Accept,
+    Decline,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -216,5 +247,35 @@ pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
         })
         .map_err(|e: StoreError| anyhow::anyhow!("{e}"))?;
     println!("{}", serde_json::to_string_pretty(&event)?);
+    Ok(())
+}
+
+pub fn approvals_command(config: &Config, command: ApprovalsCommand) -> anyhow::Result<()> {
+    let mut conn = connect(config)?;
+    match command {
+        ApprovalsCommand::List => {
+            let list = store::approvals::pending(&mut conn)?;
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        ApprovalsCommand::Decide {
+            approval_id,
+            decision,
+            reason,
+            operator,
+            request_id,
+        } => {
+            let req = store::control::ControlRequest {
+                request_id: request_id
+                    .unwrap_or_else(|| format!("cli-{}", uuid::Uuid::now_v7().simple())),
+                reason,
+                actor: format!("admin:{operator}"),
+            };
+            let accept = matches!(decision, DecisionArg::Accept);
+            let event = conn
+                .write_transaction(|c| store::approvals::decide(c, &req, &approval_id, accept))
+                .map_err(|e: StoreError| anyhow::anyhow!("{e}"))?;
+            println!("{}", serde_json::to_string_pretty(&event)?);
+        }
+    }
     Ok(())
 }

@@ -130,6 +130,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "turn_timeout_secs",
         "a turn running longer is interrupted and the task timed_out (default 1800)",
     ),
+    (
+        "approval_timeout_secs",
+        "an approval nobody decides within this is declined (default 600)",
+    ),
 ];
 
 const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
@@ -195,6 +199,7 @@ pub struct Config {
     pub gitea_mcp_token_env: String,
     pub lease_ttl_secs: u64,
     pub turn_timeout_secs: u64,
+    pub approval_timeout_secs: u64,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,
@@ -434,6 +439,13 @@ impl Config {
         let gitea_mcp_url_env = take("gitea_mcp_url_env").unwrap_or_else(|| "GITEA_HOST".into());
         let gitea_mcp_token_env =
             take("gitea_mcp_token_env").unwrap_or_else(|| "GITEA_ACCESS_TOKEN".into());
+        let approval_timeout_secs = parse_num(
+            "approval_timeout_secs",
+            take("approval_timeout_secs"),
+            600,
+            1,
+            604_800,
+        )? as u64;
         let turn_timeout_secs = parse_num(
             "turn_timeout_secs",
             take("turn_timeout_secs"),
@@ -515,6 +527,7 @@ impl Config {
             gitea_mcp_token_env,
             lease_ttl_secs,
             turn_timeout_secs,
+            approval_timeout_secs,
             lease_heartbeat_secs,
             session_idle_secs,
             retry_backoff_secs,
@@ -533,6 +546,7 @@ impl Config {
         s.max_attempts = self.max_attempts;
         s.sweep = Duration::from_millis(self.scheduler_sweep_ms);
         s.turn_timeout = Duration::from_secs(self.turn_timeout_secs);
+        s.approval_timeout = Duration::from_secs(self.approval_timeout_secs);
         s
     }
 

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         Command::Serve => actix_web::rt::System::new().block_on(codex_bridge::app::serve(config)),
         Command::Migrate => cli::migrate(&config),
         Command::Tasks { command } => cli::tasks_command(&config, command),
+        Command::Approvals { command } => cli::approvals_command(&config, command),
         Command::Reconcile(a) => cli::reconcile(&config, a),
     };
     match result {

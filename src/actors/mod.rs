@@ -41,6 +41,8 @@ pub struct ActorSettings {
     /// How long an interrupt may take to be confirmed before the runtime is
     /// reset and the task marked `needs_reconciliation` (DESIGN §5: 15 s).
     pub interrupt_grace: Duration,
+    /// An approval nobody decides within this is declined (DESIGN §7).
+    pub approval_timeout: Duration,
 }
 
 impl ActorSettings {
@@ -61,6 +63,7 @@ impl ActorSettings {
             history_wait: Duration::from_secs(600),
             turn_timeout: Duration::from_secs(1800),
             interrupt_grace: Duration::from_secs(15),
+            approval_timeout: Duration::from_secs(600),
         }
     }
 }

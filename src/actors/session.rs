@@ -666,6 +666,21 @@ async fn consume(
             },
         };
         match next {
+            Some(TurnEvent::ApprovalRequested {
+                seq,
+                key,
+                kind,
+                detail,
+            }) => {
+                last_seq = seq.max(last_seq);
+                if await_approval(ctx, &key, &kind, &detail).await? == Approval::Aborted {
+                    request_interrupt(ctx, Stop::Abort, &thread, &turn_id).await?;
+                    stopping = Some((
+                        Stop::Abort,
+                        tokio::time::Instant::now() + deps.settings.interrupt_grace,
+                    ));
+                }
+            }
             Some(TurnEvent::Progress { seq, kind }) => {
                 last_seq = seq;
                 let tu = turn_id.clone();
@@ -761,6 +776,89 @@ async fn consume(
             }
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Approval {
+    Decided,
+    Aborted,
+}
+
+/// `awaiting_approval`: records what the agent asks, waits for an operator's
+/// decision (or declines when `approval_timeout` passes), answers the runtime
+/// and goes back to `running`. An abort meanwhile ends the wait.
+async fn await_approval(
+    ctx: &TurnCtx,
+    key: &str,
+    kind: &str,
+    detail: &serde_json::Value,
+) -> Result<Approval, PassError> {
+    use crate::store::approvals;
+    let deps = &ctx.deps;
+    let (id, k, kd, d) = (
+        ctx.task.task_id.clone(),
+        key.to_owned(),
+        kind.to_owned(),
+        detail.clone(),
+    );
+    let approval = deps
+        .store
+        .write(move |c| {
+            let a = approvals::create(c, &id, &kd, &d, &k)?;
+            scheduling::move_task(
+                c,
+                &id,
+                TaskState::AwaitingApproval,
+                "system",
+                "the agent asked for approval",
+                None,
+                None,
+            )?;
+            Ok(a)
+        })
+        .await?;
+    if let Ok(mut h) = ctx.health.lock() {
+        h.status = "awaiting_approval".into();
+    }
+    tracing::info!(task.id = %ctx.task.task_id, approval.id = %approval.approval_id, kind, "waiting for an approval");
+    let deadline = tokio::time::Instant::now() + deps.settings.approval_timeout;
+    let accept = loop {
+        tokio::select! {
+            _ = ctx.abort.notified() => return Ok(Approval::Aborted),
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let a_id = approval.approval_id.clone();
+        let current = deps.store.read(move |c| approvals::find(c, &a_id)).await?;
+        if let Some(decision) = current.and_then(|a| a.decision) {
+            break decision == "accept";
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let a_id = approval.approval_id.clone();
+            let expired = deps
+                .store
+                .write(move |c| approvals::expire(c, &a_id))
+                .await?;
+            if expired.is_some() {
+                break false;
+            }
+            // Decided in the meantime: read it on the next pass.
+        }
+    };
+    if let Err(e) = deps.runtime.decide_approval(key, accept).await {
+        tracing::warn!(task.id = %ctx.task.task_id, error = %e, "could not hand the approval decision to the runtime");
+    }
+    if let Ok(mut h) = ctx.health.lock() {
+        h.status = "busy".into();
+    }
+    move_to(
+        deps,
+        &ctx.task.task_id,
+        TaskState::Running,
+        "approval decided",
+        None,
+    )
+    .await?;
+    Ok(Approval::Decided)
 }
 
 /// Why a running turn is being stopped.

@@ -112,8 +112,12 @@ struct Live {
     loaded: HashSet<String>,
 }
 
+/// Approval requests waiting for a decision: key → (JSON-RPC id, method).
+type Pending = Arc<Mutex<HashMap<String, (Value, String)>>>;
+
 struct Inner {
     settings: CodexSettings,
+    approvals: Pending,
     live: tokio::sync::Mutex<Option<Live>>,
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     failures: Mutex<(u32, Option<Instant>)>,
@@ -139,6 +143,7 @@ impl CodexRuntime {
         CodexRuntime {
             inner: Arc::new(Inner {
                 settings,
+                approvals: Arc::new(Mutex::new(HashMap::new())),
                 live: tokio::sync::Mutex::new(None),
                 sinks: Arc::new(Mutex::new(HashMap::new())),
                 failures: Mutex::new((0, None)),
@@ -280,7 +285,12 @@ impl CodexRuntime {
             });
         }
         let (conn, incoming) = RpcConnection::start(stdin, stdout);
-        tokio::spawn(route(conn.clone(), incoming, self.inner.sinks.clone()));
+        tokio::spawn(route(
+            conn.clone(),
+            incoming,
+            self.inner.sinks.clone(),
+            self.inner.approvals.clone(),
+        ));
 
         let timeout = s.request_timeout;
         conn.request(
@@ -346,6 +356,7 @@ async fn route(
     conn: Arc<RpcConnection>,
     mut incoming: mpsc::UnboundedReceiver<Incoming>,
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
+    approvals: Pending,
 ) {
     while let Some(msg) = incoming.recv().await {
         match msg {
@@ -427,23 +438,68 @@ async fn route(
                     sinks.remove(&thread);
                 }
             }
-            Incoming::Request { id, method, .. } => {
-                // Approvals are decided by an operator in a later release; until
-                // then nothing may hang on them: decline, and say so.
-                let answer = match method.as_str() {
-                    "item/commandExecution/requestApproval" | "item/fileChange/requestApproval" => {
-                        conn.respond(&id, json!({ "decision": "decline" }))
-                    }
-                    "mcpServer/elicitation/request" => {
-                        conn.respond(&id, json!({ "action": "decline", "content": null }))
-                    }
-                    _ => {
-                        conn.respond_error(&id, -32601, "codex-bridge does not handle this request")
-                    }
+            Incoming::Request { id, method, params } => {
+                let kind = match method.as_str() {
+                    "item/commandExecution/requestApproval" => Some("command"),
+                    "item/fileChange/requestApproval" => Some("file_change"),
+                    "mcpServer/elicitation/request" => Some("mcp_tool"),
+                    _ => None,
                 };
-                tracing::warn!(method = %method, "declined a request from the app-server");
-                if let Err(e) = answer {
-                    tracing::warn!(error = %e, "could not answer the app-server");
+                let thread = params
+                    .get("threadId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                // An approval for a turn someone is driving waits for an
+                // operator's decision; anything else gets an explicit answer
+                // now, so no turn can hang on it.
+                let routed = match (kind, &thread) {
+                    (Some(kind), Some(thread)) => sinks.lock().ok().and_then(|mut sinks| {
+                        let sink = sinks.get_mut(thread)?;
+                        sink.seq += 1;
+                        let key = format!("approval-{}", uuid::Uuid::now_v7().simple());
+                        let detail = json!({
+                            "command": params.get("command"),
+                            "cwd": params.get("cwd"),
+                            "reason": params.get("reason"),
+                            "grantRoot": params.get("grantRoot"),
+                            "itemId": params.get("itemId"),
+                            "message": params.get("message"),
+                            "serverName": params.get("serverName"),
+                            "tool": params.pointer("/_meta/tool_name"),
+                        });
+                        let event = TurnEvent::ApprovalRequested {
+                            seq: sink.seq,
+                            key: key.clone(),
+                            kind: kind.to_owned(),
+                            detail,
+                        };
+                        sink.tx.send(event).ok().map(|_| key)
+                    }),
+                    _ => None,
+                };
+                match routed {
+                    Some(key) => {
+                        if let Ok(mut pending) = approvals.lock() {
+                            pending.insert(key, (id, method));
+                        }
+                    }
+                    None => {
+                        let answer = match kind {
+                            Some("mcp_tool") => {
+                                conn.respond(&id, json!({ "action": "decline", "content": null }))
+                            }
+                            Some(_) => conn.respond(&id, json!({ "decision": "decline" })),
+                            None => conn.respond_error(
+                                &id,
+                                -32601,
+                                "codex-bridge does not handle this request",
+                            ),
+                        };
+                        tracing::warn!(method = %method, "declined a request from the app-server (no turn to ask about it)");
+                        if let Err(e) = answer {
+                            tracing::warn!(error = %e, "could not answer the app-server");
+                        }
+                    }
                 }
             }
             Incoming::Closed => {
@@ -581,6 +637,35 @@ impl AgentRuntime for CodexRuntime {
             .await
             .map(|_| ())
             .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn decide_approval(
+        &self,
+        key: &str,
+        accept: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let (this, key) = (self.clone(), key.to_owned());
+        async move {
+            let Some((id, method)) = this
+                .inner
+                .approvals
+                .lock()
+                .ok()
+                .and_then(|mut p| p.remove(&key))
+            else {
+                return Err(RuntimeError::Unavailable(format!(
+                    "approval {key} is not pending (answered or expired)"
+                )));
+            };
+            let (conn, _) = this.connection().await?;
+            let result = if method == "mcpServer/elicitation/request" {
+                json!({ "action": if accept { "accept" } else { "decline" }, "content": null })
+            } else {
+                json!({ "decision": if accept { "accept" } else { "decline" } })
+            };
+            conn.respond(&id, result).map_err(rpc_to_runtime)
         }
         .boxed()
     }

@@ -45,6 +45,16 @@ pub enum TurnEvent {
     Failed { seq: i64, error: String },
     /// The turn was interrupted (abort or deadline).
     Interrupted { seq: i64 },
+    /// The agent asks to do something that needs a person's approval; the
+    /// turn waits until [`AgentRuntime::decide_approval`] answers `key`.
+    ApprovalRequested {
+        seq: i64,
+        key: String,
+        /// `command`, `file_change` or `mcp_tool`.
+        kind: String,
+        /// What, where and why, as the runtime described it.
+        detail: serde_json::Value,
+    },
 }
 
 /// A turn the runtime accepted. The turn runs in the runtime whether or not
@@ -129,6 +139,19 @@ pub trait AgentRuntime: Send + Sync + 'static {
         thread_id: &str,
         turn_id: &str,
     ) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    /// Answers a pending approval request.
+    fn decide_approval(
+        &self,
+        key: &str,
+        accept: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let _ = (key, accept);
+        Box::pin(async {
+            Err(RuntimeError::Unavailable(
+                "this runtime asks for no approvals".into(),
+            ))
+        })
+    }
     /// Ends whatever the runtime runs (an interrupt that was never confirmed):
     /// for Codex, the app-server process; the next call starts a new one.
     fn reset(&self) -> BoxFuture<'static, ()> {

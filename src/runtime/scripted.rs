@@ -28,6 +28,8 @@ pub enum Step {
     Hang,
     /// Never finish, and ignore interrupts (an app-server that does not confirm).
     Stubborn,
+    /// Ask for an approval of this kind and wait for the decision.
+    AskApproval(&'static str),
     /// The consumer of the events panics when it reads this point (a fault
     /// inside the session actor); the turn itself goes on.
     PanicConsumer,
@@ -100,6 +102,10 @@ struct Inner {
     history: HashMap<String, TurnLookup>,
     /// Turns still running, so `interrupt` can stop them.
     live: HashMap<String, tokio::sync::oneshot::Sender<()>>,
+    /// Pending approval requests, by key.
+    approvals: HashMap<String, tokio::sync::oneshot::Sender<bool>>,
+    /// Decisions received: (key, accepted).
+    decisions: Vec<(String, bool)>,
     /// Where the history is kept across process restarts (directive mode).
     history_file: Option<std::path::PathBuf>,
     /// Choose scripts from `[directives]` in the text when no rule matches.
@@ -249,6 +255,14 @@ impl ScriptedRuntime {
         self.inner.lock().map(|i| i.threads_started).unwrap_or(0)
     }
 
+    /// Approval decisions the runtime received: (key, accepted).
+    pub fn decisions(&self) -> Vec<(String, bool)> {
+        self.inner
+            .lock()
+            .map(|i| i.decisions.clone())
+            .unwrap_or_default()
+    }
+
     pub fn interrupts(&self) -> Vec<String> {
         self.inner
             .lock()
@@ -377,6 +391,23 @@ async fn play(
                 break;
             }
             Step::Stubborn => std::future::pending::<()>().await,
+            Step::AskApproval(kind) => {
+                let key = format!("approval-{}", uuid::Uuid::new_v4().simple());
+                let (decided_tx, decided_rx) = tokio::sync::oneshot::channel();
+                if let Ok(mut i) = inner.lock() {
+                    i.approvals.insert(key.clone(), decided_tx);
+                }
+                let _ = tx.send(Wire::Event(TurnEvent::ApprovalRequested {
+                    seq,
+                    key,
+                    kind: kind.to_owned(),
+                    detail: serde_json::json!({ "command": "touch approved.txt", "cwd": ".", "reason": "scripted" }),
+                }));
+                tokio::select! {
+                    _ = decided_rx => {}
+                    _ = &mut stop => break,
+                }
+            }
             Step::PanicConsumer => {
                 let _ = tx.send(Wire::Panic);
             }
@@ -498,6 +529,30 @@ impl AgentRuntime for ScriptedRuntime {
             let _ = stop.send(());
         }
         async { Ok(()) }.boxed()
+    }
+
+    fn decide_approval(
+        &self,
+        key: &str,
+        accept: bool,
+    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+        let pending = match self.inner.lock() {
+            Ok(mut i) => {
+                i.decisions.push((key.to_owned(), accept));
+                i.approvals.remove(key)
+            }
+            Err(_) => None,
+        };
+        async move {
+            match pending {
+                Some(tx) => {
+                    let _ = tx.send(accept);
+                    Ok(())
+                }
+                None => Err(RuntimeError::Unavailable("no such pending approval".into())),
+            }
+        }
+        .boxed()
     }
 
     fn lookup_turn(

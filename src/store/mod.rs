@@ -10,6 +10,7 @@ pub mod models;
 pub mod schema;
 pub mod writer;
 
+pub mod approvals;
 pub mod audit;
 pub mod control;
 pub mod ingest;

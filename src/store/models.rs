@@ -265,6 +265,8 @@ pub struct Approval {
     pub decided_by: Option<String>,
     pub created_at: String,
     pub decided_at: Option<String>,
+    #[serde(skip)]
+    pub request_key: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Debug, Clone, PartialEq)]

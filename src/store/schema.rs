@@ -167,6 +167,7 @@ diesel::table! {
         decided_by -> Nullable<Text>,
         created_at -> Text,
         decided_at -> Nullable<Text>,
+        request_key -> Nullable<Text>,
     }
 }
 

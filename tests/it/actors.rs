@@ -783,3 +783,100 @@ fn an_unconfirmed_interrupt_resets_the_runtime_and_needs_reconciliation() {
         System::current().stop();
     });
 }
+
+#[test]
+fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
+    use codex_bridge::store::approvals;
+    use codex_bridge::store::control::ControlRequest;
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "risky",
+            Script::steps(vec![
+                Step::AskApproval("command"),
+                Step::Complete("did it".into()),
+            ]),
+        );
+        let mut s = settings();
+        s.approval_timeout = Duration::from_secs(30);
+        let h = Harness::start(rt, s);
+        let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
+        h.wait_state(&id, TaskState::AwaitingApproval).await;
+        let pending = h.store.read(approvals::pending).await.unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].kind, "command");
+        assert!(pending[0].detail.contains("touch approved.txt"));
+        let tree = h.health().await;
+        let session = &tree.repositories[0].sessions[0];
+        assert_eq!(session.status, "awaiting_approval");
+        let (approval, req) = (
+            pending[0].approval_id.clone(),
+            ControlRequest {
+                request_id: "ok-1".into(),
+                reason: "looks fine".into(),
+                actor: "admin:alice".into(),
+            },
+        );
+        h.store
+            .write(move |c| approvals::decide(c, &req, &approval, true))
+            .await
+            .unwrap();
+        h.wait_state(&id, TaskState::Succeeded).await;
+        assert_eq!(h.runtime.decisions().len(), 1);
+        assert!(h.runtime.decisions()[0].1, "accepted");
+        let i = id.clone();
+        let path: Vec<String> = h
+            .store
+            .read(move |c| tasks::history(c, &i))
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| t.to_state)
+            .collect();
+        assert_eq!(
+            path,
+            [
+                "received",
+                "queued",
+                "leased",
+                "running",
+                "awaiting_approval",
+                "running",
+                "verifying_reply",
+                "succeeded"
+            ]
+        );
+        System::current().stop();
+    });
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "risky",
+            Script::steps(vec![
+                Step::AskApproval("file_change"),
+                Step::Complete("went on without it".into()),
+            ]),
+        );
+        let mut s = settings();
+        s.approval_timeout = Duration::from_millis(300);
+        let h = Harness::start(rt, s);
+        let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
+        h.wait_state(&id, TaskState::Succeeded).await;
+        assert_eq!(h.runtime.decisions().len(), 1);
+        assert!(!h.runtime.decisions()[0].1, "declined on timeout");
+        let i = id.clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(detail.approvals.len(), 1);
+        assert_eq!(detail.approvals[0].decision.as_deref(), Some("decline"));
+        assert_eq!(
+            detail.approvals[0].decided_by.as_deref(),
+            Some("system:timeout")
+        );
+        System::current().stop();
+    });
+}

@@ -426,3 +426,102 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
         "succeeded"
     );
 }
+
+#[test]
+fn approvals_are_listed_and_decided_once_through_the_api_and_the_cli() {
+    let s = TestServer::start(Db::Sqlite);
+    let id = s.comment("a-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut c = s.db();
+    let approval = c
+        .write_transaction(|c| {
+            codex_bridge::store::approvals::create(
+                c,
+                &id,
+                "command",
+                &json!({"command": "rm -rf build"}),
+                "k-1",
+            )
+        })
+        .unwrap();
+    let second = c
+        .write_transaction(|c| {
+            codex_bridge::store::approvals::create(c, &id, "file_change", &json!({}), "k-2")
+        })
+        .unwrap();
+    let list = s.admin_get("/api/gitea-workflow/approvals");
+    assert_eq!(list.status, 200);
+    assert_eq!(list.json["approvals"].as_array().unwrap().len(), 2);
+    assert!(
+        list.json["approvals"][0].get("requestKey").is_none(),
+        "runtime handles are not shown"
+    );
+
+    let path = format!(
+        "/api/gitea-workflow/approvals/{}/decide",
+        approval.approval_id
+    );
+    let bad = s.admin_post(
+        &path,
+        &json!({"requestId": "d-0", "reason": "x", "decision": "maybe"}),
+    );
+    assert_eq!(bad.status, 400);
+    let body = json!({"requestId": "d-1", "reason": "safe in CI", "decision": "accept", "operator": "alice"});
+    let first = s.admin_post(&path, &body);
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(first.json["action"], "approval.decided");
+    assert_eq!(first.json["metadata"]["decision"], "accept");
+    assert_eq!(
+        s.admin_post(&path, &body).json["eventId"],
+        first.json["eventId"]
+    );
+    let again = s.admin_post(
+        &path,
+        &json!({"requestId": "d-2", "reason": "x", "decision": "decline"}),
+    );
+    assert_eq!(again.status, 409);
+    assert_eq!(again.json["code"], "already_decided");
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // The CLI decides the other one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+        .env("CODEX_BRIDGE_DATABASE_URL", &s.db_url)
+        .args([
+            "approvals",
+            "decide",
+            &second.approval_id,
+            "decline",
+            "--reason",
+            "not now",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    let task = s.admin_get(&format!("/api/gitea-workflow/tasks/{id}"));
+    let decisions: Vec<&str> = task.json["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["accept", "decline"]);
+}

@@ -319,3 +319,85 @@ async fn steering_reaches_only_the_expected_active_turn() {
         "{events:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex() {
+    let model = FakeModel::start();
+    model.push(Step::shell(
+        "echo approved-run > approved.txt && cat approved.txt",
+    ));
+    model.push(Step::message("ran it"));
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    // Under `untrusted`, Codex asks before running a command that writes.
+    let rt = CodexRuntime::new(CodexSettings {
+        codex_bin: codex_bin(),
+        codex_home: home.path(),
+        approval_policy: "untrusted".into(),
+        sandbox: "workspace-write".into(),
+        developer_instructions: developer_instructions("ccbot"),
+        thread_config: serde_json::Map::new(),
+        env: Vec::new(),
+        request_timeout: Duration::from_secs(30),
+    });
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let mut started = rt
+        .start_turn(TurnRequest {
+            thread_id: thread.clone(),
+            operation_id: "op-ap".into(),
+            text: "run it".into(),
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ev = tokio::time::timeout_at(deadline, started.events.next())
+            .await
+            .unwrap()
+            .expect("stream ended early");
+        seen.push(ev.clone());
+        match ev {
+            TurnEvent::ApprovalRequested {
+                key, kind, detail, ..
+            } => {
+                assert_eq!(kind, "command");
+                assert!(
+                    detail["command"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains("approved-run"),
+                    "{detail}"
+                );
+                rt.decide_approval(&key, true).await.unwrap();
+                // Answered once: a second answer is refused.
+                assert!(rt.decide_approval(&key, true).await.is_err());
+            }
+            TurnEvent::Completed { final_text, .. } => {
+                assert_eq!(final_text.as_deref(), Some("ran it"));
+                break;
+            }
+            TurnEvent::Failed { error, .. } => panic!("turn failed: {error}; events {seen:?}"),
+            _ => {}
+        }
+    }
+    assert!(
+        seen.iter()
+            .any(|e| matches!(e, TurnEvent::ApprovalRequested { .. })),
+        "{seen:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("approved.txt"))
+            .unwrap()
+            .trim(),
+        "approved-run"
+    );
+}

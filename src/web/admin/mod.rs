@@ -1,6 +1,7 @@
 //! `/api/gitea-workflow/*`: one file per resource.
 
 mod actors;
+mod approvals;
 mod audit;
 mod control;
 mod overview;
@@ -20,6 +21,11 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/control/pause", web::post().to(control::pause))
             .route("/control/resume", web::post().to(control::resume))
             .route("/actors", web::get().to(actors::tree))
+            .route("/approvals", web::get().to(approvals::pending))
+            .route(
+                "/approvals/{approval_id}/decide",
+                web::post().to(approvals::decide),
+            )
             .route(
                 "/repos/{repo_key:.+}/disable",
                 web::post().to(actors::disable_repo),

@@ -1,0 +1,2 @@
+DROP INDEX approvals_status;
+ALTER TABLE approvals DROP COLUMN request_key;

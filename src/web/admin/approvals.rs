@@ -1,0 +1,50 @@
+//! `GET /api/gitea-workflow/approvals` (pending) and
+//! `POST /api/gitea-workflow/approvals/{id}/decide` with
+//! `{"decision":"accept"|"decline","requestId","reason"}`, idempotent.
+
+use super::ControlBody;
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::store::approvals;
+use crate::web::auth::Admin;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+pub async fn pending(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let list = state.store.read(approvals::pending).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "approvals": list })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecideBody {
+    #[serde(flatten)]
+    control: ControlBody,
+    decision: Option<String>,
+}
+
+pub async fn decide(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<DecideBody>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    let accept = match body.decision.as_deref() {
+        Some("accept") => true,
+        Some("decline") => false,
+        _ => {
+            return Err(ApiError::bad_request(
+                "invalid_decision",
+                "decision must be accept or decline",
+            ))
+        }
+    };
+    let req = body.control.into_request()?;
+    let id = path.into_inner();
+    let event = state
+        .store
+        .write(move |c| approvals::decide(c, &req, &id, accept))
+        .await?;
+    Ok(HttpResponse::Ok().json(event))
+}
