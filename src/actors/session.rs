@@ -510,7 +510,10 @@ async fn run_turn(
         .await;
     let thread = match thread {
         Ok(t) => t,
-        Err(e) => return pre_admission_failure(ctx, &e.to_string()).await,
+        Err(e) => {
+            let retryable = !matches!(e, RuntimeError::Refused(_));
+            return pre_admission_failure(ctx, &e.to_string(), retryable).await;
+        }
     };
     // The thread id (stored once; an ordinary retry never replaces it) and
     // the turn/start intent, in one commit before the request leaves.
@@ -549,12 +552,17 @@ async fn run_turn(
                 .await?;
             consume(ctx, thread, turn.turn_id, turn.events).await
         }
-        Err(RuntimeError::Unavailable(e)) => {
+        Err(e @ (RuntimeError::Unavailable(_) | RuntimeError::Refused(_))) => {
             let id = task_id.clone();
             deps.store
                 .write(move |c| scheduling::release_intent(c, &id))
                 .await?;
-            pre_admission_failure(ctx, &e).await
+            pre_admission_failure(
+                ctx,
+                &e.to_string(),
+                matches!(e, RuntimeError::Unavailable(_)),
+            )
+            .await
         }
         Err(RuntimeError::Uncertain(e)) => {
             tracing::warn!(task.id = %task_id, error = %e, "turn/start answer uncertain; looking in the thread's history");
@@ -564,9 +572,18 @@ async fn run_turn(
 }
 
 /// Nothing reached the agent: retry later, or fail once attempts are used up.
-async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassError> {
+async fn pre_admission_failure(
+    ctx: &TurnCtx,
+    error: &str,
+    retryable: bool,
+) -> Result<bool, PassError> {
     let deps = &ctx.deps;
-    let retry = ctx.task.attempt < deps.settings.max_attempts;
+    let retry = retryable && ctx.task.attempt < deps.settings.max_attempts;
+    let code = if retryable {
+        "runtime_unavailable"
+    } else {
+        "runtime_refused"
+    };
     let backoff = chrono::Duration::from_std(deps.settings.retry_backoff)
         .unwrap_or_else(|_| chrono::Duration::seconds(30));
     let retry_at = format_time(chrono::Utc::now() + backoff);
@@ -577,10 +594,10 @@ async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassE
                 c,
                 &Audit::new("runtime.unavailable", "system")
                     .task(&id)
-                    .error("runtime_unavailable")
+                    .error(code)
                     .meta(serde_json::json!({ "detail": err })),
             )?;
-            scheduling::end_attempt(c, &id, "runtime_unavailable")?;
+            scheduling::end_attempt(c, &id, code)?;
             if retry {
                 scheduling::move_task(
                     c,
@@ -588,7 +605,7 @@ async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassE
                     TaskState::RetryWait,
                     "system",
                     "agent runtime unavailable before admission",
-                    Some("runtime_unavailable"),
+                    Some(code),
                     Some(&retry_at),
                 )
             } else {
@@ -598,7 +615,7 @@ async fn pre_admission_failure(ctx: &TurnCtx, error: &str) -> Result<bool, PassE
                     TaskState::Failed,
                     "system",
                     "agent runtime unavailable; attempts used up",
-                    Some("runtime_unavailable"),
+                    Some(code),
                     None,
                 )
             }

@@ -115,9 +115,21 @@ struct Live {
 /// Approval requests waiting for a decision: key → (JSON-RPC id, method).
 type Pending = Arc<Mutex<HashMap<String, (Value, String)>>>;
 
+/// Start-up status of each thread's MCP servers: (thread, server) → (status,
+/// failure reason), and a signal when it changes.
+/// (thread id, server name) → (status, failure reason)
+type StartupStatus = HashMap<(String, String), (String, Option<String>)>;
+
+#[derive(Default)]
+struct McpStatus {
+    status: Mutex<StartupStatus>,
+    changed: tokio::sync::Notify,
+}
+
 struct Inner {
     settings: CodexSettings,
     approvals: Pending,
+    mcp: Arc<McpStatus>,
     live: tokio::sync::Mutex<Option<Live>>,
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     failures: Mutex<(u32, Option<Instant>)>,
@@ -144,6 +156,7 @@ impl CodexRuntime {
             inner: Arc::new(Inner {
                 settings,
                 approvals: Arc::new(Mutex::new(HashMap::new())),
+                mcp: Arc::new(McpStatus::default()),
                 live: tokio::sync::Mutex::new(None),
                 sinks: Arc::new(Mutex::new(HashMap::new())),
                 failures: Mutex::new((0, None)),
@@ -189,6 +202,39 @@ impl CodexRuntime {
             .and_then(Value::as_str)
             .unwrap_or(expected_turn_id)
             .to_owned())
+    }
+
+    /// Waits until the thread's MCP server `name` is ready. A server that
+    /// fails to start is refused (retrying cannot fix a wrong command).
+    async fn wait_for_mcp(&self, thread: &str, name: &str) -> Result<(), RuntimeError> {
+        let key = (thread.to_owned(), name.to_owned());
+        let deadline = tokio::time::Instant::now() + self.inner.settings.request_timeout;
+        loop {
+            let changed = self.inner.mcp.changed.notified();
+            let current = self
+                .inner
+                .mcp
+                .status
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&key).cloned());
+            match current {
+                Some((status, _)) if status == "ready" => return Ok(()),
+                Some((status, reason)) if status == "failed" || status == "error" => {
+                    return Err(RuntimeError::Refused(format!(
+                        "the {name} MCP server failed to start: {} (check gitea_mcp_command and gitea_mcp_args)",
+                        reason.unwrap_or_else(|| "no reason given".into())
+                    )))
+                }
+                _ => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(RuntimeError::Unavailable(format!(
+                    "the {name} MCP server did not report ready within {} s",
+                    self.inner.settings.request_timeout.as_secs()
+                )));
+            }
+        }
     }
 
     /// Capability probes that failed (each is a `capability_downgrade`).
@@ -290,6 +336,7 @@ impl CodexRuntime {
             incoming,
             self.inner.sinks.clone(),
             self.inner.approvals.clone(),
+            self.inner.mcp.clone(),
         ));
 
         let timeout = s.request_timeout;
@@ -357,9 +404,29 @@ async fn route(
     mut incoming: mpsc::UnboundedReceiver<Incoming>,
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     approvals: Pending,
+    mcp: Arc<McpStatus>,
 ) {
     while let Some(msg) = incoming.recv().await {
         match msg {
+            Incoming::Notification { method, params }
+                if method == "mcpServer/startupStatus/updated" =>
+            {
+                let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
+                if let (Some(thread), Some(name), Some(status)) =
+                    (field("threadId"), field("name"), field("status"))
+                {
+                    let reason = field("failureReason").or_else(|| {
+                        params
+                            .get("error")
+                            .filter(|e| !e.is_null())
+                            .map(|e| e.to_string())
+                    });
+                    if let Ok(mut m) = mcp.status.lock() {
+                        m.insert((thread, name), (status, reason));
+                    }
+                    mcp.changed.notify_waiters();
+                }
+            }
             Incoming::Notification { method, params } => {
                 let Some(thread) = params
                     .get("threadId")
@@ -473,16 +540,22 @@ async fn route(
                             kind: kind.to_owned(),
                             detail,
                         };
-                        sink.tx.send(event).ok().map(|_| key)
+                        // Pending before the turn hears of it: the decision may
+                        // come back at once.
+                        if let Ok(mut pending) = approvals.lock() {
+                            pending.insert(key.clone(), (id.clone(), method.clone()));
+                        }
+                        if sink.tx.send(event).is_ok() {
+                            Some(key)
+                        } else {
+                            approvals.lock().ok().and_then(|mut p| p.remove(&key));
+                            None
+                        }
                     }),
                     _ => None,
                 };
                 match routed {
-                    Some(key) => {
-                        if let Ok(mut pending) = approvals.lock() {
-                            pending.insert(key, (id, method));
-                        }
-                    }
+                    Some(_) => {}
                     None => {
                         let answer = match kind {
                             Some("mcp_tool") => {
@@ -563,6 +636,11 @@ impl AgentRuntime for CodexRuntime {
                 .to_owned();
             if let Some(l) = this.inner.live.lock().await.as_mut() {
                 l.loaded.insert(id.clone());
+            }
+            // Codex does not wait for a thread's MCP servers: a first turn sent
+            // too early reaches the model without the Gitea tools.
+            if s.thread_config.contains_key("mcp_servers.gitea.command") {
+                this.wait_for_mcp(&id, "gitea").await?;
             }
             Ok(id)
         }

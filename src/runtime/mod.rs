@@ -121,6 +121,10 @@ pub enum RuntimeError {
     /// pipe, a deadline): never send it again blindly.
     #[error("the agent runtime's answer is uncertain: {0}")]
     Uncertain(String),
+    /// Nothing was sent, and retrying cannot help until an operator fixes the
+    /// setup (say an MCP server that does not start): fail the task.
+    #[error("the agent runtime refused: {0}")]
+    Refused(String),
 }
 
 /// The agent runtime behind the session actors.

@@ -401,3 +401,104 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
         "approved-run"
     );
 }
+
+fn with_mcp(
+    home: &CodexHome,
+    command: &str,
+    args: Vec<String>,
+    log: &std::path::Path,
+) -> CodexRuntime {
+    use codex_bridge::codex::runtime::GiteaMcp;
+    let mcp = GiteaMcp {
+        command: command.into(),
+        args,
+        url_env: "GITEA_HOST".into(),
+        url: "http://gitea.invalid".into(),
+        token_env: "GITEA_ACCESS_TOKEN".into(),
+    };
+    let mut thread_config = mcp.thread_config();
+    // The stub learns where to record its calls the same way (a plain variable).
+    thread_config.insert(
+        "mcp_servers.gitea.env".into(),
+        serde_json::json!({ "GITEA_HOST": "http://gitea.invalid", "STUB_LOG": log }),
+    );
+    CodexRuntime::new(CodexSettings {
+        codex_bin: codex_bin(),
+        codex_home: home.path(),
+        approval_policy: "never".into(),
+        sandbox: "danger-full-access".into(),
+        developer_instructions: developer_instructions("ccbot"),
+        thread_config,
+        env: vec![(
+            "GITEA_ACCESS_TOKEN".into(),
+            secrecy::SecretString::from("mcp-token-0123456789".to_owned()),
+        )],
+        request_timeout: Duration::from_secs(30),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_by_reference() {
+    let model = FakeModel::start();
+    model.push(Step::mcp("gitea", "create_issue_comment", serde_json::json!({"owner": "acme", "repo": "widgets", "index": 17, "body": "done <!-- codex-bridge task=t turn=u -->"})));
+    model.push(Step::message("posted"));
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let log = work.path().join("mcp-calls.jsonl");
+    let stub =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/gitea_stub.py");
+    let rt = with_mcp(&home, "python3", vec![stub.display().to_string()], &log);
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap();
+    let (_, events) = turn(&rt, &thread, "op-mcp", "answer in the issue", work.path()).await;
+    assert!(
+        matches!(events.last(), Some(TurnEvent::Completed { .. })),
+        "{events:?}"
+    );
+    // The model was offered the Gitea tool on the very first request.
+    let first = &model.requests()[0];
+    assert!(
+        crate::fakemodel::tool_names(first)
+            .iter()
+            .any(|t| t.contains("create_issue_comment")),
+        "{:?}",
+        crate::fakemodel::tool_names(first)
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let call: serde_json::Value = serde_json::from_str(calls.lines().next().unwrap()).unwrap();
+    assert_eq!(call["arguments"]["index"], 17);
+    assert_eq!(call["host"], "http://gitea.invalid");
+    assert_eq!(call["token_set"], true, "the token arrived by reference");
+    assert!(!calls.contains("mcp-token-0123456789"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
+    let model = FakeModel::start();
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = with_mcp(
+        &home,
+        "/nonexistent/gitea-mcp",
+        Vec::new(),
+        &work.path().join("x"),
+    );
+    let err = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: work.path().into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, codex_bridge::runtime::RuntimeError::Refused(_)),
+        "{err:?}"
+    );
+}
