@@ -18,14 +18,13 @@
 
 use actix_web::http::StatusCode;
 use actix_web::web::Bytes;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpListener};
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// What the model does for one request.
@@ -183,9 +182,7 @@ impl State {
 /// A running fake model; stopped on drop (open streams are cut).
 pub struct FakeModel {
     state: Arc<State>,
-    addr: SocketAddr,
-    server: actix_web::dev::ServerHandle,
-    thread: Option<JoinHandle<()>>,
+    server: crate::support::TestHttpServer,
 }
 
 impl FakeModel {
@@ -200,49 +197,20 @@ impl FakeModel {
             requests: Mutex::new(Vec::new()),
             ids: AtomicU64::new(0),
         });
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let shared = state.clone();
-        let thread = std::thread::Builder::new()
-            .name("fakemodel".into())
-            .spawn(move || {
-                let system = actix_web::rt::System::new();
-                let result = system.block_on(async move {
-                    let data = web::Data::from(shared);
-                    let server = HttpServer::new(move || {
-                        App::new()
-                            .app_data(data.clone())
-                            .app_data(web::PayloadConfig::new(64 << 20))
-                            .route("/v1/responses", web::post().to(responses))
-                            .route("/v1/models", web::get().to(models))
-                            .default_service(web::to(not_found))
-                    })
-                    .workers(1)
-                    .disable_signals()
-                    .shutdown_timeout(1)
-                    .listen(listener)?
-                    .run();
-                    let _ = tx.send(server.handle());
-                    server.await
-                });
-                if let Err(e) = result {
-                    eprintln!("fakemodel stopped with an error: {e}");
-                }
-            })
-            .unwrap();
-        let server = rx.recv().expect("fakemodel did not start");
-        FakeModel {
-            state,
-            addr,
-            server,
-            thread: Some(thread),
-        }
+        let data = web::Data::from(state.clone());
+        let server = crate::support::TestHttpServer::start("fakemodel", move |cfg| {
+            cfg.app_data(data.clone())
+                .app_data(web::PayloadConfig::new(64 << 20))
+                .route("/v1/responses", web::post().to(responses))
+                .route("/v1/models", web::get().to(models))
+                .default_service(web::to(not_found));
+        });
+        FakeModel { state, server }
     }
 
     /// `http://127.0.0.1:PORT/v1`, the provider's `base_url`.
     pub fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
+        format!("http://{}/v1", self.server.addr)
     }
 
     /// Append a step to the script.
@@ -276,15 +244,6 @@ impl FakeModel {
                 seen.len()
             );
             std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for FakeModel {
-    fn drop(&mut self) {
-        drop(self.server.stop(false));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }

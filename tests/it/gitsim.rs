@@ -17,14 +17,13 @@
 //! the default service, so REST routes (`/api/v1/...`) can be added in front.
 
 use actix_web::http::StatusCode;
-use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use actix_web::{web, HttpRequest, HttpResponse};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
@@ -58,9 +57,7 @@ struct State {
 /// A running simulator; stopped and removed on drop.
 pub struct GitSim {
     state: Arc<State>,
-    addr: SocketAddr,
-    server: actix_web::dev::ServerHandle,
-    thread: Option<JoinHandle<()>>,
+    server: crate::support::TestHttpServer,
     /// Unique names for the temporary index files of [`GitSim::commit`].
     scratch: AtomicUsize,
     _dir: tempfile::TempDir,
@@ -82,41 +79,15 @@ impl GitSim {
             delay_ms: AtomicUsize::new(0),
             requests: Mutex::new(Vec::new()),
         });
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let shared = state.clone();
-        let thread = std::thread::Builder::new()
-            .name("gitsim".into())
-            .spawn(move || {
-                let system = actix_web::rt::System::new();
-                let result = system.block_on(async move {
-                    let data = web::Data::from(shared);
-                    let server = HttpServer::new(move || {
-                        App::new()
-                            .app_data(data.clone())
-                            .app_data(web::PayloadConfig::new(256 << 20))
-                            .default_service(web::to(git_http))
-                    })
-                    .workers(1)
-                    .disable_signals()
-                    .shutdown_timeout(1)
-                    .listen(listener)?
-                    .run();
-                    let _ = tx.send(server.handle());
-                    server.await
-                });
-                if let Err(e) = result {
-                    eprintln!("gitsim stopped with an error: {e}");
-                }
-            })
-            .unwrap();
-        let server = rx.recv().expect("gitsim did not start");
+        let data = web::Data::from(state.clone());
+        let server = crate::support::TestHttpServer::start("gitsim", move |cfg| {
+            cfg.app_data(data.clone())
+                .app_data(web::PayloadConfig::new(256 << 20))
+                .default_service(web::to(git_http));
+        });
         GitSim {
             state,
-            addr,
             server,
-            thread: Some(thread),
             scratch: AtomicUsize::new(0),
             _dir: dir,
         }
@@ -124,7 +95,7 @@ impl GitSim {
 
     /// `http://127.0.0.1:PORT` (no trailing slash), like Gitea's ROOT_URL.
     pub fn base_url(&self) -> String {
-        format!("http://{}", self.addr)
+        format!("http://{}", self.server.addr)
     }
 
     /// Gitea's `clone_url` of a repository.
@@ -331,17 +302,6 @@ impl GitSim {
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         } else {
             Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
-        }
-    }
-}
-
-impl Drop for GitSim {
-    fn drop(&mut self) {
-        // `stop` sends the command at once; the returned future only reports
-        // completion, which joining the thread waits for instead.
-        drop(self.server.stop(false));
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
         }
     }
 }

@@ -427,3 +427,62 @@ pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Durati
         std::thread::sleep(Duration::from_millis(25));
     }
 }
+
+/// An actix-web server on 127.0.0.1:0 in its own thread and actix system, for
+/// the project's stand-ins (git and Gitea simulator, fake model). Stopped and
+/// joined on drop.
+pub struct TestHttpServer {
+    pub addr: std::net::SocketAddr,
+    handle: actix_web::dev::ServerHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestHttpServer {
+    /// Starts a one-worker server whose app is built by `configure`.
+    pub fn start<F>(name: &'static str, configure: F) -> TestHttpServer
+    where
+        F: Fn(&mut actix_web::web::ServiceConfig) + Send + Clone + 'static,
+    {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let system = actix_web::rt::System::new();
+                let result = system.block_on(async move {
+                    let server = actix_web::HttpServer::new(move || {
+                        actix_web::App::new().configure(configure.clone())
+                    })
+                    .workers(1)
+                    .disable_signals()
+                    .shutdown_timeout(1)
+                    .listen(listener)?
+                    .run();
+                    let _ = tx.send(server.handle());
+                    server.await
+                });
+                if let Err(e) = result {
+                    eprintln!("{name} stopped with an error: {e}");
+                }
+            })
+            .unwrap();
+        let handle = rx.recv().unwrap_or_else(|_| panic!("{name} did not start"));
+        TestHttpServer {
+            addr,
+            handle,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for TestHttpServer {
+    fn drop(&mut self) {
+        // `stop` sends the command at once; the returned future only reports
+        // completion, which joining the thread waits for instead.
+        drop(self.handle.stop(false));
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
