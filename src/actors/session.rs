@@ -452,7 +452,8 @@ async fn normal_pass(
                 .workspaces
                 .path_for(&owner, &name)
                 .unwrap_or_else(|_| PathBuf::from("."));
-            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd).await
+            let policy = deps.settings.policy_for(&owner, &name);
+            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd, policy).await
         }
         TaskState::CancelRequested if ctx.task.turn_id.is_none() => {
             settle(
@@ -497,6 +498,7 @@ async fn run_turn(
     ctx: &TurnCtx,
     thread_id: Option<String>,
     cwd: PathBuf,
+    policy: crate::config::RepoPolicy,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
@@ -506,6 +508,8 @@ async fn run_turn(
             session_key: ctx.task.session_key.clone(),
             thread_id: thread_id.clone(),
             cwd: cwd.clone(),
+            approval_policy: policy.approval_policy.clone(),
+            sandbox: policy.sandbox.clone(),
         })
         .await;
     let thread = match thread {
@@ -550,7 +554,8 @@ async fn run_turn(
             deps.store
                 .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal", &op))
                 .await?;
-            consume(ctx, thread, turn.turn_id, turn.events).await
+            let deadline = tokio::time::Instant::now() + policy.turn_timeout;
+            consume(ctx, thread, turn.turn_id, turn.events, deadline).await
         }
         Err(e @ (RuntimeError::Unavailable(_) | RuntimeError::Refused(_))) => {
             let id = task_id.clone();
@@ -630,6 +635,7 @@ async fn consume(
     thread: String,
     turn_id: String,
     mut events: futures_util::stream::BoxStream<'static, TurnEvent>,
+    turn_deadline: tokio::time::Instant,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     if let Ok(mut a) = ctx.active.lock() {
@@ -642,7 +648,6 @@ async fn consume(
     let mut last_seq = 0;
     // Why we are stopping the turn, and until when we wait for it to confirm.
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
-    let turn_deadline = tokio::time::Instant::now() + deps.settings.turn_timeout;
     loop {
         let next = match stopping {
             None => {
