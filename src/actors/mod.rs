@@ -11,6 +11,7 @@ pub mod health;
 pub mod registry;
 pub mod repo;
 pub mod session;
+pub mod timing;
 mod workspaces;
 
 use crate::config::RepoPolicy;

@@ -725,6 +725,7 @@ async fn consume(
                     .await?;
             }
             Some(TurnEvent::Completed { seq, final_text }) => {
+                let arrived = std::time::Instant::now();
                 // The final text and the move to verification, in one commit.
                 let (tu, text, id) = (
                     turn_id.clone(),
@@ -751,6 +752,7 @@ async fn consume(
                         )
                     })
                     .await?;
+                super::timing::record_turn_settle(arrived.elapsed());
                 return verify(ctx, turn_id, final_text).await;
             }
             Some(TurnEvent::Failed { seq, error }) => {
