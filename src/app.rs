@@ -40,6 +40,14 @@ impl crate::runtime::ReplyVerifier for NoVerifier {
     }
 }
 
+/// The Gitea REST client, when `gitea_url` and `gitea_token` are both set.
+fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
+    match (&config.gitea_url, &config.gitea_token) {
+        (Some(url), Some(token)) => Some(crate::gitea::GiteaClient::new(url, token.clone())),
+        _ => None,
+    }
+}
+
 /// Starts the actor tree for the configured agent runtime (`None`: intake only).
 fn start_actors(
     config: &Config,
@@ -87,10 +95,6 @@ fn start_actors(
                     env.push((config.gitea_mcp_token_env.clone(), token.clone()));
                 }
             }
-            tracing::warn!(
-                "agent_runtime = codex: replies cannot be verified in Gitea yet (the Gitea client comes \
-                 next), so finished turns end failed_reply"
-            );
             let codex = CodexRuntime::new(CodexSettings {
                 codex_bin: config.codex_bin.clone(),
                 codex_home: config.codex_home.clone(),
@@ -100,7 +104,21 @@ fn start_actors(
                 request_timeout: std::time::Duration::from_secs(30),
             });
             codex.audit_to(store.clone());
-            (Arc::new(codex), Arc::new(NoVerifier))
+            let verifier: Arc<dyn ReplyVerifier> = match gitea_client(config) {
+                Some(client) => Arc::new(crate::gitea::GiteaForge::new(
+                    client,
+                    &config.bot_login,
+                    config.trigger_policy.clone(),
+                )),
+                None => {
+                    tracing::warn!(
+                        "gitea_url or gitea_token is not set: replies cannot be verified, so finished \
+                         turns end failed_reply"
+                    );
+                    Arc::new(NoVerifier)
+                }
+            };
+            (Arc::new(codex), verifier)
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -127,6 +145,17 @@ fn start_actors(
         workspaces = workspaces
             .with_gitea_url(url)
             .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
+    }
+    if let Some(client) = gitea_client(config) {
+        let worker = crate::gitea::receipts::ReceiptWorker {
+            store: store.clone(),
+            client,
+            forge: verifier.clone(),
+            bot_login: config.bot_login.clone(),
+            mode: config.receipt_mode,
+            interval: std::time::Duration::from_millis(500),
+        };
+        actix::spawn(worker.run());
     }
     let deps = Arc::new(Deps {
         store: store.clone(),

@@ -144,6 +144,24 @@ pub const KEYS: &[(&str, &str)] = &[
          (default danger-full-access)",
     ),
     (
+        "receipt_mode",
+        "how a queued task is acknowledged: comment or reaction (an eyes reaction on the \
+         triggering comment) (default comment)",
+    ),
+    (
+        "trigger_permission",
+        "the least repository permission a commenter needs to trigger work: read, write or admin \
+         (default write)",
+    ),
+    (
+        "trigger_allow",
+        "logins that may trigger work whatever their permission (a list; JSON array in the environment)",
+    ),
+    (
+        "trigger_deny",
+        "logins that may never trigger work (a list; JSON array in the environment)",
+    ),
+    (
         "repositories",
         "per-repository overrides of approval_policy, sandbox and turn_timeout_secs: a table keyed \
          by owner/name (a JSON object in the environment)",
@@ -218,6 +236,8 @@ pub struct Config {
     pub default_policy: RepoPolicy,
     /// Overrides by lower-case `owner/name`.
     pub repositories: BTreeMap<String, RepoPolicy>,
+    pub receipt_mode: crate::gitea::receipts::ReceiptMode,
+    pub trigger_policy: crate::gitea::TriggerPolicy,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,
@@ -489,6 +509,43 @@ impl Config {
                 .map_err(|e| invalid("repositories", e))?,
             None => BTreeMap::new(),
         };
+        let receipt_mode = match take("receipt_mode").as_deref() {
+            None | Some("comment") => crate::gitea::receipts::ReceiptMode::Comment,
+            Some("reaction") => crate::gitea::receipts::ReceiptMode::Reaction,
+            Some(_) => return Err(invalid("receipt_mode", "expected comment or reaction")),
+        };
+        let min = match take("trigger_permission").as_deref() {
+            None | Some("write") => crate::gitea::Permission::Write,
+            Some("read") => crate::gitea::Permission::Read,
+            Some("admin") => crate::gitea::Permission::Admin,
+            Some(_) => {
+                return Err(invalid(
+                    "trigger_permission",
+                    "expected read, write or admin",
+                ))
+            }
+        };
+        let logins = |key: &'static str, text: Option<String>| -> Result<std::collections::BTreeSet<String>, ConfigError> {
+            let Some(text) = text else {
+                return Ok(Default::default());
+            };
+            let list: Vec<String> = serde_json::from_str(&text)
+                .map_err(|_| invalid(key, "expected a list of Gitea logins, e.g. [\"alice\", \"bob\"]"))?;
+            list.into_iter()
+                .map(|l| {
+                    if is_gitea_name(&l) {
+                        Ok(l.to_ascii_lowercase())
+                    } else {
+                        Err(invalid(key, format!("`{l}` is not a Gitea login")))
+                    }
+                })
+                .collect()
+        };
+        let trigger_policy = crate::gitea::TriggerPolicy {
+            min,
+            allow: logins("trigger_allow", take("trigger_allow"))?,
+            deny: logins("trigger_deny", take("trigger_deny"))?,
+        };
         let lease_ttl_secs =
             parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
         let lease_heartbeat_secs = parse_num(
@@ -566,6 +623,8 @@ impl Config {
             approval_timeout_secs,
             default_policy,
             repositories,
+            receipt_mode,
+            trigger_policy,
             lease_heartbeat_secs,
             session_idle_secs,
             retry_backoff_secs,
@@ -589,6 +648,7 @@ impl Config {
         s.approval_policy = self.default_policy.approval_policy.clone();
         s.sandbox = self.default_policy.sandbox.clone();
         s.repositories = std::sync::Arc::new(self.repositories.clone());
+        s.bot_login = self.bot_login.clone();
         s
     }
 

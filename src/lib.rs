@@ -17,6 +17,7 @@ pub mod cli;
 pub mod codex;
 pub mod config;
 pub mod error;
+pub mod gitea;
 pub mod lifecycle;
 pub mod runtime;
 pub mod store;

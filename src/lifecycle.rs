@@ -118,7 +118,9 @@ impl TaskState {
 /// DESIGN §5, row by row: `(from, [to...])`. Terminal states have no row.
 pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     (Received, &[Queued, Ignored, Duplicate, Rejected]),
-    (Queued, &[Leased, Cancelled]),
+    // rejected: the commenter's permission is checked again after accept and
+    // when the task starts (issue 5).
+    (Queued, &[Leased, Cancelled, Rejected]),
     (
         Leased,
         &[
@@ -128,6 +130,7 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
             Failed,
             CancelRequested,
             NeedsReconciliation,
+            Rejected,
         ],
     ),
     (
@@ -150,7 +153,15 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     (WaitingUser, &[Queued, Cancelled, Failed]),
     (
         VerifyingReply,
-        &[Succeeded, SucceededWithRestFallback, RetryWait, FailedReply],
+        // running: the one reply-retry turn, straight on the same lease, so
+        // the scheduler can never mistake it for a retry of the instruction.
+        &[
+            Succeeded,
+            SucceededWithRestFallback,
+            Running,
+            RetryWait,
+            FailedReply,
+        ],
     ),
     (RetryWait, &[Leased, Running, VerifyingReply, Failed]),
     (BlockedWorkspace, &[Queued, Cancelled]),

@@ -52,6 +52,8 @@ pub struct ActorSettings {
     pub sandbox: String,
     /// Per-repository policies by lower-case `owner/name` (config `repositories`).
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
+    /// The bot's Gitea login (named in the turn's prompt).
+    pub bot_login: String,
 }
 
 impl ActorSettings {
@@ -76,6 +78,7 @@ impl ActorSettings {
             approval_policy: "never".into(),
             sandbox: "danger-full-access".into(),
             repositories: Arc::new(BTreeMap::new()),
+            bot_login: "codex-bot".into(),
         }
     }
 

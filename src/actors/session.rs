@@ -13,6 +13,7 @@
 use super::health::SessionHealth;
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, Deps};
+use crate::gitea::reply::{comment_call, has_reply_marker, parse_resource_key, reply_marker};
 use crate::lifecycle::TaskState;
 use crate::runtime::{
     ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest,
@@ -405,7 +406,13 @@ async fn normal_pass(
     let ours =
         attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
     let intent = entry.status == "sending";
+    let operation_id = if task.reply_attempt > 0 {
+        reply_retry_operation(&entry.operation_id)
+    } else {
+        entry.operation_id.clone()
+    };
     let ctx = TurnCtx {
+        operation_id,
         deps: deps.clone(),
         attempt_id: attempt
             .as_ref()
@@ -452,8 +459,30 @@ async fn normal_pass(
                 .workspaces
                 .path_for(&owner, &name)
                 .unwrap_or_else(|_| PathBuf::from("."));
+            // The commenter's permission, checked again now that the task starts.
+            match deps
+                .verifier
+                .may_trigger(ctx.task.resource_key.clone(), ctx.task.author.clone())
+                .await
+            {
+                crate::runtime::TriggerCheck::Allowed => {}
+                crate::runtime::TriggerCheck::Denied(why) => {
+                    settle(&deps, &ctx.task.task_id, TaskState::Rejected, &why, Some("permission_denied"))
+                        .await?;
+                    return Ok(true);
+                }
+                crate::runtime::TriggerCheck::Unknown(e) => {
+                    return pre_admission_failure(
+                        &ctx,
+                        &format!("the commenter's permission could not be checked: {e}"),
+                        true,
+                    )
+                    .await;
+                }
+            }
             let policy = deps.settings.policy_for(&owner, &name);
-            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd, policy).await
+            let prompt = turn_prompt(&ctx.task, &ctx.entry, &deps.settings.bot_login);
+            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd, policy, prompt).await
         }
         TaskState::CancelRequested if ctx.task.turn_id.is_none() => {
             settle(
@@ -465,6 +494,25 @@ async fn normal_pass(
             )
             .await?;
             Ok(true)
+        }
+        TaskState::VerifyingReply if ctx.task.reply_attempt > 0 => {
+            // The reply-retry turn was intended: if it has not ended, how it
+            // went is in the thread's history, never guessed.
+            let (id, op) = (ctx.task.task_id.clone(), ctx.operation_id.clone());
+            let (finished, intent) = deps
+                .store
+                .read(move |c| {
+                    Ok((
+                        scheduling::reply_retry_finished(c, &id)?,
+                        crate::store::ledger::find(c, &op)?.is_some(),
+                    ))
+                })
+                .await?;
+            if !finished && intent {
+                return recover(&ctx).await;
+            }
+            let turn_id = ctx.task.turn_id.clone().unwrap_or_default();
+            verify(&ctx, turn_id, None).await
         }
         TaskState::VerifyingReply => {
             // Verify again from what is stored: the final text is durable, so
@@ -482,15 +530,24 @@ async fn normal_pass(
     }
 }
 
+#[derive(Clone)]
 struct TurnCtx {
     deps: Arc<Deps>,
     task: Task,
     /// The active attempt (empty when none is recorded).
     attempt_id: String,
     entry: OutboxEntry,
+    /// The operation the current turn carries: the outbox entry's, or the
+    /// reply-retry turn's own once that was sent ([`reply_retry_operation`]).
+    operation_id: String,
     health: Arc<Mutex<SessionHealth>>,
     active: Arc<Mutex<ActiveTurn>>,
     abort: Arc<tokio::sync::Notify>,
+}
+
+/// The operation id of a task's one reply-retry turn.
+pub fn reply_retry_operation(operation_id: &str) -> String {
+    format!("{operation_id}-reply-retry")
 }
 
 /// Before admission: thread, intent, turn/start, then the turn's events.
@@ -499,6 +556,7 @@ async fn run_turn(
     thread_id: Option<String>,
     cwd: PathBuf,
     policy: crate::config::RepoPolicy,
+    prompt: String,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
@@ -543,7 +601,7 @@ async fn run_turn(
         .start_turn(TurnRequest {
             thread_id: thread.clone(),
             operation_id: ctx.entry.operation_id.clone(),
-            text: ctx.entry.user_text.clone(),
+            text: prompt,
             cwd,
         })
         .await;
@@ -703,6 +761,21 @@ async fn consume(
                     ));
                 }
             }
+            Some(TurnEvent::ToolCall {
+                seq,
+                phase,
+                server,
+                tool,
+                arguments,
+                status,
+                error,
+            }) => {
+                last_seq = seq.max(last_seq);
+                observe_tool_call(
+                    ctx, &turn_id, seq, &phase, &server, &tool, &arguments, &status, error,
+                )
+                .await?;
+            }
             Some(TurnEvent::Progress { seq, kind }) => {
                 last_seq = seq;
                 let tu = turn_id.clone();
@@ -712,7 +785,7 @@ async fn consume(
             }
             Some(TurnEvent::Delivered { seq, client_id }) => {
                 last_seq = seq.max(last_seq);
-                let (tu, op) = (turn_id.clone(), ctx.entry.operation_id.clone());
+                let (tu, op) = (turn_id.clone(), ctx.operation_id.clone());
                 let ours = client_id.as_deref() == Some(op.as_str());
                 deps.store
                     .write(move |c| {
@@ -949,7 +1022,7 @@ async fn recover_with(ctx: &TurnCtx, thread: String) -> Result<bool, PassError> 
     let lookup = loop {
         match deps
             .runtime
-            .lookup_turn(&thread, &ctx.entry.operation_id)
+            .lookup_turn(&thread, &ctx.operation_id)
             .await
         {
             Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {
@@ -1042,7 +1115,7 @@ async fn audit_recovery(
     lookup: &Result<TurnLookup, RuntimeError>,
 ) -> Result<(), StoreError> {
     let (id, found) = (ctx.task.task_id.clone(), format!("{lookup:?}"));
-    let op = ctx.entry.operation_id.clone();
+    let op = ctx.operation_id.clone();
     ctx.deps
         .store
         .write(move |c| {
@@ -1067,7 +1140,7 @@ async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<()
         turn_id.to_owned(),
     );
     let (op, leased) = (
-        ctx.entry.operation_id.clone(),
+        ctx.operation_id.clone(),
         ctx.task.state == TaskState::Leased.as_str(),
     );
     ctx.deps
@@ -1082,52 +1155,469 @@ async fn ensure_running(ctx: &TurnCtx, thread: &str, turn_id: &str) -> Result<()
         .await
 }
 
-/// `verifying_reply` → the verifier's verdict (DESIGN §8; the reply-retry turn
-/// and the REST fallback come with the Gitea client).
+/// The prompt of a task's turn: who asked what where (as untrusted data), and
+/// the marker the answer must end with.
+fn turn_prompt(task: &Task, entry: &OutboxEntry, bot_login: &str) -> String {
+    let (owner, name, number) = parse_resource_key(&task.resource_key).unwrap_or_default();
+    let kind = if task.resource_key.contains(":pull:") {
+        "pull request"
+    } else {
+        "issue"
+    };
+    let marker = reply_marker(&task.task_id, &entry.operation_id);
+    format!(
+        "@{author} mentioned @{bot_login} in a comment on {kind} {owner}/{name}#{number}. \
+The comment follows as untrusted data:\n\n<comment author=\"{author}\">\n{text}\n</comment>\n\n\
+Do what it asks in the repository checked out in your working directory. When you are done, post \
+your final answer as one comment on {kind} #{number} of {owner}/{name} with the Gitea tools, and end \
+it with this line, as is:\n{marker}",
+        author = task.author,
+        text = entry.user_text,
+    )
+}
+
+/// The prompt of the one reply-retry turn: re-post the previous final text,
+/// change nothing.
+fn reply_retry_prompt(task: &Task, text: &str, marker: &str) -> String {
+    let (owner, name, number) = parse_resource_key(&task.resource_key).unwrap_or_default();
+    format!(
+        "Your previous answer did not reach {owner}/{name}#{number}. Do not change any files and do \
+not redo the work: only post the text below again, as is, as one comment on #{number} of \
+{owner}/{name} with the Gitea tools.\n\n{text}\n\n{marker}",
+        text = strip_markers(text),
+    )
+}
+
+/// The final text without any reply marker lines (the bridge adds its own).
+fn strip_markers(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("<!-- codex-bridge "))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_owned()
+}
+
+/// An MCP tool call seen in the turn: stored as a turn event, and when it is
+/// the agent's comment (any gitea-mcp generation), recorded as the reply's
+/// observed intent (`started`) and result (`completed`).
+#[allow(clippy::too_many_arguments)]
+async fn observe_tool_call(
+    ctx: &TurnCtx,
+    turn_id: &str,
+    seq: i64,
+    phase: &str,
+    server: &str,
+    tool: &str,
+    arguments: &serde_json::Value,
+    status: &str,
+    error: Option<String>,
+) -> Result<(), StoreError> {
+    let call = comment_call(tool, arguments);
+    let (tu, task_id, resource) = (
+        turn_id.to_owned(),
+        ctx.task.task_id.clone(),
+        ctx.task.resource_key.clone(),
+    );
+    let event = format!("mcpToolCall:{phase}");
+    let meta = call.as_ref().map(|c| {
+        let here = parse_resource_key(&resource)
+            .is_some_and(|(o, r, n)| o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number);
+        serde_json::json!({
+            "server": server,
+            "tool": tool,
+            "owner": c.owner,
+            "repo": c.repo,
+            "number": c.number,
+            "onResource": here,
+            "hasMarker": has_reply_marker(&c.body, &task_id),
+            "status": status,
+            "error": error,
+            "turnId": tu,
+        })
+    });
+    let failed = error.is_some() || status == "failed";
+    let (phase, error) = (phase.to_owned(), error.clone());
+    ctx.deps
+        .store
+        .write(move |c| {
+            crate::store::ledger::record_event(c, &tu, seq, &event)?;
+            let Some(meta) = &meta else {
+                return Ok(());
+            };
+            let reply_status = match (phase.as_str(), failed) {
+                ("started", _) => "mcp_started",
+                (_, true) => "mcp_failed",
+                _ => "mcp_completed",
+            };
+            crate::store::comments::record_reply(
+                c,
+                &task_id,
+                "reply",
+                &resource,
+                Some(&tu),
+                reply_status,
+                None,
+                error.as_deref(),
+            )?;
+            audit::record(
+                c,
+                &Audit::new(
+                    if phase == "started" {
+                        "reply.mcp_call.started"
+                    } else {
+                        "reply.mcp_call.completed"
+                    },
+                    "agent",
+                )
+                .task(&task_id)
+                .meta(meta.clone()),
+            )
+            .map(|_| ())
+        })
+        .await
+}
+
+/// `verifying_reply` → the verifier's verdict (DESIGN §8): confirmed →
+/// `succeeded`; explicitly missing → one reply-retry turn, then one REST post
+/// of the stored final text; unknown → `failed_reply`, never a write.
 async fn verify(
     ctx: &TurnCtx,
     turn_id: String,
     final_text: Option<String>,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
+    let task_id = ctx.task.task_id.clone();
+    let id = task_id.clone();
+    let (task, original, fallback, reply) = deps
+        .store
+        .read(move |c| {
+            Ok((
+                crate::store::tasks::find(c, &id)?,
+                scheduling::original_final_text(c, &id)?,
+                crate::store::comments::find(c, &format!("{id}:rest_fallback"))?,
+                crate::store::comments::find(c, &format!("{id}:reply"))?,
+            ))
+        })
+        .await?;
+    let reply_attempt = task.as_ref().map(|t| t.reply_attempt).unwrap_or(0);
+    // What a reply publishes is the task's own turn's final text.
+    let text = original.or(final_text);
     let check = deps
         .verifier
         .verify(ReplyQuery {
-            task_id: ctx.task.task_id.clone(),
-            turn_id,
+            task_id: task_id.clone(),
+            turn_id: turn_id.clone(),
             resource_key: ctx.task.resource_key.clone(),
-            final_text,
+            final_text: text.clone(),
         })
         .await;
+    let fallback_status = fallback.as_ref().map(|f| f.status.clone());
+    let mcp_reason = reply
+        .as_ref()
+        .and_then(|r| r.last_error.clone())
+        .unwrap_or_else(|| match reply.as_ref() {
+            Some(r) => format!("the agent's comment call ended {}", r.status),
+            None => "the agent made no comment call".to_owned(),
+        });
+    let outcome = match &check {
+        ReplyCheck::Confirmed { .. } => "confirmed".to_owned(),
+        ReplyCheck::Missing => "missing".to_owned(),
+        ReplyCheck::Unknown(e) => format!("unknown: {e}"),
+    };
+    let (id, tu, out, ra) = (task_id.clone(), turn_id.clone(), outcome, reply_attempt);
+    deps.store
+        .write(move |c| {
+            audit::record(
+                c,
+                &Audit::new("reply.verification", "system").task(&id).meta(
+                    serde_json::json!({ "turnId": tu, "outcome": out, "replyAttempt": ra }),
+                ),
+            )
+            .map(|_| ())
+        })
+        .await?;
     match check {
-        ReplyCheck::Confirmed { .. } => {
-            settle(
-                deps,
-                &ctx.task.task_id,
-                TaskState::Succeeded,
-                "reply confirmed",
-                None,
-            )
-            .await?;
-        }
-        ReplyCheck::Missing => {
-            settle(
-                deps,
-                &ctx.task.task_id,
-                TaskState::FailedReply,
-                "reply missing in Gitea",
-                Some("mcp_reply_missing"),
-            )
-            .await?;
+        ReplyCheck::Confirmed { comment_id } => {
+            let by_fallback = matches!(fallback_status.as_deref(), Some("posting" | "posted"));
+            let (id, resource, tu) = (
+                task_id.clone(),
+                ctx.task.resource_key.clone(),
+                turn_id.clone(),
+            );
+            deps.store
+                .write(move |c| {
+                    let kind = if by_fallback { "rest_fallback" } else { "reply" };
+                    crate::store::comments::record_reply(
+                        c,
+                        &id,
+                        kind,
+                        &resource,
+                        Some(&tu),
+                        "verified",
+                        comment_id,
+                        None,
+                    )?;
+                    audit::record(
+                        c,
+                        &Audit::new("reply.confirmed", "system")
+                            .task(&id)
+                            .comment(comment_id)
+                            .meta(serde_json::json!({ "turnId": tu, "by": kind })),
+                    )
+                    .map(|_| ())
+                })
+                .await?;
+            if by_fallback {
+                settle(
+                    deps,
+                    &task_id,
+                    TaskState::SucceededWithRestFallback,
+                    &format!("reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"),
+                    Some("mcp_reply_missing"),
+                )
+                .await?;
+            } else {
+                settle(deps, &task_id, TaskState::Succeeded, "reply confirmed", None).await?;
+            }
         }
         ReplyCheck::Unknown(e) => {
-            tracing::warn!(task.id = %ctx.task.task_id, error = %e, "reply could not be verified");
+            tracing::warn!(task.id = %task_id, error = %e, "reply could not be verified");
             settle(
                 deps,
-                &ctx.task.task_id,
+                &task_id,
                 TaskState::FailedReply,
-                "reply could not be verified",
+                &format!("reply could not be verified: {e}"),
                 Some("reply_unverifiable"),
+            )
+            .await?;
+        }
+        ReplyCheck::Missing => match fallback_status.as_deref() {
+            Some("posted") => {
+                settle(
+                    deps,
+                    &task_id,
+                    TaskState::FailedReply,
+                    "the REST fallback was accepted by Gitea but cannot be found",
+                    Some("rest_fallback_not_found"),
+                )
+                .await?;
+            }
+            Some("failed") => {
+                settle(
+                    deps,
+                    &task_id,
+                    TaskState::FailedReply,
+                    "the REST fallback failed",
+                    Some("rest_fallback_failed"),
+                )
+                .await?;
+            }
+            // `posting`: a crash after the intent; the read just proved it
+            // missing, so posting it now is safe.
+            Some(_) => return rest_fallback(ctx, text, mcp_reason).await,
+            None if reply_attempt == 0 => return reply_retry(ctx, text, mcp_reason).await,
+            None => return rest_fallback(ctx, text, mcp_reason).await,
+        },
+    }
+    Ok(true)
+}
+
+/// The one reply-retry turn: same thread, a new operation, a prompt that only
+/// asks to post the previous final text again.
+async fn reply_retry(
+    ctx: &TurnCtx,
+    text: Option<String>,
+    mcp_reason: String,
+) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let task_id = ctx.task.task_id.clone();
+    let Some(text) = text else {
+        settle(
+            deps,
+            &task_id,
+            TaskState::FailedReply,
+            "the reply is missing and the turn left no final text to post",
+            Some("no_final_text"),
+        )
+        .await?;
+        return Ok(true);
+    };
+    let id = task_id.clone();
+    let thread = deps
+        .store
+        .read(move |c| crate::store::tasks::find(c, &id))
+        .await?
+        .and_then(|t| t.thread_id);
+    let Some(thread) = thread else {
+        return rest_fallback(ctx, Some(text), mcp_reason).await;
+    };
+    let op = reply_retry_operation(&ctx.entry.operation_id);
+    let (id, o, q, th) = (
+        task_id.clone(),
+        op.clone(),
+        ctx.entry.queue_id.clone(),
+        thread.clone(),
+    );
+    deps.store
+        .write(move |c| scheduling::begin_reply_retry(c, &id, &o, &q, &th))
+        .await?;
+    let (owner, name, _) = parse_resource_key(&ctx.task.resource_key).unwrap_or_default();
+    let cwd = deps
+        .workspaces
+        .path_for(&owner, &name)
+        .unwrap_or_else(|_| PathBuf::from("."));
+    let policy = deps.settings.policy_for(&owner, &name);
+    let marker = reply_marker(&task_id, &ctx.entry.operation_id);
+    let retry_ctx = TurnCtx {
+        deps: ctx.deps.clone(),
+        task: ctx.task.clone(),
+        attempt_id: ctx.attempt_id.clone(),
+        entry: ctx.entry.clone(),
+        operation_id: op.clone(),
+        health: ctx.health.clone(),
+        active: ctx.active.clone(),
+        abort: ctx.abort.clone(),
+    };
+    let started = deps
+        .runtime
+        .start_turn(TurnRequest {
+            thread_id: thread.clone(),
+            operation_id: op.clone(),
+            text: reply_retry_prompt(&ctx.task, &text, &marker),
+            cwd,
+        })
+        .await;
+    match started {
+        Ok(turn) => {
+            let (id, th, tu, o) = (task_id.clone(), thread.clone(), turn.turn_id.clone(), op.clone());
+            deps.store
+                .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "reply_retry", &o))
+                .await?;
+            let deadline = tokio::time::Instant::now() + policy.turn_timeout;
+            // Boxed: the retry turn's end comes back through `verify`.
+            Box::pin(consume(&retry_ctx, thread, turn.turn_id, turn.events, deadline)).await
+        }
+        Err(RuntimeError::Uncertain(e)) => {
+            tracing::warn!(task.id = %task_id, error = %e, "reply-retry turn/start uncertain; looking in history");
+            Box::pin(recover_with(&retry_ctx, thread)).await
+        }
+        Err(e) => {
+            // Not admitted: the reply is still missing; the REST fallback is next.
+            let o = op.clone();
+            deps.store
+                .write(move |c| scheduling::release_reply_retry(c, &o))
+                .await?;
+            rest_fallback(
+                ctx,
+                Some(text),
+                format!("{mcp_reason}; the reply-retry turn could not start: {e}"),
+            )
+            .await
+        }
+    }
+}
+
+/// The one REST post of the stored final text, with the same marker, then
+/// proof that it landed.
+async fn rest_fallback(
+    ctx: &TurnCtx,
+    text: Option<String>,
+    mcp_reason: String,
+) -> Result<bool, PassError> {
+    let deps = &ctx.deps;
+    let task_id = ctx.task.task_id.clone();
+    let Some(text) = text else {
+        settle(
+            deps,
+            &task_id,
+            TaskState::FailedReply,
+            "the reply is missing and the turn left no final text to post",
+            Some("no_final_text"),
+        )
+        .await?;
+        return Ok(true);
+    };
+    let body = format!(
+        "{}\n\n{}",
+        strip_markers(&text),
+        reply_marker(&task_id, &ctx.entry.operation_id)
+    );
+    let resource = ctx.task.resource_key.clone();
+    let write = |status: &'static str, action: &'static str, comment: Option<i64>, error: Option<String>| {
+        let (id, res, reason) = (task_id.clone(), resource.clone(), mcp_reason.clone());
+        let store = deps.store.clone();
+        async move {
+            store
+                .write(move |c| {
+                    let detail = error.clone().unwrap_or_else(|| reason.clone());
+                    crate::store::comments::record_reply(
+                        c,
+                        &id,
+                        "rest_fallback",
+                        &res,
+                        None,
+                        status,
+                        comment,
+                        Some(&detail),
+                    )?;
+                    audit::record(
+                        c,
+                        &Audit::new(action, "system")
+                            .task(&id)
+                            .comment(comment)
+                            .meta(serde_json::json!({ "mcpFailure": reason, "error": error })),
+                    )
+                    .map(|_| ())
+                })
+                .await
+        }
+    };
+    write("posting", "reply.rest_fallback.intent", None, None).await?;
+    match deps.verifier.post_reply(resource.clone(), body).await {
+        Ok(comment_id) => {
+            write("posted", "reply.rest_fallback.posted", Some(comment_id), None).await?;
+            let check = deps
+                .verifier
+                .verify(ReplyQuery {
+                    task_id: task_id.clone(),
+                    turn_id: ctx.task.turn_id.clone().unwrap_or_default(),
+                    resource_key: resource.clone(),
+                    final_text: Some(text),
+                })
+                .await;
+            match check {
+                ReplyCheck::Confirmed { comment_id } => {
+                    write("verified", "reply.confirmed", comment_id, None).await?;
+                    settle(
+                        deps,
+                        &task_id,
+                        TaskState::SucceededWithRestFallback,
+                        &format!("reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"),
+                        Some("mcp_reply_missing"),
+                    )
+                    .await?;
+                }
+                other => {
+                    settle(
+                        deps,
+                        &task_id,
+                        TaskState::FailedReply,
+                        &format!("Gitea accepted the REST fallback but it cannot be found ({other:?})"),
+                        Some("rest_fallback_not_found"),
+                    )
+                    .await?;
+                }
+            }
+        }
+        Err(e) => {
+            write("failed", "reply.rest_fallback.failed", None, Some(e.clone())).await?;
+            settle(
+                deps,
+                &task_id,
+                TaskState::FailedReply,
+                &format!("the REST fallback failed: {e}"),
+                Some("rest_fallback_failed"),
             )
             .await?;
         }

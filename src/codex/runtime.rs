@@ -455,6 +455,51 @@ async fn route(
                 sink.seq += 1;
                 let seq = sink.seq;
                 let done = match method.as_str() {
+                    "item/started" | "item/completed"
+                        if params.pointer("/item/type").and_then(Value::as_str)
+                            == Some("mcpToolCall") =>
+                    {
+                        let item = params.get("item").cloned().unwrap_or(Value::Null);
+                        let text = |k: &str| {
+                            item.get(k)
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_owned()
+                        };
+                        let error = item
+                            .get("error")
+                            .filter(|e| !e.is_null())
+                            .map(|e| {
+                                e.get("message")
+                                    .and_then(Value::as_str)
+                                    .map(str::to_owned)
+                                    .unwrap_or_else(|| e.to_string())
+                            })
+                            .or_else(|| {
+                                // A tool that answered with isError failed too.
+                                (item.pointer("/result/isError") == Some(&Value::Bool(true)))
+                                    .then(|| {
+                                        item.pointer("/result/content/0/text")
+                                            .and_then(Value::as_str)
+                                            .unwrap_or("the tool reported an error")
+                                            .to_owned()
+                                    })
+                            });
+                        let _ = sink.tx.send(TurnEvent::ToolCall {
+                            seq,
+                            phase: if method == "item/started" {
+                                "started".into()
+                            } else {
+                                "completed".into()
+                            },
+                            server: text("server"),
+                            tool: text("tool"),
+                            arguments: item.get("arguments").cloned().unwrap_or(Value::Null),
+                            status: text("status"),
+                            error,
+                        });
+                        false
+                    }
                     "item/completed" => {
                         let item = params.get("item").cloned().unwrap_or(Value::Null);
                         let kind = item

@@ -45,6 +45,18 @@ pub enum TurnEvent {
         seq: i64,
         final_text: Option<String>,
     },
+    /// The agent called an MCP tool (`phase` `started` or `completed`): the
+    /// bridge recognises the reply among these calls and audits it.
+    ToolCall {
+        seq: i64,
+        phase: String,
+        server: String,
+        tool: String,
+        arguments: serde_json::Value,
+        /// `inProgress`, `completed` or `failed`.
+        status: String,
+        error: Option<String>,
+    },
     /// The turn ended in failure.
     Failed { seq: i64, error: String },
     /// The turn was interrupted (abort or deadline).
@@ -110,9 +122,38 @@ pub struct ReplyQuery {
     pub final_text: Option<String>,
 }
 
-/// Checks replies in Gitea (the Gitea client implements it).
+/// Whether a commenter may trigger work (issue 5: write permission, widened
+/// or narrowed by config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerCheck {
+    Allowed,
+    /// Not allowed; the reason goes into the rejection receipt.
+    Denied(String),
+    /// The question could not be answered now (Gitea unreachable).
+    Unknown(String),
+}
+
+/// The Gitea side the actors need (the Gitea client implements it): proving a
+/// reply landed, the one REST fallback post, and who may trigger work.
 pub trait ReplyVerifier: Send + Sync + 'static {
     fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck>;
+
+    /// Posts `body` as a comment on the resource (the REST fallback); the new
+    /// comment's id. A write: the caller proves it missing first.
+    fn post_reply(
+        &self,
+        resource_key: String,
+        body: String,
+    ) -> BoxFuture<'static, Result<i64, String>> {
+        let _ = (resource_key, body);
+        Box::pin(async { Err("this verifier cannot post comments".to_owned()) })
+    }
+
+    /// Whether `author` may trigger work on the resource's repository.
+    fn may_trigger(&self, resource_key: String, author: String) -> BoxFuture<'static, TriggerCheck> {
+        let _ = (resource_key, author);
+        Box::pin(async { TriggerCheck::Allowed })
+    }
 }
 
 /// Why a runtime call failed, split at the admission boundary.

@@ -73,7 +73,24 @@ impl Script {
     }
 }
 
-/// A recorded `start_turn` call.
+/// The commenter's instruction inside a turn prompt (the `<comment …>`
+/// section the session actor wraps it in), or the whole prompt.
+pub fn instruction(prompt: &str) -> &str {
+    let Some(start) = prompt.find("<comment author=") else {
+        return prompt;
+    };
+    let rest = &prompt[start..];
+    let Some(open_end) = rest.find(">\n") else {
+        return prompt;
+    };
+    let body = &rest[open_end + 2..];
+    match body.rfind("\n</comment>") {
+        Some(end) => &body[..end],
+        None => prompt,
+    }
+}
+
+/// A recorded `start_turn` call (`text`: the instruction, see [`instruction`]).
 #[derive(Debug, Clone)]
 pub struct Call {
     pub thread_id: String,
@@ -307,7 +324,8 @@ impl ScriptedRuntime {
         }
     }
 
-    fn script_for(&self, text: &str) -> Script {
+    fn script_for(&self, prompt: &str) -> Script {
+        let text = instruction(prompt);
         let Ok(inner) = self.inner.lock() else {
             return Script::complete("done");
         };
@@ -491,7 +509,7 @@ impl AgentRuntime for ScriptedRuntime {
                 i.calls.push(Call {
                     thread_id: req.thread_id.clone(),
                     operation_id: req.operation_id.clone(),
-                    text: req.text.clone(),
+                    text: instruction(&req.text).to_owned(),
                     cwd: req.cwd.clone(),
                     at: Instant::now(),
                     turn_id: turn_id.clone(),

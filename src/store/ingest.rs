@@ -451,7 +451,22 @@ struct Plan {
     tasks: Vec<TaskRow>,
     transitions: Vec<TransitionRow>,
     outbox: Vec<OutboxRow>,
+    receipts: Vec<ReceiptRow>,
     audits: Vec<AuditRow>,
+}
+
+/// The "received" receipt each accepted task gets, written by the receipts
+/// worker after the commit (DESIGN §8).
+#[derive(Insertable)]
+#[diesel(table_name = super::schema::comments)]
+struct ReceiptRow {
+    comment_key: String,
+    task_id: String,
+    kind: String,
+    resource_key: String,
+    status: String,
+    created_at: String,
+    updated_at: String,
 }
 
 /// An audit event under construction (`Plan::audit` fills the rest).
@@ -569,6 +584,11 @@ impl Plan {
             }
             for chunk in self.outbox.chunks(200) {
                 diesel::insert_into(outbox_entries::table)
+                    .values(chunk)
+                    .execute(c)?;
+            }
+            for chunk in self.receipts.chunks(200) {
+                diesel::insert_into(super::schema::comments::table)
                     .values(chunk)
                     .execute(c)?;
             }
@@ -968,6 +988,15 @@ fn create_task(
     });
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
     let operation_id = format!("op-{}", uuid::Uuid::now_v7().simple());
+    plan.receipts.push(ReceiptRow {
+        comment_key: super::comments::receipt_key(&task_id, "received"),
+        task_id: task_id.clone(),
+        kind: "receipt".into(),
+        resource_key: subject.resource_key(),
+        status: "pending".into(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+    });
     plan.outbox.push(OutboxRow {
         fingerprint: fingerprint(&session_key, &queue_id, text, subject, written_at),
         queue_id: queue_id.clone(),

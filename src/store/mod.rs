@@ -12,6 +12,7 @@ pub mod writer;
 
 pub mod approvals;
 pub mod audit;
+pub mod comments;
 pub mod control;
 pub mod ingest;
 pub mod leases;

@@ -250,6 +250,9 @@ pub struct Comment {
     pub status: String,
     pub created_at: String,
     pub updated_at: String,
+    pub attempts: i64,
+    pub next_attempt_at: Option<String>,
+    pub last_error: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

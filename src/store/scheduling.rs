@@ -459,3 +459,79 @@ pub fn turn(conn: &mut DbConn, turn_id: &str) -> Result<Option<super::models::Tu
         .first(c)
         .optional())?)
 }
+
+/// The final text of the task's own turn (not of a reply-retry turn): what a
+/// reply publishes, durable since the turn ended.
+pub fn original_final_text(conn: &mut DbConn, task_id: &str) -> Result<Option<String>, StoreError> {
+    let text: Option<Option<String>> = with_conn!(conn, |c| turns::table
+        .filter(turns::task_id.eq(task_id))
+        .filter(turns::kind.eq("normal"))
+        .filter(turns::final_text.is_not_null())
+        .order(turns::started_at.desc())
+        .select(turns::final_text)
+        .first(c)
+        .optional())?;
+    Ok(text.flatten())
+}
+
+/// Whether the task's reply-retry turn has ended (completed, failed or interrupted).
+pub fn reply_retry_finished(conn: &mut DbConn, task_id: &str) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| turns::table
+        .filter(turns::task_id.eq(task_id))
+        .filter(turns::kind.eq("reply_retry"))
+        .filter(turns::status.ne("started"))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
+/// The intent of the task's one reply-retry turn, before its turn/start
+/// leaves: `reply_attempt` goes from 0 to 1 (refused if it is not 0: there is
+/// only one), and the ledger holds the new operation as `sending`.
+pub fn begin_reply_retry(
+    conn: &mut DbConn,
+    task_id: &str,
+    operation_id: &str,
+    queue_id: &str,
+    thread_id: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        tasks::table
+            .filter(tasks::task_id.eq(task_id))
+            .filter(tasks::reply_attempt.eq(0_i64))
+    )
+    .set((tasks::reply_attempt.eq(1_i64), tasks::updated_at.eq(&at)))
+    .execute(c))?;
+    if n == 0 {
+        return Err(StoreError::Refused {
+            code: "reply_retry_used",
+            message: format!("task {task_id} already had its one reply-retry turn"),
+        });
+    }
+    super::ledger::sending(conn, operation_id, task_id, queue_id, None, thread_id)?;
+    audit::record(
+        conn,
+        &Audit::new("turn.start_intent", "system")
+            .task(task_id)
+            .meta(serde_json::json!({
+                "threadId": thread_id,
+                "operationId": operation_id,
+                "kind": "reply_retry",
+            })),
+    )?;
+    Ok(())
+}
+
+/// The reply-retry turn/start was not admitted: forget its intent (the
+/// attempt stays used).
+pub fn release_reply_retry(conn: &mut DbConn, operation_id: &str) -> Result<(), StoreError> {
+    use super::schema::operation_ledger;
+    with_conn!(conn, |c| diesel::delete(
+        operation_ledger::table
+            .filter(operation_ledger::operation_id.eq(operation_id))
+            .filter(operation_ledger::status.eq("sending")),
+    )
+    .execute(c))?;
+    Ok(())
+}

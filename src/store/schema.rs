@@ -153,6 +153,9 @@ diesel::table! {
         status -> Text,
         created_at -> Text,
         updated_at -> Text,
+        attempts -> BigInt,
+        next_attempt_at -> Nullable<Text>,
+        last_error -> Nullable<Text>,
     }
 }
 

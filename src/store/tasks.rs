@@ -182,6 +182,9 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
         .meta(serde_json::json!({ "stateVersion": row.state_version, "reason": row.reason }));
     event.error_code = row.error_code;
     audit::record(conn, &event)?;
+    if row.from_state.is_some() {
+        super::comments::on_transition(conn, row.task_id, row.to_state)?;
+    }
     Ok(())
 }
 

@@ -1,0 +1,157 @@
+//! The Gitea side of a task, as the actors see it: the verifier that proves a
+//! reply landed (bot author + marker + resource), the REST fallback post, and
+//! who may trigger work. Implements [`crate::runtime::ReplyVerifier`].
+
+use super::client::{GiteaClient, GiteaError, Permission};
+use super::reply::{has_reply_marker, parse_resource_key};
+use crate::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier, TriggerCheck};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Who may trigger work (config `trigger_permission`, `trigger_allow`,
+/// `trigger_deny`): the commenter needs at least `min` on the repository,
+/// unless listed in `allow`; anyone in `deny` never may.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerPolicy {
+    pub min: Permission,
+    /// Lower-case logins that may trigger whatever their permission.
+    pub allow: BTreeSet<String>,
+    /// Lower-case logins that may never trigger.
+    pub deny: BTreeSet<String>,
+}
+
+impl Default for TriggerPolicy {
+    fn default() -> Self {
+        TriggerPolicy {
+            min: Permission::Write,
+            allow: BTreeSet::new(),
+            deny: BTreeSet::new(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct GiteaForge {
+    client: GiteaClient,
+    bot_login: String,
+    policy: Arc<TriggerPolicy>,
+}
+
+impl GiteaForge {
+    pub fn new(client: GiteaClient, bot_login: &str, policy: TriggerPolicy) -> GiteaForge {
+        GiteaForge {
+            client,
+            bot_login: bot_login.to_ascii_lowercase(),
+            policy: Arc::new(policy),
+        }
+    }
+
+    pub fn client(&self) -> &GiteaClient {
+        &self.client
+    }
+}
+
+/// Runs a blocking Gitea call on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, GiteaError> + Send + 'static,
+) -> Result<T, GiteaError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| {
+            Err(GiteaError::Transport {
+                what: "a Gitea call".into(),
+                detail: format!("the call did not finish: {e}"),
+            })
+        })
+}
+
+impl ReplyVerifier for GiteaForge {
+    fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+        let this = self.clone();
+        async move {
+            let Some((owner, repo, number)) = parse_resource_key(&query.resource_key) else {
+                return ReplyCheck::Unknown(format!(
+                    "the resource key {} names no Issue/PR",
+                    query.resource_key
+                ));
+            };
+            let client = this.client.clone();
+            let listed =
+                blocking(move || client.list_comments(&owner, &repo, number)).await;
+            match listed {
+                Ok(comments) => comments
+                    .iter()
+                    .find(|c| {
+                        c.author().eq_ignore_ascii_case(&this.bot_login)
+                            && has_reply_marker(&c.body, &query.task_id)
+                    })
+                    .map(|c| ReplyCheck::Confirmed {
+                        comment_id: Some(c.id),
+                    })
+                    .unwrap_or(ReplyCheck::Missing),
+                Err(e) => ReplyCheck::Unknown(e.to_string()),
+            }
+        }
+        .boxed()
+    }
+
+    fn post_reply(
+        &self,
+        resource_key: String,
+        body: String,
+    ) -> BoxFuture<'static, Result<i64, String>> {
+        let client = self.client.clone();
+        async move {
+            let (owner, repo, number) = parse_resource_key(&resource_key)
+                .ok_or_else(|| format!("the resource key {resource_key} names no Issue/PR"))?;
+            blocking(move || client.create_comment(&owner, &repo, number, &body))
+                .await
+                .map(|c| c.id)
+                .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    fn may_trigger(
+        &self,
+        resource_key: String,
+        author: String,
+    ) -> BoxFuture<'static, TriggerCheck> {
+        let this = self.clone();
+        async move {
+            let login = author.to_ascii_lowercase();
+            if login == this.bot_login {
+                return TriggerCheck::Denied("the bot's own comments never trigger work".into());
+            }
+            if this.policy.deny.contains(&login) {
+                return TriggerCheck::Denied(format!("{author} is in trigger_deny"));
+            }
+            if this.policy.allow.contains(&login) {
+                return TriggerCheck::Allowed;
+            }
+            let Some((owner, repo, _)) = parse_resource_key(&resource_key) else {
+                return TriggerCheck::Unknown(format!("bad resource key {resource_key}"));
+            };
+            let client = this.client.clone();
+            let (o, r, a) = (owner.clone(), repo.clone(), author.clone());
+            match blocking(move || client.permission(&o, &r, &a)).await {
+                Ok(p) if p >= this.policy.min => TriggerCheck::Allowed,
+                Ok(p) => TriggerCheck::Denied(format!(
+                    "{author} has {} permission on {owner}/{repo}; triggering needs {}",
+                    p.as_str(),
+                    this.policy.min.as_str()
+                )),
+                // Gitea lets only site and repository admins read other users'
+                // permissions: a setup problem, and failing closed is the safe answer.
+                Err(e) if e.status() == Some(403) => TriggerCheck::Denied(format!(
+                    "codex-bridge cannot check {author}'s permission on {owner}/{repo}: {e}. Make the \
+                     bot an administrator of the repository, or list trusted users in trigger_allow"
+                )),
+                Err(e) => TriggerCheck::Unknown(e.to_string()),
+            }
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,308 @@
+//! The receipts worker (DESIGN §8, issue 5): one receipt per task when it is
+//! queued — a comment, or a reaction on the triggering comment by config — and
+//! one per abnormal end, each exactly once.
+//!
+//! Rows are queued in the store by the commit that causes them (the accept,
+//! the transition). The worker marks a row `posting` before it writes (the
+//! intent), looks for the receipt's marker in the thread before posting (a
+//! crash between the POST and its record never yields a second receipt), and
+//! records the result. Transient failures retry with backoff; Gitea's refusals
+//! end the row `failed` with Gitea's message.
+//!
+//! Before the "received" receipt it asks whether the commenter may trigger
+//! work at all: if not, the task is `rejected` and only the rejection receipt
+//! is written.
+
+use super::client::{GiteaClient, GiteaError};
+use super::forge::blocking;
+use super::reply::{parse_resource_key, receipt_marker};
+use crate::lifecycle::TaskState;
+use crate::runtime::{ReplyVerifier, TriggerCheck};
+use crate::store::audit::{self, Audit};
+use crate::store::comments::{self, DueReceipt, Outcome};
+use crate::store::{format_time, scheduling, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the "received" receipt is given (config `receipt_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiptMode {
+    /// A comment in the thread (the seed's default).
+    Comment,
+    /// An `eyes` reaction on the triggering comment.
+    Reaction,
+}
+
+/// Gives up on a receipt after this many failed attempts.
+const MAX_ATTEMPTS: i64 = 12;
+
+pub struct ReceiptWorker {
+    pub store: Store,
+    pub client: GiteaClient,
+    pub forge: Arc<dyn ReplyVerifier>,
+    pub bot_login: String,
+    pub mode: ReceiptMode,
+    /// How often the worker looks for due receipts.
+    pub interval: Duration,
+}
+
+impl ReceiptWorker {
+    /// Runs until the process ends.
+    pub async fn run(self) {
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let at = crate::store::now();
+            let due = self
+                .store
+                .read(move |c| comments::due_receipts(c, &at, 32))
+                .await;
+            match due {
+                Ok(rows) => {
+                    for r in rows {
+                        if let Err(e) = self.handle(r).await {
+                            tracing::warn!(error = %e, "receipt worker: store error; will try again");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "receipt worker cannot read the store"),
+            }
+        }
+    }
+
+    async fn handle(&self, r: DueReceipt) -> Result<(), crate::store::StoreError> {
+        let key = r.row.comment_key.clone();
+        let wanted = key
+            .rsplit_once(":status:")
+            .map(|(_, s)| s.to_owned())
+            .unwrap_or_default();
+        let task_id = r.row.task_id.clone();
+        if wanted == "received" {
+            let state: Option<TaskState> = r.state.parse().ok();
+            if state.is_some_and(|s| s.is_terminal()) {
+                return self
+                    .finish(&key, &task_id, "skipped", None, Some("the task ended before its receipt"))
+                    .await;
+            }
+            match self
+                .forge
+                .may_trigger(r.row.resource_key.clone(), r.author.clone())
+                .await
+            {
+                TriggerCheck::Denied(why) => return self.reject(&r, &key, why).await,
+                TriggerCheck::Unknown(e) => {
+                    // The session checks again before the turn starts.
+                    tracing::info!(task.id = %task_id, error = %e, "permission unknown at accept; checked again at start");
+                }
+                TriggerCheck::Allowed => {}
+            }
+        }
+        // The intent, before anything is written into Gitea.
+        let (k, t, w) = (key.clone(), task_id.clone(), wanted.clone());
+        self.store
+            .write(move |c| {
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status: "posting",
+                        count_attempt: true,
+                        ..Default::default()
+                    },
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new("receipt.intent", "system")
+                        .task(&t)
+                        .meta(serde_json::json!({ "commentKey": k, "receipt": w })),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        let Some((owner, repo, number)) = parse_resource_key(&r.row.resource_key) else {
+            return self
+                .finish(&key, &task_id, "failed", None, Some("the task's resource key names no Issue/PR"))
+                .await;
+        };
+        let result = if wanted == "received" && self.mode == ReceiptMode::Reaction {
+            match r.trigger_comment_id {
+                Some(cid) => {
+                    let client = self.client.clone();
+                    blocking(move || client.add_reaction(&owner, &repo, cid, "eyes"))
+                        .await
+                        .map(|_| None)
+                }
+                None => self.post_comment(&r, &wanted, owner, repo, number).await,
+            }
+        } else {
+            self.post_comment(&r, &wanted, owner, repo, number).await
+        };
+        match result {
+            Ok(comment_id) => self.finish(&key, &task_id, "posted", comment_id, None).await,
+            Err(e) if e.is_transient() && r.row.attempts + 1 < MAX_ATTEMPTS => {
+                let wait = Duration::from_secs(2u64.pow(r.row.attempts.clamp(0, 9) as u32));
+                let retry_at = format_time(
+                    chrono::Utc::now()
+                        + chrono::Duration::from_std(wait).unwrap_or_else(|_| chrono::Duration::seconds(60)),
+                );
+                let (k, t, msg) = (key.clone(), task_id.clone(), e.to_string());
+                tracing::warn!(task.id = %task_id, error = %msg, "receipt not written yet; will try again");
+                self.store
+                    .write(move |c| {
+                        comments::mark(
+                            c,
+                            &k,
+                            &Outcome {
+                                status: "pending",
+                                error: Some(&msg),
+                                retry_at: Some(&retry_at),
+                                ..Default::default()
+                            },
+                        )?;
+                        audit::record(
+                            c,
+                            &Audit::new("receipt.retry", "system")
+                                .task(&t)
+                                .error("gitea_unavailable")
+                                .meta(serde_json::json!({ "commentKey": k, "error": msg })),
+                        )
+                        .map(|_| ())
+                    })
+                    .await
+            }
+            Err(e) => {
+                self.finish(&key, &task_id, "failed", None, Some(&e.to_string()))
+                    .await
+            }
+        }
+    }
+
+    /// Posts the receipt comment unless its marker is already in the thread.
+    async fn post_comment(
+        &self,
+        r: &DueReceipt,
+        wanted: &str,
+        owner: String,
+        repo: String,
+        number: i64,
+    ) -> Result<Option<i64>, GiteaError> {
+        let marker = receipt_marker(&r.row.comment_key);
+        let body = format!(
+            "{}\n\n{marker}",
+            receipt_text(wanted, &r.row.task_id, r.error_code.as_deref())
+        );
+        let client = self.client.clone();
+        let bot = self.bot_login.clone();
+        blocking(move || {
+            let existing = client.list_comments(&owner, &repo, number)?;
+            if let Some(c) = existing
+                .iter()
+                .find(|c| c.author().eq_ignore_ascii_case(&bot) && c.body.contains(&marker))
+            {
+                return Ok(Some(c.id));
+            }
+            client
+                .create_comment(&owner, &repo, number, &body)
+                .map(|c| Some(c.id))
+        })
+        .await
+    }
+
+    async fn finish(
+        &self,
+        key: &str,
+        task_id: &str,
+        status: &'static str,
+        comment_id: Option<i64>,
+        error: Option<&str>,
+    ) -> Result<(), crate::store::StoreError> {
+        let (k, t, e) = (key.to_owned(), task_id.to_owned(), error.map(str::to_owned));
+        if status == "failed" {
+            tracing::error!(task.id = %task_id, comment_key = %key, error = ?error, "receipt could not be written");
+        }
+        self.store
+            .write(move |c| {
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status,
+                        comment_id,
+                        error: e.as_deref(),
+                        ..Default::default()
+                    },
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new(&format!("receipt.{status}"), "system")
+                        .task(&t)
+                        .comment(comment_id)
+                        .meta(serde_json::json!({ "commentKey": k, "error": e })),
+                )
+                .map(|_| ())
+            })
+            .await
+    }
+
+    /// The commenter may not trigger work: the task is rejected (its own
+    /// receipt says why) and the "received" receipt is not written.
+    async fn reject(
+        &self,
+        r: &DueReceipt,
+        key: &str,
+        why: String,
+    ) -> Result<(), crate::store::StoreError> {
+        let (k, t) = (key.to_owned(), r.row.task_id.clone());
+        tracing::info!(task.id = %t, why = %why, "commenter may not trigger work; rejecting");
+        self.store
+            .write(move |c| {
+                let moved = scheduling::move_task(
+                    c,
+                    &t,
+                    TaskState::Rejected,
+                    "system",
+                    &why,
+                    Some("permission_denied"),
+                    None,
+                )?;
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status: "skipped",
+                        error: Some(&why),
+                        ..Default::default()
+                    },
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new("trigger.rejected", "system")
+                        .task(&t)
+                        .error("permission_denied")
+                        .meta(serde_json::json!({ "why": why, "moved": format!("{moved:?}") })),
+                )
+                .map(|_| ())
+            })
+            .await
+    }
+}
+
+/// What a receipt says: what happened and where to look. Never a secret,
+/// never the comment's text.
+pub fn receipt_text(state: &str, task_id: &str, error_code: Option<&str>) -> String {
+    let code = error_code
+        .map(|c| format!(" (`{c}`)"))
+        .unwrap_or_default();
+    let look = format!("An operator can look at task `{task_id}` in the codex-bridge admin view or with `codex-bridge tasks show {task_id}`.");
+    match state {
+        "received" => format!("👀 Received. I am working on it and will answer in this thread.\n\n<sub>codex-bridge task `{task_id}`</sub>"),
+        "failed" => format!("❌ This task failed{code}. It will not be retried automatically. {look}"),
+        "timed_out" => format!("⏱️ This task ran past its time limit and was stopped{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),
+        "aborted" => format!("🛑 An operator stopped this task{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),
+        "failed_reply" => format!("⚠️ The work finished, but its answer could not be posted or confirmed in this thread{code}. {look}"),
+        "needs_reconciliation" => format!("⏸️ This task is held for an operator{code}: the bridge cannot prove what the agent did, so it will not run it again by itself. New requests on this repository wait until it is reconciled. {look}"),
+        "rejected" => format!("🚫 Not started{code}: only people with write access to this repository may ask for work. {look}"),
+        other => format!("This task ended `{other}`{code}. {look}"),
+    }
+}

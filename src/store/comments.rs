@@ -1,0 +1,201 @@
+//! What the bridge writes into Gitea threads, and proof of it (DESIGN §8): the
+//! receipts (`taskId:status:<state>`), the agent's reply as observed and
+//! verified (`taskId:reply`), and the one REST fallback (`taskId:rest_fallback`).
+//!
+//! A receipt row is `pending` from the moment its cause commits (the accept,
+//! an abnormal end), `posting` while the worker writes it (the intent: after a
+//! crash the worker looks for the marker before posting again), then `posted`,
+//! `skipped` (no longer wanted) or `failed` (Gitea refused it for good).
+
+use super::models::Comment;
+use super::schema::{comments, tasks};
+use super::{now, DbConn, StoreError};
+use crate::with_conn;
+use diesel::prelude::*;
+
+/// Terminal states that get a receipt explaining what happened.
+pub const ABNORMAL_ENDS: &[&str] = &[
+    "failed",
+    "timed_out",
+    "aborted",
+    "failed_reply",
+    "needs_reconciliation",
+    "rejected",
+];
+
+/// The key of a task's receipt for `state` (`received` for the accept).
+pub fn receipt_key(task_id: &str, state: &str) -> String {
+    format!("{task_id}:status:{state}")
+}
+
+/// Queues a receipt; a second call for the same key does nothing.
+pub fn enqueue_receipt(
+    conn: &mut DbConn,
+    task_id: &str,
+    resource_key: &str,
+    state: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let key = receipt_key(task_id, state);
+    with_conn!(conn, |c| diesel::insert_into(comments::table)
+        .values((
+            comments::comment_key.eq(&key),
+            comments::task_id.eq(task_id),
+            comments::kind.eq("receipt"),
+            comments::resource_key.eq(resource_key),
+            comments::status.eq("pending"),
+            comments::created_at.eq(&at),
+            comments::updated_at.eq(&at),
+        ))
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    Ok(())
+}
+
+/// Queues the receipt of an abnormal end (called with every transition).
+pub fn on_transition(conn: &mut DbConn, task_id: &str, to_state: &str) -> Result<(), StoreError> {
+    if !ABNORMAL_ENDS.contains(&to_state) {
+        return Ok(());
+    }
+    let resource: Option<String> = with_conn!(conn, |c| tasks::table
+        .filter(tasks::task_id.eq(task_id))
+        .select(tasks::resource_key)
+        .first(c)
+        .optional())?;
+    match resource {
+        Some(r) => enqueue_receipt(conn, task_id, &r, to_state),
+        None => Ok(()),
+    }
+}
+
+/// A receipt the worker should write now, with what it needs of its task.
+#[derive(Debug, Clone)]
+pub struct DueReceipt {
+    pub row: Comment,
+    pub state: String,
+    pub author: String,
+    pub trigger_comment_id: Option<i64>,
+    pub error_code: Option<String>,
+}
+
+/// Receipts due at `at` (pending or left `posting` by a crash), oldest first.
+pub fn due_receipts(conn: &mut DbConn, at: &str, limit: i64) -> Result<Vec<DueReceipt>, StoreError> {
+    let rows: Vec<(Comment, String, String, Option<i64>, Option<String>)> =
+        with_conn!(conn, |c| comments::table
+            .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
+            .filter(comments::kind.eq("receipt"))
+            .filter(comments::status.eq_any(["pending", "posting"]))
+            .filter(
+                comments::next_attempt_at
+                    .is_null()
+                    .or(comments::next_attempt_at.le(at)),
+            )
+            .order(comments::created_at.asc())
+            .limit(limit)
+            .select((
+                Comment::as_select(),
+                tasks::state,
+                tasks::author,
+                tasks::comment_id,
+                tasks::error_code,
+            ))
+            .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(row, state, author, trigger_comment_id, error_code)| DueReceipt {
+            row,
+            state,
+            author,
+            trigger_comment_id,
+            error_code,
+        })
+        .collect())
+}
+
+/// What became of one write into Gitea.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome<'a> {
+    pub status: &'a str,
+    pub comment_id: Option<i64>,
+    pub html_url: Option<&'a str>,
+    pub error: Option<&'a str>,
+    /// When to try again (`pending` only).
+    pub retry_at: Option<&'a str>,
+    pub count_attempt: bool,
+}
+
+/// Records the outcome of a receipt or reply write.
+pub fn mark(conn: &mut DbConn, key: &str, o: &Outcome<'_>) -> Result<(), StoreError> {
+    let at = now();
+    let bump: i64 = if o.count_attempt { 1 } else { 0 };
+    with_conn!(conn, |c| diesel::update(comments::table.find(key))
+        .set((
+            comments::status.eq(o.status),
+            comments::comment_id.eq(o.comment_id),
+            comments::html_url.eq(o.html_url),
+            comments::last_error.eq(o.error),
+            comments::next_attempt_at.eq(o.retry_at),
+            comments::attempts.eq(comments::attempts + bump),
+            comments::updated_at.eq(&at),
+        ))
+        .execute(c))?;
+    Ok(())
+}
+
+/// Writes (or updates) the record of the agent's reply or the REST fallback.
+#[allow(clippy::too_many_arguments)]
+pub fn record_reply(
+    conn: &mut DbConn,
+    task_id: &str,
+    kind: &str,
+    resource_key: &str,
+    turn_id: Option<&str>,
+    status: &str,
+    comment_id: Option<i64>,
+    error: Option<&str>,
+) -> Result<(), StoreError> {
+    let at = now();
+    let key = format!("{task_id}:{kind}");
+    with_conn!(conn, |c| diesel::insert_into(comments::table)
+        .values((
+            comments::comment_key.eq(&key),
+            comments::task_id.eq(task_id),
+            comments::kind.eq(kind),
+            comments::resource_key.eq(resource_key),
+            comments::turn_id.eq(turn_id),
+            comments::comment_id.eq(comment_id),
+            comments::status.eq(status),
+            comments::last_error.eq(error),
+            comments::created_at.eq(&at),
+            comments::updated_at.eq(&at),
+        ))
+        .on_conflict(comments::comment_key)
+        .do_update()
+        .set((
+            comments::status.eq(status),
+            comments::turn_id.eq(turn_id),
+            comments::comment_id.eq(comment_id),
+            comments::last_error.eq(error),
+            comments::updated_at.eq(&at),
+        ))
+        .execute(c))?;
+    Ok(())
+}
+
+/// One row by key.
+pub fn find(conn: &mut DbConn, key: &str) -> Result<Option<Comment>, StoreError> {
+    Ok(with_conn!(conn, |c| comments::table
+        .find(key)
+        .select(Comment::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Every row of a task.
+pub fn of_task(conn: &mut DbConn, task_id: &str) -> Result<Vec<Comment>, StoreError> {
+    Ok(with_conn!(conn, |c| comments::table
+        .filter(comments::task_id.eq(task_id))
+        .order(comments::created_at.asc())
+        .select(Comment::as_select())
+        .load(c))?)
+}
