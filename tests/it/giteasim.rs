@@ -85,6 +85,8 @@
 //! the queue, [`GiteaSim::redeliver`] is Gitea's "Replay" (same bytes, new
 //! delivery id), [`GiteaSim::set_auto_deliver`]`(false)` keeps new tasks
 //! undelivered until [`GiteaSim::deliver_pending`].
+//! [`GiteaSim::set_issue_events`]`(true)` adds `issues`/`opened` deliveries
+//! for [`GiteaSim::create_issue`].
 //!
 //! # Request log and faults
 //!
@@ -100,6 +102,17 @@
 //! Git: `clone_url(owner, name)` = `<base>/<owner>/<name>.git`; clone/fetch
 //! need credentials of a user who can read the repository (the bridge sends
 //! `Authorization: token <t>`; basic auth works too), pushes need write.
+//!
+//! # Known differences from a real Gitea
+//!
+//! - Webhook requests carry an extra `Accept: */*` (ureq always sets it); the
+//!   sender asks for gzip like Go but records a gzipped answer undecoded.
+//! - One webhook; no `pull_request`, `issues` edited/closed, review or push
+//!   events; no labels, milestones, assignees, closing or merging.
+//! - A user without read access gets 404 (as Gitea does for private
+//!   repositories), never 403; 403 on comment creation comes from a locked
+//!   issue or [`GiteaSim::deny_comments_for`].
+//! - Wrong method on a known path answers 404, not 405.
 
 use crate::gitsim::GitRepos;
 use crate::support::{TestHttpServer, BOT, GITEA_TOKEN};
@@ -509,6 +522,7 @@ struct Hooks {
     url: Option<String>,
     secret: String,
     manual: bool,
+    issue_events: bool,
     tasks: Vec<Delivery>,
     queue: VecDeque<usize>,
     busy: bool,
@@ -704,7 +718,8 @@ impl GiteaSim {
 
     // -- issues, pulls, comments -----------------------------------------------
 
-    /// Open an issue; returns its number (shared index with PRs).
+    /// Open an issue; returns its number (shared index with PRs). Fires the
+    /// `issues` `opened` webhook if [`GiteaSim::set_issue_events`] is on.
     pub fn create_issue(
         &self,
         owner: &str,
@@ -714,7 +729,10 @@ impl GiteaSim {
         author: &str,
     ) -> i64 {
         let mut d = self.sim.data.lock().unwrap();
-        d.new_issue(owner, repo, title, body, author, None)
+        let number = d.new_issue(owner, repo, title, body, author, None);
+        let id = d.issue_id(owner, repo, number).unwrap();
+        self.sim.issue_opened_hook(&d, id);
+        number
     }
 
     /// Open a pull request from `head` into `base` (branches of the same
@@ -858,6 +876,13 @@ impl GiteaSim {
         let mut h = self.sim.hooks.lock().unwrap();
         h.url = Some(url.to_owned());
         h.secret = secret.to_owned();
+    }
+
+    /// Also send `issues` events (`opened` from [`GiteaSim::create_issue`]),
+    /// as a hook subscribed to "Issues" does. Off by default: the bridge's
+    /// hook subscribes to comment events.
+    pub fn set_issue_events(&self, on: bool) {
+        self.sim.hooks.lock().unwrap().issue_events = on;
     }
 
     /// `false`: new tasks stay undelivered until [`GiteaSim::deliver_pending`]
@@ -1518,9 +1543,34 @@ impl Sim {
         } else {
             "issue_comment"
         };
+        self.enqueue(&mut h, "issue_comment", event_type, body);
+    }
+
+    /// The `issues` `opened` task for a new issue (only with
+    /// [`GiteaSim::set_issue_events`]).
+    fn issue_opened_hook(&self, d: &Data, issue_id: i64) {
+        let mut h = self.hooks.lock().unwrap();
+        if h.url.is_none() || !h.issue_events {
+            return;
+        }
+        let base = self.base();
+        let issue = d.issue(issue_id);
+        let repo = d.repo_by_id(issue.repo_id);
+        let payload = obj(vec![
+            ("action", "opened".into()),
+            ("number", issue.number.into()),
+            ("issue", d.issue_json(base, issue, Some(&issue.author))),
+            ("repository", d.repo_json(base, repo, Some(&issue.author))),
+            ("sender", d.user_json(base, &issue.author, false)),
+            ("commit_id", "".into()),
+        ]);
+        self.enqueue(&mut h, "issues", "issues", go_json(&payload, true));
+    }
+
+    fn enqueue(&self, h: &mut Hooks, event: &str, event_type: &str, body: Vec<u8>) {
         h.tasks.push(Delivery {
             id: uuid::Uuid::new_v4().to_string(),
-            event: "issue_comment".into(),
+            event: event.into(),
             event_type: event_type.into(),
             body,
             headers: Vec::new(),

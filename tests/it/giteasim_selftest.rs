@@ -235,6 +235,7 @@ fn giteasim_webhooks_match_gitea_shapes_signatures_and_replay() {
     assert_eq!(reply.status, 201, "{}", reply.text);
     sim.delete_comment_as("alice", c1_id);
     sim.wait_idle();
+    assert_eq!(sim.deliveries().len(), 5);
 
     let deliveries = sim.deliveries();
     let kinds: Vec<(&str, &str, String)> = deliveries
@@ -404,6 +405,51 @@ fn giteasim_webhooks_match_gitea_shapes_signatures_and_replay() {
     assert_eq!(sim.deliveries().pop().unwrap().status, Some(200));
     assert_eq!(rx.seen().len(), 8);
     sim.set_auto_deliver(true);
+
+    // Edits and deletions through the API fire webhooks too, sent by the caller.
+    let reply_id = reply.json()["id"].clone();
+    let one = format!(
+        "{}/repos/acme/widgets/issues/comments/{reply_id}",
+        sim.api_url()
+    );
+    let patched = call(
+        "PATCH",
+        &one,
+        Some(&bot()),
+        Some(json!({"body": "Done, edited"})),
+    );
+    assert_eq!(patched.status, 200);
+    assert_eq!(call("DELETE", &one, Some(&bot()), None).status, 204);
+    sim.wait_idle();
+    let tail: Vec<Value> = sim
+        .deliveries()
+        .iter()
+        .rev()
+        .take(2)
+        .map(|d| d.json())
+        .collect();
+    assert_eq!(tail[1]["action"], "edited");
+    assert_eq!(
+        tail[1]["changes"]["body"]["from"],
+        "Done <!-- codex-bridge task=t1 -->"
+    );
+    assert_eq!(tail[1]["sender"]["login"], BOT);
+    assert_eq!(tail[0]["action"], "deleted");
+    assert_eq!(tail[0]["comment"]["body"], "Done, edited");
+
+    // `issues` events, when subscribed: the fixture's shape.
+    sim.set_issue_events(true);
+    let opened = sim.create_issue("acme", "widgets", "New", "@ccbot hi", "bob");
+    sim.wait_idle();
+    let d = sim.deliveries().pop().unwrap();
+    assert_eq!(
+        (d.event.as_str(), d.event_type.as_str()),
+        ("issues", "issues")
+    );
+    assert_same_shape("issues.opened", &d.body);
+    assert_eq!(d.json()["number"], opened);
+    assert_eq!(d.json()["issue"]["user"]["email"], "bob@example.com");
+    assert_eq!(d.status, Some(200));
 
     // Nobody listening: a transport error, no status.
     sim.set_webhook("http://127.0.0.1:9/hook", SECRET);
