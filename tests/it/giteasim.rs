@@ -2075,13 +2075,14 @@ fn repo_api(
                 .filter(|c| c.updated >= bounds[0] && c.updated <= bounds[1])
                 .map(|c| d.comment_json(base, c))
                 .collect();
-            let mut answer = json(200, J::Arr(Vec::new()));
-            answer.headers = vec![
-                ("X-Total-Count", list.len().to_string()),
-                ("Access-Control-Expose-Headers", "X-Total-Count".into()),
-            ];
-            answer.body = Some(J::Arr(list));
-            answer
+            Answer {
+                status: 200,
+                headers: vec![
+                    ("X-Total-Count", list.len().to_string()),
+                    ("Access-Control-Expose-Headers", "X-Total-Count".into()),
+                ],
+                body: Some(J::Arr(list)),
+            }
         }
         ("POST", ["issues", n, "comments"]) => {
             let text = match bind::<BodyOption>(base, body) {
