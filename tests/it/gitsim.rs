@@ -13,8 +13,9 @@
 //!   [`GitSim::branch_head`]; commits are made with plumbing straight in the
 //!   bare repository, no work tree needed.
 //!
-//! The server is actix-web in its own thread with its own `System`; git is
-//! the default service, so REST routes (`/api/v1/...`) can be added in front.
+//! The server is actix-web in its own thread with its own `System`. The
+//! repositories and the CGI bridge live in [`GitRepos`], which the Gitea
+//! simulator (`crate::giteasim`, with users, REST and webhooks) shares.
 
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -41,10 +42,7 @@ pub struct SeenRequest {
 }
 
 struct State {
-    /// Where `owner/name.git` live (`GIT_PROJECT_ROOT`).
-    repos: PathBuf,
-    /// HOME of every git the simulator runs, so no user config leaks in.
-    home: PathBuf,
+    git: Arc<GitRepos>,
     /// `None`: no authentication required.
     token: Mutex<Option<String>>,
     /// How many of the next requests get a 500.
@@ -58,22 +56,13 @@ struct State {
 pub struct GitSim {
     state: Arc<State>,
     server: crate::support::TestHttpServer,
-    /// Unique names for the temporary index files of [`GitSim::commit`].
-    scratch: AtomicUsize,
-    _dir: tempfile::TempDir,
 }
 
 impl GitSim {
     /// Start a server that expects `token` (or none).
     pub fn start(token: Option<&str>) -> GitSim {
-        let dir = tempfile::tempdir().unwrap();
-        let repos = dir.path().join("repos");
-        let home = dir.path().join("home");
-        std::fs::create_dir_all(&repos).unwrap();
-        std::fs::create_dir_all(&home).unwrap();
         let state = Arc::new(State {
-            repos,
-            home,
+            git: Arc::new(GitRepos::new()),
             token: Mutex::new(token.map(str::to_owned)),
             fail_next: AtomicUsize::new(0),
             delay_ms: AtomicUsize::new(0),
@@ -85,12 +74,7 @@ impl GitSim {
                 .app_data(web::PayloadConfig::new(256 << 20))
                 .default_service(web::to(git_http));
         });
-        GitSim {
-            state,
-            server,
-            scratch: AtomicUsize::new(0),
-            _dir: dir,
-        }
+        GitSim { state, server }
     }
 
     /// `http://127.0.0.1:PORT` (no trailing slash), like Gitea's ROOT_URL.
@@ -125,9 +109,103 @@ impl GitSim {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// See [`GitRepos::create_repo`].
+    pub fn create_repo(&self, owner: &str, name: &str) -> String {
+        self.state.git.create_repo(owner, name)
+    }
+
+    /// See [`GitRepos::commit`].
+    pub fn commit(
+        &self,
+        owner: &str,
+        name: &str,
+        branch: &str,
+        file: &str,
+        contents: &str,
+        message: &str,
+    ) -> String {
+        self.state
+            .git
+            .commit(owner, name, branch, file, contents, message)
+    }
+
+    /// Point `refs/pull/<number>/head` at the tip of `branch`, as Gitea does
+    /// when a pull request is opened or pushed to; returns that commit.
+    pub fn create_pull(&self, owner: &str, name: &str, number: i64, branch: &str) -> String {
+        self.state.git.set_pull_ref(owner, name, number, branch)
+    }
+
+    /// See [`GitRepos::delete_branch`].
+    pub fn delete_branch(&self, owner: &str, name: &str, branch: &str) {
+        self.state.git.delete_branch(owner, name, branch)
+    }
+
+    /// See [`GitRepos::branch_head`].
+    pub fn branch_head(&self, owner: &str, name: &str, branch: &str) -> String {
+        self.state.git.branch_head(owner, name, branch)
+    }
+}
+
+/// Bare repositories `owner/name.git` under a temp dir, with plumbing helpers
+/// to commit into them and `git http-backend` to serve them. Shared by
+/// [`GitSim`] and the Gitea simulator (`crate::giteasim`).
+pub struct GitRepos {
+    /// Where `owner/name.git` live (`GIT_PROJECT_ROOT`).
+    root: PathBuf,
+    /// HOME of every git the simulator runs, so no user config leaks in.
+    home: PathBuf,
+    /// Unique names for the temporary index files of [`GitRepos::commit`].
+    scratch: AtomicUsize,
+    _dir: tempfile::TempDir,
+}
+
+impl GitRepos {
+    pub fn new() -> GitRepos {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("repos");
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        GitRepos {
+            root,
+            home,
+            scratch: AtomicUsize::new(0),
+            _dir: dir,
+        }
+    }
+
+    /// Serve one smart-HTTP request with `git http-backend`; `user` becomes
+    /// `REMOTE_USER` (http-backend serves pushes only to someone).
+    pub async fn serve(
+        self: &Arc<Self>,
+        req: &HttpRequest,
+        headers: &[(String, String)],
+        body: web::Bytes,
+        user: Option<String>,
+    ) -> HttpResponse {
+        let cgi = Cgi {
+            method: req.method().as_str().to_owned(),
+            path: req.path().to_owned(),
+            query: req.query_string().to_owned(),
+            remote_addr: req
+                .peer_addr()
+                .map(|a| a.ip().to_string())
+                .unwrap_or_default(),
+            user,
+            headers: headers.to_vec(),
+            body,
+        };
+        let repos = self.clone();
+        match web::block(move || cgi.run(&repos.root, &repos.home)).await {
+            Ok(Ok(resp)) => resp.into_response(),
+            Ok(Err(e)) => HttpResponse::InternalServerError().body(format!("gitsim: {e}")),
+            Err(e) => HttpResponse::InternalServerError().body(format!("gitsim: {e}")),
+        }
+    }
+
     /// The bare repository of `owner/name`.
     pub fn repo_path(&self, owner: &str, name: &str) -> PathBuf {
-        self.state.repos.join(owner).join(format!("{name}.git"))
+        self.root.join(owner).join(format!("{name}.git"))
     }
 
     /// A bare repository `owner/name.git` with one commit on `main`
@@ -181,7 +259,7 @@ impl GitSim {
             &[],
         );
         let n = self.scratch.fetch_add(1, Ordering::SeqCst);
-        let index = self.state.home.join(format!("index-{n}"));
+        let index = self.home.join(format!("index-{n}"));
         let env = [("GIT_INDEX_FILE", index.as_path())];
         if let Some(parent) = &parent {
             self.git(&repo, &["read-tree", parent], None, &env);
@@ -211,7 +289,7 @@ impl GitSim {
 
     /// Point `refs/pull/<number>/head` at the tip of `branch`, as Gitea does
     /// when a pull request is opened or pushed to; returns that commit.
-    pub fn create_pull(&self, owner: &str, name: &str, number: i64, branch: &str) -> String {
+    pub fn set_pull_ref(&self, owner: &str, name: &str, number: i64, branch: &str) -> String {
         let repo = self.repo_path(owner, name);
         let sha = self.branch_head(owner, name, branch);
         self.git(
@@ -249,6 +327,13 @@ impl GitSim {
         )
     }
 
+    /// The commit at the tip of `branch`, if the branch exists.
+    pub fn try_branch_head(&self, owner: &str, name: &str, branch: &str) -> Option<String> {
+        let repo = self.repo_path(owner, name);
+        let spec = format!("refs/heads/{branch}^{{commit}}");
+        self.try_git(&repo, &["rev-parse", "--verify", "-q", &spec])
+    }
+
     fn git(
         &self,
         repo: &Path,
@@ -284,7 +369,7 @@ impl GitSim {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        plain_git_env(&mut cmd, &self.state.home);
+        plain_git_env(&mut cmd, &self.home);
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -354,25 +439,8 @@ async fn git_http(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -
             .insert_header(("WWW-Authenticate", r#"Basic realm="Gitea""#))
             .body("Unauthorized\n")
     } else {
-        let cgi = Cgi {
-            method: req.method().as_str().to_owned(),
-            path: req.path().to_owned(),
-            query: req.query_string().to_owned(),
-            remote_addr: req
-                .peer_addr()
-                .map(|a| a.ip().to_string())
-                .unwrap_or_default(),
-            user: expected.map(|_| "bot".to_owned()),
-            headers: headers.clone(),
-            body,
-        };
-        let repos = state.repos.clone();
-        let home = state.home.clone();
-        match web::block(move || cgi.run(&repos, &home)).await {
-            Ok(Ok(resp)) => resp.into_response(),
-            Ok(Err(e)) => HttpResponse::InternalServerError().body(format!("gitsim: {e}")),
-            Err(e) => HttpResponse::InternalServerError().body(format!("gitsim: {e}")),
-        }
+        let user = expected.map(|_| "bot".to_owned());
+        state.git.serve(&req, &headers, body, user).await
     };
 
     state.requests.lock().unwrap().push(SeenRequest {

@@ -9,6 +9,8 @@ mod codex_runtime;
 mod codex_smoke;
 mod codexhome;
 mod fakemodel;
+mod giteasim;
+mod giteasim_selftest;
 mod gitsim;
 mod ingest;
 mod leases;
