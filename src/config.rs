@@ -525,12 +525,18 @@ impl Config {
                 ))
             }
         };
-        let logins = |key: &'static str, text: Option<String>| -> Result<std::collections::BTreeSet<String>, ConfigError> {
+        let logins = |key: &'static str,
+                      text: Option<String>|
+         -> Result<std::collections::BTreeSet<String>, ConfigError> {
             let Some(text) = text else {
                 return Ok(Default::default());
             };
-            let list: Vec<String> = serde_json::from_str(&text)
-                .map_err(|_| invalid(key, "expected a list of Gitea logins, e.g. [\"alice\", \"bob\"]"))?;
+            let list: Vec<String> = serde_json::from_str(&text).map_err(|_| {
+                invalid(
+                    key,
+                    "expected a list of Gitea logins, e.g. [\"alice\", \"bob\"]",
+                )
+            })?;
             list.into_iter()
                 .map(|l| {
                     if is_gitea_name(&l) {

@@ -467,8 +467,14 @@ async fn normal_pass(
             {
                 crate::runtime::TriggerCheck::Allowed => {}
                 crate::runtime::TriggerCheck::Denied(why) => {
-                    settle(&deps, &ctx.task.task_id, TaskState::Rejected, &why, Some("permission_denied"))
-                        .await?;
+                    settle(
+                        &deps,
+                        &ctx.task.task_id,
+                        TaskState::Rejected,
+                        &why,
+                        Some("permission_denied"),
+                    )
+                    .await?;
                     return Ok(true);
                 }
                 crate::runtime::TriggerCheck::Unknown(e) => {
@@ -1020,11 +1026,7 @@ async fn recover_with(ctx: &TurnCtx, thread: String) -> Result<bool, PassError> 
     let task_id = ctx.task.task_id.clone();
     let deadline = Instant::now() + deps.settings.history_wait;
     let lookup = loop {
-        match deps
-            .runtime
-            .lookup_turn(&thread, &ctx.operation_id)
-            .await
-        {
+        match deps.runtime.lookup_turn(&thread, &ctx.operation_id).await {
             Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {
                 if let Ok(mut h) = ctx.health.lock() {
                     h.active_turn = Some(turn_id);
@@ -1221,8 +1223,9 @@ async fn observe_tool_call(
     );
     let event = format!("mcpToolCall:{phase}");
     let meta = call.as_ref().map(|c| {
-        let here = parse_resource_key(&resource)
-            .is_some_and(|(o, r, n)| o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number);
+        let here = parse_resource_key(&resource).is_some_and(|(o, r, n)| {
+            o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number
+        });
         serde_json::json!({
             "server": server,
             "tool": tool,
@@ -1330,9 +1333,9 @@ async fn verify(
         .write(move |c| {
             audit::record(
                 c,
-                &Audit::new("reply.verification", "system").task(&id).meta(
-                    serde_json::json!({ "turnId": tu, "outcome": out, "replyAttempt": ra }),
-                ),
+                &Audit::new("reply.verification", "system")
+                    .task(&id)
+                    .meta(serde_json::json!({ "turnId": tu, "outcome": out, "replyAttempt": ra })),
             )
             .map(|_| ())
         })
@@ -1347,7 +1350,11 @@ async fn verify(
             );
             deps.store
                 .write(move |c| {
-                    let kind = if by_fallback { "rest_fallback" } else { "reply" };
+                    let kind = if by_fallback {
+                        "rest_fallback"
+                    } else {
+                        "reply"
+                    };
                     crate::store::comments::record_reply(
                         c,
                         &id,
@@ -1373,12 +1380,21 @@ async fn verify(
                     deps,
                     &task_id,
                     TaskState::SucceededWithRestFallback,
-                    &format!("reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"),
+                    &format!(
+                        "reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"
+                    ),
                     Some("mcp_reply_missing"),
                 )
                 .await?;
             } else {
-                settle(deps, &task_id, TaskState::Succeeded, "reply confirmed", None).await?;
+                settle(
+                    deps,
+                    &task_id,
+                    TaskState::Succeeded,
+                    "reply confirmed",
+                    None,
+                )
+                .await?;
             }
         }
         ReplyCheck::Unknown(e) => {
@@ -1490,13 +1506,27 @@ async fn reply_retry(
         .await;
     match started {
         Ok(turn) => {
-            let (id, th, tu, o) = (task_id.clone(), thread.clone(), turn.turn_id.clone(), op.clone());
+            let (id, th, tu, o) = (
+                task_id.clone(),
+                thread.clone(),
+                turn.turn_id.clone(),
+                op.clone(),
+            );
             deps.store
-                .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "reply_retry", &o))
+                .write(move |c| {
+                    scheduling::record_turn_started(c, &id, &th, &tu, "reply_retry", &o)
+                })
                 .await?;
             let deadline = tokio::time::Instant::now() + policy.turn_timeout;
             // Boxed: the retry turn's end comes back through `verify`.
-            Box::pin(consume(&retry_ctx, thread, turn.turn_id, turn.events, deadline)).await
+            Box::pin(consume(
+                &retry_ctx,
+                thread,
+                turn.turn_id,
+                turn.events,
+                deadline,
+            ))
+            .await
         }
         Err(RuntimeError::Uncertain(e)) => {
             tracing::warn!(task.id = %task_id, error = %e, "reply-retry turn/start uncertain; looking in history");
@@ -1544,7 +1574,10 @@ async fn rest_fallback(
         reply_marker(&task_id, &ctx.entry.operation_id)
     );
     let resource = ctx.task.resource_key.clone();
-    let write = |status: &'static str, action: &'static str, comment: Option<i64>, error: Option<String>| {
+    let write = |status: &'static str,
+                 action: &'static str,
+                 comment: Option<i64>,
+                 error: Option<String>| {
         let (id, res, reason) = (task_id.clone(), resource.clone(), mcp_reason.clone());
         let store = deps.store.clone();
         async move {
@@ -1576,7 +1609,13 @@ async fn rest_fallback(
     write("posting", "reply.rest_fallback.intent", None, None).await?;
     match deps.verifier.post_reply(resource.clone(), body).await {
         Ok(comment_id) => {
-            write("posted", "reply.rest_fallback.posted", Some(comment_id), None).await?;
+            write(
+                "posted",
+                "reply.rest_fallback.posted",
+                Some(comment_id),
+                None,
+            )
+            .await?;
             let check = deps
                 .verifier
                 .verify(ReplyQuery {
@@ -1593,7 +1632,9 @@ async fn rest_fallback(
                         deps,
                         &task_id,
                         TaskState::SucceededWithRestFallback,
-                        &format!("reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"),
+                        &format!(
+                            "reply posted by the REST fallback; the MCP reply failed: {mcp_reason}"
+                        ),
                         Some("mcp_reply_missing"),
                     )
                     .await?;
@@ -1603,7 +1644,9 @@ async fn rest_fallback(
                         deps,
                         &task_id,
                         TaskState::FailedReply,
-                        &format!("Gitea accepted the REST fallback but it cannot be found ({other:?})"),
+                        &format!(
+                            "Gitea accepted the REST fallback but it cannot be found ({other:?})"
+                        ),
                         Some("rest_fallback_not_found"),
                     )
                     .await?;
@@ -1611,7 +1654,13 @@ async fn rest_fallback(
             }
         }
         Err(e) => {
-            write("failed", "reply.rest_fallback.failed", None, Some(e.clone())).await?;
+            write(
+                "failed",
+                "reply.rest_fallback.failed",
+                None,
+                Some(e.clone()),
+            )
+            .await?;
             settle(
                 deps,
                 &task_id,

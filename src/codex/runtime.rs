@@ -58,6 +58,13 @@ impl GiteaMcp {
             json!({ &self.url_env: self.url }),
         );
         m.insert("mcp_servers.gitea.env_vars".into(), json!([self.token_env]));
+        // The agent's reply goes through this server under every repository's
+        // approval policy and sandbox (Codex refuses MCP calls under `never`
+        // with a restricted sandbox unless the server's tools are approved).
+        m.insert(
+            "mcp_servers.gitea.default_tools_approval_mode".into(),
+            json!("approve"),
+        );
         m
     }
 }
@@ -466,25 +473,25 @@ async fn route(
                                 .unwrap_or_default()
                                 .to_owned()
                         };
-                        let error = item
-                            .get("error")
-                            .filter(|e| !e.is_null())
-                            .map(|e| {
-                                e.get("message")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned)
-                                    .unwrap_or_else(|| e.to_string())
-                            })
-                            .or_else(|| {
-                                // A tool that answered with isError failed too.
-                                (item.pointer("/result/isError") == Some(&Value::Bool(true)))
-                                    .then(|| {
-                                        item.pointer("/result/content/0/text")
-                                            .and_then(Value::as_str)
-                                            .unwrap_or("the tool reported an error")
-                                            .to_owned()
-                                    })
-                            });
+                        let error =
+                            item.get("error")
+                                .filter(|e| !e.is_null())
+                                .map(|e| {
+                                    e.get("message")
+                                        .and_then(Value::as_str)
+                                        .map(str::to_owned)
+                                        .unwrap_or_else(|| e.to_string())
+                                })
+                                .or_else(|| {
+                                    // A tool that answered with isError failed too.
+                                    (item.pointer("/result/isError") == Some(&Value::Bool(true)))
+                                        .then(|| {
+                                            item.pointer("/result/content/0/text")
+                                                .and_then(Value::as_str)
+                                                .unwrap_or("the tool reported an error")
+                                                .to_owned()
+                                        })
+                                });
                         let _ = sink.tx.send(TurnEvent::ToolCall {
                             seq,
                             phase: if method == "item/started" {

@@ -419,7 +419,9 @@ impl GiteaClient {
         );
         match self.read(&path, &what) {
             Ok((_, v, _)) => Ok(Permission::parse(
-                v.get("permission").and_then(Value::as_str).unwrap_or("none"),
+                v.get("permission")
+                    .and_then(Value::as_str)
+                    .unwrap_or("none"),
             )),
             Err(e) if e.status() == Some(404) => Ok(Permission::None),
             Err(e) => Err(e),

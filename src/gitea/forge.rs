@@ -57,14 +57,12 @@ impl GiteaForge {
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, GiteaError> + Send + 'static,
 ) -> Result<T, GiteaError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| {
-            Err(GiteaError::Transport {
-                what: "a Gitea call".into(),
-                detail: format!("the call did not finish: {e}"),
-            })
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(GiteaError::Transport {
+            what: "a Gitea call".into(),
+            detail: format!("the call did not finish: {e}"),
         })
+    })
 }
 
 impl ReplyVerifier for GiteaForge {
@@ -78,8 +76,7 @@ impl ReplyVerifier for GiteaForge {
                 ));
             };
             let client = this.client.clone();
-            let listed =
-                blocking(move || client.list_comments(&owner, &repo, number)).await;
+            let listed = blocking(move || client.list_comments(&owner, &repo, number)).await;
             match listed {
                 Ok(comments) => comments
                     .iter()

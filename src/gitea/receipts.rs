@@ -82,7 +82,13 @@ impl ReceiptWorker {
             let state: Option<TaskState> = r.state.parse().ok();
             if state.is_some_and(|s| s.is_terminal()) {
                 return self
-                    .finish(&key, &task_id, "skipped", None, Some("the task ended before its receipt"))
+                    .finish(
+                        &key,
+                        &task_id,
+                        "skipped",
+                        None,
+                        Some("the task ended before its receipt"),
+                    )
                     .await;
             }
             match self
@@ -122,7 +128,13 @@ impl ReceiptWorker {
             .await?;
         let Some((owner, repo, number)) = parse_resource_key(&r.row.resource_key) else {
             return self
-                .finish(&key, &task_id, "failed", None, Some("the task's resource key names no Issue/PR"))
+                .finish(
+                    &key,
+                    &task_id,
+                    "failed",
+                    None,
+                    Some("the task's resource key names no Issue/PR"),
+                )
                 .await;
         };
         let result = if wanted == "received" && self.mode == ReceiptMode::Reaction {
@@ -139,12 +151,16 @@ impl ReceiptWorker {
             self.post_comment(&r, &wanted, owner, repo, number).await
         };
         match result {
-            Ok(comment_id) => self.finish(&key, &task_id, "posted", comment_id, None).await,
+            Ok(comment_id) => {
+                self.finish(&key, &task_id, "posted", comment_id, None)
+                    .await
+            }
             Err(e) if e.is_transient() && r.row.attempts + 1 < MAX_ATTEMPTS => {
                 let wait = Duration::from_secs(2u64.pow(r.row.attempts.clamp(0, 9) as u32));
                 let retry_at = format_time(
                     chrono::Utc::now()
-                        + chrono::Duration::from_std(wait).unwrap_or_else(|_| chrono::Duration::seconds(60)),
+                        + chrono::Duration::from_std(wait)
+                            .unwrap_or_else(|_| chrono::Duration::seconds(60)),
                 );
                 let (k, t, msg) = (key.clone(), task_id.clone(), e.to_string());
                 tracing::warn!(task.id = %task_id, error = %msg, "receipt not written yet; will try again");
@@ -291,9 +307,7 @@ impl ReceiptWorker {
 /// What a receipt says: what happened and where to look. Never a secret,
 /// never the comment's text.
 pub fn receipt_text(state: &str, task_id: &str, error_code: Option<&str>) -> String {
-    let code = error_code
-        .map(|c| format!(" (`{c}`)"))
-        .unwrap_or_default();
+    let code = error_code.map(|c| format!(" (`{c}`)")).unwrap_or_default();
     let look = format!("An operator can look at task `{task_id}` in the codex-bridge admin view or with `codex-bridge tasks show {task_id}`.");
     match state {
         "received" => format!("👀 Received. I am working on it and will answer in this thread.\n\n<sub>codex-bridge task `{task_id}`</sub>"),

@@ -95,22 +95,49 @@ mod tests {
             }
             v
         };
-        assert_eq!(comment_call("create_issue_comment", &with(json!({"index": 7}))), want(7));
         assert_eq!(
-            comment_call("issue_write", &with(json!({"method": "add_comment", "index": 8}))),
+            comment_call("create_issue_comment", &with(json!({"index": 7}))),
+            want(7)
+        );
+        assert_eq!(
+            comment_call(
+                "issue_write",
+                &with(json!({"method": "add_comment", "index": 8}))
+            ),
             want(8)
         );
         assert_eq!(
-            comment_call("issue_write", &with(json!({"method": "add_comment", "issue_number": 9}))),
+            comment_call(
+                "issue_write",
+                &with(json!({"method": "add_comment", "issue_number": 9}))
+            ),
             want(9)
         );
-        assert_eq!(comment_call("add_comment", &with(json!({"issue_number": 10}))), want(10));
-        assert_eq!(comment_call("add_comment_on_pr", &with(json!({"pull_number": 11}))), want(11));
-        assert_eq!(comment_call("add_comment", &with(json!({"issue_number": "12"}))), want(12));
+        assert_eq!(
+            comment_call("add_comment", &with(json!({"issue_number": 10}))),
+            want(10)
+        );
+        assert_eq!(
+            comment_call("add_comment_on_pr", &with(json!({"pull_number": 11}))),
+            want(11)
+        );
+        assert_eq!(
+            comment_call("add_comment", &with(json!({"issue_number": "12"}))),
+            want(12)
+        );
         // Not replies: other methods, other tools, missing fields.
-        assert_eq!(comment_call("issue_write", &with(json!({"method": "update", "index": 8}))), None);
+        assert_eq!(
+            comment_call(
+                "issue_write",
+                &with(json!({"method": "update", "index": 8}))
+            ),
+            None
+        );
         assert_eq!(comment_call("get_issue", &with(json!({"index": 8}))), None);
-        assert_eq!(comment_call("add_comment", &json!({"owner": "acme", "issue_number": 1})), None);
+        assert_eq!(
+            comment_call("add_comment", &json!({"owner": "acme", "issue_number": 1})),
+            None
+        );
     }
 
     #[test]

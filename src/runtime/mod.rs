@@ -150,7 +150,11 @@ pub trait ReplyVerifier: Send + Sync + 'static {
     }
 
     /// Whether `author` may trigger work on the resource's repository.
-    fn may_trigger(&self, resource_key: String, author: String) -> BoxFuture<'static, TriggerCheck> {
+    fn may_trigger(
+        &self,
+        resource_key: String,
+        author: String,
+    ) -> BoxFuture<'static, TriggerCheck> {
         let _ = (resource_key, author);
         Box::pin(async { TriggerCheck::Allowed })
     }

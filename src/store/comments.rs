@@ -79,36 +79,43 @@ pub struct DueReceipt {
 }
 
 /// Receipts due at `at` (pending or left `posting` by a crash), oldest first.
-pub fn due_receipts(conn: &mut DbConn, at: &str, limit: i64) -> Result<Vec<DueReceipt>, StoreError> {
-    let rows: Vec<(Comment, String, String, Option<i64>, Option<String>)> =
-        with_conn!(conn, |c| comments::table
-            .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
-            .filter(comments::kind.eq("receipt"))
-            .filter(comments::status.eq_any(["pending", "posting"]))
-            .filter(
-                comments::next_attempt_at
-                    .is_null()
-                    .or(comments::next_attempt_at.le(at)),
-            )
-            .order(comments::created_at.asc())
-            .limit(limit)
-            .select((
-                Comment::as_select(),
-                tasks::state,
-                tasks::author,
-                tasks::comment_id,
-                tasks::error_code,
-            ))
-            .load(c))?;
+pub fn due_receipts(
+    conn: &mut DbConn,
+    at: &str,
+    limit: i64,
+) -> Result<Vec<DueReceipt>, StoreError> {
+    /// A receipt row with its task's state, author, trigger comment and error code.
+    type Row = (Comment, String, String, Option<i64>, Option<String>);
+    let rows: Vec<Row> = with_conn!(conn, |c| comments::table
+        .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
+        .filter(comments::kind.eq("receipt"))
+        .filter(comments::status.eq_any(["pending", "posting"]))
+        .filter(
+            comments::next_attempt_at
+                .is_null()
+                .or(comments::next_attempt_at.le(at)),
+        )
+        .order(comments::created_at.asc())
+        .limit(limit)
+        .select((
+            Comment::as_select(),
+            tasks::state,
+            tasks::author,
+            tasks::comment_id,
+            tasks::error_code,
+        ))
+        .load(c))?;
     Ok(rows
         .into_iter()
-        .map(|(row, state, author, trigger_comment_id, error_code)| DueReceipt {
-            row,
-            state,
-            author,
-            trigger_comment_id,
-            error_code,
-        })
+        .map(
+            |(row, state, author, trigger_comment_id, error_code)| DueReceipt {
+                row,
+                state,
+                author,
+                trigger_comment_id,
+                error_code,
+            },
+        )
         .collect())
 }
 

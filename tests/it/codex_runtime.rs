@@ -5,7 +5,6 @@
 
 use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
-use crate::support::*;
 use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
 use codex_bridge::runtime::{AgentRuntime, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
 use futures_util::StreamExt;
@@ -214,74 +213,6 @@ async fn an_interrupt_ends_a_hanging_turn() {
         matches!(events.last(), Some(TurnEvent::Interrupted { .. })),
         "{events:?}"
     );
-}
-
-#[test]
-fn the_server_runs_a_comment_through_the_real_app_server() {
-    let model = FakeModel::start();
-    model.set_default(Step::message("Here is what I found."));
-    let home = CodexHome::new(&model);
-    let sim = crate::gitsim::GitSim::start(Some(GITEA_TOKEN));
-    sim.create_repo("acme", "widgets");
-    let s = ServerBuilder::new(Db::Sqlite)
-        .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
-        .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
-        .env("CODEX_BRIDGE_CODEX_HOME", home.path().to_str().unwrap())
-        .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
-        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
-        .start();
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&comment_body(1, "@ccbot what is flaky here?", "widgets", 1))
-            .unwrap();
-    v["repository"]["clone_url"] = sim.clone_url("acme", "widgets").into();
-    v["repository"]["default_branch"] = "main".into();
-    let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-    let r = s.webhook(
-        &gitea_headers("codex-1", "issue_comment", "issue_comment", &body),
-        &body,
-    );
-    assert_eq!(r.status, 202, "{:?}", r.json);
-    let task = r.json["taskId"].as_str().unwrap().to_owned();
-    // Without the Gitea client a reply cannot be proven yet: failed_reply, never a claimed success.
-    wait_task_state(&s.db_url, &task, "failed_reply", Duration::from_secs(60));
-    let mut c = s.db();
-    let detail = codex_bridge::store::tasks::detail(&mut c, &task)
-        .unwrap()
-        .unwrap();
-    assert_eq!(detail.turns.len(), 1);
-    assert_eq!(
-        detail.turns[0].final_text.as_deref(),
-        Some("Here is what I found.")
-    );
-    assert!(detail.task.thread_id.is_some());
-    // Codex echoed our operation id on the user message: delivery confirmed.
-    assert_eq!(detail.ledger.len(), 1);
-    assert_eq!(detail.ledger[0].status, "sent");
-    assert_eq!(
-        detail.ledger[0].turn_id,
-        Some(detail.turns[0].turn_id.clone())
-    );
-    let path: Vec<&str> = detail
-        .transitions
-        .iter()
-        .map(|t| t.to_state.as_str())
-        .collect();
-    assert_eq!(
-        path,
-        [
-            "received",
-            "queued",
-            "leased",
-            "running",
-            "verifying_reply",
-            "failed_reply"
-        ]
-    );
-    // The model got the comment's text with our operation id as the client message id.
-    let body = model.requests().pop().unwrap();
-    assert!(crate::fakemodel::user_texts(&body)
-        .iter()
-        .any(|t| t.contains("what is flaky here")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

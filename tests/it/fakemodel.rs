@@ -312,7 +312,68 @@ async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
             None => script.default.clone(),
         }
     };
-    answer(&state, step, &tools, Duration::ZERO).await
+    let marker = state
+        .requests
+        .lock()
+        .unwrap()
+        .last()
+        .and_then(|r| {
+            user_texts(r)
+                .iter()
+                .rev()
+                .find_map(|t| find_marker(t).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    answer(&state, fill(step, &marker), &tools, Duration::ZERO).await
+}
+
+/// The codex-bridge reply marker in a prompt, if any.
+pub fn find_marker(text: &str) -> Option<&str> {
+    let start = text.rfind("<!-- codex-bridge task=")?;
+    let end = text[start..].find("-->")? + start + 3;
+    Some(&text[start..end])
+}
+
+/// Replaces `{{marker}}` in a step's texts and call arguments with the reply
+/// marker the bridge put into the prompt (as a real model would copy it).
+fn fill(step: Step, marker: &str) -> Step {
+    fn fill_value(v: Value, marker: &str) -> Value {
+        match v {
+            Value::String(s) => Value::String(s.replace("{{marker}}", marker)),
+            Value::Array(a) => Value::Array(a.into_iter().map(|x| fill_value(x, marker)).collect()),
+            Value::Object(o) => Value::Object(
+                o.into_iter()
+                    .map(|(k, x)| (k, fill_value(x, marker)))
+                    .collect(),
+            ),
+            other => other,
+        }
+    }
+    match step {
+        Step::Reply(items) => Step::Reply(
+            items
+                .into_iter()
+                .map(|item| match item {
+                    Item::Message { text, chunks } => Item::Message {
+                        text: text.replace("{{marker}}", marker),
+                        chunks,
+                    },
+                    Item::FunctionCall {
+                        namespace,
+                        name,
+                        arguments,
+                    } => Item::FunctionCall {
+                        namespace,
+                        name,
+                        arguments: fill_value(arguments, marker),
+                    },
+                    other => other,
+                })
+                .collect(),
+        ),
+        Step::Delayed(d, step) => Step::Delayed(d, Box::new(fill(*step, marker))),
+        other => other,
+    }
 }
 
 async fn answer(state: &State, step: Step, tools: &[String], delay: Duration) -> HttpResponse {

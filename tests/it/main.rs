@@ -8,6 +8,7 @@ mod cli;
 mod codex_runtime;
 mod codex_smoke;
 mod codexhome;
+mod e2e;
 mod fakemodel;
 mod giteasim;
 mod giteasim_selftest;
