@@ -462,3 +462,40 @@ fn e2e_a_pull_request_comment_runs_on_the_pr_head_branch() {
         1
     );
 }
+
+#[test]
+fn e2e_permission_is_checked_again_when_the_task_starts() {
+    let l = Loop::start();
+    // Intake paused: the task is accepted and acknowledged, but waits.
+    let pause = json!({"requestId": "p-1", "reason": "maintenance"});
+    assert_eq!(
+        l.server
+            .admin_post("/api/gitea-workflow/control/pause", &pause)
+            .status,
+        200
+    );
+    let task = l.comment("bob", l.issue, "@ccbot fix it");
+    l.wait_receipts(&task);
+    assert_eq!(
+        l.bot_comments(l.issue, &format!("receipt={task}:status:received"))
+            .len(),
+        1
+    );
+    // Bob loses write access before the task starts.
+    l.sim.set_permission("acme", "widgets", "bob", Perm::Read);
+    let resume = json!({"requestId": "r-1", "reason": "done"});
+    assert_eq!(
+        l.server
+            .admin_post("/api/gitea-workflow/control/resume", &resume)
+            .status,
+        200
+    );
+    l.wait(&task, "rejected");
+    l.wait_receipts(&task);
+    assert_eq!(
+        l.bot_comments(l.issue, &format!("receipt={task}:status:rejected"))
+            .len(),
+        1
+    );
+    assert!(l.model.requests().is_empty(), "no turn ran");
+}

@@ -10,6 +10,7 @@ mod codex_smoke;
 mod codexhome;
 mod e2e;
 mod fakemodel;
+mod gitea_client;
 mod giteasim;
 mod giteasim_selftest;
 mod gitsim;
