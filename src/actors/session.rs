@@ -247,6 +247,7 @@ impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         self.normal = LaneState::default();
         self.steer = LaneState::default();
+        crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
             h.status = "restarting".into();
@@ -632,6 +633,8 @@ async fn consume(
     mut events: futures_util::stream::BoxStream<'static, TurnEvent>,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
+    // Observed when this returns: the task settled (or the pass ended in a fault).
+    let _turn_timer = crate::metrics::TurnTimer::start();
     if let Ok(mut a) = ctx.active.lock() {
         a.thread_id = Some(thread.clone());
         a.turn_id = Some(turn_id.clone());
@@ -1092,6 +1095,11 @@ async fn verify(
             final_text,
         })
         .await;
+    crate::metrics::reply_verification(match &check {
+        ReplyCheck::Confirmed { .. } => "confirmed",
+        ReplyCheck::Missing => "missing",
+        ReplyCheck::Unknown(_) => "unknown",
+    });
     match check {
         ReplyCheck::Confirmed { .. } => {
             settle(

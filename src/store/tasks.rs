@@ -182,6 +182,7 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
         .meta(serde_json::json!({ "stateVersion": row.state_version, "reason": row.reason }));
     event.error_code = row.error_code;
     audit::record(conn, &event)?;
+    crate::metrics::transition_written(row.to_state);
     Ok(())
 }
 
