@@ -29,8 +29,10 @@ fn parse_value(s: &str) -> Option<f64> {
     }
 }
 
+type Labels = Vec<(String, String)>;
+
 /// Parses `{a="x",b="y"}` at the start of `s`; returns the labels and the rest.
-fn parse_labels(s: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
     let mut labels = Vec::new();
     let mut rest = s.strip_prefix('{').ok_or("no {")?;
     loop {
