@@ -72,6 +72,9 @@ fn a_signed_webhook_through_nginx_over_tls_arrives_intact_with_the_forwarded_cli
         ),
         1
     );
+    s.wait_for("the webhook in the server's log", || {
+        !request_lines(&s.logs(), "/api/gitea/webhook").is_empty()
+    });
     let lines = request_lines(&s.logs(), "/api/gitea/webhook");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
@@ -88,6 +91,9 @@ fn a_signed_webhook_through_nginx_over_tls_arrives_intact_with_the_forwarded_cli
     let (headers, body) = signed_webhook("plain-delivery-1", 9102, 8192);
     let r = nginx.http_request("POST", "/api/gitea/webhook", &headers, &body);
     assert_eq!(r.status, 202, "{}", r.text());
+    s.wait_for("the second webhook in the server's log", || {
+        request_lines(&s.logs(), "/api/gitea/webhook").len() == 2
+    });
     let logs = s.logs();
     let lines = request_lines(&logs, "/api/gitea/webhook");
     assert!(
@@ -217,11 +223,26 @@ fn metrics_are_not_reachable_through_nginx() {
     let r = nginx.https_request("GET", "/api/gitea-workflow/overview", &token, b"");
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(s.admin_get("/metrics").status, 200);
+    s.wait_for("the direct /metrics request in the log", || {
+        !request_lines(&s.logs(), "/metrics").is_empty()
+    });
+    let lines = request_lines(&s.logs(), "/metrics");
+    assert_eq!(
+        lines.len(),
+        1,
+        "only the direct request reached the server: {lines:?}"
+    );
+    assert!(lines[0].contains("peer_ip=127.0.0.1 "), "{}", lines[0]);
+    let logs = s.logs();
+    let proxied: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains(&format!("peer_ip={} ", Nginx::PROXY_ADDR)))
+        .filter(|l| l.contains("request finished"))
+        .collect();
+    assert!(!proxied.is_empty(), "the overview came through nginx");
     assert!(
-        request_lines(&s.logs(), "/metrics")
-            .iter()
-            .all(|l| l.contains("peer_ip=127.0.0.1")),
-        "a /metrics request came through nginx"
+        proxied.iter().all(|l| !l.contains("etrics")),
+        "a metrics path was proxied: {proxied:#?}"
     );
 }
 

@@ -240,7 +240,17 @@ fn metrics_need_the_admin_token_on_the_main_listener() {
 
 #[test]
 fn webhooks_move_the_counters_the_histogram_and_the_queue_gauge() {
-    let s = ServerBuilder::new(Db::Sqlite)
+    webhooks_move_the_metrics(Db::Sqlite);
+}
+
+/// Several writer threads: each counts its own commits.
+#[test]
+fn webhooks_move_the_counters_the_histogram_and_the_queue_gauge_postgres() {
+    webhooks_move_the_metrics(Db::Postgres);
+}
+
+fn webhooks_move_the_metrics(db: Db) {
+    let s = ServerBuilder::new(db)
         .env("CODEX_BRIDGE_MAX_BODY_BYTES", "16384")
         .start();
     let before = scrape(&s.url("/metrics"), Some(ADMIN_TOKEN));
