@@ -91,19 +91,16 @@ fn start_actors(
                 "agent_runtime = codex: replies cannot be verified in Gitea yet (the Gitea client comes \
                  next), so finished turns end failed_reply"
             );
-            (
-                Arc::new(CodexRuntime::new(CodexSettings {
-                    codex_bin: config.codex_bin.clone(),
-                    codex_home: config.codex_home.clone(),
-                    approval_policy: "never".into(),
-                    sandbox: "danger-full-access".into(),
-                    developer_instructions: developer_instructions(&config.bot_login),
-                    thread_config,
-                    env,
-                    request_timeout: std::time::Duration::from_secs(30),
-                })),
-                Arc::new(NoVerifier),
-            )
+            let codex = CodexRuntime::new(CodexSettings {
+                codex_bin: config.codex_bin.clone(),
+                codex_home: config.codex_home.clone(),
+                developer_instructions: developer_instructions(&config.bot_login),
+                thread_config,
+                env,
+                request_timeout: std::time::Duration::from_secs(30),
+            });
+            codex.audit_to(store.clone());
+            (Arc::new(codex), Arc::new(NoVerifier))
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(

@@ -145,6 +145,20 @@ pub const KEYS: &[(&str, &str)] = &[
          X-Forwarded-Proto are believed, e.g. [\"127.0.0.1\", \"::1\"] (a TOML array, or a JSON \
          array or comma-separated list in the environment; default none: the peer address counts)",
     ),
+    (
+        "approval_policy",
+        "when Codex asks before acting: never, on-request, on-failure or untrusted (default never)",
+    ),
+    (
+        "sandbox",
+        "what Codex's commands may touch: read-only, workspace-write or danger-full-access \
+         (default danger-full-access)",
+    ),
+    (
+        "repositories",
+        "per-repository overrides of approval_policy, sandbox and turn_timeout_secs: a table keyed \
+         by owner/name (a JSON object in the environment)",
+    ),
 ];
 
 const SECRET_KEYS: &[&str] = &["webhook_secret", "gitea_token", "admin_token"];
@@ -211,6 +225,10 @@ pub struct Config {
     pub lease_ttl_secs: u64,
     pub turn_timeout_secs: u64,
     pub approval_timeout_secs: u64,
+    /// Thread policy of every repository without an override.
+    pub default_policy: RepoPolicy,
+    /// Overrides by lower-case `owner/name`.
+    pub repositories: BTreeMap<String, RepoPolicy>,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,
@@ -296,6 +314,8 @@ impl Config {
                     toml::Value::String(s) => s,
                     toml::Value::Integer(i) => i.to_string(),
                     toml::Value::Boolean(b) => b.to_string(),
+                    // Tables (repositories) travel as JSON text, as in the environment.
+                    toml::Value::Table(t) => serde_json::to_string(&t).unwrap_or_default(),
                     // Arrays (gitea_mcp_args) travel as JSON text, as in the environment.
                     toml::Value::Array(items) => serde_json::to_string(
                         &items
@@ -468,6 +488,22 @@ impl Config {
             1,
             604_800,
         )? as u64;
+        let default_policy = RepoPolicy {
+            approval_policy: match take("approval_policy") {
+                Some(p) => parse_approval_policy(&p).map_err(|e| invalid("approval_policy", e))?,
+                None => "never".into(),
+            },
+            sandbox: match take("sandbox") {
+                Some(p) => parse_sandbox(&p).map_err(|e| invalid("sandbox", e))?,
+                None => "danger-full-access".into(),
+            },
+            turn_timeout: Duration::from_secs(turn_timeout_secs),
+        };
+        let repositories = match take("repositories") {
+            Some(text) => parse_repositories(&text, &default_policy)
+                .map_err(|e| invalid("repositories", e))?,
+            None => BTreeMap::new(),
+        };
         let lease_ttl_secs =
             parse_num("lease_ttl_secs", take("lease_ttl_secs"), 60, 1, 86_400)? as u64;
         let lease_heartbeat_secs = parse_num(
@@ -554,6 +590,8 @@ impl Config {
             lease_ttl_secs,
             turn_timeout_secs,
             approval_timeout_secs,
+            default_policy,
+            repositories,
             lease_heartbeat_secs,
             session_idle_secs,
             retry_backoff_secs,
@@ -575,6 +613,10 @@ impl Config {
         s.sweep = Duration::from_millis(self.scheduler_sweep_ms);
         s.turn_timeout = Duration::from_secs(self.turn_timeout_secs);
         s.approval_timeout = Duration::from_secs(self.approval_timeout_secs);
+        s.turn_timeout = self.default_policy.turn_timeout;
+        s.approval_policy = self.default_policy.approval_policy.clone();
+        s.sandbox = self.default_policy.sandbox.clone();
+        s.repositories = std::sync::Arc::new(self.repositories.clone());
         s
     }
 
@@ -772,6 +814,88 @@ fn check_secret(key: &'static str, s: &SecretString) -> Result<(), ConfigError> 
         ));
     }
     Ok(())
+}
+
+/// How Codex works in one repository (DESIGN §7): the thread's approval
+/// policy and sandbox, and the turn deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoPolicy {
+    pub approval_policy: String,
+    pub sandbox: String,
+    pub turn_timeout: Duration,
+}
+
+fn parse_approval_policy(p: &str) -> Result<String, String> {
+    match p {
+        "never" | "on-request" | "on-failure" | "untrusted" => Ok(p.to_owned()),
+        _ => Err(format!(
+            "`{p}` is not an approval policy; expected never, on-request, on-failure or untrusted"
+        )),
+    }
+}
+
+fn parse_sandbox(p: &str) -> Result<String, String> {
+    match p {
+        "read-only" | "workspace-write" | "danger-full-access" => Ok(p.to_owned()),
+        _ => Err(format!(
+            "`{p}` is not a sandbox mode; expected read-only, workspace-write or danger-full-access"
+        )),
+    }
+}
+
+/// `{"owner/name": {"approval_policy"?, "sandbox"?, "turn_timeout_secs"?}}`;
+/// what an entry leaves out comes from the global keys.
+fn parse_repositories(
+    text: &str,
+    default: &RepoPolicy,
+) -> Result<BTreeMap<String, RepoPolicy>, String> {
+    let table: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|_| {
+            "expected a table keyed by owner/name, e.g. [repositories.\"acme/app\"] with \
+             approval_policy = \"untrusted\""
+                .to_owned()
+        })?;
+    let mut out = BTreeMap::new();
+    for (repo, entry) in table {
+        let valid_name = repo
+            .split_once('/')
+            .is_some_and(|(o, n)| is_gitea_name(o) && is_gitea_name(n) && n != ".." && o != "..");
+        if !valid_name {
+            return Err(format!("`{repo}` is not owner/name"));
+        }
+        let serde_json::Value::Object(fields) = entry else {
+            return Err(format!("`{repo}`: expected a table"));
+        };
+        let mut policy = default.clone();
+        for (k, v) in fields {
+            match (k.as_str(), &v) {
+                ("approval_policy", serde_json::Value::String(p)) => {
+                    policy.approval_policy = parse_approval_policy(p).map_err(|e| format!("`{repo}`: {e}"))?;
+                }
+                ("sandbox", serde_json::Value::String(p)) => {
+                    policy.sandbox = parse_sandbox(p).map_err(|e| format!("`{repo}`: {e}"))?;
+                }
+                ("turn_timeout_secs", v) => {
+                    let secs = v
+                        .as_u64()
+                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                        .filter(|s| (1..=604_800).contains(s))
+                        .ok_or_else(|| {
+                            format!("`{repo}`: turn_timeout_secs must be a number of seconds from 1 to 604800")
+                        })?;
+                    policy.turn_timeout = Duration::from_secs(secs);
+                }
+                (other, _) => {
+                    return Err(format!(
+                        "`{repo}`: unknown or mistyped key `{other}` (known: approval_policy, sandbox, \
+                         turn_timeout_secs)"
+                    ))
+                }
+            }
+        }
+        out.insert(repo.to_ascii_lowercase(), policy);
+    }
+    Ok(out)
 }
 
 fn parse_num(
@@ -975,6 +1099,76 @@ mod tests {
         assert!(err.to_string().contains("metrics_listen"), "{err}");
         let c = Config::from_sources(None, &env(&[])).unwrap();
         assert!(c.trusted_proxies.is_empty() && c.metrics_listen.is_none());
+    }
+
+    #[test]
+    fn repositories_override_the_thread_policy_per_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "sandbox = \"workspace-write\"\nturn_timeout_secs = 100\n\
+             [repositories.\"Acme/Payments\"]\napproval_policy = \"untrusted\"\n\
+             turn_timeout_secs = 7\n",
+        )
+        .unwrap();
+        let c = Config::from_sources(Some(&path), &env(&[])).unwrap();
+        let s = c.actor_settings();
+        let strict = s.policy_for("acme", "payments");
+        assert_eq!(strict.approval_policy, "untrusted");
+        // Left out of the entry: from the global keys.
+        assert_eq!(strict.sandbox, "workspace-write");
+        assert_eq!(strict.turn_timeout, Duration::from_secs(7));
+        let other = s.policy_for("acme", "web");
+        assert_eq!(other.approval_policy, "never");
+        assert_eq!(other.sandbox, "workspace-write");
+        assert_eq!(other.turn_timeout, Duration::from_secs(100));
+
+        // The environment takes JSON and wins over the file.
+        let c = Config::from_sources(
+            Some(&path),
+            &env(&[(
+                "CODEX_BRIDGE_REPOSITORIES",
+                r#"{"acme/web": {"sandbox": "read-only"}}"#,
+            )]),
+        )
+        .unwrap();
+        assert_eq!(
+            c.actor_settings().policy_for("acme", "web").sandbox,
+            "read-only"
+        );
+        assert_eq!(
+            c.actor_settings()
+                .policy_for("acme", "payments")
+                .approval_policy,
+            "never"
+        );
+
+        for (bad, names) in [
+            (r#"{"acme/web": {"sandbox": "yolo"}}"#, "sandbox mode"),
+            (
+                r#"{"acme/web": {"approval": "never"}}"#,
+                "unknown or mistyped key `approval`",
+            ),
+            (r#"{"../etc": {}}"#, "is not owner/name"),
+            (
+                r#"{"acme/web": {"turn_timeout_secs": 0}}"#,
+                "turn_timeout_secs",
+            ),
+            ("[1, 2]", "table keyed by owner/name"),
+        ] {
+            let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_REPOSITORIES", bad)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("repositories") && err.contains(names),
+                "{bad}: {err}"
+            );
+        }
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_APPROVAL_POLICY", "always")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("approval_policy"), "{err}");
     }
 
     #[test]

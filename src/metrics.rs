@@ -38,6 +38,10 @@ pub const VERIFICATION_OUTCOMES: &[&str] = &["confirmed", "missing", "unknown"];
 const ACCEPT_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
+/// Buckets of the bridge's own completion-to-commit time per turn.
+const SETTLE_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
 /// Buckets of a turn's duration: seconds to the 30-minute default timeout and beyond.
 const TURN_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
@@ -121,6 +125,7 @@ struct Registry {
     verifications: LabelledCounter,
     accept: Histogram,
     turn: Histogram,
+    settle: Histogram,
     turns_in_progress: AtomicU64,
     started_at: f64,
 }
@@ -134,6 +139,7 @@ fn registry() -> &'static Registry {
         verifications: LabelledCounter::new(VERIFICATION_OUTCOMES),
         accept: Histogram::new(ACCEPT_BUCKETS),
         turn: Histogram::new(TURN_BUCKETS),
+        settle: Histogram::new(SETTLE_BUCKETS),
         turns_in_progress: AtomicU64::new(0),
         started_at: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -184,6 +190,12 @@ pub fn actor_restart(kind: &str) {
 /// A reply was verified in Gitea (`outcome`: one of [`VERIFICATION_OUTCOMES`]).
 pub fn reply_verification(outcome: &str) {
     registry().verifications.add(outcome, 1);
+}
+
+/// The bridge's own cost of one finished turn: from the runtime's completion
+/// reaching the session actor to the result being committed.
+pub fn turn_settle(took: Duration) {
+    registry().settle.observe(took.as_secs_f64());
 }
 
 /// Times one turn from its start until it settles (or its pass ends): drop it
@@ -336,6 +348,12 @@ pub fn render(g: &Gauges) -> String {
         "Time from a turn's start until its task settled.",
         TURN_BUCKETS,
         &r.turn.snapshot(),
+    );
+    e.histogram(
+        "codex_bridge_turn_settle_seconds",
+        "The bridge's own time from a turn's completion event to its result being committed.",
+        SETTLE_BUCKETS,
+        &r.settle.snapshot(),
     );
     e.head(
         "codex_bridge_turns_in_progress",

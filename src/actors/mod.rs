@@ -11,10 +11,13 @@ pub mod health;
 pub mod registry;
 pub mod repo;
 pub mod session;
+pub mod timing;
 mod workspaces;
 
+use crate::config::RepoPolicy;
 use crate::runtime::{AgentRuntime, ReplyVerifier};
 use crate::store::Store;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +46,12 @@ pub struct ActorSettings {
     pub interrupt_grace: Duration,
     /// An approval nobody decides within this is declined (DESIGN §7).
     pub approval_timeout: Duration,
+    /// The thread's approval policy where no repository override says otherwise.
+    pub approval_policy: String,
+    /// The thread's sandbox where no repository override says otherwise.
+    pub sandbox: String,
+    /// Per-repository policies by lower-case `owner/name` (config `repositories`).
+    pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
 }
 
 impl ActorSettings {
@@ -64,7 +73,23 @@ impl ActorSettings {
             turn_timeout: Duration::from_secs(1800),
             interrupt_grace: Duration::from_secs(15),
             approval_timeout: Duration::from_secs(600),
+            approval_policy: "never".into(),
+            sandbox: "danger-full-access".into(),
+            repositories: Arc::new(BTreeMap::new()),
         }
+    }
+
+    /// How Codex works in `owner/name`: its override, else the defaults.
+    pub fn policy_for(&self, owner: &str, name: &str) -> RepoPolicy {
+        let key = format!("{owner}/{name}").to_ascii_lowercase();
+        self.repositories
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| RepoPolicy {
+                approval_policy: self.approval_policy.clone(),
+                sandbox: self.sandbox.clone(),
+                turn_timeout: self.turn_timeout,
+            })
     }
 }
 

@@ -453,7 +453,8 @@ async fn normal_pass(
                 .workspaces
                 .path_for(&owner, &name)
                 .unwrap_or_else(|_| PathBuf::from("."));
-            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd).await
+            let policy = deps.settings.policy_for(&owner, &name);
+            run_turn(&ctx, session.and_then(|s| s.thread_id), cwd, policy).await
         }
         TaskState::CancelRequested if ctx.task.turn_id.is_none() => {
             settle(
@@ -498,6 +499,7 @@ async fn run_turn(
     ctx: &TurnCtx,
     thread_id: Option<String>,
     cwd: PathBuf,
+    policy: crate::config::RepoPolicy,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
@@ -507,6 +509,8 @@ async fn run_turn(
             session_key: ctx.task.session_key.clone(),
             thread_id: thread_id.clone(),
             cwd: cwd.clone(),
+            approval_policy: policy.approval_policy.clone(),
+            sandbox: policy.sandbox.clone(),
         })
         .await;
     let thread = match thread {
@@ -551,7 +555,8 @@ async fn run_turn(
             deps.store
                 .write(move |c| scheduling::record_turn_started(c, &id, &th, &tu, "normal", &op))
                 .await?;
-            consume(ctx, thread, turn.turn_id, turn.events).await
+            let deadline = tokio::time::Instant::now() + policy.turn_timeout;
+            consume(ctx, thread, turn.turn_id, turn.events, deadline).await
         }
         Err(e @ (RuntimeError::Unavailable(_) | RuntimeError::Refused(_))) => {
             let id = task_id.clone();
@@ -631,6 +636,7 @@ async fn consume(
     thread: String,
     turn_id: String,
     mut events: futures_util::stream::BoxStream<'static, TurnEvent>,
+    turn_deadline: tokio::time::Instant,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     // Observed when this returns: the task settled (or the pass ended in a fault).
@@ -645,7 +651,6 @@ async fn consume(
     let mut last_seq = 0;
     // Why we are stopping the turn, and until when we wait for it to confirm.
     let mut stopping: Option<(Stop, tokio::time::Instant)> = None;
-    let turn_deadline = tokio::time::Instant::now() + deps.settings.turn_timeout;
     loop {
         let next = match stopping {
             None => {
@@ -723,6 +728,7 @@ async fn consume(
                     .await?;
             }
             Some(TurnEvent::Completed { seq, final_text }) => {
+                let arrived = std::time::Instant::now();
                 // The final text and the move to verification, in one commit.
                 let (tu, text, id) = (
                     turn_id.clone(),
@@ -749,6 +755,7 @@ async fn consume(
                         )
                     })
                     .await?;
+                super::timing::record_turn_settle(arrived.elapsed());
                 return verify(ctx, turn_id, final_text).await;
             }
             Some(TurnEvent::Failed { seq, error }) => {

@@ -69,10 +69,6 @@ pub struct CodexSettings {
     pub codex_bin: PathBuf,
     /// The CODEX_HOME given to the app-server.
     pub codex_home: PathBuf,
-    /// `never`, `on-request` or `untrusted`.
-    pub approval_policy: String,
-    /// `read-only`, `workspace-write` or `danger-full-access`.
-    pub sandbox: String,
     /// Developer instructions of every thread.
     pub developer_instructions: String,
     /// Dotted thread config (`mcp_servers.gitea.command`, …).
@@ -89,8 +85,6 @@ impl std::fmt::Debug for CodexSettings {
         f.debug_struct("CodexSettings")
             .field("codex_bin", &self.codex_bin)
             .field("codex_home", &self.codex_home)
-            .field("approval_policy", &self.approval_policy)
-            .field("sandbox", &self.sandbox)
             .field("thread_config", &self.thread_config)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .finish_non_exhaustive()
@@ -134,6 +128,8 @@ struct Inner {
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     failures: Mutex<(u32, Option<Instant>)>,
     downgrades: Arc<Mutex<Vec<String>>>,
+    /// The audit log for the runtime's own events (set by [`CodexRuntime::audit_to`]).
+    audit: Arc<std::sync::OnceLock<crate::store::Store>>,
 }
 
 /// The Codex runtime. Cloning shares the process.
@@ -161,8 +157,16 @@ impl CodexRuntime {
                 sinks: Arc::new(Mutex::new(HashMap::new())),
                 failures: Mutex::new((0, None)),
                 downgrades: Arc::new(Mutex::new(Vec::new())),
+                audit: Arc::new(std::sync::OnceLock::new()),
             }),
         }
+    }
+
+    /// Where the runtime's own events go (`capability_downgrade`, declined
+    /// server requests): the audit log of `store`. Set once; later calls are
+    /// ignored.
+    pub fn audit_to(&self, store: crate::store::Store) {
+        let _ = self.inner.audit.set(store);
     }
 
     /// Ends the app-server process (an interrupt that was never confirmed,
@@ -337,6 +341,7 @@ impl CodexRuntime {
             self.inner.sinks.clone(),
             self.inner.approvals.clone(),
             self.inner.mcp.clone(),
+            self.inner.audit.clone(),
         ));
 
         let timeout = s.request_timeout;
@@ -361,6 +366,11 @@ impl CodexRuntime {
             if let Ok(mut d) = self.inner.downgrades.lock() {
                 d.push(format!("collaborationMode/list: {e}"));
             }
+            audit_event(
+                &self.inner.audit,
+                "capability_downgrade",
+                json!({ "probe": "collaborationMode/list", "error": e.to_string() }),
+            );
         }
         tracing::info!(codex_home = %s.codex_home.display(), "codex app-server started");
         Ok(Live {
@@ -405,6 +415,7 @@ async fn route(
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     approvals: Pending,
     mcp: Arc<McpStatus>,
+    audit: Arc<std::sync::OnceLock<crate::store::Store>>,
 ) {
     while let Some(msg) = incoming.recv().await {
         match msg {
@@ -554,25 +565,17 @@ async fn route(
                     }),
                     _ => None,
                 };
-                match routed {
-                    Some(_) => {}
-                    None => {
-                        let answer = match kind {
-                            Some("mcp_tool") => {
-                                conn.respond(&id, json!({ "action": "decline", "content": null }))
-                            }
-                            Some(_) => conn.respond(&id, json!({ "decision": "decline" })),
-                            None => conn.respond_error(
-                                &id,
-                                -32601,
-                                "codex-bridge does not handle this request",
-                            ),
-                        };
-                        tracing::warn!(method = %method, "declined a request from the app-server (no turn to ask about it)");
-                        if let Err(e) = answer {
-                            tracing::warn!(error = %e, "could not answer the app-server");
-                        }
+                if routed.is_none() {
+                    let (answer, why) = decline(&conn, &id, &method, kind.is_some());
+                    tracing::warn!(method = %method, why, "declined a request from the app-server");
+                    if let Err(e) = answer {
+                        tracing::warn!(error = %e, "could not answer the app-server");
                     }
+                    audit_event(
+                        &audit,
+                        "codex.server_request_declined",
+                        json!({ "method": method, "threadId": thread, "why": why }),
+                    );
                 }
             }
             Incoming::Closed => {
@@ -585,6 +588,82 @@ async fn route(
             }
         }
     }
+}
+
+/// Answers a server request codex-bridge will not grant, explicitly, so no
+/// turn waits on it: each known type gets its own "no" in its own shape, and
+/// anything else a JSON-RPC error. Returns the send result and why.
+fn decline(
+    conn: &RpcConnection,
+    id: &Value,
+    method: &str,
+    approval: bool,
+) -> (Result<(), RpcError>, &'static str) {
+    let no_turn = "no turn of codex-bridge is waiting for it";
+    match method {
+        "mcpServer/elicitation/request" => (
+            conn.respond(id, json!({ "action": "decline", "content": null })),
+            no_turn,
+        ),
+        _ if approval => (conn.respond(id, json!({ "decision": "decline" })), no_turn),
+        // Legacy approval shapes (v1): the review decision is `denied`.
+        "execCommandApproval" | "applyPatchApproval" => (
+            conn.respond(id, json!({ "decision": "denied" })),
+            "legacy approval request; codex-bridge answers the v2 ones",
+        ),
+        "item/permissions/requestApproval" => (
+            conn.respond(id, json!({ "permissions": {}, "scope": "turn" })),
+            "extra permissions are not granted from a comment",
+        ),
+        "item/tool/requestUserInput" => (
+            conn.respond(id, json!({ "answers": {} })),
+            "no person answers questions inside a turn; ask in the reply instead",
+        ),
+        "item/tool/call" => (
+            conn.respond(
+                id,
+                json!({
+                    "contentItems": [{ "type": "inputText", "text": "codex-bridge offers no dynamic tools" }],
+                    "success": false,
+                }),
+            ),
+            "codex-bridge registers no dynamic tools",
+        ),
+        "account/chatgptAuthTokens/refresh" | "attestation/generate" => (
+            conn.respond_error(id, -32601, "codex-bridge does not provide this"),
+            "codex-bridge does not provide account tokens or attestations",
+        ),
+        _ => (
+            conn.respond_error(id, -32601, "codex-bridge does not handle this request"),
+            "unknown request type",
+        ),
+    }
+}
+
+/// Appends one of the runtime's own events to the audit log, if one is set,
+/// without holding up the caller.
+fn audit_event(
+    audit: &std::sync::OnceLock<crate::store::Store>,
+    action: &'static str,
+    meta: Value,
+) {
+    let Some(store) = audit.get().cloned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let written = store
+            .write(move |c| {
+                crate::store::audit::record(
+                    c,
+                    &crate::store::audit::Audit::new(action, "codex").meta(meta.clone()),
+                )
+                .map(|_| ())
+            })
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(action, error = %e, "could not audit a codex runtime event");
+        }
+    });
 }
 
 /// The last agent message among a turn's items.
@@ -616,8 +695,8 @@ impl AgentRuntime for CodexRuntime {
             let s = &this.inner.settings;
             let mut params = json!({
                 "cwd": req.cwd,
-                "approvalPolicy": s.approval_policy,
-                "sandbox": s.sandbox,
+                "approvalPolicy": req.approval_policy,
+                "sandbox": req.sandbox,
                 "developerInstructions": s.developer_instructions,
             });
             if !s.thread_config.is_empty() {
@@ -842,8 +921,6 @@ mod tests {
         let settings = CodexSettings {
             codex_bin: "codex".into(),
             codex_home: "/tmp/h".into(),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
             developer_instructions: String::new(),
             thread_config: mcp.thread_config(),
             env: vec![(
@@ -854,5 +931,119 @@ mod tests {
         };
         assert!(!format!("{settings:?}").contains("tok-very-secret"));
         assert!(!config.to_string().contains("tok-very-secret"));
+    }
+
+    /// Every server request codex-bridge does not route to a turn gets an
+    /// answer in its own shape (or a JSON-RPC error), and an audit event.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_unrouted_server_request_is_answered_and_audited() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::Store::open(&crate::store::StoreSettings {
+            url: crate::store::DbUrl::Sqlite(dir.path().join("a.db")),
+            read_pool_size: 2,
+            sqlite_busy_timeout: Duration::from_secs(5),
+            writer: crate::store::WriterSettings {
+                batch_max: 8,
+                threads: 1,
+                queue_capacity: 64,
+            },
+        })
+        .unwrap();
+        // The "app-server" side of two pipes.
+        let (ours_w, mut theirs_r) = tokio::io::duplex(1 << 16);
+        let (mut theirs_w, ours_r) = tokio::io::duplex(1 << 16);
+        let (conn, incoming) = RpcConnection::start(ours_w, ours_r);
+        let audit = Arc::new(std::sync::OnceLock::new());
+        audit.set(store.clone()).ok().unwrap();
+        tokio::spawn(route(
+            conn,
+            incoming,
+            Arc::new(Mutex::new(HashMap::new())),
+            Arc::new(Mutex::new(HashMap::new())),
+            Arc::new(McpStatus::default()),
+            audit,
+        ));
+        let cases = [
+            (
+                "item/commandExecution/requestApproval",
+                json!({"decision": "decline"}),
+            ),
+            (
+                "item/fileChange/requestApproval",
+                json!({"decision": "decline"}),
+            ),
+            (
+                "mcpServer/elicitation/request",
+                json!({"action": "decline", "content": null}),
+            ),
+            ("execCommandApproval", json!({"decision": "denied"})),
+            ("applyPatchApproval", json!({"decision": "denied"})),
+            (
+                "item/permissions/requestApproval",
+                json!({"permissions": {}, "scope": "turn"}),
+            ),
+            ("item/tool/requestUserInput", json!({"answers": {}})),
+            (
+                "item/tool/call",
+                json!({"contentItems": [{"type": "inputText", "text": "codex-bridge offers no dynamic tools"}], "success": false}),
+            ),
+            ("account/chatgptAuthTokens/refresh", Value::Null),
+            ("attestation/generate", Value::Null),
+            ("something/new", Value::Null),
+        ];
+        let mut lines = BufReader::new(&mut theirs_r).lines();
+        for (i, (method, want)) in cases.iter().enumerate() {
+            let req = json!({"jsonrpc": "2.0", "id": 100 + i, "method": method, "params": {"threadId": "t-none"}});
+            theirs_w
+                .write_all(format!("{req}\n").as_bytes())
+                .await
+                .unwrap();
+            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(answer["id"], json!(100 + i), "{method}: {answer}");
+            if want.is_null() {
+                assert_eq!(answer["error"]["code"], json!(-32601), "{method}: {answer}");
+            } else {
+                assert_eq!(&answer["result"], want, "{method}: {answer}");
+            }
+        }
+        // One audit event per declined request, naming the method.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let events = store
+                .read(|c| {
+                    crate::store::audit::list(
+                        c,
+                        &crate::store::audit::AuditFilter {
+                            limit: 1000,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.action == "codex.server_request_declined")
+                .collect::<Vec<_>>();
+            if events.len() == cases.len() {
+                let text = serde_json::to_string(&events).unwrap();
+                for (method, _) in &cases {
+                    assert!(text.contains(method), "{method} not audited: {text}");
+                }
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "audited {} of {}",
+                events.len(),
+                cases.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }

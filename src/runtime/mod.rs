@@ -16,6 +16,10 @@ pub struct ThreadRequest {
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
     pub cwd: PathBuf,
+    /// The repository's approval policy for a new thread (`never`, `untrusted`, …).
+    pub approval_policy: String,
+    /// The repository's sandbox for a new thread.
+    pub sandbox: String,
 }
 
 /// One turn: only this turn's input and its correlation id.

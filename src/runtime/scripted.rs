@@ -96,6 +96,8 @@ struct Inner {
     rules: Vec<(String, Script)>,
     calls: Vec<Call>,
     threads_started: usize,
+    /// Every `ensure_thread` that started a thread: (cwd, approval policy, sandbox).
+    thread_requests: Vec<(std::path::PathBuf, String, String)>,
     interrupts: Vec<String>,
     ends: Vec<(String, Instant)>,
     /// operation id → what the "thread history" says.
@@ -256,6 +258,14 @@ impl ScriptedRuntime {
     }
 
     /// Approval decisions the runtime received: (key, accepted).
+    /// The threads started: (cwd, approval policy, sandbox) each.
+    pub fn thread_requests(&self) -> Vec<(std::path::PathBuf, String, String)> {
+        self.inner
+            .lock()
+            .map(|i| i.thread_requests.clone())
+            .unwrap_or_default()
+    }
+
     pub fn decisions(&self) -> Vec<(String, bool)> {
         self.inner
             .lock()
@@ -442,6 +452,11 @@ impl AgentRuntime for ScriptedRuntime {
             None => {
                 if let Ok(mut inner) = self.inner.lock() {
                     inner.threads_started += 1;
+                    inner.thread_requests.push((
+                        req.cwd.clone(),
+                        req.approval_policy.clone(),
+                        req.sandbox.clone(),
+                    ));
                 }
                 format!("thread-{}", uuid::Uuid::new_v4().simple())
             }

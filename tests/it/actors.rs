@@ -775,6 +775,57 @@ fn a_turn_past_its_deadline_is_interrupted_and_timed_out() {
 }
 
 #[test]
+fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "slowpoke",
+            Script::steps(vec![
+                Step::Progress("x"),
+                Step::Sleep(Duration::from_millis(900)),
+                Step::Complete("late".into()),
+            ]),
+        );
+        let mut s = settings();
+        s.turn_timeout = Duration::from_secs(30);
+        let strict = codex_bridge::config::RepoPolicy {
+            approval_policy: "untrusted".into(),
+            sandbox: "workspace-write".into(),
+            turn_timeout: Duration::from_millis(300),
+        };
+        // Keys are matched case-insensitively, as Gitea matches names.
+        s.repositories = Arc::new([("acme/strict".to_owned(), strict)].into_iter().collect());
+        let h = Harness::start(rt, s);
+        let slow_strict = h.comment("Strict", 1, 1, "@ccbot slowpoke").await;
+        let slow_lax = h.comment("lax", 1, 2, "@ccbot slowpoke").await;
+        h.wait_state(&slow_strict, TaskState::TimedOut).await;
+        h.wait_state(&slow_lax, TaskState::Succeeded).await;
+        let mut threads: Vec<(String, String, String)> = h
+            .runtime
+            .thread_requests()
+            .into_iter()
+            .map(|(cwd, policy, sandbox)| {
+                let repo = cwd.file_name().unwrap().to_string_lossy().into_owned();
+                (repo, policy, sandbox)
+            })
+            .collect();
+        threads.sort();
+        assert_eq!(
+            threads,
+            vec![
+                (
+                    "Strict".into(),
+                    "untrusted".into(),
+                    "workspace-write".into()
+                ),
+                ("lax".into(), "never".into(), "danger-full-access".into()),
+            ]
+        );
+        System::current().stop();
+    });
+}
+
+#[test]
 fn an_unconfirmed_interrupt_resets_the_runtime_and_needs_reconciliation() {
     run(async {
         let rt = ScriptedRuntime::new();

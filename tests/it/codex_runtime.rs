@@ -15,8 +15,6 @@ fn runtime(home: &CodexHome) -> CodexRuntime {
     CodexRuntime::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
-        approval_policy: "never".into(),
-        sandbox: "read-only".into(),
         developer_instructions: developer_instructions("ccbot"),
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
@@ -58,6 +56,8 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -109,6 +109,8 @@ async fn a_failed_model_call_fails_the_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -136,6 +138,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -148,6 +152,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: "s".into(),
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -185,6 +191,8 @@ async fn an_interrupt_ends_a_hanging_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -288,6 +296,8 @@ async fn steering_reaches_only_the_expected_active_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
         })
         .await
         .unwrap();
@@ -333,8 +343,6 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let rt = CodexRuntime::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
-        approval_policy: "untrusted".into(),
-        sandbox: "workspace-write".into(),
         developer_instructions: developer_instructions("ccbot"),
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
@@ -345,6 +353,8 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "untrusted".into(),
+            sandbox: "workspace-write".into(),
         })
         .await
         .unwrap();
@@ -425,8 +435,6 @@ fn with_mcp(
     CodexRuntime::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
-        approval_policy: "never".into(),
-        sandbox: "danger-full-access".into(),
         developer_instructions: developer_instructions("ccbot"),
         thread_config,
         env: vec![(
@@ -453,6 +461,8 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "danger-full-access".into(),
         })
         .await
         .unwrap();
@@ -494,6 +504,8 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "danger-full-access".into(),
         })
         .await
         .unwrap_err();
@@ -501,4 +513,76 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
         matches!(err, codex_bridge::runtime::RuntimeError::Refused(_)),
         "{err:?}"
     );
+}
+
+/// An app-server without an optional method: the probe fails, the failure is
+/// audited as `capability_downgrade`, and threads still start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
+    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(dir.path().join("audit.db")),
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 8,
+            threads: 1,
+            queue_capacity: 64,
+        },
+    })
+    .unwrap();
+    let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/codex/old_app_server.py");
+    let rt = CodexRuntime::new(CodexSettings {
+        codex_bin: old,
+        codex_home: dir.path().join("home"),
+        developer_instructions: developer_instructions("ccbot"),
+        thread_config: serde_json::Map::new(),
+        env: Vec::new(),
+        request_timeout: Duration::from_secs(10),
+    });
+    rt.audit_to(store.clone());
+    let thread = rt
+        .ensure_thread(ThreadRequest {
+            session_key: "s".into(),
+            thread_id: None,
+            cwd: dir.path().into(),
+            approval_policy: "never".into(),
+            sandbox: "read-only".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(thread, "thread-old-1");
+    assert_eq!(rt.downgrades().len(), 1, "{:?}", rt.downgrades());
+    assert!(rt.downgrades()[0].starts_with("collaborationMode/list"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let events = store
+            .read(|c| {
+                codex_bridge::store::audit::list(
+                    c,
+                    &codex_bridge::store::audit::AuditFilter {
+                        limit: 100,
+                        ..Default::default()
+                    },
+                )
+            })
+            .await
+            .unwrap();
+        if let Some(e) = events.iter().find(|e| e.action == "capability_downgrade") {
+            let meta = serde_json::to_value(e).unwrap();
+            assert!(
+                meta.to_string().contains("collaborationMode/list"),
+                "{meta}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no capability_downgrade audited: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rt.kill_process().await;
 }

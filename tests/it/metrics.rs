@@ -419,6 +419,11 @@ fn a_turn_moves_the_turn_histogram_the_verifications_and_the_actor_gauge() {
         1.0
     );
     assert!(get(&after, &format!("{turn}_sum")) >= 0.1);
+    let settle = "codex_bridge_turn_settle_seconds";
+    assert_eq!(
+        get(&after, &format!("{settle}_count")) - get(&before, &format!("{settle}_count")),
+        1.0
+    );
     assert_eq!(
         get(
             &after,
