@@ -203,6 +203,10 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         secrets,
         store,
     });
+    let metrics_server = match &state.config.metrics_listen {
+        Some(listen) => Some(metrics_server(listen, state.clone())?),
+        None => None,
+    };
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -225,7 +229,38 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, "listening");
     // A plain line on stdout as well, for people and scripts, whatever the log format.
     println!("codex-bridge listening on http://{addr}");
-    server.await?;
+    // Both stop on SIGINT/SIGTERM; the metrics listener is `None` unless configured.
+    let metrics = async move {
+        match metrics_server {
+            Some(server) => server.await,
+            None => Ok(()),
+        }
+    };
+    tokio::try_join!(server, metrics)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The separate `metrics_listen` listener: `/metrics` without a token, and the
+/// health probes. One worker is plenty for a scraper.
+fn metrics_server(
+    listen: &str,
+    state: web::Data<AppState>,
+) -> anyhow::Result<actix_web::dev::Server> {
+    let listener = TcpListener::bind(listen).with_context(|| {
+        format!("cannot listen on {listen} (config key `metrics_listen`): is the port free?")
+    })?;
+    let addr = listener.local_addr()?;
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .wrap(TracingLogger::<BridgeRootSpan>::new())
+            .configure(crate::web::metrics::config_open)
+    })
+    .workers(1)
+    .listen(listener)?
+    .run();
+    tracing::info!(%addr, "metrics listening");
+    println!("codex-bridge metrics on http://{addr}");
+    Ok(server)
 }

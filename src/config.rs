@@ -135,6 +135,17 @@ pub const KEYS: &[(&str, &str)] = &[
         "an approval nobody decides within this is declined (default 600)",
     ),
     (
+        "metrics_listen",
+        "address:port of a separate listener serving /metrics (and the health probes) without a token, \
+         e.g. 127.0.0.1:9464 (unset: /metrics only on listen, with the admin Bearer token)",
+    ),
+    (
+        "trusted_proxies",
+        "addresses or CIDR networks of the reverse proxies whose X-Forwarded-For and \
+         X-Forwarded-Proto are believed, e.g. [\"127.0.0.1\", \"::1\"] (a TOML array, or a JSON \
+         array or comma-separated list in the environment; default none: the peer address counts)",
+    ),
+    (
         "approval_policy",
         "when Codex asks before acting: never, on-request, on-failure or untrusted (default never)",
     ),
@@ -243,6 +254,10 @@ pub struct Config {
     pub retry_backoff_secs: u64,
     pub max_attempts: i64,
     pub scheduler_sweep_ms: u64,
+    /// A separate listener for `/metrics` without a token (`None`: main listener only).
+    pub metrics_listen: Option<String>,
+    /// Proxies whose forwarded headers are believed (see `web::client`).
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// Which agent runtime runs the turns.
@@ -590,6 +605,17 @@ impl Config {
             600_000,
         )? as u64;
 
+        let metrics_listen = take("metrics_listen");
+        if let Some(addr) = &metrics_listen {
+            check_listen("metrics_listen", addr)?;
+        }
+        let trusted_proxies = match take("trusted_proxies") {
+            Some(text) => {
+                TrustedProxies::parse(&text).map_err(|p| invalid("trusted_proxies", p))?
+            }
+            None => TrustedProxies::default(),
+        };
+
         // Every documented key must be read above: one that is accepted but
         // ignored would silently do nothing for the operator who set it.
         if let Some(key) = v.keys().next() {
@@ -636,6 +662,8 @@ impl Config {
             retry_backoff_secs,
             max_attempts,
             scheduler_sweep_ms,
+            metrics_listen,
+            trusted_proxies,
         })
     }
 
@@ -734,6 +762,108 @@ impl Config {
             .flatten()
             .map(|s| s.expose_secret().to_owned())
             .collect()
+    }
+}
+
+fn check_listen(key: &'static str, addr: &str) -> Result<(), ConfigError> {
+    use std::net::ToSocketAddrs;
+    let ok = addr
+        .to_socket_addrs()
+        .map(|mut a| a.next().is_some())
+        .unwrap_or(false);
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            key,
+            format!("`{addr}` is not an address:port, e.g. 127.0.0.1:9464"),
+        ))
+    }
+}
+
+/// An address or network (`10.0.0.0/8`, `fd00::/8`, `127.0.0.1`) of `trusted_proxies`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpNet {
+    addr: std::net::IpAddr,
+    prefix: u8,
+}
+
+impl IpNet {
+    pub fn parse(text: &str) -> Result<IpNet, String> {
+        let text = text.trim();
+        let (addr, prefix) = match text.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (text, None),
+        };
+        let addr: std::net::IpAddr = addr
+            .parse()
+            .map_err(|_| format!("`{text}` is not an IP address or network (e.g. 10.0.0.0/8)"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("`{text}`: the prefix length must be 0..={max}"))?,
+        };
+        Ok(IpNet {
+            addr: addr.to_canonical(),
+            prefix,
+        })
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr::{V4, V6};
+        match (self.addr, ip.to_canonical()) {
+            (V4(net), V4(ip)) => {
+                let mask = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (V6(net), V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The reverse proxies whose `X-Forwarded-*` headers the server believes.
+/// Empty (the default): none, every request's client is its TCP peer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies(Vec<IpNet>);
+
+impl TrustedProxies {
+    /// A JSON array (`["127.0.0.1", "10.0.0.0/8"]`, as a TOML array arrives) or
+    /// a comma-separated list.
+    pub fn parse(text: &str) -> Result<TrustedProxies, String> {
+        let items: Vec<String> = if text.trim_start().starts_with('[') {
+            serde_json::from_str(text).map_err(|_| {
+                "expected an array of addresses or networks, e.g. [\"127.0.0.1\", \"10.0.0.0/8\"]"
+                    .to_owned()
+            })?
+        } else {
+            text.split(',').map(str::to_owned).collect()
+        };
+        items
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| IpNet::parse(s))
+            .collect::<Result<Vec<_>, _>>()
+            .map(TrustedProxies)
+    }
+
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        self.0.iter().any(|net| net.contains(ip))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -1003,6 +1133,38 @@ mod tests {
                 "deploy example lacks `{key}`"
             );
         }
+    }
+
+    #[test]
+    fn trusted_proxies_parse_addresses_and_networks() {
+        let p = TrustedProxies::parse(r#"["127.0.0.1", "10.0.0.0/8", "fd00::/8"]"#).unwrap();
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert!(p.contains(ip("127.0.0.1")));
+        assert!(p.contains(ip("::ffff:127.0.0.1")), "v4-mapped peers match");
+        assert!(!p.contains(ip("127.0.0.2")));
+        assert!(p.contains(ip("10.200.3.4")));
+        assert!(!p.contains(ip("11.0.0.1")));
+        assert!(p.contains(ip("fd12::1")));
+        assert!(!p.contains(ip("fe80::1")));
+        let list = TrustedProxies::parse("192.168.0.0/16, ::1").unwrap();
+        assert!(list.contains(ip("192.168.7.7")) && list.contains(ip("::1")));
+        assert!(TrustedProxies::parse("0.0.0.0/0")
+            .unwrap()
+            .contains(ip("8.8.8.8")));
+        for bad in ["10.0.0.0/33", "proxy.example.com", "[1]"] {
+            assert!(TrustedProxies::parse(bad).is_err(), "{bad}");
+        }
+        let err = Config::from_sources(
+            None,
+            &env(&[("CODEX_BRIDGE_TRUSTED_PROXIES", "10.0.0.0/99")]),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("trusted_proxies"), "{err}");
+        let err = Config::from_sources(None, &env(&[("CODEX_BRIDGE_METRICS_LISTEN", "nope")]))
+            .unwrap_err();
+        assert!(err.to_string().contains("metrics_listen"), "{err}");
+        let c = Config::from_sources(None, &env(&[])).unwrap();
+        assert!(c.trusted_proxies.is_empty() && c.metrics_listen.is_none());
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
 //!   ingest transaction, tasks, audit, control.
 //! - [`lifecycle`]: the task state machine of DESIGN §5, as data.
-//! - [`config`], [`error`], [`telemetry`]: configuration, HTTP errors, logging.
+//! - [`config`], [`error`], [`telemetry`], [`metrics`]: configuration, HTTP errors,
+//!   logging, the process-wide metrics registry.
 
 pub mod actors;
 pub mod app;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod error;
 pub mod gitea;
 pub mod lifecycle;
+pub mod metrics;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

@@ -29,22 +29,31 @@ pub fn init(format: LogFormat, filter: &str) {
     };
 }
 
-/// The root span of each request. The client address is the TCP peer: forwarded
-/// headers are not trusted blindly (a proxy allow-list comes with the deployment).
+/// The root span of each request. `client_ip` is the client as
+/// [`crate::web::client`] resolves it (the `X-Forwarded-For` address only when
+/// the peer is one of `trusted_proxies`); `peer_ip` is the TCP peer and `tls`
+/// whether a trusted proxy says the client used HTTPS.
 pub struct BridgeRootSpan;
 
 impl RootSpanBuilder for BridgeRootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
-        let peer = request
-            .peer_addr()
-            .map(|a| a.ip().to_string())
-            .unwrap_or_else(|| "-".into());
+        let none = crate::config::TrustedProxies::default();
+        let state = request.app_data::<actix_web::web::Data<crate::app::AppState>>();
+        let trusted = state.map_or(&none, |s| &s.config.trusted_proxies);
+        let client = crate::web::client::ClientInfo::resolve(
+            request.peer_addr(),
+            request.headers(),
+            trusted,
+        );
+        let peer = client.peer.map_or_else(|| "-".into(), |ip| ip.to_string());
         tracing::info_span!(
             "http",
             method = %request.method(),
             // The path only: query strings are not logged.
             path = %request.path(),
-            client_ip = %peer,
+            client_ip = %client.ip_string(),
+            peer_ip = %peer,
+            tls = client.secure,
             request_id = %uuid::Uuid::new_v4().simple(),
             status = Empty,
             delivery.id = Empty,

@@ -170,6 +170,7 @@ impl Supervised for RepoActor {
         // Rebuilt from the store on the next pass; the lease stays ours if it is.
         self.busy = false;
         self.followup = false;
+        crate::metrics::actor_restart("repo");
         self.update_health(|h| {
             h.restarts += 1;
             h.status = "restarting".into();

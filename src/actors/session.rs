@@ -248,6 +248,7 @@ impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         self.normal = LaneState::default();
         self.steer = LaneState::default();
+        crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
             h.status = "restarting".into();
@@ -702,6 +703,8 @@ async fn consume(
     turn_deadline: tokio::time::Instant,
 ) -> Result<bool, PassError> {
     let deps = &ctx.deps;
+    // Observed when this returns: the task settled (or the pass ended in a fault).
+    let _turn_timer = crate::metrics::TurnTimer::start();
     if let Ok(mut a) = ctx.active.lock() {
         a.thread_id = Some(thread.clone());
         a.turn_id = Some(turn_id.clone());
@@ -1315,6 +1318,11 @@ async fn verify(
             final_text: text.clone(),
         })
         .await;
+    crate::metrics::reply_verification(match &check {
+        ReplyCheck::Confirmed { .. } => "confirmed",
+        ReplyCheck::Missing => "missing",
+        ReplyCheck::Unknown(_) => "unknown",
+    });
     let fallback_status = fallback.as_ref().map(|f| f.status.clone());
     let mcp_reason = reply
         .as_ref()

@@ -21,6 +21,7 @@ static SETTLE: Mutex<Ring> = Mutex::new(Ring {
 
 /// Records one turn's completion-to-commit time.
 pub fn record_turn_settle(took: Duration) {
+    crate::metrics::turn_settle(took);
     if let Ok(mut ring) = SETTLE.lock() {
         if ring.samples.len() < KEEP {
             ring.samples.push(took);

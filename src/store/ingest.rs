@@ -582,6 +582,9 @@ impl Plan {
                     .values(chunk)
                     .execute(c)?;
             }
+            for row in &self.transitions {
+                crate::metrics::transition_written(&row.to_state);
+            }
             for chunk in self.outbox.chunks(200) {
                 diesel::insert_into(outbox_entries::table)
                     .values(chunk)

@@ -185,6 +185,7 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
     if row.from_state.is_some() {
         super::comments::on_transition(conn, row.task_id, row.to_state)?;
     }
+    crate::metrics::transition_written(row.to_state);
     Ok(())
 }
 

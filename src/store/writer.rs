@@ -40,7 +40,11 @@ where
     fn apply(&mut self, conn: &mut DbConn) -> bool {
         // Its own savepoint: an error rolls back this operation only.
         let f = &mut self.f;
+        let mark = crate::metrics::pending_mark();
         let outcome = conn.transaction(|c| f(c));
+        if outcome.is_err() {
+            crate::metrics::rollback_to(mark);
+        }
         let contended = matches!(outcome, Err(StoreError::Contended(_)));
         self.outcome = Some(outcome);
         !contended
@@ -164,6 +168,8 @@ impl Writer {
 }
 
 fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usize) {
+    // Task transitions written here are counted in the metrics once committed.
+    crate::metrics::collect_transitions_on_this_thread();
     let mut ops: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
     let mut ingests: Vec<IngestJob> = Vec::with_capacity(batch_max);
     while let Ok(first) = rx.recv() {
@@ -199,6 +205,7 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             }
         };
         let reqs: Vec<IngestRequest> = ingests.iter().map(|j| j.req.clone()).collect();
+        crate::metrics::transaction_finished(false);
         let committed = conn.write_transaction(|c| {
             let outcomes = ingest_all(c, &reqs)?;
             for op in ops.iter_mut() {
@@ -210,6 +217,7 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             }
             Ok::<_, StoreError>(outcomes)
         });
+        crate::metrics::transaction_finished(committed.is_ok());
         match committed {
             Ok(outcomes) => {
                 for (job, outcome) in ingests.drain(..).zip(outcomes) {
@@ -258,7 +266,12 @@ fn ingest_all(
     if reqs.is_empty() {
         return Ok(Vec::new());
     }
-    match c.transaction(|c| ingest::ingest_batch(c, reqs)) {
+    let mark = crate::metrics::pending_mark();
+    let batch = c.transaction(|c| ingest::ingest_batch(c, reqs));
+    if batch.is_err() {
+        crate::metrics::rollback_to(mark);
+    }
+    match batch {
         Ok(outcomes) => return Ok(outcomes.into_iter().map(Ok).collect()),
         Err(StoreError::Contended(m)) => return Err(StoreError::Contended(m)),
         Err(e) if reqs.len() == 1 => return Ok(vec![Err(e)]),
@@ -266,7 +279,12 @@ fn ingest_all(
     }
     let mut out = Vec::with_capacity(reqs.len());
     for req in reqs {
-        match c.transaction(|c| ingest::ingest(c, req)) {
+        let mark = crate::metrics::pending_mark();
+        let one = c.transaction(|c| ingest::ingest(c, req));
+        if one.is_err() {
+            crate::metrics::rollback_to(mark);
+        }
+        match one {
             Err(StoreError::Contended(m)) => return Err(StoreError::Contended(m)),
             other => out.push(other),
         }
@@ -301,7 +319,8 @@ fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>) {
 }
 
 fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
-    conn.write_transaction(|c| {
+    crate::metrics::transaction_finished(false);
+    let committed = conn.write_transaction(|c| {
         for op in batch.iter_mut() {
             if !op.apply(c) {
                 // Roll back the whole transaction: its locks are what the
@@ -310,6 +329,7 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
             }
         }
         Ok::<(), StoreError>(())
-    })
-    .map_err(unavailable)
+    });
+    crate::metrics::transaction_finished(committed.is_ok());
+    committed.map_err(unavailable)
 }

@@ -3,11 +3,14 @@
 
 pub mod admin;
 pub mod auth;
+pub mod client;
 pub mod health;
+pub mod metrics;
 
 use actix_web::web;
 
 pub fn config(cfg: &mut web::ServiceConfig) {
     health::config(cfg);
+    metrics::config(cfg);
     admin::config(cfg);
 }

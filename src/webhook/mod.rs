@@ -25,12 +25,36 @@ pub fn config(cfg: &mut web::ServiceConfig) {
 /// Longest delivery id we keep (Gitea's are UUIDs).
 const MAX_DELIVERY_ID: usize = 128;
 
+/// Counts the outcome and times the handler for `/metrics`.
 async fn receive(
     req: HttpRequest,
     payload: web::Payload,
     state: web::Data<AppState>,
     root: RootSpan,
 ) -> Result<HttpResponse, ApiError> {
+    let started = std::time::Instant::now();
+    let result = handle(req, payload, state, root).await;
+    let outcome = match &result {
+        Ok((_, outcome)) => outcome,
+        Err(ApiError::Unauthorized) => "bad_signature",
+        Err(ApiError::BadRequest { .. } | ApiError::NotFound(_)) => "bad_request",
+        Err(ApiError::PayloadTooLarge { .. }) => "too_large",
+        Err(ApiError::UnsupportedMediaType(_)) => "unsupported_media_type",
+        Err(ApiError::Conflict { code, .. }) if *code == "outbox_full" => "outbox_full",
+        Err(ApiError::Conflict { .. }) => "disabled",
+        Err(ApiError::Unavailable) => "unavailable",
+    };
+    crate::metrics::webhook(outcome, started.elapsed());
+    result.map(|(response, _)| response)
+}
+
+/// The handler proper: the answer and its outcome label.
+async fn handle(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    root: RootSpan,
+) -> Result<(HttpResponse, &'static str), ApiError> {
     let limit = state.config.max_body_bytes;
     let body = read_body(&req, payload, limit).await?;
     let signed = signed_payload(&req, &body)?;
@@ -113,32 +137,35 @@ async fn receive(
         IngestOutcome::Accepted { task_id, state: task_state } => {
             root.record("task.id", task_id.as_str());
             tracing::info!(outcome = "accepted", "webhook stored");
-            HttpResponse::Accepted().json(serde_json::json!({
+            let response = HttpResponse::Accepted().json(serde_json::json!({
                 "deliveryId": delivery_id,
                 "taskId": task_id,
                 "state": task_state,
-            }))
+            }));
+            (response, "accepted")
         }
         IngestOutcome::Duplicate { task_id, state: task_state } => {
             if let Some(id) = &task_id {
                 root.record("task.id", id.as_str());
             }
             tracing::info!(outcome = "duplicate", "webhook already stored");
-            HttpResponse::Ok().json(serde_json::json!({
+            let response = HttpResponse::Ok().json(serde_json::json!({
                 "status": "duplicate",
                 "deliveryId": delivery_id,
                 "taskId": task_id,
                 "state": task_state,
-            }))
+            }));
+            (response, "duplicate")
         }
         IngestOutcome::Ignored { reason, task_id } => {
             tracing::info!(outcome = "ignored", reason = reason.as_str(), "webhook recorded, nothing to run");
-            HttpResponse::Ok().json(serde_json::json!({
+            let response = HttpResponse::Ok().json(serde_json::json!({
                 "status": "ignored",
                 "reason": reason,
                 "deliveryId": delivery_id,
                 "taskId": task_id,
-            }))
+            }));
+            (response, "ignored")
         }
         IngestOutcome::RepositoryDisabled { repo_key } => {
             return Err(ApiError::Conflict {

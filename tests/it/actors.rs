@@ -316,6 +316,18 @@ fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_histo
                 Step::Complete("after drop".into()),
             ]),
         );
+        // The process-wide counter /metrics shows (other tests may add to it).
+        let session_restarts = || -> u64 {
+            let text = codex_bridge::metrics::render(&Default::default());
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix("codex_bridge_actor_restarts_total{kind=\"session\"} ")
+                })
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let restarts_before = session_restarts();
         let h = Harness::start(rt, settings());
         let panicking = h.comment("widgets", 1, 1, "@ccbot panic please").await;
         let dropping = h.comment("gadgets", 2, 2, "@ccbot drop please").await;
@@ -351,6 +363,10 @@ fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_histo
             restarts("tools"),
             0,
             "other repositories were not disturbed"
+        );
+        assert!(
+            session_restarts() >= restarts_before + 2,
+            "the metrics count both restarts"
         );
         let id = panicking.clone();
         let detail = h

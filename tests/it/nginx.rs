@@ -1,0 +1,502 @@
+//! A real nginx running `deploy/codex-bridge.nginx.conf` in front of a test
+//! server, for tests of the deployment (`deploy.rs`) and of anything that must
+//! survive the proxy (such as the live event stream, unbuffered).
+//!
+//! The deploy file is the template: [`site_for_test`] keeps its upstream block
+//! and its TLS server block as they are and rewrites only the lines that name
+//! the machine (listen, server_name, certificate, log paths, the upstream's
+//! `server` address, and `client_max_body_size` to the test server's limit). It
+//! adds a plain-HTTP copy of the TLS server block (the same locations and
+//! headers, without the `ssl_` lines) so that ordinary HTTP clients can use it;
+//! the port-80 block of the deploy file only redirects, and is left out.
+//!
+//! nginx runs in the foreground as one process (`daemon off; master_process
+//! off;`), so it needs no user switch, root or not, and dies with its `Child`;
+//! its pid, logs and temp files live in a temp dir. It connects to the
+//! upstream from [`Nginx::PROXY_ADDR`], an address no test client uses, so a
+//! test can tell the proxy (the peer) from the client (X-Forwarded-For).
+//!
+//! Missing `nginx` or `openssl` makes a test fail, saying how to install them
+//! (`scripts/test` does, as root).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The deploy file the tests run.
+pub fn site_template() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/codex-bridge.nginx.conf");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Where the site's test copy puts things.
+pub struct SiteParams<'a> {
+    pub upstream: &'a str,
+    pub body_limit: usize,
+    pub https_port: u16,
+    pub http_port: u16,
+    pub cert: &'a Path,
+    pub key: &'a Path,
+    pub dir: &'a Path,
+}
+
+/// Top-level blocks of an nginx file (`upstream x {...}`, `server {...}`),
+/// with comments and blank lines between them dropped.
+fn top_level_blocks(text: &str) -> Vec<Vec<String>> {
+    let mut blocks = Vec::new();
+    let mut current: Vec<String> = Vec::new();
+    let mut depth = 0i32;
+    for line in text.lines() {
+        let code = line.split('#').next().unwrap_or("");
+        if depth == 0 && code.trim().is_empty() {
+            continue;
+        }
+        current.push(line.to_owned());
+        depth += code.matches('{').count() as i32 - code.matches('}').count() as i32;
+        if depth == 0 {
+            blocks.push(std::mem::take(&mut current));
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced braces in the nginx site");
+    blocks
+}
+
+/// The deploy site rewritten for this machine (see the module doc).
+pub fn site_for_test(template: &str, p: &SiteParams<'_>) -> String {
+    let blocks = top_level_blocks(template);
+    let mut out = String::new();
+    let mut tls_blocks = 0;
+    let mut upstreams = 0;
+    for block in &blocks {
+        let first = block[0].trim_start();
+        if first.starts_with("upstream ") {
+            upstreams += 1;
+            for line in block {
+                let t = line.trim_start();
+                if t.starts_with("server ") {
+                    out.push_str(&format!("    server {};\n", p.upstream));
+                } else {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+            continue;
+        }
+        if !block
+            .iter()
+            .any(|l| l.trim_start().starts_with("ssl_certificate"))
+        {
+            // The port-80 block only redirects to HTTPS.
+            assert!(
+                block.iter().any(|l| l.contains("return 301 https://")),
+                "a server block without TLS that does not redirect: the test does not know it"
+            );
+            continue;
+        }
+        tls_blocks += 1;
+        let rewrite = |tls: bool| -> String {
+            let mut s = String::new();
+            let mut listened = false;
+            for line in block {
+                let t = line.trim_start();
+                let indent = &line[..line.len() - t.len()];
+                let replaced = if t.starts_with("listen ") {
+                    if t.contains("[::]") || listened {
+                        None
+                    } else {
+                        listened = true;
+                        Some(if tls {
+                            // "listen 443 ssl http2;" keeps its parameters.
+                            let params = t
+                                .trim_end_matches(';')
+                                .split_whitespace()
+                                .skip(2)
+                                .collect::<Vec<_>>()
+                                .join(" ");
+                            format!("listen 127.0.0.1:{} ssl {params};", p.https_port)
+                        } else {
+                            format!("listen 127.0.0.1:{};", p.http_port)
+                        })
+                    }
+                } else if t.starts_with("server_name ") {
+                    Some("server_name localhost;".into())
+                } else if t.starts_with("ssl_") && !tls {
+                    None
+                } else if t.starts_with("ssl_certificate_key ") {
+                    Some(format!("ssl_certificate_key {};", p.key.display()))
+                } else if t.starts_with("ssl_certificate ") {
+                    Some(format!("ssl_certificate {};", p.cert.display()))
+                } else if t.starts_with("access_log ") {
+                    Some(format!(
+                        "access_log {} combined;",
+                        p.dir.join("site.access.log").display()
+                    ))
+                } else if t.starts_with("error_log ") {
+                    Some(format!(
+                        "error_log {} info;",
+                        p.dir.join("site.error.log").display()
+                    ))
+                } else if t.starts_with("client_max_body_size ") {
+                    Some(format!("client_max_body_size {};", p.body_limit))
+                } else {
+                    Some(t.to_owned())
+                };
+                if let Some(r) = replaced {
+                    s.push_str(indent);
+                    s.push_str(&r);
+                    s.push('\n');
+                }
+            }
+            s
+        };
+        out.push_str(&rewrite(true));
+        out.push_str(&rewrite(false));
+    }
+    assert_eq!(
+        upstreams, 1,
+        "the deploy site should have one upstream block"
+    );
+    assert_eq!(
+        tls_blocks, 1,
+        "the deploy site should have one TLS server block"
+    );
+    out
+}
+
+fn find_binary(name: &str, install: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into(), "/usr/bin".into()])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "`{name}` is not installed: the deployment tests run it. Run scripts/test (it \
+                 installs it as root) or install it with `{install}`"
+            )
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A raw HTTP answer: status, headers (lower-case names) and body.
+#[derive(Debug)]
+pub struct RawReply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawReply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Parses a whole HTTP/1.1 response (Content-Length, chunked, or to EOF).
+    pub fn parse(raw: &[u8]) -> RawReply {
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no HTTP head in: {}", String::from_utf8_lossy(raw)));
+        let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status_line = lines.next().unwrap_or_default();
+        let status = status_line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line: {status_line}"));
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+            .collect();
+        let rest = &raw[split + 4..];
+        let chunked = headers
+            .iter()
+            .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        let body = if chunked {
+            let mut body = Vec::new();
+            let mut at = 0;
+            loop {
+                let end = at
+                    + rest[at..]
+                        .windows(2)
+                        .position(|w| w == b"\r\n")
+                        .expect("chunk size line");
+                let size_text = String::from_utf8_lossy(&rest[at..end]);
+                let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+                    .expect("chunk size");
+                at = end + 2;
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&rest[at..at + size]);
+                at += size + 2;
+            }
+            body
+        } else {
+            match headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .and_then(|(_, v)| v.parse::<usize>().ok())
+            {
+                Some(n) => rest[..n.min(rest.len())].to_vec(),
+                None => rest.to_vec(),
+            }
+        };
+        RawReply {
+            status,
+            headers,
+            body,
+        }
+    }
+}
+
+/// nginx with the deploy site in front of `upstream`. Stopped on drop.
+pub struct Nginx {
+    child: Child,
+    dir: tempfile::TempDir,
+    http_port: u16,
+    https_port: u16,
+    cert: PathBuf,
+}
+
+impl Nginx {
+    /// The address nginx connects to the upstream from: the test server's
+    /// `trusted_proxies` names it, and no test client uses it.
+    pub const PROXY_ADDR: &'static str = "127.0.0.3";
+
+    /// Starts nginx with the deploy site in front of `upstream` (`host:port`),
+    /// refusing bodies over `body_limit` bytes as the server's `max_body_bytes`.
+    pub fn start(upstream: &str, body_limit: usize) -> Nginx {
+        let nginx = find_binary("nginx", "apt-get install nginx");
+        let openssl = find_binary("openssl", "apt-get install openssl");
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let out = Command::new(&openssl)
+            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+            .arg("ec_paramgen_curve:prime256v1")
+            .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "openssl could not make a test certificate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi", "logs"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let mut last_error = String::new();
+        // The ports are picked free and then bound by nginx: another process
+        // may take one in between, so try a few times.
+        for _ in 0..5 {
+            let (http_port, https_port) = (free_port(), free_port());
+            let site = site_for_test(
+                &site_template(),
+                &SiteParams {
+                    upstream,
+                    body_limit,
+                    https_port,
+                    http_port,
+                    cert: &cert,
+                    key: &key,
+                    dir: dir.path(),
+                },
+            );
+            std::fs::write(dir.path().join("site.conf"), &site).unwrap();
+            let d = dir.path().display();
+            let main = format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+                 error_log {d}/error.log info;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{\n\
+                 \x20   access_log {d}/access.log;\n\
+                 \x20   client_body_temp_path {d}/client_body;\n\
+                 \x20   proxy_temp_path {d}/proxy;\n\
+                 \x20   fastcgi_temp_path {d}/fastcgi;\n\
+                 \x20   uwsgi_temp_path {d}/uwsgi;\n\
+                 \x20   scgi_temp_path {d}/scgi;\n\
+                 \x20   proxy_bind {proxy};\n\
+                 \x20   include {d}/site.conf;\n\
+                 }}\n",
+                proxy = Self::PROXY_ADDR,
+            );
+            let conf = dir.path().join("nginx.conf");
+            std::fs::write(&conf, main).unwrap();
+            let mut child = Command::new(&nginx)
+                .arg("-p")
+                .arg(format!("{d}/"))
+                .arg("-e")
+                .arg(dir.path().join("error.log"))
+                .arg("-c")
+                .arg(&conf)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let mut exited = false;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    exited = true;
+                    break;
+                }
+                let up = |port| TcpStream::connect(("127.0.0.1", port)).is_ok();
+                if up(http_port) && up(https_port) {
+                    return Nginx {
+                        child,
+                        dir,
+                        http_port,
+                        https_port,
+                        cert,
+                    };
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let mut stderr = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut stderr);
+            }
+            let _ = child.wait();
+            last_error = format!(
+                "{stderr}{}",
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+            );
+            if !exited || !last_error.contains("Address already in use") {
+                break;
+            }
+        }
+        panic!("nginx did not start:\n{last_error}");
+    }
+
+    /// A URL of the plain-HTTP copy of the site.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http_port)
+    }
+
+    /// nginx's error log and the site's (for failure messages).
+    pub fn error_log(&self) -> String {
+        ["error.log", "site.error.log"]
+            .iter()
+            .map(|f| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The site's access log.
+    pub fn access_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("site.access.log")).unwrap_or_default()
+    }
+
+    /// One request over the plain-HTTP copy, raw (`Connection: close`), so a
+    /// test controls every header byte (a forged X-Forwarded-For, say).
+    pub fn http_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> RawReply {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.http_port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let request = raw_request(method, path, "127.0.0.1", headers, body);
+        // nginx may answer (413) and close before the whole body is written.
+        let _ = stream.write_all(&request);
+        let mut raw = Vec::new();
+        let _ = stream.read_to_end(&mut raw);
+        RawReply::parse(&raw)
+    }
+
+    /// One request through the TLS server block, with `openssl s_client` as
+    /// the client, which also checks the certificate and the host name.
+    pub fn https_request(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> RawReply {
+        let openssl = find_binary("openssl", "apt-get install openssl");
+        let mut child = Command::new(openssl)
+            .args(["s_client", "-quiet", "-verify_return_error"])
+            .args(["-connect", &format!("127.0.0.1:{}", self.https_port)])
+            .args(["-servername", "localhost", "-verify_hostname", "localhost"])
+            .arg("-CAfile")
+            .arg(&self.cert)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let request = raw_request(method, path, "localhost", headers, body);
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&request);
+        });
+        let out = child.wait_with_output().unwrap();
+        let _ = writer.join();
+        assert!(
+            !out.stdout.is_empty(),
+            "no answer over TLS: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.error_log()
+        );
+        RawReply::parse(&out.stdout)
+    }
+}
+
+fn raw_request(
+    method: &str,
+    path: &str,
+    host: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    request
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
