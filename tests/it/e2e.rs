@@ -26,20 +26,20 @@ fn gitea_mcp_bin() -> String {
 }
 
 /// The simulator, the fake model, a CODEX_HOME and the server, wired together.
-struct Loop {
-    sim: GiteaSim,
-    model: FakeModel,
-    server: TestServer,
+pub struct Loop {
+    pub sim: GiteaSim,
+    pub model: FakeModel,
+    pub server: TestServer,
     _home: CodexHome,
-    issue: i64,
+    pub issue: i64,
 }
 
 impl Loop {
-    fn start() -> Loop {
+    pub fn start() -> Loop {
         Self::start_with(|b| b)
     }
 
-    fn start_with(extra: impl FnOnce(ServerBuilder) -> ServerBuilder) -> Loop {
+    pub fn start_with(extra: impl FnOnce(ServerBuilder) -> ServerBuilder) -> Loop {
         let sim = GiteaSim::start();
         sim.create_repo("acme", "widgets");
         // Gitea lets only repository admins read others' permissions.
@@ -79,7 +79,7 @@ impl Loop {
     /// The model's answer for one turn: the comment tool call (PyPI
     /// gitea-mcp's `add_comment`) with the marker from the prompt, then the
     /// final message.
-    fn script_reply(&self, number: i64, text: &str) {
+    pub fn script_reply(&self, number: i64, text: &str) {
         self.model.push(Step::Reply(vec![Item::mcp(
             "gitea",
             "add_comment",
@@ -95,13 +95,13 @@ impl Loop {
     }
 
     /// A turn that ends with a final message but posts nothing.
-    fn script_silent(&self, text: &str) {
+    pub fn script_silent(&self, text: &str) {
         self.model
             .push(Step::message(&format!("{text}\n\n{{{{marker}}}}")));
     }
 
     /// Bob comments in the web UI; returns the task the webhook created.
-    fn comment(&self, user: &str, number: i64, text: &str) -> String {
+    pub fn comment(&self, user: &str, number: i64, text: &str) -> String {
         let before = self.sim.deliveries().len();
         self.sim
             .post_comment_as(user, "acme", "widgets", number, text);
@@ -113,11 +113,11 @@ impl Loop {
         v["taskId"].as_str().unwrap().to_owned()
     }
 
-    fn wait(&self, task: &str, state: &str) {
+    pub fn wait(&self, task: &str, state: &str) {
         wait_task_state(&self.server.db_url, task, state, Duration::from_secs(90));
     }
 
-    fn detail(&self, task: &str) -> Value {
+    pub fn detail(&self, task: &str) -> Value {
         let r = self
             .server
             .admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
@@ -126,7 +126,7 @@ impl Loop {
     }
 
     /// Comments by the bot on the issue carrying `needle`.
-    fn bot_comments(&self, number: i64, needle: &str) -> Vec<Value> {
+    pub fn bot_comments(&self, number: i64, needle: &str) -> Vec<Value> {
         self.sim
             .comments("acme", "widgets", number)
             .into_iter()
@@ -137,7 +137,7 @@ impl Loop {
     }
 
     /// Waits until the receipts worker has nothing left to write.
-    fn wait_receipts(&self, task: &str) {
+    pub fn wait_receipts(&self, task: &str) {
         let db = self.server.db_url.clone();
         self.server.wait_for("receipts written", || {
             let mut c = connect(&db);
@@ -152,7 +152,7 @@ impl Loop {
     }
 }
 
-fn actions(detail: &Value) -> Vec<String> {
+pub fn actions(detail: &Value) -> Vec<String> {
     detail["audit"]
         .as_array()
         .unwrap()

@@ -5,6 +5,7 @@
 mod actors;
 mod admin;
 mod cli;
+mod codex_paths;
 mod codex_runtime;
 mod codex_smoke;
 mod codexhome;

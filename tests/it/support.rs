@@ -268,6 +268,16 @@ impl TestServer {
         ServerBuilder::new(db).start()
     }
 
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The server's temp dir (SQLite file, `state/`, `ws/`).
+    pub fn dir(&self) -> &Path {
+        self._dir.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }

@@ -1,0 +1,236 @@
+//! The Codex runtime's paths through the whole server, on the real `codex
+//! app-server` (issue 4): decline, approval timeout, an interrupt while a
+//! command runs, a stalled model stream hitting the repository's deadline, the
+//! app-server killed mid-turn, and an uncertain `turn/start` resolved through
+//! the thread's history.
+
+use crate::codexhome::codex_bin;
+use crate::e2e::{actions, Loop};
+use crate::fakemodel::{Item, Step};
+use crate::support::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+fn pending_approvals(l: &Loop) -> Vec<Value> {
+    l.server.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn wait_pending_approval(l: &Loop) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(a) = pending_approvals(l).pop() {
+            return a;
+        }
+        assert!(Instant::now() < deadline, "no approval became pending");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn workspace_file(l: &Loop, name: &str) -> std::path::PathBuf {
+    l.server
+        .dir()
+        .join("ws")
+        .join("default")
+        .join("acme")
+        .join("widgets")
+        .join(name)
+}
+
+/// Under `untrusted`, a writing command waits for an operator; declined, it
+/// never runs and the turn goes on to its answer.
+#[test]
+fn codex_a_declined_command_never_runs_and_the_turn_goes_on() {
+    let l = Loop::start_with(|b| {
+        b.env(
+            "CODEX_BRIDGE_REPOSITORIES",
+            r#"{"acme/widgets": {"approval_policy": "untrusted", "sandbox": "workspace-write"}}"#,
+        )
+    });
+    l.model
+        .push(Step::Reply(vec![Item::shell("touch declined.txt")]));
+    l.script_reply(l.issue, "I was not allowed to touch the file.");
+    let task = l.comment("bob", l.issue, "@ccbot touch a file");
+    let approval = wait_pending_approval(&l);
+    assert_eq!(approval["taskId"], task.as_str());
+    assert_eq!(approval["kind"], "command");
+    assert!(approval["detail"]
+        .as_str()
+        .unwrap()
+        .contains("touch declined.txt"));
+    wait_task_state(
+        &l.server.db_url,
+        &task,
+        "awaiting_approval",
+        Duration::from_secs(10),
+    );
+    let id = approval["approvalId"].as_str().unwrap();
+    let r = l.server.admin_post(
+        &format!("/api/gitea-workflow/approvals/{id}/decide"),
+        &json!({"decision": "decline", "requestId": "d-1", "reason": "no writes today"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    l.wait(&task, "succeeded");
+    assert!(!workspace_file(&l, "declined.txt").exists());
+    let d = l.detail(&task);
+    assert_eq!(d["approvals"][0]["status"], "decided");
+    assert_eq!(d["approvals"][0]["decision"], "decline");
+}
+
+/// Nobody decides: the approval is declined when its time is up.
+#[test]
+fn codex_an_approval_nobody_decides_is_declined_on_timeout() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+            .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+            .env("CODEX_BRIDGE_APPROVAL_TIMEOUT_SECS", "1")
+    });
+    l.model
+        .push(Step::Reply(vec![Item::shell("touch forgotten.txt")]));
+    l.script_reply(l.issue, "Nobody approved; I left the file alone.");
+    let task = l.comment("bob", l.issue, "@ccbot touch a file");
+    l.wait(&task, "succeeded");
+    assert!(!workspace_file(&l, "forgotten.txt").exists());
+    let d = l.detail(&task);
+    assert_eq!(d["approvals"][0]["decision"], "decline");
+    assert!(d["approvals"][0]["decidedBy"]
+        .as_str()
+        .unwrap()
+        .starts_with("system"));
+}
+
+/// An abort while a long command runs: `turn/interrupt`, confirmed, `aborted`
+/// long before the command would have ended.
+#[test]
+fn codex_an_abort_interrupts_a_running_command() {
+    let l = Loop::start();
+    l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
+    let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
+    wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
+    // Let the command start.
+    std::thread::sleep(Duration::from_millis(1500));
+    let started = Instant::now();
+    let r = l.server.admin_post(
+        &format!("/api/gitea-workflow/tasks/{task}/abort"),
+        &json!({"requestId": "a-1", "reason": "wrong branch"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    l.wait(&task, "aborted");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    l.wait_receipts(&task);
+    assert_eq!(
+        l.bot_comments(l.issue, &format!("receipt={task}:status:aborted"))
+            .len(),
+        1
+    );
+}
+
+/// The model's stream stalls: the repository's deadline interrupts the turn.
+#[test]
+fn codex_a_stalled_model_stream_hits_the_repository_deadline() {
+    let l = Loop::start_with(|b| {
+        b.env(
+            "CODEX_BRIDGE_REPOSITORIES",
+            r#"{"acme/widgets": {"turn_timeout_secs": 3}}"#,
+        )
+    });
+    l.model.push(Step::hang());
+    let task = l.comment("bob", l.issue, "@ccbot think hard");
+    l.wait(&task, "timed_out");
+    let d = l.detail(&task);
+    assert_eq!(d["task"]["errorCode"], "turn_interrupted", "{d}");
+    l.wait_receipts(&task);
+    assert_eq!(
+        l.bot_comments(l.issue, &format!("receipt={task}:status:timed_out"))
+            .len(),
+        1
+    );
+}
+
+/// The app-server dies mid-turn: never replayed; the history cannot prove an
+/// end, so the task waits for an operator.
+#[test]
+fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
+    let l = Loop::start();
+    l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
+    let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
+    wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(1000));
+    let killed = std::process::Command::new("pkill")
+        .args([
+            "-KILL",
+            "-P",
+            &l.server.pid().to_string(),
+            "-f",
+            "app-server",
+        ])
+        .status()
+        .unwrap();
+    assert!(killed.success(), "no app-server child to kill");
+    l.wait(&task, "needs_reconciliation");
+    let d = l.detail(&task);
+    // One turn/start, ever.
+    let starts = actions(&d)
+        .iter()
+        .filter(|a| *a == "turn.start_intent")
+        .count();
+    assert_eq!(starts, 1);
+    let model_turns = l.model.requests().len();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        l.model.requests().len(),
+        model_turns,
+        "nothing was replayed"
+    );
+}
+
+/// `turn/start`'s answer is lost (the app-server's pipe closes after the
+/// request went out): the operation is found in the resumed thread's history,
+/// the turn's result is taken from there, and nothing is sent twice.
+#[test]
+fn codex_an_uncertain_turn_start_is_resolved_through_history() {
+    let shim_dir = tempfile::tempdir().unwrap();
+    let once = shim_dir.path().join("dropped-once");
+    let shim = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/codex/lose_turn_start_answer.py");
+    // The runtime gives the app-server a cleared environment: the shim's
+    // settings travel in a wrapper script.
+    let wrapper = shim_dir.path().join("codex");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nCODEX_SHIM_REAL_BIN='{}' CODEX_SHIM_ONCE_FILE='{}' exec python3 '{}' \"$@\"\n",
+            codex_bin().display(),
+            once.display(),
+            shim.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let l = Loop::start_with(|b| b.env("CODEX_BRIDGE_CODEX_BIN", wrapper.to_str().unwrap()));
+    l.script_reply(l.issue, "Answered despite the lost answer.");
+    let task = l.comment("bob", l.issue, "@ccbot fix it");
+    l.wait(&task, "succeeded");
+    assert!(once.exists(), "the shim never dropped an answer");
+    let d = l.detail(&task);
+    let a = actions(&d);
+    assert!(a.contains(&"turn.history_checked".to_owned()), "{a:?}");
+    assert_eq!(a.iter().filter(|x| *x == "turn.start_intent").count(), 1);
+    let ledger = d["ledger"].as_array().unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["status"], "sent");
+    assert_eq!(
+        l.bot_comments(l.issue, &format!("codex-bridge task={task}"))
+            .len(),
+        1
+    );
+}
