@@ -1,13 +1,18 @@
-//! The admin API (DESIGN §11, §13) and health endpoints. Handlers read through
-//! `store/` and answer JSON in camelCase; every admin route needs the Bearer token.
+//! The admin API (DESIGN §11, §13), its live event stream, the operators' web
+//! view at `/admin`, and health endpoints. Handlers read through `store/` and
+//! answer JSON in camelCase; every admin route needs the Bearer token or the
+//! web view's session cookie (web/auth.rs).
 
 pub mod admin;
 pub mod auth;
 pub mod health;
+pub mod live;
+pub mod ui;
 
 use actix_web::web;
 
 pub fn config(cfg: &mut web::ServiceConfig) {
     health::config(cfg);
     admin::config(cfg);
+    ui::config(cfg);
 }
