@@ -258,20 +258,36 @@ async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String 
     panic!("{css} never showed the expected text; last: {last:?}");
 }
 
+/// Clicks `css`, finding it again if a live update re-rendered it meanwhile.
+async fn click(c: &Client, css: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let last = match c.find(Locator::Css(css)).await {
+            Ok(e) => match e.click().await {
+                Ok(()) => return,
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < deadline, "cannot click {css}: {last}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn sign_in(c: &Client, s: &TestServer, token: &str) {
     c.goto(&s.url("/admin")).await.unwrap();
     let input = el(c, "#token").await;
     input.send_keys(token).await.unwrap();
-    el(c, "#sign-in").await.click().await.unwrap();
+    click(c, "#sign-in").await;
 }
 
 /// Fills the open action dialog and confirms; returns the audit action shown.
 async fn confirm_action(c: &Client, reason: &str) -> String {
     let reason_box = el(c, "#action-reason").await;
     reason_box.send_keys(reason).await.unwrap();
-    el(c, "#action-submit").await.click().await.unwrap();
+    click(c, "#action-submit").await;
     let shown = text_until(c, "#action-event-action", |t| !t.is_empty()).await;
-    el(c, "#action-cancel").await.click().await.unwrap();
+    click(c, "#action-cancel").await;
     shown
 }
 
@@ -291,7 +307,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         // The right one: the overview, with a cookie scripts cannot read.
         el(&c, "#token").await.clear().await.unwrap();
         el(&c, "#token").await.send_keys(ADMIN_TOKEN).await.unwrap();
-        el(&c, "#sign-in").await.click().await.unwrap();
+        click(&c, "#sign-in").await;
         text_until(&c, "#intake-status", |t| t == "running").await;
         text_until(&c, "#live", |t| t == "live").await;
         let cookie = c.execute("return document.cookie", vec![]).await.unwrap();
@@ -327,8 +343,36 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
             "the tree updated without a reload"
         );
         rig.wait_state(&done, "succeeded");
+        text_until(
+            &c,
+            r#".session[data-session="default:acme/widgets:issue:1"] .badge"#,
+            |t| t == "idle",
+        )
+        .await;
         let shot = save_screenshot(&c, "actors").await;
         eprintln!("saved {}", shot.display());
+        // A phone's width: the same tree, still readable.
+        c.set_window_size(390, 844).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        save_screenshot(&c, "actors-phone").await;
+        c.set_window_size(1280, 1000).await.unwrap();
+
+        // The task list filters by state and links to the task page.
+        c.goto(&s.url("/admin#tasks?state=succeeded"))
+            .await
+            .unwrap();
+        el(&c, &format!(r#"#task-table tr[data-task="{done}"]"#)).await;
+        assert!(c
+            .find(Locator::Css(&format!(
+                r#"#task-table tr[data-task="{busy}"]"#
+            )))
+            .await
+            .is_err());
+        c.goto(&s.url(&format!("/admin#task/{done}")))
+            .await
+            .unwrap();
+        text_until(&c, "#timeline", |t| t.contains("succeeded")).await;
+        save_screenshot(&c, "task").await;
 
         c.goto(&s.url("/admin#overview")).await.unwrap();
         text_until(&c, "#running-count", |t| t == "1").await;
@@ -337,7 +381,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         assert_eq!(rig.state(&busy), "running");
 
         // Sign out: back to the form, and the old page's API calls are refused.
-        el(&c, "#sign-out").await.click().await.unwrap();
+        click(&c, "#sign-out").await;
         el(&c, "#token").await;
         c.goto(&s.url("/admin")).await.unwrap();
         el(&c, "#token").await;
@@ -351,7 +395,7 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
     browser_test("pause_intake", |c| async move {
         sign_in(&c, s, ADMIN_TOKEN).await;
         text_until(&c, "#intake-status", |t| t == "running").await;
-        el(&c, "#pause-intake").await.click().await.unwrap();
+        click(&c, "#pause-intake").await;
         let action = confirm_action(&c, "deploying gitea").await;
         assert_eq!(action, "control.pause");
         text_until(&c, "#intake-status", |t| t == "paused").await;
@@ -364,7 +408,7 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         assert_eq!(rig.state(&task), "queued", "paused: the task waits");
 
-        el(&c, "#resume-intake").await.click().await.unwrap();
+        click(&c, "#resume-intake").await;
         assert_eq!(confirm_action(&c, "gitea is back").await, "control.resume");
         rig.wait_state(&task, "succeeded");
         text_until(&c, "#queue-depth", |t| t == "0").await;
@@ -391,11 +435,9 @@ fn browser_approve_a_pending_approval() {
         text_until(&c, "#attention-count", |t| t == "1").await;
 
         c.goto(&s.url("/admin#attention")).await.unwrap();
-        el(&c, "#pending-approvals button.approve")
-            .await
-            .click()
-            .await
-            .unwrap();
+        el(&c, "#pending-approvals button.approve").await;
+        save_screenshot(&c, "attention").await;
+        click(&c, "#pending-approvals button.approve").await;
         assert_eq!(
             confirm_action(&c, "the command is harmless").await,
             "approval.decided"
@@ -421,14 +463,11 @@ fn browser_reconcile_an_uncertain_task() {
         sign_in(&c, s, ADMIN_TOKEN).await;
         el(&c, "#intake-status").await;
         c.goto(&s.url("/admin#attention")).await.unwrap();
-        el(
+        click(
             &c,
             &format!(r#"#needs-reconciliation tr[data-task="{task}"] button.reconcile"#),
         )
-        .await
-        .click()
-        .await
-        .unwrap();
+        .await;
         // The dialog names the attempt and what the confirmation means.
         let attempt = el(&c, "#reconcile-attempt option")
             .await
@@ -448,16 +487,16 @@ fn browser_reconcile_an_uncertain_task() {
             .send_keys("checked codex: nothing ran")
             .await
             .unwrap();
-        el(&c, "#action-submit").await.click().await.unwrap();
+        click(&c, "#action-submit").await;
         let refused = text_until(&c, "#action-result", |t| !t.is_empty()).await;
         assert!(refused.contains("tick the confirmation"), "{refused}");
         assert_eq!(rig.state(&task), "needs_reconciliation");
 
-        el(&c, "#reconcile-confirm").await.click().await.unwrap();
-        el(&c, "#action-submit").await.click().await.unwrap();
+        click(&c, "#reconcile-confirm").await;
+        click(&c, "#action-submit").await;
         let shown = text_until(&c, "#action-event-action", |t| !t.is_empty()).await;
         assert_eq!(shown, "task.reconciled");
-        el(&c, "#action-cancel").await.click().await.unwrap();
+        click(&c, "#action-cancel").await;
         assert_eq!(rig.state(&task), "failed");
         text_until(&c, "#needs-reconciliation", |t| t.contains("None.")).await;
 
@@ -572,10 +611,9 @@ fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
     assert_eq!(pause(Some(&s.base), &cookie), 401);
 }
 
-#[test]
-fn the_event_stream_needs_auth_and_starts_with_a_snapshot() {
+fn event_stream(db: Db) {
     use std::io::BufRead;
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestServer::start(db);
     assert_eq!(
         status_of(ureq::get(&s.url("/api/gitea-workflow/events")).call()),
         401
@@ -634,6 +672,16 @@ fn the_event_stream_needs_auth_and_starts_with_a_snapshot() {
         }
     }
     assert!(seen, "the pause was streamed");
+}
+
+#[test]
+fn the_event_stream_needs_auth_and_starts_with_a_snapshot_sqlite() {
+    event_stream(Db::Sqlite);
+}
+
+#[test]
+fn the_event_stream_needs_auth_and_starts_with_a_snapshot_postgres() {
+    event_stream(Db::Postgres);
 }
 
 #[test]

@@ -276,6 +276,17 @@ async function reconcile(taskId) {
   });
 }
 
+/** The command or files an approval is about, in one line. */
+function approvalSummary(approval) {
+  try {
+    const d = JSON.parse(approval.detail);
+    const text = d.command || (d.changes && Object.keys(d.changes).join(", ")) || d.reason || "";
+    return String(text).slice(0, 160);
+  } catch (_) {
+    return "";
+  }
+}
+
 function decide(approval, accept) {
   let detail = approval.detail;
   try { detail = JSON.stringify(JSON.parse(approval.detail), null, 2); } catch (_) { /* shown as is */ }
@@ -292,7 +303,8 @@ function decide(approval, accept) {
 // ---------------------------------------------------------------- views
 
 function view(...children) {
-  document.getElementById("view").replaceChildren(...children.flat());
+  const nodes = children.flat().filter((c) => c !== null && c !== undefined && c !== false);
+  document.getElementById("view").replaceChildren(...nodes);
 }
 
 function renderOverview() {
@@ -324,8 +336,10 @@ function renderOverview() {
       intake,
       card("Queue depth", o.queueDepth, "queue-depth", null, "#tasks?state=queued"),
       card("Running turns", o.running, "running-count", null, "#actors"),
-      card("Needs attention", o.needsAttention + ((live.attention && live.attention.approvals.length) || 0),
-        "attention-total", o.needsAttention ? "bad" : null, "#attention"),
+      h("div", { class: "card" + (actionable() ? " bad" : "") },
+        h("div", { class: "label" }, "Needs attention"),
+        h("div", { class: "value", id: "attention-total" }, h("a", { href: "#attention" }, String(actionable()))),
+        failedReplies() ? h("div", { class: "small muted" }, failedReplies() + " failed repl" + (failedReplies() === 1 ? "y" : "ies")) : null),
       card("Repositories", o.repositories, "repo-count"),
       card("Webhook errors (1 h)", hookErrors, "webhook-errors", hookErrors ? "bad" : null)),
     h("div", { class: "grid2" },
@@ -533,7 +547,8 @@ function renderAttention() {
     h("td", {}, t.errorCode || "—"), h("td", {}, time(t.updatedAt)),
     h("td", {}, h("div", { class: "actions" }, actions)));
   const approvals = a.approvals.map((p) => h("tr", { "data-approval": p.approvalId },
-    h("td", {}, taskLink(p.taskId)), h("td", {}, p.kind.replace(/_/g, " ")), h("td", {}, time(p.createdAt)),
+    h("td", {}, taskLink(p.taskId)), h("td", {}, p.kind.replace(/_/g, " ")),
+    h("td", { class: "mono small" }, approvalSummary(p)), h("td", {}, time(p.createdAt)),
     h("td", {}, h("div", { class: "actions" },
       h("button", { class: "small primary approve", onclick: () => decide(p, true) }, "Approve"),
       h("button", { class: "small danger deny", onclick: () => decide(p, false) }, "Deny")))));
@@ -546,7 +561,7 @@ function renderAttention() {
         ? h("button", { class: "primary", onclick: () => pauseIntake(true) }, "Resume intake")
         : h("button", { onclick: () => pauseIntake(false) }, "Pause intake")),
     h("section", { class: "panel", id: "pending-approvals" }, h("h2", {}, "Pending approvals (", a.approvals.length, ")"),
-      table(["task", "request", "asked", ""], approvals, "No approval waiting.")),
+      table(["task", "request", "what", "asked", ""], approvals, "No approval waiting.")),
     h("section", { class: "panel", id: "needs-reconciliation" },
       h("h2", {}, "Needs reconciliation (", byState("needs_reconciliation").length, ")"),
       h("p", { class: "small muted" }, "The bridge cannot know whether these turns ran; each blocks its repository until decided."),
@@ -594,15 +609,27 @@ function refresh() {
   if (refreshTimer) return;
   refreshTimer = setTimeout(() => {
     refreshTimer = null;
-    // Do not pull a page out from under an open dialog.
-    if (document.getElementById("action").open && (current.view === "tasks" || current.view === "task")) return;
+    // Do not pull a page out from under an open dialog or a filter being typed in.
+    if (document.getElementById("action").open) return;
+    const focused = document.activeElement;
+    if (focused && focused.closest && focused.closest("#view form")) return;
     if (current.view === "tasks" || current.view === "task") render();
   }, 300);
 }
 
-function updateBadges() {
+/** Items a person can act on: uncertain and blocked tasks, pending approvals. */
+function actionable() {
   const a = live.attention;
-  const n = a ? a.tasks.filter((t) => t.state !== "failed_reply").length + a.approvals.length : 0;
+  return a ? a.tasks.filter((t) => t.state !== "failed_reply").length + a.approvals.length : 0;
+}
+
+function failedReplies() {
+  const a = live.attention;
+  return a ? a.tasks.filter((t) => t.state === "failed_reply").length : 0;
+}
+
+function updateBadges() {
+  const n = actionable();
   const c = document.getElementById("attention-count");
   c.hidden = n === 0;
   c.textContent = String(n);
