@@ -511,6 +511,50 @@ fn browser_reconcile_an_uncertain_task() {
     });
 }
 
+#[test]
+fn browser_disable_a_repository_and_abort_a_running_task() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("disable_and_abort", |c| async move {
+        let task = rig.comment("h-1", 1, "@ccbot forever [hang]", 1);
+        rig.wait_state(&task, "running");
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        el(&c, "#intake-status").await;
+
+        // Abort from the task page: the turn is interrupted.
+        c.goto(&s.url(&format!("/admin#task/{task}")))
+            .await
+            .unwrap();
+        click(&c, "#task-abort").await;
+        assert_eq!(confirm_action(&c, "stuck").await, "task.abort");
+        rig.wait_state(&task, "aborted");
+        text_until(&c, "#timeline", |t| t.contains("aborted")).await;
+
+        // Disable the repository from the tree: webhooks are refused.
+        c.goto(&s.url("/admin#actors")).await.unwrap();
+        click(&c, &format!(r#".repo[data-repo="{REPO}"] button"#)).await;
+        assert_eq!(confirm_action(&c, "moving it").await, "repository.disable");
+        el(
+            &c,
+            &format!(r#".repo[data-repo="{REPO}"] .badge[data-status="disabled"]"#),
+        )
+        .await;
+        let body = comment_body(2, "@ccbot again", "widgets", 2);
+        let refused = s.webhook(
+            &gitea_headers("h-2", "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(refused.status, 409, "{:?}", refused.json);
+        click(&c, &format!(r#".repo[data-repo="{REPO}"] button"#)).await;
+        assert_eq!(confirm_action(&c, "moved").await, "repository.enable");
+        el(
+            &c,
+            &format!(r#".repo[data-repo="{REPO}"] .badge[data-status="idle"]"#),
+        )
+        .await;
+    });
+}
+
 // ------------------------------------------------------------------ without a browser
 
 /// Signs in over plain HTTP; returns the cookie value.
