@@ -378,6 +378,10 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         text_until(&c, "#running-count", |t| t == "1").await;
         let shot = save_screenshot(&c, "overview").await;
         eprintln!("saved {}", shot.display());
+        let page = c.source().await.unwrap();
+        for secret in [ADMIN_TOKEN, SECRET, GITEA_TOKEN] {
+            assert!(!page.contains(secret), "a secret reached the page");
+        }
         assert_eq!(rig.state(&busy), "running");
 
         // Sign out: back to the form, and the old page's API calls are refused.

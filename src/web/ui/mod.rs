@@ -55,7 +55,9 @@ async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
                 .replace("{{instance}}", &escape(&state.config.instance_id))
                 .replace(
                     "{{gitea}}",
-                    &escape(state.config.gitea_url.as_deref().unwrap_or("")),
+                    &escape(&without_userinfo(
+                        state.config.gitea_url.as_deref().unwrap_or(""),
+                    )),
                 ),
         )
     } else {
@@ -128,9 +130,41 @@ async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
         .finish())
 }
 
+/// Gitea's base URL for links, never with credentials someone put into it.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return String::new();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    format!("{scheme}://{host}{path}")
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitea_links_never_carry_credentials() {
+        assert_eq!(
+            without_userinfo("https://bot:secret@git.example.com/sub"),
+            "https://git.example.com/sub"
+        );
+        assert_eq!(
+            without_userinfo("http://127.0.0.1:3000"),
+            "http://127.0.0.1:3000"
+        );
+        assert_eq!(without_userinfo(""), "");
+        assert_eq!(
+            escape(r#"<a href="x">&"#),
+            "&lt;a href=&quot;x&quot;&gt;&amp;"
+        );
+    }
 }
