@@ -499,7 +499,7 @@ async function renderTask(id) {
       h("button", { class: "small danger deny", onclick: () => decide(a, false) }, "Deny")) : null)));
   const comments = (d.comments || []).map((c) => h("tr", {},
     h("td", {}, c.kind), h("td", {}, c.status),
-    h("td", {}, c.htmlUrl ? h("a", { href: c.htmlUrl, target: "_blank", rel: "noopener noreferrer" },
+    h("td", {}, c.htmlUrl && /^https?:\/\//i.test(c.htmlUrl) ? h("a", { href: c.htmlUrl, target: "_blank", rel: "noopener noreferrer" },
       c.commentId ? "comment " + c.commentId : "open in Gitea") : (c.commentId ? "comment " + c.commentId : "—")),
     h("td", {}, time(c.updatedAt))));
   const turns = (d.turns || []).map((x) => h("tr", {},
