@@ -19,6 +19,10 @@ pub struct AppState {
     pub secrets: ServerSecrets,
     pub store: Store,
     pub normalizer: Normalizer,
+    /// The web view's signed session cookies.
+    pub sessions: crate::web::auth::Sessions,
+    /// Live updates for `GET /api/gitea-workflow/events`.
+    pub live: crate::web::live::Hub,
 }
 
 /// Until the Gitea client exists, nothing can prove a reply landed: say so.
@@ -200,13 +204,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         },
         config: Arc::new(config),
         registry,
+        sessions: crate::web::auth::Sessions::new(&secrets.admin_token),
         secrets,
         store,
+        live: crate::web::live::Hub::default(),
     });
     let metrics_server = match &state.config.metrics_listen {
         Some(listen) => Some(metrics_server(listen, state.clone())?),
         None => None,
     };
+    crate::web::live::Hub::start(state.clone());
+    let live_state = state.clone();
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -225,7 +233,21 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             .configure(crate::web::config)
     })
     .listen(listener)?
+    .disable_signals()
     .run();
+    // Our own signal handling: end the live streams first, or open admin pages
+    // would hold a graceful stop up until its timeout.
+    let handle = server.handle();
+    let metrics_handle = metrics_server.as_ref().map(|s| s.handle());
+    actix_web::rt::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutdown signal received: stopping gracefully");
+        live_state.live.shutdown();
+        if let Some(m) = metrics_handle {
+            m.stop(true).await;
+        }
+        handle.stop(true).await;
+    });
     tracing::info!(%addr, "listening");
     // A plain line on stdout as well, for people and scripts, whatever the log format.
     println!("codex-bridge listening on http://{addr}");
@@ -258,9 +280,34 @@ fn metrics_server(
             .configure(crate::web::metrics::config_open)
     })
     .workers(1)
+    .disable_signals()
     .listen(listener)?
     .run();
     tracing::info!(%addr, "metrics listening");
     println!("codex-bridge metrics on http://{addr}");
     Ok(server)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = tokio::signal::ctrl_c() => {},
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; stopping on SIGINT only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

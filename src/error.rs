@@ -12,6 +12,10 @@ pub enum ApiError {
     /// No reason is given: a caller without the secret learns nothing.
     #[error("unauthorized")]
     Unauthorized,
+    /// Authenticated, but the request is refused as it is (e.g. a cross-site
+    /// state change carrying the admin cookie).
+    #[error("{message}")]
+    Forbidden { code: &'static str, message: String },
     #[error("{0} not found")]
     NotFound(String),
     #[error("{message}")]
@@ -35,7 +39,9 @@ impl ApiError {
 
     pub fn code(&self) -> &'static str {
         match self {
-            ApiError::BadRequest { code, .. } | ApiError::Conflict { code, .. } => code,
+            ApiError::BadRequest { code, .. }
+            | ApiError::Conflict { code, .. }
+            | ApiError::Forbidden { code, .. } => code,
             ApiError::Unauthorized => "unauthorized",
             ApiError::NotFound(_) => "not_found",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
@@ -50,6 +56,7 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadRequest { .. } => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,

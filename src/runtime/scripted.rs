@@ -222,6 +222,12 @@ pub fn script_from_directives(text: &str) -> Script {
     if let Some(args) = directive_args(text, "sleep") {
         steps.push(Step::Sleep(millis(args.first())));
     }
+    if let Some(args) = directive_args(text, "approval") {
+        steps.push(Step::AskApproval(match args.first() {
+            Some(&"file_change") => "file_change",
+            _ => "command",
+        }));
+    }
     if directive_args(text, "hang").is_some() {
         steps.push(Step::Hang);
     } else if directive_args(text, "fail").is_some() {
@@ -670,6 +676,13 @@ mod tests {
         assert!(matches!(
             script_from_directives("plain").steps[1],
             Step::Complete(_)
+        ));
+        let asks = script_from_directives("@bot please [approval]");
+        assert!(matches!(asks.steps[1], Step::AskApproval("command")));
+        assert!(matches!(asks.steps[2], Step::Complete(_)));
+        assert!(matches!(
+            script_from_directives("[approval:file_change]").steps[1],
+            Step::AskApproval("file_change")
         ));
     }
 

@@ -193,6 +193,30 @@ pub fn cancel_task(
     })
 }
 
+/// Puts a `blocked_workspace` task back in the queue after an operator has
+/// looked at (and cleaned) the workspace; nothing here touches the files.
+pub fn clear_workspace(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    task_id: &str,
+) -> Result<AuditView, StoreError> {
+    use crate::lifecycle::TaskState;
+    idempotent(conn, req, "task.clear_workspace", task_id, |conn| {
+        let task = super::tasks::find(conn, task_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
+        if task.state != "blocked_workspace" {
+            return Err(StoreError::Refused {
+                code: "not_blocked",
+                message: format!(
+                    "task {task_id} is `{}`: clear-workspace takes blocked_workspace tasks only",
+                    task.state
+                ),
+            });
+        }
+        transition_by_operator(conn, req, &task, TaskState::Queued, "task.clear_workspace")
+    })
+}
+
 /// Asks running work to stop: the task goes to `cancel_requested`; the session
 /// actor interrupts the turn and settles it (`aborted`, or `needs_reconciliation`
 /// when the interrupt is not confirmed).

@@ -110,6 +110,9 @@ struct Inner {
     url: DbUrl,
     read_pool: r2d2::Pool<DbManager>,
     writer: writer::Writer,
+    /// Bumped after every committed write of this process: the live view
+    /// (web/live.rs) wakes on it instead of polling.
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Store {
@@ -157,12 +160,23 @@ impl Store {
                 url: settings.url.clone(),
                 read_pool,
                 writer,
+                changes: tokio::sync::watch::channel(0).0,
             }),
         })
     }
 
     pub fn url(&self) -> &DbUrl {
         &self.inner.url
+    }
+
+    /// A receiver that sees a new value after each write this process commits
+    /// (writes of other processes are not seen: poll the tables for those).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Runs a read on a blocking thread with a pooled connection, inside the
@@ -190,11 +204,16 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
     {
-        self.inner
+        let out = self
+            .inner
             .writer
             .submit(f)
             .instrument(tracing::Span::current())
-            .await
+            .await;
+        if out.is_ok() {
+            self.changed();
+        }
+        out
     }
 
     /// Ingests one webhook delivery; deliveries that arrive together are
@@ -203,11 +222,16 @@ impl Store {
         &self,
         req: ingest::IngestRequest,
     ) -> Result<ingest::IngestOutcome, StoreError> {
-        self.inner
+        let out = self
+            .inner
             .writer
             .ingest(req)
             .instrument(tracing::Span::current())
-            .await
+            .await;
+        if out.is_ok() {
+            self.changed();
+        }
+        out
     }
 
     /// Whether the database answers (for `/readyz`).

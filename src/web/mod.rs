@@ -1,11 +1,15 @@
-//! The admin API (DESIGN §11, §13) and health endpoints. Handlers read through
-//! `store/` and answer JSON in camelCase; every admin route needs the Bearer token.
+//! The admin API (DESIGN §11, §13), its live event stream, the operators' web
+//! view at `/admin`, and health endpoints. Handlers read through `store/` and
+//! answer JSON in camelCase; every admin route needs the Bearer token or the
+//! web view's session cookie (web/auth.rs).
 
 pub mod admin;
 pub mod auth;
 pub mod client;
 pub mod health;
+pub mod live;
 pub mod metrics;
+pub mod ui;
 
 use actix_web::web;
 
@@ -13,4 +17,5 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     health::config(cfg);
     metrics::config(cfg);
     admin::config(cfg);
+    ui::config(cfg);
 }

@@ -43,6 +43,7 @@ async fn receive(
         Err(ApiError::Conflict { code, .. }) if *code == "outbox_full" => "outbox_full",
         Err(ApiError::Conflict { .. }) => "disabled",
         Err(ApiError::Unavailable) => "unavailable",
+        Err(ApiError::Forbidden { .. }) => "forbidden",
     };
     crate::metrics::webhook(outcome, started.elapsed());
     result.map(|(response, _)| response)

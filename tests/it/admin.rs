@@ -9,6 +9,9 @@ const ROUTES: &[&str] = &[
     "/api/gitea-workflow/tasks",
     "/api/gitea-workflow/tasks/task-x",
     "/api/gitea-workflow/audit",
+    "/api/gitea-workflow/actors",
+    "/api/gitea-workflow/approvals",
+    "/api/gitea-workflow/events",
 ];
 
 #[test]
@@ -25,6 +28,7 @@ fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
     for route in [
         "/api/gitea-workflow/control/pause",
         "/api/gitea-workflow/control/resume",
+        "/api/gitea-workflow/tasks/task-x/clear-workspace",
     ] {
         let r = ureq::post(&s.url(route)).send_json(json!({"requestId": "r", "reason": "x"}));
         assert_eq!(

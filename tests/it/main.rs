@@ -4,6 +4,7 @@
 
 mod actors;
 mod admin;
+mod browser;
 mod cli;
 mod codex_paths;
 mod codex_runtime;

@@ -14,6 +14,11 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(tree_json(&state).await?))
+}
+
+/// The actor tree document (also the live view's `actors` event).
+pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let health = match &state.registry {
         Some(registry) => registry
             .send(Snapshot)
@@ -24,7 +29,7 @@ pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
             ..Default::default()
         },
     };
-    Ok(HttpResponse::Ok().json(serde_json::json!({
+    Ok(serde_json::json!({
         "registry": {
             "owner": health.owner,
             "runtime": health.runtime,
@@ -32,7 +37,7 @@ pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
             "sessionActors": health.session_actors,
         },
         "repositories": health.repositories,
-    })))
+    }))
 }
 
 /// Path values may arrive with `/` and `:` percent-encoded.
@@ -138,6 +143,25 @@ pub async fn abort(
         .write(move |c| control::abort_task(c, &req, &id))
         .await?;
     after_task_control(&state, &task_id, true).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
+/// `POST /tasks/{id}/clear-workspace`: the operator has looked at the dirty
+/// workspace of a `blocked_workspace` task; it goes back to `queued`.
+pub async fn clear_workspace(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let task_id = path.into_inner();
+    let id = task_id.clone();
+    let event = state
+        .store
+        .write(move |c| control::clear_workspace(c, &req, &id))
+        .await?;
+    after_task_control(&state, &task_id, false).await?;
     Ok(HttpResponse::Ok().json(event))
 }
 

@@ -1,10 +1,10 @@
 //! `/api/gitea-workflow/*`: one file per resource.
 
-mod actors;
+pub(crate) mod actors;
 mod approvals;
 mod audit;
 mod control;
-mod overview;
+pub(crate) mod overview;
 mod tasks;
 
 use crate::error::ApiError;
@@ -39,7 +39,12 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route(
                 "/tasks/{task_id}/reconcile",
                 web::post().to(actors::reconcile),
-            ),
+            )
+            .route(
+                "/tasks/{task_id}/clear-workspace",
+                web::post().to(actors::clear_workspace),
+            )
+            .route("/events", web::get().to(super::live::events)),
     );
 }
 

@@ -12,6 +12,11 @@ use diesel::prelude::*;
 use std::collections::BTreeMap;
 
 pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(compute(&state).await?))
+}
+
+/// The overview document (also the live view's `overview` event).
+pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let instance = state.config.instance_id.clone();
     let body = state
         .store
@@ -43,5 +48,5 @@ pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, A
             }))
         })
         .await?;
-    Ok(HttpResponse::Ok().json(body))
+    Ok(body)
 }

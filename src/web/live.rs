@@ -1,0 +1,327 @@
+//! Live updates for the admin web view: `GET /api/gitea-workflow/events`, a
+//! `text/event-stream` behind the same admin auth as the rest of the API
+//! (Bearer or the session cookie).
+//!
+//! One [`Hub`] per process computes what changed and broadcasts it to every
+//! open stream, so ten open pages cost one set of queries, not ten. It wakes
+//! when this process commits a write (`Store::changes`), and at least every
+//! [`TICK`] to see work of other instances (several on one PostgreSQL) and
+//! actor health that changes without a write. While nobody listens it only
+//! keeps its place in the transition and audit tables.
+//!
+//! Events (each `data:` is one line of JSON, camelCase as in the API):
+//!
+//! | event | when | data |
+//! |---|---|---|
+//! | `overview` | on connect, then when it changes | as `GET /overview` |
+//! | `actors` | on connect, then when it changes | as `GET /actors` |
+//! | `attention` | on connect, then when it changes | `{"tasks": [Task in needs_reconciliation, blocked_workspace or failed_reply], "approvals": [pending approval]}` |
+//! | `task` | a task changed state | `{"id", "taskId", "from", "to", "stateVersion", "actor", "reason", "errorCode", "at"}` |
+//! | `audit` | an audit event was written (control actions included) | an audit event as in `GET /audit` |
+//! | `resync` | this stream fell behind and lost events | `{}`: fetch what you show again |
+//!
+//! A comment line `: keep-alive` goes out every [`KEEP_ALIVE`] so proxies keep
+//! the connection; the response says `X-Accel-Buffering: no` so nginx passes
+//! events on at once. On shutdown every stream ends, so open pages do not hold
+//! up a graceful stop.
+
+use crate::app::AppState;
+use crate::error::ApiError;
+use crate::lifecycle::TaskState;
+use crate::store::audit::{self, AuditFilter};
+use crate::store::schema::{audit_events, task_transitions};
+use crate::store::{approvals, tasks, StoreError};
+use crate::web::admin::{actors, overview};
+use crate::web::auth::Admin;
+use crate::with_conn;
+use actix_web::web::{self, Bytes};
+use actix_web::HttpResponse;
+use diesel::prelude::*;
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{broadcast, watch};
+
+/// How often the hub looks even when this process wrote nothing.
+pub const TICK: Duration = Duration::from_secs(2);
+/// How often an idle stream sends a comment.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Writes that arrive together are looked at once.
+const SETTLE: Duration = Duration::from_millis(100);
+/// Most `task`/`audit` events one look sends (more: `resync`).
+const BATCH: i64 = 200;
+
+/// One server-sent event, already framed.
+#[derive(Debug)]
+pub struct Frame(Bytes);
+
+impl Frame {
+    fn new(name: &str, data: &Value) -> Frame {
+        Frame(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+    }
+}
+
+/// The per-process broadcaster of live events.
+pub struct Hub {
+    tx: broadcast::Sender<Arc<Frame>>,
+    stop: watch::Sender<bool>,
+}
+
+impl Default for Hub {
+    fn default() -> Self {
+        Hub {
+            tx: broadcast::channel(1024).0,
+            stop: watch::channel(false).0,
+        }
+    }
+}
+
+impl Hub {
+    /// Ends every open stream (graceful shutdown).
+    pub fn shutdown(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Starts the hub's loop on the current runtime.
+    pub fn start(state: web::Data<AppState>) {
+        actix_web::rt::spawn(async move { run(state).await });
+    }
+}
+
+/// What the hub saw last.
+#[derive(Default)]
+struct Seen {
+    transition: Option<i64>,
+    audit: Option<i64>,
+    overview: String,
+    actors: String,
+    attention: String,
+}
+
+async fn run(state: web::Data<AppState>) {
+    let mut changes = state.store.changes();
+    let mut stop = state.live.stop.subscribe();
+    let mut seen = Seen::default();
+    // Start at the current end of the tables: a listener sees what happens
+    // from its first moment on.
+    if let Ok((t, a)) = state.store.read(max_ids).await {
+        seen.transition = Some(t);
+        seen.audit = Some(a);
+    }
+    loop {
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(TICK) => {},
+            _ = stop.changed() => return,
+        }
+        tokio::time::sleep(SETTLE).await;
+        changes.borrow_and_update();
+        if state.live.tx.receiver_count() == 0 {
+            // Nobody listens: only keep the place in the tables (one cheap
+            // query), so a new listener misses nothing from its first moment.
+            if let Ok((t, a)) = state.store.read(max_ids).await {
+                seen = Seen {
+                    transition: Some(t),
+                    audit: Some(a),
+                    ..Seen::default()
+                };
+            }
+            continue;
+        }
+        if let Err(e) = look(&state, &mut seen).await {
+            tracing::warn!(error = %e, "live view: could not read the store; trying again");
+        }
+    }
+}
+
+fn send(state: &AppState, frame: Frame) {
+    // No receiver is fine: nobody is looking.
+    let _ = state.live.tx.send(Arc::new(frame));
+}
+
+/// One look: documents that changed, then new transitions and audit events.
+async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
+    let (last_t, last_a) = state.store.read(max_ids).await?;
+    let (from_t, from_a) = match (seen.transition, seen.audit) {
+        (Some(t), Some(a)) => (t, a),
+        // The very first look: start at the current end.
+        _ => (last_t, last_a),
+    };
+    let more = last_t - from_t > BATCH || last_a - from_a > BATCH;
+    if more {
+        send(state, Frame::new("resync", &json!({})));
+    } else {
+        for t in state
+            .store
+            .read(move |c| transitions_after(c, from_t))
+            .await?
+        {
+            send(state, Frame::new("task", &t));
+        }
+        let events = state
+            .store
+            .read(move |c| {
+                audit::list(
+                    c,
+                    &AuditFilter {
+                        task_id: None,
+                        since: None,
+                        after_seq: Some(from_a),
+                        limit: BATCH,
+                    },
+                )
+            })
+            .await?;
+        for e in events {
+            send(state, Frame::new("audit", &json!(e)));
+        }
+    }
+    seen.transition = Some(last_t);
+    seen.audit = Some(last_a);
+
+    for (name, doc, last) in [
+        (
+            "overview",
+            overview::compute(state).await?,
+            &mut seen.overview,
+        ),
+        ("actors", actors::tree_json(state).await?, &mut seen.actors),
+        ("attention", attention(state).await?, &mut seen.attention),
+    ] {
+        let text = doc.to_string();
+        if *last != text {
+            send(state, Frame::new(name, &doc));
+            *last = text;
+        }
+    }
+    Ok(())
+}
+
+fn max_ids(c: &mut crate::store::DbConn) -> Result<(i64, i64), StoreError> {
+    Ok(with_conn!(c, |conn| {
+        let t: Option<i64> = task_transitions::table
+            .select(diesel::dsl::max(task_transitions::id))
+            .first(conn)?;
+        let a: Option<i64> = audit_events::table
+            .select(diesel::dsl::max(audit_events::id))
+            .first(conn)?;
+        Ok::<_, diesel::result::Error>((t.unwrap_or(0), a.unwrap_or(0)))
+    })?)
+}
+
+type TransitionRow = (
+    i64,
+    String,
+    Option<String>,
+    String,
+    i64,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+fn transitions_after(c: &mut crate::store::DbConn, after: i64) -> Result<Vec<Value>, StoreError> {
+    use task_transitions as t;
+    let rows: Vec<TransitionRow> = with_conn!(c, |conn| t::table
+        .filter(t::id.gt(after))
+        .order(t::id.asc())
+        .limit(BATCH)
+        .select((
+            t::id,
+            t::task_id,
+            t::from_state,
+            t::to_state,
+            t::state_version,
+            t::actor,
+            t::reason,
+            t::error_code,
+            t::at,
+        ))
+        .load(conn))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, task, from, to, version, actor, reason, code, at)| {
+            json!({
+                "id": id, "taskId": task, "from": from, "to": to, "stateVersion": version,
+                "actor": actor, "reason": reason, "errorCode": code, "at": at,
+            })
+        })
+        .collect())
+}
+
+/// What needs a person: uncertain, blocked and unverified tasks, and pending
+/// approvals.
+pub async fn attention(state: &AppState) -> Result<Value, ApiError> {
+    Ok(state
+        .store
+        .read(|c| {
+            let mut rows = Vec::new();
+            for s in [
+                TaskState::NeedsReconciliation,
+                TaskState::BlockedWorkspace,
+                TaskState::FailedReply,
+            ] {
+                let (page, _) = tasks::list(
+                    c,
+                    &tasks::TaskFilter {
+                        repo_key: None,
+                        resource_key: None,
+                        state: Some(s),
+                        cursor: None,
+                        limit: 100,
+                    },
+                )?;
+                rows.extend(page);
+            }
+            let pending = approvals::pending(c)?;
+            Ok(json!({ "tasks": rows, "approvals": pending }))
+        })
+        .await?)
+}
+
+/// `GET /api/gitea-workflow/events`.
+pub async fn events(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    // Subscribe first, so nothing that happens while the snapshot is read is lost.
+    let rx = state.live.tx.subscribe();
+    let stop = state.live.stop.subscribe();
+    let mut first: VecDeque<Bytes> = VecDeque::new();
+    first.push_back(Bytes::from_static(b"retry: 3000\n\n"));
+    for frame in [
+        Frame::new("overview", &overview::compute(&state).await?),
+        Frame::new("actors", &actors::tree_json(&state).await?),
+        Frame::new("attention", &attention(&state).await?),
+    ] {
+        first.push_back(frame.0);
+    }
+    let keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
+    let stream = futures_util::stream::unfold(
+        (rx, stop, keep_alive, first),
+        |(mut rx, mut stop, mut keep_alive, mut first)| async move {
+            if let Some(b) = first.pop_front() {
+                return Some((Ok::<_, actix_web::Error>(b), (rx, stop, keep_alive, first)));
+            }
+            if *stop.borrow() {
+                return None;
+            }
+            let out = tokio::select! {
+                msg = rx.recv() => match msg {
+                    Ok(frame) => frame.0.clone(),
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        Bytes::from_static(b"event: resync\ndata: {}\n\n")
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                },
+                _ = keep_alive.tick() => Bytes::from_static(b": keep-alive\n\n"),
+                _ = stop.changed() => return None,
+            };
+            Some((Ok(out), (rx, stop, keep_alive, first)))
+        },
+    );
+    Ok(HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header(("Cache-Control", "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(stream))
+}

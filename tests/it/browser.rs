@@ -1,0 +1,792 @@
+//! The admin web view in a real browser: headless Chromium driven through
+//! WebDriver (chromedriver, started here on a free port) against the real
+//! binary with the scripted runtime. `scripts/test` installs Debian's
+//! `chromium` and `chromium-driver`; without them these tests fail and say so.
+//!
+//! A failing browser test leaves a screenshot in
+//! `target/browser-screenshots/<test>-failure.png`; the tour test also saves
+//! `overview.png` and `actors.png` there on success.
+
+use crate::gitsim::GitSim;
+use crate::support::*;
+use fantoccini::{Client, ClientBuilder, Locator};
+use futures_util::FutureExt;
+use serde_json::{json, Value};
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(20);
+const REPO: &str = "default:acme/widgets";
+
+fn find_program(names: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for name in names {
+        for dir in std::env::split_paths(&path).chain([PathBuf::from("/usr/bin")]) {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+fn missing(what: &str) -> ! {
+    panic!(
+        "{what} not found: the browser tests need Debian's `chromium` and `chromium-driver` \
+         (scripts/test installs them as root; otherwise: sudo apt-get install chromium chromium-driver)"
+    )
+}
+
+pub fn screenshot_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("browser-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// chromedriver on its own port plus one headless Chromium session.
+struct Browser {
+    driver: Child,
+    client: Option<Client>,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let chromium =
+            find_program(&["chromium", "chromium-browser"]).unwrap_or_else(|| missing("chromium"));
+        let chromedriver =
+            find_program(&["chromedriver"]).unwrap_or_else(|| missing("chromedriver"));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let driver = Command::new(&chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display()));
+        let status = format!("http://127.0.0.1:{port}/status");
+        let deadline = Instant::now() + WAIT;
+        while ureq::get(&status).call().is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "chromedriver did not answer on port {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let mut args = vec![
+            "--headless".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--disable-quic".to_owned(),
+            "--no-first-run".to_owned(),
+            "--disable-background-networking".to_owned(),
+            "--disable-component-update".to_owned(),
+            "--disable-sync".to_owned(),
+            "--disable-dev-shm-usage".to_owned(),
+            "--window-size=1280,1000".to_owned(),
+            format!("--user-data-dir={}", profile.path().display()),
+        ];
+        // Chromium refuses to run as root with its sandbox.
+        if rustix_is_root() {
+            args.push("--no-sandbox".to_owned());
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            json!({ "binary": chromium.to_str().unwrap(), "args": args }),
+        );
+        let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("cannot start a Chromium session through chromedriver: {e}")
+            });
+        Browser {
+            driver,
+            client: Some(client),
+            _profile: profile,
+        }
+    }
+
+    fn c(&self) -> &Client {
+        self.client.as_ref().unwrap()
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(c) = self.client.take() {
+            let _ = c.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn rustix_is_root() -> bool {
+    // `id -u` rather than a libc dependency for one number.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
+    let png = c.screenshot().await.unwrap();
+    let path = screenshot_dir().join(format!("{name}.png"));
+    std::fs::write(&path, png).unwrap();
+    path
+}
+
+/// Runs `body` with a fresh browser; on failure saves a screenshot first.
+fn browser_test<F, Fut>(name: &str, body: F)
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let browser = Browser::start().await;
+        let result = std::panic::AssertUnwindSafe(body(browser.c().clone()))
+            .catch_unwind()
+            .await;
+        if let Err(panic) = result {
+            match browser.c().screenshot().await {
+                Ok(png) => {
+                    let path = screenshot_dir().join(format!("{name}-failure.png"));
+                    std::fs::write(&path, png).unwrap();
+                    eprintln!("browser test {name} failed; screenshot: {}", path.display());
+                }
+                Err(e) => eprintln!("browser test {name} failed; no screenshot: {e}"),
+            }
+            browser.shutdown().await;
+            std::panic::resume_unwind(panic);
+        }
+        browser.shutdown().await;
+    });
+}
+
+/// A server with the scripted runtime whose repository clones from a git stand-in.
+struct Rig {
+    sim: GitSim,
+    s: TestServer,
+}
+
+impl Rig {
+    fn start() -> Rig {
+        let sim = GitSim::start(Some(GITEA_TOKEN));
+        sim.create_repo("acme", "widgets");
+        let s = ServerBuilder::new(Db::Sqlite)
+            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
+            .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
+            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+            .start();
+        Rig { sim, s }
+    }
+
+    fn comment(&self, delivery: &str, comment_id: i64, text: &str, number: i64) -> String {
+        let mut v: Value =
+            serde_json::from_slice(&comment_body(comment_id, text, "widgets", number)).unwrap();
+        v["repository"]["clone_url"] = self.sim.clone_url("acme", "widgets").into();
+        v["repository"]["default_branch"] = "main".into();
+        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let r = self.s.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        r.json["taskId"].as_str().unwrap().to_owned()
+    }
+
+    fn state(&self, task: &str) -> String {
+        self.s
+            .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+            .json["task"]["state"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    fn wait_state(&self, task: &str, state: &str) {
+        wait_task_state(&self.s.db_url, task, state, WAIT);
+    }
+}
+
+async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
+    c.wait()
+        .at_most(WAIT)
+        .for_element(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no element {css} appeared: {e}"))
+}
+
+/// Waits until the text of `css` satisfies `ok`; returns it.
+async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + WAIT;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Ok(e) = c.find(Locator::Css(css)).await {
+            if let Ok(t) = e.text().await {
+                if ok(&t) {
+                    return t;
+                }
+                last = t;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{css} never showed the expected text; last: {last:?}");
+}
+
+/// Clicks `css`, finding it again if a live update re-rendered it meanwhile.
+async fn click(c: &Client, css: &str) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let last = match c.find(Locator::Css(css)).await {
+            Ok(e) => match e.click().await {
+                Ok(()) => return,
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < deadline, "cannot click {css}: {last}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn sign_in(c: &Client, s: &TestServer, token: &str) {
+    c.goto(&s.url("/admin")).await.unwrap();
+    let input = el(c, "#token").await;
+    input.send_keys(token).await.unwrap();
+    click(c, "#sign-in").await;
+}
+
+/// Fills the open action dialog and confirms; returns the audit action shown.
+async fn confirm_action(c: &Client, reason: &str) -> String {
+    let reason_box = el(c, "#action-reason").await;
+    reason_box.send_keys(reason).await.unwrap();
+    click(c, "#action-submit").await;
+    let shown = text_until(c, "#action-event-action", |t| !t.is_empty()).await;
+    click(c, "#action-cancel").await;
+    shown
+}
+
+#[test]
+fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("sign_in_and_live_tree", |c| async move {
+        // A wrong token: refused, no session.
+        sign_in(&c, s, "not-the-admin-token-at-all").await;
+        let msg = el(&c, "#login-error").await.text().await.unwrap();
+        assert!(msg.contains("refused"), "{msg}");
+        assert!(c.find(Locator::Css("#intake-status")).await.is_err());
+        let source = c.source().await.unwrap();
+        assert!(!source.contains(ADMIN_TOKEN), "the token is never rendered");
+
+        // The right one: the overview, with a cookie scripts cannot read.
+        el(&c, "#token").await.clear().await.unwrap();
+        el(&c, "#token").await.send_keys(ADMIN_TOKEN).await.unwrap();
+        click(&c, "#sign-in").await;
+        text_until(&c, "#intake-status", |t| t == "running").await;
+        text_until(&c, "#live", |t| t == "live").await;
+        let cookie = c.execute("return document.cookie", vec![]).await.unwrap();
+        assert_eq!(cookie, json!(""), "the session cookie is HttpOnly");
+        assert!(!c.source().await.unwrap().contains(ADMIN_TOKEN));
+
+        // The actor tree is empty; a webhook makes a repository and a session
+        // appear without a reload (the marker survives).
+        c.goto(&s.url("/admin#actors")).await.unwrap();
+        el(&c, "#registry").await;
+        text_until(&c, "#tree", |t| t.contains("No repository actor")).await;
+        c.execute("window.__notReloaded = true", vec![])
+            .await
+            .unwrap();
+        let done = rig.comment("d-1", 1, "@ccbot quick one", 1);
+        let busy = rig.comment("d-2", 2, "@ccbot a longer one [sleep:20000]", 2);
+        el(&c, &format!(r#".repo[data-repo="{REPO}"]"#)).await;
+        el(
+            &c,
+            r#".session[data-session="default:acme/widgets:issue:1"]"#,
+        )
+        .await;
+        el(
+            &c,
+            r#".session[data-session="default:acme/widgets:issue:2"] .badge[data-status="busy"]"#,
+        )
+        .await;
+        assert_eq!(
+            c.execute("return window.__notReloaded === true", vec![])
+                .await
+                .unwrap(),
+            json!(true),
+            "the tree updated without a reload"
+        );
+        rig.wait_state(&done, "succeeded");
+        text_until(
+            &c,
+            r#".session[data-session="default:acme/widgets:issue:1"] .badge"#,
+            |t| t == "idle",
+        )
+        .await;
+        let shot = save_screenshot(&c, "actors").await;
+        eprintln!("saved {}", shot.display());
+        // A phone's width: the same tree, still readable.
+        c.set_window_size(390, 844).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        save_screenshot(&c, "actors-phone").await;
+        c.set_window_size(1280, 1000).await.unwrap();
+
+        // The task list filters by state and links to the task page.
+        c.goto(&s.url("/admin#tasks?state=succeeded"))
+            .await
+            .unwrap();
+        el(&c, &format!(r#"#task-table tr[data-task="{done}"]"#)).await;
+        assert!(c
+            .find(Locator::Css(&format!(
+                r#"#task-table tr[data-task="{busy}"]"#
+            )))
+            .await
+            .is_err());
+        c.goto(&s.url(&format!("/admin#task/{done}")))
+            .await
+            .unwrap();
+        text_until(&c, "#timeline", |t| t.contains("succeeded")).await;
+        save_screenshot(&c, "task").await;
+
+        c.goto(&s.url("/admin#overview")).await.unwrap();
+        text_until(&c, "#running-count", |t| t == "1").await;
+        let shot = save_screenshot(&c, "overview").await;
+        eprintln!("saved {}", shot.display());
+        let page = c.source().await.unwrap();
+        for secret in [ADMIN_TOKEN, SECRET, GITEA_TOKEN] {
+            assert!(!page.contains(secret), "a secret reached the page");
+        }
+        assert_eq!(rig.state(&busy), "running");
+
+        // Sign out: back to the form, and the old page's API calls are refused.
+        click(&c, "#sign-out").await;
+        el(&c, "#token").await;
+        c.goto(&s.url("/admin")).await.unwrap();
+        el(&c, "#token").await;
+    });
+}
+
+#[test]
+fn browser_pause_intake_keeps_the_next_webhook_queued() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("pause_intake", |c| async move {
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        text_until(&c, "#intake-status", |t| t == "running").await;
+        click(&c, "#pause-intake").await;
+        let action = confirm_action(&c, "deploying gitea").await;
+        assert_eq!(action, "control.pause");
+        text_until(&c, "#intake-status", |t| t == "paused").await;
+        let overview = s.admin_get("/api/gitea-workflow/overview");
+        assert_eq!(overview.json["paused"], true);
+        assert_eq!(overview.json["pauseReason"], "deploying gitea");
+
+        let task = rig.comment("p-1", 1, "@ccbot while paused", 1);
+        text_until(&c, "#queue-depth", |t| t == "1").await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(rig.state(&task), "queued", "paused: the task waits");
+
+        click(&c, "#resume-intake").await;
+        assert_eq!(confirm_action(&c, "gitea is back").await, "control.resume");
+        rig.wait_state(&task, "succeeded");
+        text_until(&c, "#queue-depth", |t| t == "0").await;
+        text_until(&c, "#intake-status", |t| t == "running").await;
+    });
+}
+
+#[test]
+fn browser_approve_a_pending_approval() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("approve", |c| async move {
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        el(&c, "#intake-status").await;
+        c.goto(&s.url("/admin#actors")).await.unwrap();
+        el(&c, "#registry").await;
+        let task = rig.comment("a-1", 1, "@ccbot may I? [approval]", 1);
+        // The tree says so at a glance.
+        el(
+            &c,
+            r#".session[data-session="default:acme/widgets:issue:1"] .badge[data-status="awaiting_approval"]"#,
+        )
+        .await;
+        text_until(&c, "#attention-count", |t| t == "1").await;
+
+        c.goto(&s.url("/admin#attention")).await.unwrap();
+        el(&c, "#pending-approvals button.approve").await;
+        save_screenshot(&c, "attention").await;
+        click(&c, "#pending-approvals button.approve").await;
+        assert_eq!(
+            confirm_action(&c, "the command is harmless").await,
+            "approval.decided"
+        );
+        rig.wait_state(&task, "succeeded");
+        let detail = s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
+        assert_eq!(detail.json["approvals"][0]["decision"], "accept");
+        assert_eq!(detail.json["approvals"][0]["decidedBy"], "admin:admin");
+        text_until(&c, "#pending-approvals", |t| {
+            t.contains("No approval waiting")
+        })
+        .await;
+    });
+}
+
+#[test]
+fn browser_reconcile_an_uncertain_task() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("reconcile", |c| async move {
+        let task = rig.comment("u-1", 1, "@ccbot unsure [start:uncertain]", 1);
+        rig.wait_state(&task, "needs_reconciliation");
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        el(&c, "#intake-status").await;
+        c.goto(&s.url("/admin#attention")).await.unwrap();
+        click(
+            &c,
+            &format!(r#"#needs-reconciliation tr[data-task="{task}"] button.reconcile"#),
+        )
+        .await;
+        // The dialog names the attempt and what the confirmation means.
+        let attempt = el(&c, "#reconcile-attempt option")
+            .await
+            .text()
+            .await
+            .unwrap();
+        let detail = s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
+        let attempt_id = detail.json["attempts"][0]["attemptId"].as_str().unwrap();
+        assert!(attempt.contains(attempt_id), "{attempt}");
+        let dialog = el(&c, "#action").await.text().await.unwrap();
+        assert!(dialog.contains("--confirm-no-active-turn"), "{dialog}");
+        assert!(dialog.contains("never re-runs"), "{dialog}");
+
+        // Without the confirmation: refused in the page, nothing sent.
+        el(&c, "#action-reason")
+            .await
+            .send_keys("checked codex: nothing ran")
+            .await
+            .unwrap();
+        click(&c, "#action-submit").await;
+        let refused = text_until(&c, "#action-result", |t| !t.is_empty()).await;
+        assert!(refused.contains("tick the confirmation"), "{refused}");
+        assert_eq!(rig.state(&task), "needs_reconciliation");
+
+        click(&c, "#reconcile-confirm").await;
+        click(&c, "#action-submit").await;
+        let shown = text_until(&c, "#action-event-action", |t| !t.is_empty()).await;
+        assert_eq!(shown, "task.reconciled");
+        click(&c, "#action-cancel").await;
+        assert_eq!(rig.state(&task), "failed");
+        text_until(&c, "#needs-reconciliation", |t| t.contains("None.")).await;
+
+        // The task page shows the operator's decision in its timeline and audit.
+        c.goto(&s.url(&format!("/admin#task/{task}")))
+            .await
+            .unwrap();
+        let timeline = text_until(&c, "#timeline", |t| t.contains("failed")).await;
+        assert!(timeline.contains("needs reconciliation"), "{timeline}");
+        let page = c.source().await.unwrap();
+        assert!(page.contains("task.reconciled"));
+    });
+}
+
+#[test]
+fn browser_disable_a_repository_and_abort_a_running_task() {
+    let rig = &Rig::start();
+    let s = &rig.s;
+    browser_test("disable_and_abort", |c| async move {
+        let task = rig.comment("h-1", 1, "@ccbot forever [hang]", 1);
+        rig.wait_state(&task, "running");
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        el(&c, "#intake-status").await;
+
+        // Abort from the task page: the turn is interrupted.
+        c.goto(&s.url(&format!("/admin#task/{task}")))
+            .await
+            .unwrap();
+        click(&c, "#task-abort").await;
+        assert_eq!(confirm_action(&c, "stuck").await, "task.abort");
+        rig.wait_state(&task, "aborted");
+        text_until(&c, "#timeline", |t| t.contains("aborted")).await;
+
+        // Disable the repository from the tree: webhooks are refused.
+        c.goto(&s.url("/admin#actors")).await.unwrap();
+        click(&c, &format!(r#".repo[data-repo="{REPO}"] button"#)).await;
+        assert_eq!(confirm_action(&c, "moving it").await, "repository.disable");
+        el(
+            &c,
+            &format!(r#".repo[data-repo="{REPO}"] .badge[data-status="disabled"]"#),
+        )
+        .await;
+        let body = comment_body(2, "@ccbot again", "widgets", 2);
+        let refused = s.webhook(
+            &gitea_headers("h-2", "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(refused.status, 409, "{:?}", refused.json);
+        click(&c, &format!(r#".repo[data-repo="{REPO}"] button"#)).await;
+        assert_eq!(confirm_action(&c, "moved").await, "repository.enable");
+        el(
+            &c,
+            &format!(r#".repo[data-repo="{REPO}"] .badge[data-status="idle"]"#),
+        )
+        .await;
+    });
+}
+
+// ------------------------------------------------------------------ without a browser
+
+/// Signs in over plain HTTP; returns the cookie value.
+fn cookie_sign_in(s: &TestServer) -> String {
+    let agent = ureq::AgentBuilder::new().redirects(0).build();
+    let r = agent
+        .post(&s.url("/admin/login"))
+        .set("Origin", &s.base)
+        .send_form(&[("token", ADMIN_TOKEN)])
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.header("set-cookie").unwrap().to_owned();
+    assert!(set.contains("HttpOnly"), "{set}");
+    assert!(set.contains("SameSite=Strict"), "{set}");
+    assert!(!set.contains("Secure"), "plain HTTP: no Secure flag: {set}");
+    set.split(';')
+        .next()
+        .unwrap()
+        .strip_prefix("cb_admin=")
+        .unwrap()
+        .to_owned()
+}
+
+fn status_of(r: Result<ureq::Response, ureq::Error>) -> u16 {
+    match r {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
+    // This machine's loopback plays the TLS-terminating proxy.
+    let s = ServerBuilder::new(Db::Sqlite)
+        .env("CODEX_BRIDGE_TRUSTED_PROXIES", "127.0.0.1")
+        .start();
+    let cookie = cookie_sign_in(&s);
+    let pause = |origin: Option<&str>, cookie: &str| {
+        let mut req = ureq::post(&s.url("/api/gitea-workflow/control/pause"))
+            .set("Cookie", &format!("cb_admin={cookie}"));
+        if let Some(o) = origin {
+            req = req.set("Origin", o);
+        }
+        status_of(
+            req.send_json(json!({"requestId": uuid::Uuid::new_v4().to_string(), "reason": "r"})),
+        )
+    };
+    assert_eq!(pause(Some("http://evil.example"), &cookie), 403);
+    assert_eq!(pause(None, &cookie), 403, "no Origin, no Sec-Fetch-Site");
+    assert_eq!(pause(Some(&s.base), "v1.forged.9999999999.00"), 401);
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/overview").json["paused"],
+        false
+    );
+    assert_eq!(pause(Some(&s.base), &cookie), 200);
+    // Reads with the cookie, and the Bearer token still works for scripts.
+    let get = ureq::get(&s.url("/api/gitea-workflow/overview"))
+        .set("Cookie", &format!("cb_admin={cookie}"))
+        .call()
+        .unwrap();
+    assert_eq!(get.status(), 200);
+    assert_eq!(
+        s.admin_post(
+            "/api/gitea-workflow/control/resume",
+            &json!({"requestId": "bearer-1", "reason": "script"})
+        )
+        .status,
+        200
+    );
+    // A wrong cookie or token: 401, page or API.
+    assert_eq!(
+        status_of(
+            ureq::get(&s.url("/api/gitea-workflow/events"))
+                .set("Cookie", "cb_admin=nonsense")
+                .call()
+        ),
+        401
+    );
+    // Behind a TLS-terminating proxy on this machine the cookie is Secure.
+    let r = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&s.url("/admin/login"))
+        .set("Origin", "https://bridge.example")
+        .set("X-Forwarded-Host", "bridge.example")
+        .set("X-Forwarded-Proto", "https")
+        .send_form(&[("token", ADMIN_TOKEN)])
+        .unwrap();
+    assert!(r.header("set-cookie").unwrap().contains("Secure"));
+    // The same headers from an address that is not a trusted proxy are not
+    // believed: no Secure flag (and the forged host fails the Origin check).
+    let plain = TestServer::start(Db::Sqlite);
+    let r = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&plain.url("/admin/login"))
+        .set("Origin", &plain.base)
+        .set("X-Forwarded-Proto", "https")
+        .send_form(&[("token", ADMIN_TOKEN)]);
+    let r = r.unwrap();
+    assert!(!r.header("set-cookie").unwrap().contains("Secure"));
+    // Signing out revokes the session.
+    let out = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&s.url("/admin/logout"))
+        .set("Origin", &s.base)
+        .set("Cookie", &format!("cb_admin={cookie}"))
+        .call()
+        .unwrap();
+    assert_eq!(out.status(), 303);
+    assert_eq!(pause(Some(&s.base), &cookie), 401);
+}
+
+fn event_stream(db: Db) {
+    use std::io::BufRead;
+    let s = TestServer::start(db);
+    assert_eq!(
+        status_of(ureq::get(&s.url("/api/gitea-workflow/events")).call()),
+        401
+    );
+    let r = ureq::get(&s.url("/api/gitea-workflow/events"))
+        .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
+        .call()
+        .unwrap();
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(r.header("x-accel-buffering"), Some("no"));
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = r.into_reader();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(reader)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_event = |name: &str| -> Value {
+        let deadline = Instant::now() + WAIT;
+        let mut current = String::new();
+        while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            if let Some(n) = line.strip_prefix("event: ") {
+                current = n.to_owned();
+            } else if let Some(d) = line.strip_prefix("data: ") {
+                if current == name {
+                    return serde_json::from_str(d).unwrap();
+                }
+            }
+        }
+        panic!("no {name} event");
+    };
+    assert_eq!(next_event("overview")["paused"], false);
+    assert_eq!(next_event("actors")["registry"]["runtime"], "none");
+    assert!(next_event("attention")["tasks"].is_array());
+    // A webhook: the task event, then the overview with it queued.
+    let r = s.comment("e-1", 1, "@ccbot hello", "widgets", 1);
+    let task = r.json["taskId"].as_str().unwrap();
+    let t = next_event("task");
+    assert_eq!(t["taskId"], task);
+    assert_eq!(next_event("overview")["queueDepth"], 1);
+    // A control action: its audit event.
+    s.admin_post(
+        "/api/gitea-workflow/control/pause",
+        &json!({"requestId": "sse-1", "reason": "watching"}),
+    );
+    let mut seen = false;
+    for _ in 0..10 {
+        if next_event("audit")["action"] == "control.pause" {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "the pause was streamed");
+}
+
+#[test]
+fn the_event_stream_needs_auth_and_starts_with_a_snapshot_sqlite() {
+    event_stream(Db::Sqlite);
+}
+
+#[test]
+fn the_event_stream_needs_auth_and_starts_with_a_snapshot_postgres() {
+    event_stream(Db::Postgres);
+}
+
+#[test]
+fn clear_workspace_requeues_a_blocked_task_once_and_refuses_others() {
+    let s = TestServer::start(Db::Sqlite);
+    let task = s.comment("w-1", 1, "@ccbot hi", "widgets", 1).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/api/gitea-workflow/tasks/{task}/clear-workspace");
+    let body = json!({"requestId": "clear-1", "reason": "cleaned by hand"});
+    let refused = s.admin_post(&path, &body);
+    assert_eq!(refused.status, 409);
+    assert_eq!(refused.json["code"], "not_blocked");
+    // As the repo actor leaves it after finding a dirty workspace.
+    exec(
+        &mut s.db(),
+        &format!(
+            "UPDATE tasks SET state = 'blocked_workspace', state_version = state_version + 1 WHERE task_id = '{task}'"
+        ),
+    )
+    .unwrap();
+    let first = s.admin_post(&path, &body);
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(first.json["action"], "task.clear_workspace");
+    assert_eq!(first.json["fromState"], "blocked_workspace");
+    assert_eq!(first.json["toState"], "queued");
+    assert_eq!(first.json["metadata"]["reason"], "cleaned by hand");
+    let again = s.admin_post(&path, &body);
+    assert_eq!(again.json["eventId"], first.json["eventId"], "idempotent");
+    assert_eq!(
+        s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+            .json["task"]["state"],
+        "queued"
+    );
+    assert_eq!(
+        s.post_raw(
+            &path,
+            &[("Content-Type".into(), "application/json".into())],
+            b"{}"
+        )
+        .status,
+        401
+    );
+}
