@@ -139,6 +139,34 @@ impl SessionActor {
         }
     }
 
+    /// The thread id and the outbox depth (unsettled entries) for the health
+    /// view, read from the store: at start and after each settled task.
+    fn refresh_from_store(&mut self, ctx: &mut Context<Self>) {
+        let store = self.deps.store.clone();
+        let key = self.session_key.clone();
+        ctx.spawn(
+            async move {
+                store
+                    .read(move |c| {
+                        Ok((
+                            scheduling::session(c, &key)?.and_then(|s| s.thread_id),
+                            scheduling::outbox_depth(c, &key)?,
+                        ))
+                    })
+                    .await
+            }
+            .into_actor(self)
+            .map(|result, act, _| {
+                if let Ok((thread_id, depth)) = result {
+                    act.update_health(|h| {
+                        h.thread_id = thread_id;
+                        h.outbox_depth = depth;
+                    });
+                }
+            }),
+        );
+    }
+
     fn drain(&mut self, lane: Lane, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         let state = self.lane(lane);
@@ -175,6 +203,7 @@ impl SessionActor {
                         h.active_turn = None;
                     });
                     if settled {
+                        act.refresh_from_store(ctx);
                         act.registry.do_send(TaskSettled {
                             repo_key: act.repo_key.clone(),
                         });
@@ -217,29 +246,7 @@ impl Actor for SessionActor {
             h.status = "idle".into();
         });
         // Rebuild from the store: whatever this session was doing is found again.
-        let store = self.deps.store.clone();
-        let key = self.session_key.clone();
-        ctx.spawn(
-            async move {
-                store
-                    .read(move |c| {
-                        Ok((
-                            scheduling::session(c, &key)?.and_then(|s| s.thread_id),
-                            scheduling::outbox_depth(c, &key)?,
-                        ))
-                    })
-                    .await
-            }
-            .into_actor(self)
-            .map(|result, act, _| {
-                if let Ok((thread_id, depth)) = result {
-                    act.update_health(|h| {
-                        h.thread_id = thread_id;
-                        h.outbox_depth = depth;
-                    });
-                }
-            }),
-        );
+        self.refresh_from_store(ctx);
         self.drain(Lane::Normal, ctx);
     }
 }

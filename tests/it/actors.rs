@@ -229,6 +229,22 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
         let first = calls.iter().find(|c| c.text == "@ccbot task 0").unwrap();
         let second = calls.iter().find(|c| c.text == "@ccbot task 1").unwrap();
         assert_eq!(first.thread_id, second.thread_id);
+        // Every session's outbox is drained, and the health view says so.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let depths: Vec<i64> = h
+                .health()
+                .await
+                .repositories
+                .iter()
+                .flat_map(|r| r.sessions.iter().map(|s| s.outbox_depth))
+                .collect();
+            if !depths.is_empty() && depths.iter().all(|d| *d == 0) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "outbox depths stay {depths:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         // The turn carried the outbox entry's operation id, and the task its history.
         let id = ids[0].clone();
         let detail = h

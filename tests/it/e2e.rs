@@ -114,7 +114,24 @@ impl Loop {
     }
 
     pub fn wait(&self, task: &str, state: &str) {
-        wait_task_state(&self.server.db_url, task, state, Duration::from_secs(90));
+        let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            wait_task_state(&self.server.db_url, task, state, Duration::from_secs(90))
+        }));
+        if let Err(panic) = waited {
+            // What the task and the server say, for the failure report.
+            let d = self.detail(task);
+            eprintln!(
+                "task detail: {}",
+                serde_json::to_string_pretty(&d["audit"]).unwrap()
+            );
+            let logs = self.server.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            eprintln!(
+                "server log (last lines, newest first):\n{}",
+                tail.join("\n")
+            );
+            std::panic::resume_unwind(panic);
+        }
     }
 
     pub fn detail(&self, task: &str) -> Value {
@@ -164,9 +181,10 @@ pub fn actions(detail: &Value) -> Vec<String> {
 #[test]
 fn e2e_a_comment_becomes_a_verified_reply_in_the_same_thread() {
     let l = Loop::start();
+    // The reply quotes the mention: it must not trigger the bot again.
     l.script_reply(
         l.issue,
-        "The parser test raced on a shared temp dir; fixed.",
+        "> @ccbot fix the flaky parser test\n\nThe parser test raced on a shared temp dir; fixed.",
     );
     let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
     l.wait(&task, "succeeded");
@@ -334,6 +352,16 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
     // One receipt for the abnormal end, posted once Gitea answers again.
     let r = l.bot_comments(l.issue, &format!("receipt={task}:status:failed_reply"));
     assert_eq!(r.len(), 1, "{r:?}");
+    // In reaction mode, "received" is the bot's eyes on bob's comment, and no
+    // received comment was written.
+    let trigger = d["task"]["commentId"].as_i64().unwrap();
+    assert_eq!(
+        l.sim.reactions(trigger),
+        vec![(BOT.to_owned(), "eyes".to_owned())]
+    );
+    assert!(l
+        .bot_comments(l.issue, &format!("receipt={task}:status:received"))
+        .is_empty());
 }
 
 #[test]

@@ -1,0 +1,316 @@
+//! Turn benchmark (issue 4): the bridge's own cost per turn on top of Codex —
+//! from the runtime's `turn/completed` reaching the session actor to the
+//! turn's result and the task's next state committed (durable SQLite) — and
+//! the bridge's memory with N sessions each holding a Codex thread. In the
+//! same run, the machine's own limit: one durable SQLite commit of one row on
+//! the same disk, so the overhead reads as a ratio.
+//!
+//! Runs the real `codex app-server` (`CODEX_BRIDGE_TEST_CODEX_BIN`, installed
+//! by `scripts/test` / `scripts/ensure-codex`) against the project's fake
+//! model; fails loudly without it.
+//!
+//! `cargo bench --bench turns` (full: `BENCH_TURN_SESSIONS`, default 100). Under
+//! `cargo test --all-targets` it runs a smoke version with 4 sessions.
+
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/support.rs"]
+mod support;
+
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/fakemodel.rs"]
+mod fakemodel;
+
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/codexhome.rs"]
+mod codexhome;
+
+use actix::prelude::*;
+use anyhow::{bail, Context as _, Result};
+use codex_bridge::actors::registry::{Notify, Registry};
+use codex_bridge::actors::{timing, ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
+use codex_bridge::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier};
+use codex_bridge::store::ingest::{
+    IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
+};
+use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Plain folders: the benchmark measures turns, not clones.
+struct Folders(PathBuf);
+
+impl Workspaces for Folders {
+    fn prepare(&self, req: &PrepareRequest) -> std::result::Result<PathBuf, PrepareError> {
+        let p = self.path_for(&req.owner, &req.name)?;
+        std::fs::create_dir_all(&p).map_err(|e| PrepareError::Transient(e.to_string()))?;
+        Ok(p)
+    }
+    fn path_for(&self, owner: &str, name: &str) -> std::result::Result<PathBuf, PrepareError> {
+        Ok(self.0.join(owner).join(name))
+    }
+}
+
+/// Every reply is there at once: Gitea is not what is measured.
+struct Instant200;
+
+impl ReplyVerifier for Instant200 {
+    fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+        async {
+            ReplyCheck::Confirmed {
+                comment_id: Some(1),
+            }
+        }
+        .boxed()
+    }
+}
+
+fn rss_bytes() -> Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .context("statm has no resident field")?
+        .parse()?;
+    Ok(pages * 4096)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn request(n: usize) -> IngestRequest {
+    let repo = format!("repo{}", n % 10);
+    IngestRequest {
+        delivery_key: format!("default:turns-{n}"),
+        delivery_id: format!("turns-{n}"),
+        event_type: "issue_comment".into(),
+        action: Some("created".into()),
+        payload_hash: "sha256:0".into(),
+        content_key: Some(format!("default:comment:{n}:created:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: repo,
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number: n as i64 + 1,
+            comment_id: Some(n as i64 + 1),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent: Intent::Trigger {
+            trigger_key: format!("default:comment:{n}"),
+            text: format!("@ccbot answer {n}"),
+            written_at: "t".into(),
+        },
+    }
+}
+
+fn open_store(path: PathBuf) -> Result<Store> {
+    Ok(Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(path),
+        read_pool_size: 8,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 1 << 16,
+        },
+    })?)
+}
+
+/// The machine's limit for one durable commit: a one-row insert, committed
+/// with the store's own settings (WAL, synchronous=FULL), `n` times.
+async fn raw_commits(store: &Store, n: usize) -> Result<Vec<f64>> {
+    use codex_bridge::store::audit::{record, Audit};
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        store
+            .write(|c| record(c, &Audit::new("bench.commit", "bench")).map(|_| ()))
+            .await?;
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    out.sort_by(f64::total_cmp);
+    Ok(out)
+}
+
+struct Figures {
+    settle: Vec<f64>,
+    raw: Vec<f64>,
+    per_session: f64,
+    rss_before: u64,
+    rss_after: u64,
+    took: Duration,
+}
+
+async fn run(sessions: usize) -> Result<Figures> {
+    let bin = std::env::var_os(codexhome::CODEX_BIN_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .context(
+            "CODEX_BRIDGE_TEST_CODEX_BIN is not set: run through scripts/test or \
+             `export CODEX_BRIDGE_TEST_CODEX_BIN=$(scripts/ensure-codex)`",
+        )?;
+    if !bin.is_file() {
+        bail!("{} does not exist: run scripts/ensure-codex", bin.display());
+    }
+    let model = fakemodel::FakeModel::start();
+    model.set_default(fakemodel::Step::message("done"));
+    let home = codexhome::CodexHome::new(&model);
+    let dir = tempfile::tempdir()?;
+    let store = open_store(dir.path().join("turns.db"))?;
+    let raw = raw_commits(&store, 200).await?;
+
+    let codex = CodexRuntime::new(CodexSettings {
+        codex_bin: bin,
+        codex_home: home.path(),
+        developer_instructions: developer_instructions("ccbot"),
+        thread_config: serde_json::Map::new(),
+        env: Vec::new(),
+        request_timeout: Duration::from_secs(30),
+    });
+    let mut settings = ActorSettings::new("default");
+    settings.sweep = Duration::from_millis(200);
+    settings.session_idle = Duration::from_secs(3600);
+    settings.sandbox = "read-only".into();
+    let deps = Arc::new(Deps {
+        store: store.clone(),
+        runtime: Arc::new(codex.clone()),
+        verifier: Arc::new(Instant200),
+        workspaces: Arc::new(Folders(dir.path().join("ws"))),
+        settings,
+    });
+    timing::reset_turn_settle();
+    let rss_before = rss_bytes()?;
+    let registry = Registry::new(deps).start();
+    let started = Instant::now();
+    let mut ids = Vec::with_capacity(sessions);
+    for n in 0..sessions {
+        let req = request(n);
+        let key = req
+            .subject
+            .as_ref()
+            .map(|s| s.repo.repo_key())
+            .unwrap_or_default();
+        let out = store
+            .write(move |c| codex_bridge::store::ingest::ingest(c, &req))
+            .await?;
+        let IngestOutcome::Accepted { task_id, .. } = out else {
+            bail!("not accepted: {out:?}")
+        };
+        ids.push(task_id);
+        registry.do_send(Notify { repo_key: key });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60 + 3 * sessions as u64);
+    loop {
+        let ids2 = ids.clone();
+        let done = store
+            .read(move |c| {
+                let mut done = 0;
+                for id in &ids2 {
+                    if codex_bridge::store::tasks::find(c, id)?
+                        .is_some_and(|t| t.state == "succeeded")
+                    {
+                        done += 1;
+                    }
+                }
+                Ok(done)
+            })
+            .await?;
+        if done == sessions {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("only {done} of {sessions} turns succeeded in time");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = started.elapsed();
+    // Let the last commits' allocations settle, then read memory with every
+    // session actor alive and holding its thread.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rss_after = rss_bytes()?;
+    let mut settle: Vec<f64> = timing::turn_settle_samples()
+        .iter()
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    settle.sort_by(f64::total_cmp);
+    if settle.len() != sessions {
+        bail!("{} settle samples for {sessions} turns", settle.len());
+    }
+    codex.kill_process().await;
+    Ok(Figures {
+        per_session: (rss_after.saturating_sub(rss_before)) as f64 / sessions as f64,
+        settle,
+        raw,
+        rss_before,
+        rss_after,
+        took,
+    })
+}
+
+fn main() -> Result<()> {
+    let full = std::env::args().any(|a| a == "--bench");
+    let sessions = if full {
+        std::env::var("BENCH_TURN_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100)
+    } else {
+        4
+    };
+    let f = System::new().block_on(run(sessions))?;
+    let (p50, p99, max) = (
+        percentile(&f.settle, 0.5),
+        percentile(&f.settle, 0.99),
+        f.settle.last().copied().unwrap_or(f64::NAN),
+    );
+    let (raw50, raw99) = (percentile(&f.raw, 0.5), percentile(&f.raw, 0.99));
+    println!(
+        "turn benchmark ({}), {sessions} sessions on the real codex app-server, {:.1} s:",
+        if full { "full" } else { "smoke" },
+        f.took.as_secs_f64()
+    );
+    println!(
+        "  bridge cost per turn (turn/completed -> state committed): p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms  target p99 <= 5 ms  {}",
+        if p99 <= 5.0 { "PASS" } else { "MISS" }
+    );
+    println!(
+        "  machine limit, one durable SQLite commit: p50 {raw50:.2} ms, p99 {raw99:.2} ms  (bridge p50 / commit p50 = {:.2})",
+        p50 / raw50
+    );
+    println!(
+        "  bridge memory with {sessions} sessions holding threads: RSS {:.1} MiB -> {:.1} MiB, {:.1} KiB per session",
+        f.rss_before as f64 / 1048576.0,
+        f.rss_after as f64 / 1048576.0,
+        f.per_session / 1024.0
+    );
+    if full {
+        let json = serde_json::json!({
+            "benchmark": "turns",
+            "sessions": sessions,
+            "settleP50Ms": p50, "settleP99Ms": p99, "settleMaxMs": max,
+            "rawCommitP50Ms": raw50, "rawCommitP99Ms": raw99,
+            "rssBeforeBytes": f.rss_before, "rssAfterBytes": f.rss_after,
+            "bytesPerSession": f.per_session,
+        });
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-turns.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
+        println!("  figures written to {}", path.display());
+    }
+    Ok(())
+}
