@@ -150,6 +150,8 @@ async fn raw_commits(store: &Store, n: usize) -> Result<Vec<f64>> {
 
 struct Figures {
     settle: Vec<f64>,
+    /// Durable one-row writes through the store while the turns ran.
+    probe: Vec<f64>,
     raw: Vec<f64>,
     per_session: f64,
     rss_before: u64,
@@ -197,6 +199,35 @@ async fn run(sessions: usize) -> Result<Figures> {
     timing::reset_turn_settle();
     let rss_before = rss_bytes()?;
     let registry = Registry::new(deps).start();
+    // A probe on its own thread and runtime: one trivial durable write every
+    // 5 ms while the turns run, to tell the store's latency from the actors'.
+    let probe_store = store.clone();
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let probe_on = probing.clone();
+    let probe = std::thread::spawn(move || -> Vec<f64> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        let Ok(rt) = rt else { return Vec::new() };
+        rt.block_on(async move {
+            let mut out = Vec::new();
+            while probe_on.load(std::sync::atomic::Ordering::Relaxed) {
+                let t = Instant::now();
+                let _ = probe_store
+                    .write(|c| {
+                        codex_bridge::store::audit::record(
+                            c,
+                            &codex_bridge::store::audit::Audit::new("bench.probe", "bench"),
+                        )
+                        .map(|_| ())
+                    })
+                    .await;
+                out.push(t.elapsed().as_secs_f64() * 1000.0);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            out
+        })
+    });
     let started = Instant::now();
     let mut ids = Vec::with_capacity(sessions);
     for n in 0..sessions {
@@ -240,6 +271,9 @@ async fn run(sessions: usize) -> Result<Figures> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let took = started.elapsed();
+    probing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let mut probe = probe.join().unwrap_or_default();
+    probe.sort_by(f64::total_cmp);
     // Let the last commits' allocations settle, then read memory with every
     // session actor alive and holding its thread.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -254,6 +288,7 @@ async fn run(sessions: usize) -> Result<Figures> {
     }
     codex.kill_process().await;
     Ok(Figures {
+        probe,
         per_session: (rss_after.saturating_sub(rss_before)) as f64 / sessions as f64,
         settle,
         raw,
@@ -292,6 +327,13 @@ fn main() -> Result<()> {
     println!(
         "  machine limit, one durable SQLite commit: p50 {raw50:.2} ms, p99 {raw99:.2} ms  (bridge p50 / commit p50 = {:.2})",
         p50 / raw50
+    );
+    println!(
+        "  the same store under the turns' load, one-row writes every 5 ms: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms ({} writes)",
+        percentile(&f.probe, 0.5),
+        percentile(&f.probe, 0.99),
+        f.probe.last().copied().unwrap_or(f64::NAN),
+        f.probe.len()
     );
     println!(
         "  bridge memory with {sessions} sessions holding threads: RSS {:.1} MiB -> {:.1} MiB, {:.1} KiB per session",
