@@ -1444,11 +1444,25 @@ async fn verify(
                 )
                 .await?;
             }
-            // `posting`: a crash after the intent; the read just proved it
-            // missing, so posting it now is safe.
-            Some(_) => return rest_fallback(ctx, text, mcp_reason).await,
-            None if reply_attempt == 0 => return reply_retry(ctx, text, mcp_reason).await,
-            None => return rest_fallback(ctx, text, mcp_reason).await,
+            _ => {
+                let Some(text) = text else {
+                    settle(
+                        deps,
+                        &task_id,
+                        TaskState::FailedReply,
+                        "the reply is missing and the turn left no final text to post",
+                        Some("no_final_text"),
+                    )
+                    .await?;
+                    return Ok(true);
+                };
+                // `posting`: a crash after the intent; the read just proved
+                // it missing, so posting it now is safe.
+                if fallback_status.is_some() || reply_attempt > 0 {
+                    return rest_fallback(ctx, text, mcp_reason).await;
+                }
+                return reply_retry(ctx, text, mcp_reason).await;
+            }
         },
     }
     Ok(true)
@@ -1456,24 +1470,9 @@ async fn verify(
 
 /// The one reply-retry turn: same thread, a new operation, a prompt that only
 /// asks to post the previous final text again.
-async fn reply_retry(
-    ctx: &TurnCtx,
-    text: Option<String>,
-    mcp_reason: String,
-) -> Result<bool, PassError> {
+async fn reply_retry(ctx: &TurnCtx, text: String, mcp_reason: String) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
-    let Some(text) = text else {
-        settle(
-            deps,
-            &task_id,
-            TaskState::FailedReply,
-            "the reply is missing and the turn left no final text to post",
-            Some("no_final_text"),
-        )
-        .await?;
-        return Ok(true);
-    };
     let id = task_id.clone();
     let thread = deps
         .store
@@ -1481,7 +1480,7 @@ async fn reply_retry(
         .await?
         .and_then(|t| t.thread_id);
     let Some(thread) = thread else {
-        return rest_fallback(ctx, Some(text), mcp_reason).await;
+        return rest_fallback(ctx, text, mcp_reason).await;
     };
     let op = reply_retry_operation(&ctx.entry.operation_id);
     let (id, o, q, th) = (
@@ -1555,7 +1554,7 @@ async fn reply_retry(
                 .await?;
             rest_fallback(
                 ctx,
-                Some(text),
+                text,
                 format!("{mcp_reason}; the reply-retry turn could not start: {e}"),
             )
             .await
@@ -1565,24 +1564,9 @@ async fn reply_retry(
 
 /// The one REST post of the stored final text, with the same marker, then
 /// proof that it landed.
-async fn rest_fallback(
-    ctx: &TurnCtx,
-    text: Option<String>,
-    mcp_reason: String,
-) -> Result<bool, PassError> {
+async fn rest_fallback(ctx: &TurnCtx, text: String, mcp_reason: String) -> Result<bool, PassError> {
     let deps = &ctx.deps;
     let task_id = ctx.task.task_id.clone();
-    let Some(text) = text else {
-        settle(
-            deps,
-            &task_id,
-            TaskState::FailedReply,
-            "the reply is missing and the turn left no final text to post",
-            Some("no_final_text"),
-        )
-        .await?;
-        return Ok(true);
-    };
     let body = format!(
         "{}\n\n{}",
         strip_markers(&text),

@@ -112,21 +112,40 @@ async fn after_task_control(state: &AppState, task_id: &str, abort: bool) -> Res
     Ok(())
 }
 
+/// A task control (`cancel`, `abort`, `clear-workspace`): one store write that
+/// answers with its audit event, then the actors hear of it.
+async fn task_control(
+    state: web::Data<AppState>,
+    task_id: String,
+    body: ControlBody,
+    op: fn(
+        &mut crate::store::DbConn,
+        &control::ControlRequest,
+        &str,
+    ) -> Result<AuditView, crate::store::StoreError>,
+    abort: bool,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_request()?;
+    let id = task_id.clone();
+    let event = state.store.write(move |c| op(c, &req, &id)).await?;
+    after_task_control(&state, &task_id, abort).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
 pub async fn cancel(
     _: Admin,
     state: web::Data<AppState>,
     path: web::Path<String>,
     body: web::Json<ControlBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let req = body.into_inner().into_request()?;
-    let task_id = path.into_inner();
-    let id = task_id.clone();
-    let event: AuditView = state
-        .store
-        .write(move |c| control::cancel_task(c, &req, &id))
-        .await?;
-    after_task_control(&state, &task_id, false).await?;
-    Ok(HttpResponse::Ok().json(event))
+    task_control(
+        state,
+        path.into_inner(),
+        body.into_inner(),
+        control::cancel_task,
+        false,
+    )
+    .await
 }
 
 pub async fn abort(
@@ -135,15 +154,14 @@ pub async fn abort(
     path: web::Path<String>,
     body: web::Json<ControlBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let req = body.into_inner().into_request()?;
-    let task_id = path.into_inner();
-    let id = task_id.clone();
-    let event = state
-        .store
-        .write(move |c| control::abort_task(c, &req, &id))
-        .await?;
-    after_task_control(&state, &task_id, true).await?;
-    Ok(HttpResponse::Ok().json(event))
+    task_control(
+        state,
+        path.into_inner(),
+        body.into_inner(),
+        control::abort_task,
+        true,
+    )
+    .await
 }
 
 /// `POST /tasks/{id}/clear-workspace`: the operator has looked at the dirty
@@ -154,15 +172,14 @@ pub async fn clear_workspace(
     path: web::Path<String>,
     body: web::Json<ControlBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let req = body.into_inner().into_request()?;
-    let task_id = path.into_inner();
-    let id = task_id.clone();
-    let event = state
-        .store
-        .write(move |c| control::clear_workspace(c, &req, &id))
-        .await?;
-    after_task_control(&state, &task_id, false).await?;
-    Ok(HttpResponse::Ok().json(event))
+    task_control(
+        state,
+        path.into_inner(),
+        body.into_inner(),
+        control::clear_workspace,
+        false,
+    )
+    .await
 }
 
 #[derive(Debug, Deserialize)]
