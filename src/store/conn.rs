@@ -126,7 +126,20 @@ impl DbConn {
                     .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 Ok(DbConn::Sqlite(c))
             }
-            DbUrl::Postgres(url) => Ok(DbConn::Pg(PgConnection::establish(url)?)),
+            DbUrl::Postgres(url) => {
+                let mut c = PgConnection::establish(url)?;
+                // diesel keeps prepared statements, and after five runs
+                // PostgreSQL may switch one to a generic plan made from the
+                // statistics of that moment. On a young database (before
+                // autovacuum's first ANALYZE) that plan is a sequential scan,
+                // kept while the table grows: the ingest bench saw every
+                // batch's lookups scan webhook_deliveries, tasks and
+                // outbox_entries whole, and throughput fall second by second.
+                // Custom plans see the table's real size at each run.
+                c.batch_execute("SET plan_cache_mode = force_custom_plan;")
+                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                Ok(DbConn::Pg(c))
+            }
         }
     }
 
