@@ -164,3 +164,69 @@ proptest! {
         );
     }
 }
+
+/// The writer ingests what arrived together as one batch without a savepoint;
+/// when that batch fails (here one delivery is malformed), the transaction is
+/// rolled back and the batch is run again delivery by delivery: the good ones
+/// are stored and accepted, the bad one alone gets its error.
+#[test]
+fn a_failing_delivery_in_a_batch_fails_alone() {
+    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(path.clone()),
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 1024,
+        },
+    })
+    .unwrap();
+    let good: Vec<IngestRequest> = (0u8..40)
+        .map(|i| {
+            request(&Event {
+                delivery: i,
+                comment: i,
+                repo: i % 3,
+                kind: 0,
+            })
+        })
+        .collect();
+    let mut bad = request(&Event {
+        delivery: 200,
+        comment: 200,
+        repo: 0,
+        kind: 0,
+    });
+    // A trigger without its Issue/PR: ingest refuses it.
+    bad.subject = None;
+    let mut reqs = good.clone();
+    reqs.insert(20, bad);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let outcomes = rt.block_on(async {
+        // Queued before the first is awaited: they reach the writer together.
+        let pending: Vec<_> = reqs.into_iter().map(|r| store.ingest(r)).collect();
+        futures_util::future::join_all(pending).await
+    });
+    assert_eq!(outcomes.len(), 41);
+    for (i, o) in outcomes.iter().enumerate() {
+        if i == 20 {
+            assert!(o.is_err(), "{o:?}");
+        } else {
+            assert!(
+                matches!(o, Ok(IngestOutcome::Accepted { .. })),
+                "{i}: {o:?}"
+            );
+        }
+    }
+    let mut c = connect(&format!("sqlite://{}", path.display()));
+    assert_eq!(count(&mut c, "tasks"), 40);
+    assert_eq!(count(&mut c, "webhook_deliveries"), 40);
+}
