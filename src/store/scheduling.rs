@@ -160,6 +160,18 @@ pub fn move_task(
     Ok(out)
 }
 
+/// The states a session actor drives, as the literal condition of the partial
+/// index `tasks_session_driven` (migration 2026-11-30-000006). A query must
+/// contain exactly this text for SQLite to use that index, so it is written out
+/// instead of bound: `leased`, `running`, `awaiting_approval`,
+/// `verifying_reply`, `cancel_requested`.
+pub const SESSION_DRIVEN_STATES: &str =
+    "state IN ('leased', 'running', 'awaiting_approval', 'verifying_reply', 'cancel_requested')";
+
+fn session_driven() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
+    diesel::dsl::sql::<diesel::sql_types::Bool>(SESSION_DRIVEN_STATES)
+}
+
 /// The session's tasks that hold a lease and wait for their turn, oldest first.
 pub fn leased_tasks_of_session(
     conn: &mut DbConn,
@@ -167,6 +179,7 @@ pub fn leased_tasks_of_session(
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
+        .filter(session_driven())
         .filter(tasks::state.eq(TaskState::Leased.as_str()))
         .order(tasks::id.asc())
         .select(Task::as_select())
@@ -439,13 +452,7 @@ pub fn driven_tasks_of_session(
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
-        .filter(tasks::state.eq_any([
-            "leased",
-            "running",
-            "awaiting_approval",
-            "verifying_reply",
-            "cancel_requested",
-        ]))
+        .filter(session_driven())
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?)

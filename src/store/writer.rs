@@ -205,19 +205,18 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             }
         };
         let reqs: Vec<IngestRequest> = ingests.iter().map(|j| j.req.clone()).collect();
-        crate::metrics::transaction_finished(false);
-        let committed = conn.write_transaction(|c| {
-            let outcomes = ingest_all(c, &reqs)?;
-            for op in ops.iter_mut() {
-                if !op.apply(c) {
-                    // Roll back the whole transaction: its locks are what the
-                    // other writer waits for.
-                    return Err(StoreError::Contended("an operation lost a race".into()));
-                }
-            }
-            Ok::<_, StoreError>(outcomes)
+        // First without a savepoint around the deliveries (a savepoint copies
+        // every page it touches into the statement journal); if the batch
+        // fails, that transaction is rolled back whole and the batch runs
+        // again the careful way, so the outcomes are the same either way.
+        let committed = match try_commit(&mut conn, &reqs, &mut ops, false) {
+            Err(Retry::Carefully) => try_commit(&mut conn, &reqs, &mut ops, true),
+            other => other,
+        };
+        let committed = committed.map_err(|e| match e {
+            Retry::Carefully => StoreError::Unavailable("the batch failed twice".into()),
+            Retry::No(e) => e,
         });
-        crate::metrics::transaction_finished(committed.is_ok());
         match committed {
             Ok(outcomes) => {
                 for (job, outcome) in ingests.drain(..).zip(outcomes) {
@@ -253,6 +252,56 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             }
         }
     }
+}
+
+/// Why [`try_commit`] did not commit.
+enum Retry {
+    /// The deliveries failed as one batch outside a savepoint: run it again
+    /// with `careful` (the transaction was rolled back, nothing is stored).
+    Carefully,
+    No(StoreError),
+}
+
+impl From<diesel::result::Error> for Retry {
+    fn from(e: diesel::result::Error) -> Self {
+        Retry::No(e.into())
+    }
+}
+
+/// One transaction holding the batch's deliveries and operations.
+/// Outside `careful`, the deliveries are ingested as one batch without a
+/// savepoint of their own, and any failure of it rolls the transaction back.
+#[allow(clippy::type_complexity)]
+fn try_commit(
+    conn: &mut DbConn,
+    reqs: &[IngestRequest],
+    ops: &mut [Box<dyn WriteOp>],
+    careful: bool,
+) -> Result<Vec<Result<IngestOutcome, StoreError>>, Retry> {
+    crate::metrics::transaction_finished(false);
+    let committed = conn.write_transaction(|c| {
+        let outcomes = if careful || reqs.is_empty() {
+            ingest_all(c, reqs).map_err(Retry::No)?
+        } else {
+            match ingest::ingest_batch(c, reqs) {
+                Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
+                Err(StoreError::Contended(m)) => return Err(Retry::No(StoreError::Contended(m))),
+                Err(_) => return Err(Retry::Carefully),
+            }
+        };
+        for op in ops.iter_mut() {
+            if !op.apply(c) {
+                // Roll back the whole transaction: its locks are what the
+                // other writer waits for.
+                return Err(Retry::No(StoreError::Contended(
+                    "an operation lost a race".into(),
+                )));
+            }
+        }
+        Ok(outcomes)
+    });
+    crate::metrics::transaction_finished(committed.is_ok());
+    committed
 }
 
 /// The batch's deliveries, each with its own result. One `ingest_batch` in a

@@ -74,3 +74,47 @@ fn sqlite_runs_in_wal_with_full_sync_and_foreign_keys() {
     assert_eq!(get("foreign_keys"), "1");
     assert_eq!(get("busy_timeout"), "10000");
 }
+
+/// The session queries find a session's driven tasks through the partial index
+/// `tasks_session_driven`, which SQLite uses only when the query holds its exact
+/// condition (`SESSION_DRIVEN_STATES`): a change to either side alone would make
+/// these lookups scan the tasks table.
+#[test]
+fn session_queries_use_the_partial_index_sqlite() {
+    use codex_bridge::store::scheduling::SESSION_DRIVEN_STATES;
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        detail: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
+    run_migrations(&mut c).unwrap();
+    let mut plan = |extra: &str| -> Vec<String> {
+        codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(format!(
+            "EXPLAIN QUERY PLAN SELECT id FROM tasks WHERE session_key = 'default:acme/widgets:issue:1' \
+             AND {SESSION_DRIVEN_STATES}{extra} ORDER BY id"
+        ))
+        .load::<Plan>(conn))
+        .unwrap()
+        .into_iter()
+        .map(|p| p.detail)
+        .collect()
+    };
+    // driven_tasks_of_session
+    let driven = plan("");
+    assert!(
+        driven
+            .iter()
+            .any(|d| d.contains("USING INDEX tasks_session_driven")),
+        "{driven:?}"
+    );
+    // leased_tasks_of_session: this index or the one on state, never a scan.
+    let leased = plan(" AND state = 'leased'");
+    assert!(
+        leased.iter().any(|d| d.contains("USING INDEX"))
+            && !leased.iter().any(|d| d.starts_with("SCAN tasks")),
+        "{leased:?}"
+    );
+}
