@@ -106,6 +106,7 @@ fn start_actors(
                 thread_config,
                 env,
                 request_timeout: std::time::Duration::from_secs(30),
+                nice: config.codex_nice,
             });
             codex.audit_to(store.clone());
             let verifier: Arc<dyn ReplyVerifier> = match gitea_client(config) {

@@ -83,6 +83,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "the CODEX_HOME given to the app-server (default <state_dir>/codex-home)",
     ),
     (
+        "codex_nice",
+        "how much nicer (lower CPU priority) the app-server runs than the bridge, 0 to 19; \
+         0 runs it at the same priority (default 10)",
+    ),
+    (
         "agent_runtime",
         "none (intake only), codex, or scripted (tests: plays directives, no model) (default none)",
     ),
@@ -236,6 +241,7 @@ pub struct Config {
     pub agent_runtime: AgentRuntimeKind,
     pub codex_bin: PathBuf,
     pub codex_home: PathBuf,
+    pub codex_nice: u8,
     pub gitea_mcp_command: Option<String>,
     pub gitea_mcp_args: Vec<String>,
     pub gitea_mcp_url_env: String,
@@ -488,6 +494,7 @@ impl Config {
         let codex_home = take("codex_home")
             .map(PathBuf::from)
             .unwrap_or_else(|| state_dir.join("codex-home"));
+        let codex_nice = parse_num("codex_nice", take("codex_nice"), 10, 0, 19)? as u8;
         let gitea_mcp_command = take("gitea_mcp_command");
         let gitea_mcp_args: Vec<String> = match take("gitea_mcp_args") {
             Some(text) => serde_json::from_str(&text).map_err(|_| {
@@ -653,6 +660,7 @@ impl Config {
             agent_runtime,
             codex_bin,
             codex_home,
+            codex_nice,
             gitea_mcp_command,
             gitea_mcp_args,
             gitea_mcp_url_env,

@@ -85,6 +85,10 @@ pub struct CodexSettings {
     pub env: Vec<(String, secrecy::SecretString)>,
     /// Deadline of one request (start-up and RPC tolerance).
     pub request_timeout: Duration,
+    /// The app-server runs this much nicer than the bridge (0: same priority),
+    /// so a busy agent on a small machine never starves the bridge's own
+    /// durable bookkeeping (config `codex_nice`).
+    pub nice: u8,
 }
 
 impl std::fmt::Debug for CodexSettings {
@@ -305,7 +309,14 @@ impl CodexRuntime {
                 s.codex_home.display()
             ))
         })?;
-        let mut cmd = tokio::process::Command::new(&s.codex_bin);
+        let mut cmd = if s.nice > 0 {
+            // `nice` (coreutils) lowers the child's priority without unsafe code.
+            let mut c = tokio::process::Command::new("nice");
+            c.arg("-n").arg(s.nice.to_string()).arg(&s.codex_bin);
+            c
+        } else {
+            tokio::process::Command::new(&s.codex_bin)
+        };
         cmd.arg("app-server")
             .env_clear()
             .env("CODEX_HOME", &s.codex_home)
@@ -323,8 +334,13 @@ impl CodexRuntime {
         }
         let mut child = cmd.spawn().map_err(|e| {
             RuntimeError::Unavailable(format!(
-                "cannot start {} app-server: {e} (check the config key `codex_bin`)",
-                s.codex_bin.display()
+                "cannot start {} app-server: {e} (check the config key `codex_bin`{})",
+                s.codex_bin.display(),
+                if s.nice > 0 {
+                    ", and that `nice` is on PATH or set codex_nice = 0"
+                } else {
+                    ""
+                }
             ))
         })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -980,6 +996,7 @@ mod tests {
                 secrecy::SecretString::from("tok-very-secret".to_owned()),
             )],
             request_timeout: Duration::from_secs(1),
+            nice: 0,
         };
         assert!(!format!("{settings:?}").contains("tok-very-secret"));
         assert!(!config.to_string().contains("tok-very-secret"));

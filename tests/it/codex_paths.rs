@@ -162,6 +162,22 @@ fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
     let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
     wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(1000));
+    // The app-server runs nicer than the bridge (codex_nice, default 10).
+    let pgrep = std::process::Command::new("pgrep")
+        .args(["-P", &l.server.pid().to_string(), "-f", "app-server"])
+        .output()
+        .unwrap();
+    let pid = String::from_utf8_lossy(&pgrep.stdout)
+        .lines()
+        .next()
+        .expect("an app-server child of the server")
+        .trim()
+        .to_owned();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis; nice is field 19.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let nice: i32 = after.split_whitespace().nth(16).unwrap().parse().unwrap();
+    assert_eq!(nice, 10, "{stat}");
     let killed = std::process::Command::new("pkill")
         .args([
             "-KILL",

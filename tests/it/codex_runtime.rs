@@ -18,6 +18,7 @@ fn runtime(home: &CodexHome) -> CodexRuntime {
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
         request_timeout: Duration::from_secs(30),
+        nice: 0,
     })
 }
 
@@ -278,6 +279,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
         request_timeout: Duration::from_secs(30),
+        nice: 0,
     });
     let thread = rt
         .ensure_thread(ThreadRequest {
@@ -373,6 +375,7 @@ fn with_mcp(
             secrecy::SecretString::from("mcp-token-0123456789".to_owned()),
         )],
         request_timeout: Duration::from_secs(30),
+        nice: 0,
     })
 }
 
@@ -472,6 +475,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
         request_timeout: Duration::from_secs(10),
+        nice: 0,
     });
     rt.audit_to(store.clone());
     let thread = rt
