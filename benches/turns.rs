@@ -9,7 +9,8 @@
 //! by `scripts/test` / `scripts/ensure-codex`) against the project's fake
 //! model; fails loudly without it.
 //!
-//! `cargo bench --bench turns` (full: `BENCH_TURN_SESSIONS`, default 100). Under
+//! `cargo bench --bench turns` (full: `BENCH_TURN_SESSIONS`, default 100;
+//! `BENCH_CODEX_NICE`, the app-server's `codex_nice`, default 10). Under
 //! `cargo test --all-targets` it runs a smoke version with 4 sessions.
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -212,7 +213,10 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
         thread_config: serde_json::Map::new(),
         env: Vec::new(),
         request_timeout: Duration::from_secs(30),
-        nice: 10,
+        nice: std::env::var("BENCH_CODEX_NICE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(10),
     });
     let mut settings = ActorSettings::new("default");
     settings.sweep = Duration::from_millis(200);
