@@ -250,3 +250,63 @@ fn codex_an_uncertain_turn_start_is_resolved_through_history() {
         1
     );
 }
+
+/// The process dies while the one reply-retry turn runs: after the restart
+/// the retry's operation is looked up, never sent again, and the task waits
+/// for an operator.
+#[test]
+fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
+    // Short leases: the restarted server takes the repository over soon.
+    let mut l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+    });
+    // The first turn forgets to post; the reply-retry turn hangs.
+    l.script_silent("First answer.");
+    l.model.push(Step::hang());
+    let task = l.comment("bob", l.issue, "@ccbot fix it");
+    l.server.wait_for("the reply-retry turn running", || {
+        let d = l
+            .server
+            .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+            .json;
+        d["task"]["replyAttempt"] == 1 && d["task"]["state"] == "running"
+    });
+    // The retry turn's request reached the model (and hangs there).
+    let requests_before = l.model.wait_for_requests(2, Duration::from_secs(30)).len();
+    let db = l.server.db_url.clone();
+    // The whole service dies, its app-server with it (as systemd kills the
+    // unit's control group).
+    let _ = std::process::Command::new("pkill")
+        .args([
+            "-KILL",
+            "-P",
+            &l.server.pid().to_string(),
+            "-f",
+            "app-server",
+        ])
+        .status();
+    l.server.kill9();
+    let restarted = l.builder.clone().db_url(&db).start();
+    wait_task_state(&db, &task, "needs_reconciliation", Duration::from_secs(90));
+    let d = restarted
+        .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+        .json;
+    let a = actions(&d);
+    // Two operations, each sent once: the task's own and the reply retry.
+    assert_eq!(
+        a.iter().filter(|x| *x == "turn.start_intent").count(),
+        2,
+        "{a:?}"
+    );
+    assert!(a.contains(&"turn.history_checked".to_owned()), "{a:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        l.model.requests().len(),
+        requests_before,
+        "nothing was replayed"
+    );
+    assert!(l
+        .bot_comments(l.issue, &format!("codex-bridge task={task}"))
+        .is_empty());
+}

@@ -30,6 +30,8 @@ pub struct Loop {
     pub sim: GiteaSim,
     pub model: FakeModel,
     pub server: TestServer,
+    /// How the server was started (a restart reuses it with the same database).
+    pub builder: ServerBuilder,
     _home: CodexHome,
     pub issue: i64,
 }
@@ -65,12 +67,14 @@ impl Loop {
             .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
             .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
             .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100");
-        let server = extra(builder).start();
+        let builder = extra(builder);
+        let server = builder.clone().start();
         sim.set_webhook(&server.url("/api/gitea/webhook"), SECRET);
         Loop {
             sim,
             model,
             server,
+            builder,
             _home: home,
             issue,
         }

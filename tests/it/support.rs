@@ -68,6 +68,7 @@ pub fn comment_body(comment_id: i64, text: &str, repo: &str, number: i64) -> Vec
 }
 
 /// Which database a test server uses.
+#[derive(Clone, Copy)]
 pub enum Db {
     Sqlite,
     Postgres,
@@ -139,6 +140,7 @@ pub struct TestServer {
     _pg: Option<PgDb>,
 }
 
+#[derive(Clone)]
 pub struct ServerBuilder {
     db: Db,
     env: Vec<(String, String)>,
