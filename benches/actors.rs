@@ -7,42 +7,21 @@
 //! `--bench` (under `cargo test --all-targets`) it runs a small smoke version
 //! and only checks that everything was scheduled.
 
+mod common;
+
 use actix::prelude::*;
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::session::Lane;
-use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::actors::{ActorSettings, Deps};
 use codex_bridge::runtime::scripted::{ScriptedRuntime, ScriptedVerifier};
-use codex_bridge::store::ingest::{
-    IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
-};
+use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use common::{percentile, rss_bytes, Folders};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Workspaces that need no git: the benchmark measures the actors, not clones.
-struct Folders(PathBuf);
-
-impl Workspaces for Folders {
-    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError> {
-        self.path_for(&req.owner, &req.name)
-    }
-    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError> {
-        Ok(self.0.join(owner).join(name))
-    }
-}
-
-fn rss_bytes() -> Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .context("statm has no resident field")?
-        .parse()?;
-    Ok(pages * 4096)
-}
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -51,44 +30,14 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn request(repo: usize, n: usize) -> IngestRequest {
-    IngestRequest {
-        delivery_key: format!("default:bench-{repo}-{n}"),
-        delivery_id: format!("bench-{repo}-{n}"),
-        event_type: "issue_comment".into(),
-        action: Some("created".into()),
-        payload_hash: "sha256:0".into(),
-        content_key: Some(format!("default:comment:{repo}{n:06}:created:t")),
-        sender: Some("bob".into()),
-        subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: format!("repo{repo}"),
-                clone_url: None,
-                default_branch: None,
-            },
-            kind: ResourceKind::Issue,
-            number: n as i64,
-            comment_id: Some((repo * 1_000_000 + n) as i64),
-            author: "bob".into(),
-            head_ref: None,
-            base_ref: None,
-        }),
-        intent: Intent::Trigger {
-            trigger_key: format!("default:comment:{repo}-{n}"),
-            text: format!("@ccbot bench {repo}-{n}"),
-            written_at: "t".into(),
-        },
-    }
+    common::trigger_request(
+        &format!("repo{repo}"),
+        n as i64,
+        (repo * 1_000_000 + n) as i64,
+        &format!("bench-{repo}-{n}"),
+        format!("@ccbot bench {repo}-{n}"),
+    )
 }
 
 struct Rig {
@@ -119,7 +68,10 @@ fn rig() -> Result<Rig> {
         store: store.clone(),
         runtime: Arc::new(runtime.clone()),
         verifier: Arc::new(ScriptedVerifier::default()),
-        workspaces: Arc::new(Folders(dir.path().join("ws"))),
+        workspaces: Arc::new(Folders {
+            root: dir.path().join("ws"),
+            create: false,
+        }),
         settings,
     });
     let registry = Registry::new(deps).start();

@@ -25,35 +25,22 @@ mod fakemodel;
 #[path = "../tests/it/codexhome.rs"]
 mod codexhome;
 
+mod common;
+
 use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
-use codex_bridge::actors::{timing, ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::actors::{timing, ActorSettings, Deps};
 use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
 use codex_bridge::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier};
-use codex_bridge::store::ingest::{
-    IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
-};
+use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use common::{percentile, rss_bytes, Folders};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Plain folders: the benchmark measures turns, not clones.
-struct Folders(PathBuf);
-
-impl Workspaces for Folders {
-    fn prepare(&self, req: &PrepareRequest) -> std::result::Result<PathBuf, PrepareError> {
-        let p = self.path_for(&req.owner, &req.name)?;
-        std::fs::create_dir_all(&p).map_err(|e| PrepareError::Transient(e.to_string()))?;
-        Ok(p)
-    }
-    fn path_for(&self, owner: &str, name: &str) -> std::result::Result<PathBuf, PrepareError> {
-        Ok(self.0.join(owner).join(name))
-    }
-}
 
 /// Every reply is there at once: Gitea is not what is measured.
 struct Instant200;
@@ -92,55 +79,14 @@ fn renice_threads(name: &str, nice: i32) {
     }
 }
 
-fn rss_bytes() -> Result<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .context("statm has no resident field")?
-        .parse()?;
-    Ok(pages * 4096)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 fn request(n: usize, repos: usize) -> IngestRequest {
-    let repo = format!("repo{}", n % repos);
-    IngestRequest {
-        delivery_key: format!("default:turns-{n}"),
-        delivery_id: format!("turns-{n}"),
-        event_type: "issue_comment".into(),
-        action: Some("created".into()),
-        payload_hash: "sha256:0".into(),
-        content_key: Some(format!("default:comment:{n}:created:t")),
-        sender: Some("bob".into()),
-        subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: repo,
-                clone_url: None,
-                default_branch: None,
-            },
-            kind: ResourceKind::Issue,
-            number: n as i64 + 1,
-            comment_id: Some(n as i64 + 1),
-            author: "bob".into(),
-            head_ref: None,
-            base_ref: None,
-        }),
-        intent: Intent::Trigger {
-            trigger_key: format!("default:comment:{n}"),
-            text: format!("@ccbot answer {n}"),
-            written_at: "t".into(),
-        },
-    }
+    common::trigger_request(
+        &format!("repo{}", n % repos),
+        n as i64 + 1,
+        n as i64 + 1,
+        &format!("turns-{n}"),
+        format!("@ccbot answer {n}"),
+    )
 }
 
 fn open_store(path: PathBuf) -> Result<Store> {
@@ -226,7 +172,10 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
         store: store.clone(),
         runtime: Arc::new(codex.clone()),
         verifier: Arc::new(Instant200),
-        workspaces: Arc::new(Folders(dir.path().join("ws"))),
+        workspaces: Arc::new(Folders {
+            root: dir.path().join("ws"),
+            create: true,
+        }),
         settings,
     });
     timing::reset_turn_settle();

@@ -1,0 +1,87 @@
+//! What the in-process benchmarks (`actors`, `turns`) share: plain-folder
+//! workspaces, a comment that triggers a task, resident memory, percentiles.
+
+use anyhow::{Context as _, Result};
+use codex_bridge::actors::{PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::store::ingest::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use std::path::PathBuf;
+
+/// Workspaces that need no git: the benchmarks measure the bridge, not clones.
+/// `create`: make the folder (a real agent needs it as its working directory).
+pub struct Folders {
+    pub root: PathBuf,
+    pub create: bool,
+}
+
+impl Workspaces for Folders {
+    fn prepare(&self, req: &PrepareRequest) -> std::result::Result<PathBuf, PrepareError> {
+        let p = self.path_for(&req.owner, &req.name)?;
+        if self.create {
+            std::fs::create_dir_all(&p).map_err(|e| PrepareError::Transient(e.to_string()))?;
+        }
+        Ok(p)
+    }
+    fn path_for(&self, owner: &str, name: &str) -> std::result::Result<PathBuf, PrepareError> {
+        Ok(self.root.join(owner).join(name))
+    }
+}
+
+/// A comment by bob on issue `number` of `acme/<repo>` that triggers a task;
+/// `key` makes its delivery, content and trigger keys unique.
+pub fn trigger_request(
+    repo: &str,
+    number: i64,
+    comment_id: i64,
+    key: &str,
+    text: String,
+) -> IngestRequest {
+    IngestRequest {
+        delivery_key: format!("default:{key}"),
+        delivery_id: key.to_owned(),
+        event_type: "issue_comment".into(),
+        action: Some("created".into()),
+        payload_hash: "sha256:0".into(),
+        content_key: Some(format!("default:comment:{key}:created:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: repo.to_owned(),
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number,
+            comment_id: Some(comment_id),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent: Intent::Trigger {
+            trigger_key: format!("default:comment:{key}"),
+            text,
+            written_at: "t".into(),
+        },
+    }
+}
+
+/// This process's resident memory.
+pub fn rss_bytes() -> Result<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").context("reading /proc/self/statm")?;
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .context("statm has no resident field")?
+        .parse()?;
+    Ok(pages * 4096)
+}
+
+/// The `p` quantile of sorted values (NaN when there are none).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
