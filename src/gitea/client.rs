@@ -273,6 +273,23 @@ impl GiteaClient {
         Self::decode(v, &what)
     }
 
+    /// The first comment on an Issue/PR by `author` (case-insensitive, as
+    /// Gitea logins are) whose body `matches`: how a marked reply or receipt
+    /// is proven to be there.
+    pub fn find_comment(
+        &self,
+        owner: &str,
+        repo: &str,
+        number: i64,
+        author: &str,
+        matches: impl Fn(&str) -> bool,
+    ) -> Result<Option<Comment>, GiteaError> {
+        Ok(self
+            .list_comments(owner, repo, number)?
+            .into_iter()
+            .find(|c| c.author().eq_ignore_ascii_case(author) && matches(&c.body)))
+    }
+
     /// `GET /issues/comments/{id}`: `None` when Gitea says 404, or 204 (not a
     /// plain comment).
     pub fn get_comment(

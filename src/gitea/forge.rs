@@ -75,19 +75,18 @@ impl ReplyVerifier for GiteaForge {
                     query.resource_key
                 ));
             };
-            let client = this.client.clone();
-            let listed = blocking(move || client.list_comments(&owner, &repo, number)).await;
-            match listed {
-                Ok(comments) => comments
-                    .iter()
-                    .find(|c| {
-                        c.author().eq_ignore_ascii_case(&this.bot_login)
-                            && has_reply_marker(&c.body, &query.task_id)
-                    })
-                    .map(|c| ReplyCheck::Confirmed {
-                        comment_id: Some(c.id),
-                    })
-                    .unwrap_or(ReplyCheck::Missing),
+            let (client, bot, task) = (this.client.clone(), this.bot_login.clone(), query.task_id);
+            let found = blocking(move || {
+                client.find_comment(&owner, &repo, number, &bot, |body| {
+                    has_reply_marker(body, &task)
+                })
+            })
+            .await;
+            match found {
+                Ok(Some(c)) => ReplyCheck::Confirmed {
+                    comment_id: Some(c.id),
+                },
+                Ok(None) => ReplyCheck::Missing,
                 Err(e) => ReplyCheck::Unknown(e.to_string()),
             }
         }

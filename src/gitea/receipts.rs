@@ -211,10 +211,8 @@ impl ReceiptWorker {
         let client = self.client.clone();
         let bot = self.bot_login.clone();
         blocking(move || {
-            let existing = client.list_comments(&owner, &repo, number)?;
-            if let Some(c) = existing
-                .iter()
-                .find(|c| c.author().eq_ignore_ascii_case(&bot) && c.body.contains(&marker))
+            if let Some(c) =
+                client.find_comment(&owner, &repo, number, &bot, |b| b.contains(&marker))?
             {
                 return Ok(Some(c.id));
             }

@@ -147,23 +147,6 @@ pub fn unix_now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
-/// Whether this request reached us over TLS: `X-Forwarded-Proto: https` from
-/// a proxy in `trusted_proxies` (see [`crate::web::client`]).
-pub fn came_over_tls(req: &HttpRequest) -> bool {
-    crate::web::client::ClientInfo::of(req).secure
-}
-
-/// Whether the TCP peer is a proxy in `trusted_proxies`.
-fn from_trusted_proxy(req: &HttpRequest) -> bool {
-    let trusted = req
-        .app_data::<actix_web::web::Data<crate::app::AppState>>()
-        .map(|s| &s.config.trusted_proxies);
-    match (trusted, req.peer_addr()) {
-        (Some(t), Some(peer)) => t.contains(peer.ip()),
-        _ => false,
-    }
-}
-
 /// Whether a state-changing request comes from a page of this very site:
 /// its `Origin` names this host; or, where a browser sends no usable Origin
 /// (absent, or `null` under some referrer policies), it says
@@ -180,7 +163,7 @@ pub fn same_origin(req: &HttpRequest) -> bool {
             .or_else(|| origin.strip_prefix("http://"));
         let host = headers
             .get("x-forwarded-host")
-            .filter(|_| from_trusted_proxy(req))
+            .filter(|_| crate::web::client::ClientInfo::of(req).via_trusted_proxy)
             .or_else(|| headers.get(header::HOST))
             .and_then(|v| v.to_str().ok());
         return match (authority, host) {

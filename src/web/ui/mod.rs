@@ -88,7 +88,7 @@ fn session_cookie(req: &HttpRequest, value: String, max_age: i64) -> Cookie<'sta
         .path("/")
         .http_only(true)
         .same_site(SameSite::Strict)
-        .secure(auth::came_over_tls(req))
+        .secure(crate::web::client::ClientInfo::of(req).secure)
         .max_age(time::Duration::seconds(max_age))
         .finish()
 }
