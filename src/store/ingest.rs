@@ -384,7 +384,7 @@ struct SessionRow {
 }
 
 #[derive(Insertable)]
-#[diesel(table_name = tasks)]
+#[diesel(table_name = tasks, treat_none_as_default_value = false)]
 struct TaskRow {
     task_id: String,
     delivery_key: String,
@@ -403,7 +403,7 @@ struct TaskRow {
 }
 
 #[derive(Insertable)]
-#[diesel(table_name = task_transitions)]
+#[diesel(table_name = task_transitions, treat_none_as_default_value = false)]
 struct TransitionRow {
     task_id: String,
     from_state: Option<String>,
@@ -416,7 +416,7 @@ struct TransitionRow {
 }
 
 #[derive(Insertable)]
-#[diesel(table_name = outbox_entries)]
+#[diesel(table_name = outbox_entries, treat_none_as_default_value = false)]
 struct OutboxRow {
     queue_id: String,
     session_key: String,
@@ -433,7 +433,7 @@ struct OutboxRow {
 }
 
 #[derive(Insertable)]
-#[diesel(table_name = audit_events)]
+#[diesel(table_name = audit_events, treat_none_as_default_value = false)]
 struct AuditRow {
     event_id: String,
     task_id: Option<String>,
@@ -465,7 +465,7 @@ struct Plan {
 /// The "received" receipt each accepted task gets, written by the receipts
 /// worker after the commit (DESIGN §8).
 #[derive(Insertable)]
-#[diesel(table_name = super::schema::comments)]
+#[diesel(table_name = super::schema::comments, treat_none_as_default_value = false)]
 struct ReceiptRow {
     comment_key: String,
     task_id: String,

@@ -66,7 +66,7 @@ pub struct NewSession<'a> {
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]
-#[diesel(table_name = webhook_deliveries)]
+#[diesel(table_name = webhook_deliveries, treat_none_as_default_value = false)]
 #[serde(rename_all = "camelCase")]
 pub struct Delivery {
     pub delivery_key: String,
