@@ -236,7 +236,7 @@ impl Known {
             v
         };
 
-        let (deliveries, by_content, repos, triggers, totals) = with_conn!(conn, |c| {
+        let (deliveries, by_content, repos, triggers, open) = with_conn!(conn, |c| {
             let deliveries: Vec<Delivery> = webhook_deliveries::table
                 .filter(webhook_deliveries::delivery_key.eq_any(&delivery_keys))
                 .select(Delivery::as_select())
@@ -275,35 +275,21 @@ impl Known {
                     ))
                     .load(c)?
             };
-            let existing: Vec<String> = if session_keys.is_empty() {
+            // Existing sessions, with their count of unfinished outbox entries.
+            let open: Vec<(String, i64)> = if session_keys.is_empty() {
                 Vec::new()
             } else {
                 sessions::table
                     .filter(sessions::session_key.eq_any(&session_keys))
-                    .select(sessions::session_key)
+                    .select((sessions::session_key, sessions::open_entries))
                     .load(c)?
             };
-            let totals: Vec<(String, i64)> = if session_keys.is_empty() {
-                Vec::new()
-            } else {
-                outbox_entries::table
-                    .filter(outbox_entries::session_key.eq_any(&session_keys))
-                    .group_by(outbox_entries::session_key)
-                    .select((outbox_entries::session_key, diesel::dsl::count_star()))
-                    .load(c)?
-            };
-            Ok::<_, diesel::result::Error>((
-                deliveries,
-                by_content,
-                repos,
-                triggers,
-                (existing, totals),
-            ))
+            Ok::<_, diesel::result::Error>((deliveries, by_content, repos, triggers, open))
         })?;
-        let (existing_sessions, totals) = totals;
 
         let mut known = Known {
-            sessions: existing_sessions.into_iter().collect(),
+            sessions: open.iter().map(|(s, _)| s.clone()).collect(),
+            open_entries: open.into_iter().collect(),
             ..Default::default()
         };
         for (content_key, delivery_key, task_id) in by_content {
@@ -317,21 +303,6 @@ impl Known {
             known
                 .triggers
                 .insert(trigger, (task_id, state, delivery_key));
-        }
-        // Most sessions never held 256 entries at all; only near the cap are
-        // the unfinished ones counted exactly.
-        for (session, total) in totals {
-            let open = if total < OUTBOX_CAPACITY {
-                total
-            } else {
-                with_conn!(conn, |c| outbox_entries::table
-                    .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
-                    .filter(outbox_entries::session_key.eq(&session))
-                    .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
-                    .count()
-                    .get_result(c))?
-            };
-            known.open_entries.insert(session, open);
         }
         // States of the tasks that repeated deliveries point at.
         let wanted: Vec<String> = deliveries
@@ -460,6 +431,9 @@ struct Plan {
     outbox: Vec<OutboxRow>,
     receipts: Vec<ReceiptRow>,
     audits: Vec<AuditRow>,
+    /// session key → outbox entries this batch opens (sorted: PostgreSQL
+    /// writers that update the same sessions take their row locks in one order).
+    opened: std::collections::BTreeMap<String, i64>,
 }
 
 /// The "received" receipt each accepted task gets, written by the receipts
@@ -595,6 +569,11 @@ impl Plan {
             for chunk in self.outbox.chunks(200) {
                 diesel::insert_into(outbox_entries::table)
                     .values(chunk)
+                    .execute(c)?;
+            }
+            for (session, n) in &self.opened {
+                diesel::update(sessions::table.find(session))
+                    .set(sessions::open_entries.eq(sessions::open_entries + n))
                     .execute(c)?;
             }
             for chunk in self.receipts.chunks(200) {
@@ -1007,6 +986,7 @@ fn create_task(
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
     });
+    *plan.opened.entry(session_key.clone()).or_insert(0) += 1;
     plan.outbox.push(OutboxRow {
         fingerprint: fingerprint(&session_key, &queue_id, text, subject, written_at),
         queue_id: queue_id.clone(),

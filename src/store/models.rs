@@ -50,6 +50,8 @@ pub struct Session {
     pub created_at: String,
     pub updated_at: String,
     pub version: i64,
+    /// Outbox entries whose task has not ended (the capacity check's counter).
+    pub open_entries: i64,
 }
 
 #[derive(Insertable, Debug, Clone)]

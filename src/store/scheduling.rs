@@ -194,14 +194,14 @@ pub fn outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<Option<OutboxEnt
         .optional())?)
 }
 
-/// Queued outbox entries of a session (for the health view).
+/// Outbox entries of a session whose task has not ended (for the health view).
 pub fn outbox_depth(conn: &mut DbConn, session_key: &str) -> Result<i64, StoreError> {
-    Ok(with_conn!(conn, |c| outbox_entries::table
-        .inner_join(tasks::table.on(tasks::task_id.eq(outbox_entries::task_id)))
-        .filter(outbox_entries::session_key.eq(session_key))
-        .filter(tasks::state.ne_all(TaskState::TERMINAL.map(TaskState::as_str)))
-        .count()
-        .get_result(c))?)
+    Ok(with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(sessions::open_entries)
+        .first(c)
+        .optional())?
+    .unwrap_or(0))
 }
 
 /// Stores the session's thread id once. An ordinary retry never replaces it:

@@ -29,6 +29,7 @@ diesel::table! {
         created_at -> Text,
         updated_at -> Text,
         version -> BigInt,
+        open_entries -> BigInt,
     }
 }
 

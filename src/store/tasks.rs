@@ -5,7 +5,7 @@
 use super::audit::{self, Audit, AuditView};
 use super::models::*;
 use super::schema::{
-    approvals, attempts, comments, outbox_entries, task_transitions, tasks, turns,
+    approvals, attempts, comments, outbox_entries, sessions, task_transitions, tasks, turns,
 };
 use super::{now, DbConn, StoreError};
 use crate::lifecycle::{self, Refusal, TaskState};
@@ -145,6 +145,9 @@ pub fn transition(
             version,
         });
     }
+    if req.to.is_terminal() {
+        close_outbox_entry(conn, req.task_id)?;
+    }
     append_history(
         conn,
         &NewTransition {
@@ -163,6 +166,28 @@ pub fn transition(
         to: req.to,
         version: next,
     })
+}
+
+/// A task ended: its outbox entry no longer counts against its session's
+/// capacity. Runs once per task, in the transaction of the transition that ended
+/// it (a terminal task never moves again).
+fn close_outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+    with_conn!(conn, |c| {
+        let session: Option<String> = outbox_entries::table
+            .filter(outbox_entries::task_id.eq(task_id))
+            .select(outbox_entries::session_key)
+            .first(c)
+            .optional()?;
+        match session {
+            Some(session) => diesel::update(sessions::table.find(session))
+                .filter(sessions::open_entries.gt(0))
+                .set(sessions::open_entries.eq(sessions::open_entries - 1))
+                .execute(c)
+                .map(drop),
+            None => Ok(()),
+        }
+    })?;
+    Ok(())
 }
 
 /// Writes one history row and its audit event (`task.created` for the first row,

@@ -230,3 +230,115 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
     assert_eq!(count(&mut c, "tasks"), 40);
     assert_eq!(count(&mut c, "webhook_deliveries"), 40);
 }
+
+/// The `n`th triggering comment on Issue 7 of acme/r0.
+fn nth_comment_on_one_issue(n: u32) -> IngestRequest {
+    let mut req = request(&Event {
+        delivery: 0,
+        comment: 0,
+        repo: 0,
+        kind: 0,
+    });
+    req.delivery_key = format!("default:cap-{n}");
+    req.delivery_id = format!("cap-{n}");
+    req.content_key = Some(format!("default:comment:{}:created:t", 10_000 + n));
+    req.intent = Intent::Trigger {
+        trigger_key: format!("default:comment:{}", 10_000 + n),
+        text: format!("@ccbot {n}"),
+        written_at: "t".into(),
+    };
+    if let Some(s) = req.subject.as_mut() {
+        s.number = 7;
+        s.comment_id = Some(i64::from(10_000 + n));
+    }
+    req
+}
+
+fn a_full_outbox_refuses_until_a_task_ends(url: &str) {
+    use codex_bridge::lifecycle::TaskState;
+    use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    let cap = ingest::OUTBOX_CAPACITY as u32;
+    // Filled in batches, as the writer would.
+    let reqs: Vec<IngestRequest> = (0..cap).map(nth_comment_on_one_issue).collect();
+    let mut ids = Vec::new();
+    for batch in reqs.chunks(50) {
+        for o in c
+            .write_transaction(|c| ingest::ingest_batch(c, batch))
+            .unwrap()
+        {
+            match o {
+                IngestOutcome::Accepted { task_id, .. } => ids.push(task_id),
+                other => panic!("below capacity, every delivery is accepted: {other:?}"),
+            }
+        }
+    }
+    let one_more = nth_comment_on_one_issue(cap);
+    let refused = c
+        .write_transaction(|c| ingest::ingest(c, &one_more))
+        .unwrap();
+    assert!(
+        matches!(refused, IngestOutcome::OutboxFull { ref session_key } if session_key == "default:acme/r0:issue:7"),
+        "{refused:?}"
+    );
+    assert_eq!(count(&mut c, "tasks"), i64::from(cap));
+    // A task that is still running keeps its place; one that ends frees it.
+    for (to, frees) in [(TaskState::Leased, false), (TaskState::Failed, true)] {
+        let outcome = c
+            .write_transaction(|c| {
+                tasks::transition(
+                    c,
+                    &TransitionRequest {
+                        task_id: &ids[0],
+                        to,
+                        expected_version: None,
+                        actor: "test",
+                        reason: None,
+                        error_code: None,
+                    },
+                )
+            })
+            .unwrap();
+        assert!(
+            matches!(outcome, TransitionOutcome::Applied { .. }),
+            "{outcome:?}"
+        );
+        let next = nth_comment_on_one_issue(cap + 1 + u32::from(frees));
+        let answer = c.write_transaction(|c| ingest::ingest(c, &next)).unwrap();
+        assert_eq!(
+            matches!(answer, IngestOutcome::Accepted { .. }),
+            frees,
+            "after {to:?}: {answer:?}"
+        );
+    }
+    // The Gitea replay of the refused delivery is judged afresh, and refused again.
+    let mut replay = one_more.clone();
+    replay.delivery_key = "default:cap-replay".into();
+    let again = c.write_transaction(|c| ingest::ingest(c, &replay)).unwrap();
+    assert!(
+        matches!(again, IngestOutcome::OutboxFull { .. }),
+        "{again:?}"
+    );
+    let open: i64 = count_where(
+        &mut c,
+        "sessions",
+        &format!("session_key = 'default:acme/r0:issue:7' AND open_entries = {cap}"),
+    );
+    assert_eq!(open, 1, "the counter holds the capacity again");
+}
+
+#[test]
+fn a_full_outbox_refuses_until_a_task_ends_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_full_outbox_refuses_until_a_task_ends(&format!(
+        "sqlite://{}",
+        dir.path().join("cap.db").display()
+    ));
+}
+
+#[test]
+fn a_full_outbox_refuses_until_a_task_ends_postgres() {
+    let db = PgDb::create();
+    a_full_outbox_refuses_until_a_task_ends(&db.url);
+}

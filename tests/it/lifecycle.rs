@@ -50,7 +50,8 @@ fn seed(conn: &mut DbConn) -> Vec<String> {
                         default_branch: None,
                     },
                     kind: ResourceKind::Issue,
-                    number: i as i64,
+                    // A few tasks a session, so that its outbox counter moves.
+                    number: (i % 3) as i64,
                     comment_id: Some(i as i64),
                     author: "bob".into(),
                     head_ref: None,
@@ -207,6 +208,22 @@ fn check_invariants(conn: &mut DbConn, ids: &[String], tallies: &[Tally]) {
     assert_eq!(transitions as usize, ids.len() + applied);
     let refusals = count_where(conn, "audit_events", "action = 'task.transition_refused'") as usize;
     assert!(refusals >= refused);
+    // Each session counts exactly the outbox entries whose task has not ended.
+    let terminal = TaskState::TERMINAL
+        .map(|s| format!("'{}'", s.as_str()))
+        .join(",");
+    let miscounted = count_where(
+        conn,
+        "sessions",
+        &format!(
+            "open_entries <> (SELECT count(*) FROM outbox_entries o JOIN tasks t ON t.task_id = o.task_id \
+             WHERE o.session_key = sessions.session_key AND t.state NOT IN ({terminal}))"
+        ),
+    );
+    assert_eq!(
+        miscounted, 0,
+        "a session's open_entries differs from its unfinished outbox entries"
+    );
 }
 
 fn run_case(url: &str, plans: Vec<Vec<Event>>) {
