@@ -222,11 +222,35 @@ fn run_full(args: &[String]) -> Result<()> {
             .unwrap_or_else(|e| Report::failed(scenario, format!("{e:#}")));
         reports.push(report);
     }
+    // The store's own limit in the same run: what the SQLite group-commit
+    // writer takes when nothing stands in front of it.
+    let store_only = if reports
+        .iter()
+        .any(|r| r.name == Scenario::SqliteGroup.name())
+    {
+        // Enough for 25k/s over the measured phase.
+        let total = (plan.measured.as_secs_f64() * 25_000.0) as usize;
+        Some(store_only_rate(connections, plan.measured, total)?.1)
+    } else {
+        None
+    };
     println!();
     print_table(&reports);
     let checks = checks(&reports, connections);
     print_checks(&checks, connections);
-    let path = write_json(&reports, &checks, &plan, cores)?;
+    if let (Some(rate), Some(group)) = (
+        store_only,
+        reports
+            .iter()
+            .find(|r| r.name == Scenario::SqliteGroup.name()),
+    ) {
+        println!(
+            "  store-only ceiling (the same store and writer fed in-process by {connections} callers: \
+             no HTTP, HMAC or JSON): {rate:.0}/s; sqlite-group reaches {:.2} of it",
+            group.accepted_per_s / rate
+        );
+    }
+    let path = write_json(&reports, &checks, &plan, cores, store_only)?;
     println!("\nfigures written to {}", path.display());
     let failed: Vec<&str> = reports
         .iter()
@@ -275,6 +299,12 @@ fn run_smoke() -> Result<()> {
     if !failed.is_empty() {
         bail!("smoke run failed: {}", failed.join(", "));
     }
+    // The store-only loop: every delivery accepted, within a generous deadline.
+    let (stored, rate) = store_only_rate(SMOKE_CONNECTIONS, REQUEST_TIMEOUT, SMOKE_REQUESTS)?;
+    if stored as usize != SMOKE_REQUESTS {
+        bail!("store-only: {stored} of {SMOKE_REQUESTS} deliveries stored");
+    }
+    println!("store-only: {SMOKE_REQUESTS} deliveries stored ({rate:.0}/s, not judged)");
     Ok(())
 }
 
@@ -689,8 +719,15 @@ fn print_checks(checks: &[Check], connections: usize) {
     );
 }
 
-fn write_json(reports: &[Report], checks: &[Check], plan: &Plan, cores: usize) -> Result<PathBuf> {
+fn write_json(
+    reports: &[Report],
+    checks: &[Check],
+    plan: &Plan,
+    cores: usize,
+    store_only: Option<f64>,
+) -> Result<PathBuf> {
     let doc = serde_json::json!({
+        "sqliteStoreOnlyPerSecond": store_only,
         "benchmark": "ingest",
         "connections": plan.connections,
         "warmupSeconds": plan.warmup.map(|d| d.as_secs_f64()),
@@ -1599,6 +1636,109 @@ fn postgres_note(url: &str) -> String {
 }
 
 /// Where the SQLite files go, and on what filesystem (tmpfs would make fsync free).
+/// Deliveries per second through the server's own store (SQLite file in the
+/// temp dir, the server's settings and group-commit writer), fed by `callers`
+/// concurrent in-process callers for `measured` (or until `total` deliveries
+/// are stored): the durable ceiling that HTTP,
+/// signature checks and JSON parsing stand in front of.
+fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
+    use codex_bridge::store::ingest::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    let dir = tempfile::tempdir().context("creating the store-only database folder")?;
+    let store = Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(dir.path().join("store-only.db")),
+        read_pool_size: 8,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 16_384,
+        },
+    })
+    .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
+    let request = |seq: u64| {
+        let repo = seq % REPOS;
+        let issue = 1 + (seq / REPOS) % ISSUES_PER_REPO;
+        let comment = 1_000_000 + seq;
+        IngestRequest {
+            delivery_key: format!("default:{}", uuid::Uuid::new_v4()),
+            delivery_id: uuid::Uuid::new_v4().to_string(),
+            event_type: "issue_comment".into(),
+            action: Some("created".into()),
+            payload_hash: format!("sha256:{seq:064x}"),
+            content_key: Some(format!(
+                "default:comment:{comment}:created:2026-11-30T10:00:00Z"
+            )),
+            sender: Some("alice".into()),
+            subject: Some(Subject {
+                repo: RepoRef {
+                    instance_id: "default".into(),
+                    owner: format!("owner{repo}"),
+                    name: format!("repo{repo}"),
+                    clone_url: Some(format!("http://gitea.example/owner{repo}/repo{repo}.git")),
+                    default_branch: Some("main".into()),
+                },
+                kind: ResourceKind::Issue,
+                number: issue as i64,
+                comment_id: Some(comment as i64),
+                author: "alice".into(),
+                head_ref: None,
+                base_ref: None,
+            }),
+            intent: Intent::Trigger {
+                trigger_key: format!("default:comment:{comment}"),
+                text: format!("@{BOT_LOGIN} please fix the flaky parser test"),
+                written_at: "2026-11-30T10:00:00Z".into(),
+            },
+        }
+    };
+    // Built before the clock starts, and within the outboxes' capacity.
+    let total = total.min((REPOS * ISSUES_PER_REPO * 200) as usize);
+    let mut pools: Vec<Vec<IngestRequest>> = vec![Vec::new(); callers];
+    for seq in 0..total as u64 {
+        pools[seq as usize % callers].push(request(seq));
+    }
+    eprintln!(
+        "[store-only] {total} requests built; measuring for {:.1} s",
+        measured.as_secs_f64()
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let done = rt.block_on(async {
+        let deadline = tokio::time::Instant::now() + measured;
+        let tasks: Vec<_> = pools
+            .into_iter()
+            .map(|pool| {
+                let store = store.clone();
+                async move {
+                    let mut n = 0u64;
+                    for req in pool {
+                        if tokio::time::Instant::now() >= deadline {
+                            break;
+                        }
+                        match store.ingest(req).await {
+                            Ok(codex_bridge::store::ingest::IngestOutcome::Accepted { .. }) => {
+                                n += 1
+                            }
+                            other => return Err(anyhow::anyhow!("store-only ingest: {other:?}")),
+                        }
+                    }
+                    Ok(n)
+                }
+            })
+            .collect();
+        let started = Instant::now();
+        let counts = futures_util::future::join_all(tasks).await;
+        let took = started.elapsed();
+        counts
+            .into_iter()
+            .sum::<Result<u64>>()
+            .map(|n| (n, n as f64 / took.as_secs_f64()))
+    })?;
+    Ok(done)
+}
+
 fn sqlite_storage_note() -> String {
     let dir = std::env::temp_dir();
     let fs = std::fs::read_to_string("/proc/mounts")
