@@ -312,6 +312,20 @@ pub fn revert_all_migrations(conn: &mut DbConn) -> Result<(), StoreError> {
     result.map_err(|e| StoreError::Unavailable(format!("reverting migrations failed: {e}")))
 }
 
+/// Reverts the newest applied migration (used by the tests of a migration's
+/// data changes: revert it on a store with rows, then apply it again).
+pub fn revert_last_migration(conn: &mut DbConn) -> Result<String, StoreError> {
+    let result = match conn {
+        DbConn::Sqlite(c) => c
+            .revert_last_migration(SQLITE_MIGRATIONS)
+            .map(|v| v.to_string()),
+        DbConn::Pg(c) => c
+            .revert_last_migration(POSTGRES_MIGRATIONS)
+            .map(|v| v.to_string()),
+    };
+    result.map_err(|e| StoreError::Unavailable(format!("reverting a migration failed: {e}")))
+}
+
 /// Now, as stored: RFC 3339 UTC with microseconds, so text order is time order.
 pub fn now() -> String {
     format_time(chrono::Utc::now())

@@ -118,3 +118,91 @@ fn session_queries_use_the_partial_index_sqlite() {
         "{leased:?}"
     );
 }
+
+/// Migration 000007 counts the unfinished outbox entries of the sessions that a
+/// store already holds: applied again over rows written without it, each
+/// session's `open_entries` is its entries whose task has not ended.
+fn open_entries_are_backfilled(url: &str) {
+    use codex_bridge::lifecycle::TaskState;
+    use codex_bridge::store::ingest::{self, IngestOutcome, IngestRequest, Intent, RepoRef};
+    use codex_bridge::store::ingest::{ResourceKind, Subject};
+    use codex_bridge::store::revert_last_migration;
+    use codex_bridge::store::tasks::{self, TransitionRequest};
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    let comment = |n: i64, issue: i64| IngestRequest {
+        delivery_key: format!("default:bf-{n}"),
+        delivery_id: format!("bf-{n}"),
+        event_type: "issue_comment".into(),
+        action: Some("created".into()),
+        payload_hash: "sha256:0".into(),
+        content_key: Some(format!("default:comment:{n}:created:t")),
+        sender: Some("bob".into()),
+        subject: Some(Subject {
+            repo: RepoRef {
+                instance_id: "default".into(),
+                owner: "acme".into(),
+                name: "widgets".into(),
+                clone_url: None,
+                default_branch: None,
+            },
+            kind: ResourceKind::Issue,
+            number: issue,
+            comment_id: Some(n),
+            author: "bob".into(),
+            head_ref: None,
+            base_ref: None,
+        }),
+        intent: Intent::Trigger {
+            trigger_key: format!("default:comment:{n}"),
+            text: "@ccbot go".into(),
+            written_at: "t".into(),
+        },
+    };
+    // Issue 1 gets three tasks, Issue 2 one; one of Issue 1's ends.
+    let reqs = vec![comment(1, 1), comment(2, 1), comment(3, 1), comment(4, 2)];
+    let outcomes = c
+        .write_transaction(|c| ingest::ingest_batch(c, &reqs))
+        .unwrap();
+    let IngestOutcome::Accepted { task_id, .. } = &outcomes[0] else {
+        panic!("{outcomes:?}")
+    };
+    c.write_transaction(|c| {
+        tasks::transition(
+            c,
+            &TransitionRequest {
+                task_id,
+                to: TaskState::Cancelled,
+                expected_version: None,
+                actor: "test",
+                reason: None,
+                error_code: None,
+            },
+        )
+    })
+    .unwrap();
+    // Back to just before 000007 (through any later migrations).
+    let mut reverted = Vec::new();
+    while exec(&mut c, "SELECT open_entries FROM sessions").is_ok() {
+        reverted.push(revert_last_migration(&mut c).unwrap());
+    }
+    assert_eq!(reverted.last().map(String::as_str), Some("20261130000007"));
+    run_migrations(&mut c).unwrap();
+    let issue = |n: i64, open: i64| {
+        format!("session_key = 'default:acme/widgets:issue:{n}' AND open_entries = {open}")
+    };
+    assert_eq!(count_where(&mut c, "sessions", &issue(1, 2)), 1);
+    assert_eq!(count_where(&mut c, "sessions", &issue(2, 1)), 1);
+}
+
+#[test]
+fn open_entries_are_backfilled_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    open_entries_are_backfilled(&format!("sqlite://{}", dir.path().join("b.db").display()));
+}
+
+#[test]
+fn open_entries_are_backfilled_postgres() {
+    let db = PgDb::create();
+    open_entries_are_backfilled(&db.url);
+}
