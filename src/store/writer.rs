@@ -171,11 +171,18 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
     // Task transitions written here are counted in the metrics once committed.
     crate::metrics::collect_transitions_on_this_thread();
     let mut ops: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
-    let mut ingests: Vec<IngestJob> = Vec::with_capacity(batch_max);
+    // The batch's deliveries and, in the same order, who waits for each.
+    let mut reqs: Vec<IngestRequest> = Vec::with_capacity(batch_max);
+    let mut ingests: Vec<oneshot::Sender<Result<IngestOutcome, StoreError>>> =
+        Vec::with_capacity(batch_max);
     while let Ok(first) = rx.recv() {
         let mut take = |job: Job| match job {
             Job::Op(op) => ops.push(op),
-            Job::Ingest(job) => ingests.push(*job),
+            Job::Ingest(job) => {
+                let IngestJob { req, reply } = *job;
+                reqs.push(req);
+                ingests.push(reply);
+            }
         };
         take(first);
         let mut n = 1;
@@ -196,15 +203,15 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
                 for op in ops.drain(..) {
                     op.finish(Err(err.clone()));
                 }
-                for job in ingests.drain(..) {
-                    let _ = job.reply.send(Err(err.clone()));
+                for reply in ingests.drain(..) {
+                    let _ = reply.send(Err(err.clone()));
                 }
+                reqs.clear();
                 // Do not spin on a database that is down.
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
         };
-        let reqs: Vec<IngestRequest> = ingests.iter().map(|j| j.req.clone()).collect();
         // First without a savepoint around the deliveries (a savepoint copies
         // every page it touches into the statement journal); if the batch
         // fails, that transaction is rolled back whole and the batch runs
@@ -219,8 +226,9 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
         });
         match committed {
             Ok(outcomes) => {
-                for (job, outcome) in ingests.drain(..).zip(outcomes) {
-                    let _ = job.reply.send(outcome);
+                reqs.clear();
+                for (reply, outcome) in ingests.drain(..).zip(outcomes) {
+                    let _ = reply.send(outcome);
                 }
                 for op in ops.drain(..) {
                     op.finish(Ok(()));
@@ -231,9 +239,10 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
                 for op in ops.drain(..) {
                     op.finish(Err(err.clone()));
                 }
-                for job in ingests.drain(..) {
-                    let _ = job.reply.send(Err(err.clone()));
+                for reply in ingests.drain(..) {
+                    let _ = reply.send(Err(err.clone()));
                 }
+                reqs.clear();
             }
             Err(e) => {
                 tracing::debug!(
@@ -241,9 +250,10 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
                     error = %e,
                     "group commit rolled back; committing its operations one by one"
                 );
-                let singles: Vec<Box<dyn WriteOp>> = ingests
+                let singles: Vec<Box<dyn WriteOp>> = reqs
                     .drain(..)
-                    .map(IngestJob::into_op)
+                    .zip(ingests.drain(..))
+                    .map(|(req, reply)| IngestJob { req, reply }.into_op())
                     .chain(ops.drain(..))
                     .collect();
                 for op in singles {
