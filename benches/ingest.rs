@@ -21,6 +21,10 @@
 //! version instead: a few hundred requests against `hmac-only` and `sqlite-group`,
 //! failing unless every answer is 202. Speed is never judged there.
 
+// Only `trigger_request` is used here.
+#[allow(dead_code)]
+mod common;
+
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use anyhow::{bail, Context, Result};
 use codex_bridge::webhook::verify;
@@ -1642,7 +1646,7 @@ fn postgres_note(url: &str) -> String {
 /// are stored): the durable ceiling that HTTP,
 /// signature checks and JSON parsing stand in front of.
 fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
-    use codex_bridge::store::ingest::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+    use codex_bridge::store::ingest::IngestRequest;
     use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
     let store = Store::open(&StoreSettings {
@@ -1656,41 +1660,16 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
         },
     })
     .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
+    // Like the server scenarios' deliveries: a random delivery id (as Gitea's),
+    // comment ids in order, 50 repositories × 40 Issues.
     let request = |seq: u64| {
-        let repo = seq % REPOS;
-        let issue = 1 + (seq / REPOS) % ISSUES_PER_REPO;
-        let comment = 1_000_000 + seq;
-        IngestRequest {
-            delivery_key: format!("default:{}", uuid::Uuid::new_v4()),
-            delivery_id: uuid::Uuid::new_v4().to_string(),
-            event_type: "issue_comment".into(),
-            action: Some("created".into()),
-            payload_hash: format!("sha256:{seq:064x}"),
-            content_key: Some(format!(
-                "default:comment:{comment}:created:2026-11-30T10:00:00Z"
-            )),
-            sender: Some("alice".into()),
-            subject: Some(Subject {
-                repo: RepoRef {
-                    instance_id: "default".into(),
-                    owner: format!("owner{repo}"),
-                    name: format!("repo{repo}"),
-                    clone_url: Some(format!("http://gitea.example/owner{repo}/repo{repo}.git")),
-                    default_branch: Some("main".into()),
-                },
-                kind: ResourceKind::Issue,
-                number: issue as i64,
-                comment_id: Some(comment as i64),
-                author: "alice".into(),
-                head_ref: None,
-                base_ref: None,
-            }),
-            intent: Intent::Trigger {
-                trigger_key: format!("default:comment:{comment}"),
-                text: format!("@{BOT_LOGIN} please fix the flaky parser test"),
-                written_at: "2026-11-30T10:00:00Z".into(),
-            },
-        }
+        let repo = format!("repo{}", seq % REPOS);
+        let issue = (1 + (seq / REPOS) % ISSUES_PER_REPO) as i64;
+        let comment = 1_000_000 + seq as i64;
+        let text = format!("@{BOT_LOGIN} please fix the flaky parser test");
+        let mut req = common::trigger_request(&repo, issue, comment, &comment.to_string(), text);
+        req.delivery_key = format!("default:{}", uuid::Uuid::new_v4());
+        req
     };
     // Built before the clock starts, and within the outboxes' capacity.
     let total = total.min((REPOS * ISSUES_PER_REPO * 200) as usize);

@@ -233,25 +233,8 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
 
 /// The `n`th triggering comment on Issue 7 of acme/r0.
 fn nth_comment_on_one_issue(n: u32) -> IngestRequest {
-    let mut req = request(&Event {
-        delivery: 0,
-        comment: 0,
-        repo: 0,
-        kind: 0,
-    });
-    req.delivery_key = format!("default:cap-{n}");
-    req.delivery_id = format!("cap-{n}");
-    req.content_key = Some(format!("default:comment:{}:created:t", 10_000 + n));
-    req.intent = Intent::Trigger {
-        trigger_key: format!("default:comment:{}", 10_000 + n),
-        text: format!("@ccbot {n}"),
-        written_at: "t".into(),
-    };
-    if let Some(s) = req.subject.as_mut() {
-        s.number = 7;
-        s.comment_id = Some(i64::from(10_000 + n));
-    }
-    req
+    let comment = 10_000 + i64::from(n);
+    crate::actors::request("r0", 7, comment, &format!("@ccbot {n}"))
 }
 
 fn a_full_outbox_refuses_until_a_task_ends(url: &str) {

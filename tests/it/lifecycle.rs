@@ -5,7 +5,7 @@
 
 use crate::support::*;
 use codex_bridge::lifecycle::{self, Refusal, TaskState};
-use codex_bridge::store::ingest::{self, IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::store::ingest;
 use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
 use codex_bridge::store::{run_migrations, DbConn, StoreError};
 use proptest::prelude::*;
@@ -33,36 +33,8 @@ fn event() -> impl Strategy<Value = Event> {
 fn seed(conn: &mut DbConn) -> Vec<String> {
     (0..TASKS)
         .map(|i| {
-            let req = IngestRequest {
-                delivery_key: format!("default:prop-{i}"),
-                delivery_id: format!("prop-{i}"),
-                event_type: "issue_comment".into(),
-                action: Some("created".into()),
-                payload_hash: "sha256:00".into(),
-                content_key: Some(format!("default:comment:{i}:created:t")),
-                sender: Some("bob".into()),
-                subject: Some(Subject {
-                    repo: RepoRef {
-                        instance_id: "default".into(),
-                        owner: "acme".into(),
-                        name: "widgets".into(),
-                        clone_url: None,
-                        default_branch: None,
-                    },
-                    kind: ResourceKind::Issue,
-                    // A few tasks a session, so that its outbox counter moves.
-                    number: (i % 3) as i64,
-                    comment_id: Some(i as i64),
-                    author: "bob".into(),
-                    head_ref: None,
-                    base_ref: None,
-                }),
-                intent: Intent::Trigger {
-                    trigger_key: format!("default:comment:{i}"),
-                    text: "@ccbot go".into(),
-                    written_at: "2026-01-01T00:00:00Z".into(),
-                },
-            };
+            // A few tasks a session, so that its outbox counter moves.
+            let req = crate::actors::request("widgets", (i % 3) as i64, i as i64, "@ccbot go");
             match conn.write_transaction(|c| ingest::ingest(c, &req)).unwrap() {
                 ingest::IngestOutcome::Accepted { task_id, .. } => task_id,
                 other => panic!("seed not accepted: {other:?}"),

@@ -124,41 +124,12 @@ fn session_queries_use_the_partial_index_sqlite() {
 /// session's `open_entries` is its entries whose task has not ended.
 fn open_entries_are_backfilled(url: &str) {
     use codex_bridge::lifecycle::TaskState;
-    use codex_bridge::store::ingest::{self, IngestOutcome, IngestRequest, Intent, RepoRef};
-    use codex_bridge::store::ingest::{ResourceKind, Subject};
+    use codex_bridge::store::ingest::{self, IngestOutcome};
     use codex_bridge::store::revert_last_migration;
     use codex_bridge::store::tasks::{self, TransitionRequest};
     let mut c = connect(url);
     run_migrations(&mut c).unwrap();
-    let comment = |n: i64, issue: i64| IngestRequest {
-        delivery_key: format!("default:bf-{n}"),
-        delivery_id: format!("bf-{n}"),
-        event_type: "issue_comment".into(),
-        action: Some("created".into()),
-        payload_hash: "sha256:0".into(),
-        content_key: Some(format!("default:comment:{n}:created:t")),
-        sender: Some("bob".into()),
-        subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: "widgets".into(),
-                clone_url: None,
-                default_branch: None,
-            },
-            kind: ResourceKind::Issue,
-            number: issue,
-            comment_id: Some(n),
-            author: "bob".into(),
-            head_ref: None,
-            base_ref: None,
-        }),
-        intent: Intent::Trigger {
-            trigger_key: format!("default:comment:{n}"),
-            text: "@ccbot go".into(),
-            written_at: "t".into(),
-        },
-    };
+    let comment = |n: i64, issue: i64| crate::actors::request("widgets", issue, n, "@ccbot go");
     // Issue 1 gets three tasks, Issue 2 one; one of Issue 1's ends.
     let reqs = vec![comment(1, 1), comment(2, 1), comment(3, 1), comment(4, 2)];
     let outcomes = c
