@@ -120,14 +120,22 @@ async fn run(state: web::Data<AppState>) {
         if state.live.tx.receiver_count() == 0 {
             // Nobody listens: only keep the place in the tables (one cheap
             // query), so a new listener misses nothing from its first moment.
+            // The place moves only if still nobody listens once it is read:
+            // a listener who came during the read may already have caused
+            // rows that lie before it (a slow read on a busy machine once
+            // skipped a webhook's transitions that way).
             if let Ok((t, a)) = state.store.read(max_ids).await {
-                seen = Seen {
-                    transition: Some(t),
-                    audit: Some(a),
-                    ..Seen::default()
-                };
+                if state.live.tx.receiver_count() == 0 {
+                    seen = Seen {
+                        transition: Some(t),
+                        audit: Some(a),
+                        ..Seen::default()
+                    };
+                    continue;
+                }
+            } else {
+                continue;
             }
-            continue;
         }
         if let Err(e) = look(&state, &mut seen).await {
             tracing::warn!(error = %e, "live view: could not read the store; trying again");
@@ -152,9 +160,11 @@ async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
     if more {
         send(state, Frame::new("resync", &json!({})));
     } else {
+        // Up to the ends read above: what was committed since is sent by
+        // the next look, once.
         for t in state
             .store
-            .read(move |c| transitions_after(c, from_t))
+            .read(move |c| transitions_after(c, from_t, last_t))
             .await?
         {
             send(state, Frame::new("task", &t));
@@ -173,7 +183,7 @@ async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
                 )
             })
             .await?;
-        for e in events {
+        for e in events.into_iter().filter(|e| e.seq <= last_a) {
             send(state, Frame::new("audit", &json!(e)));
         }
     }
@@ -222,10 +232,15 @@ type TransitionRow = (
     String,
 );
 
-fn transitions_after(c: &mut crate::store::DbConn, after: i64) -> Result<Vec<Value>, StoreError> {
+fn transitions_after(
+    c: &mut crate::store::DbConn,
+    after: i64,
+    up_to: i64,
+) -> Result<Vec<Value>, StoreError> {
     use task_transitions as t;
     let rows: Vec<TransitionRow> = with_conn!(c, |conn| t::table
         .filter(t::id.gt(after))
+        .filter(t::id.le(up_to))
         .order(t::id.asc())
         .limit(BATCH)
         .select((
