@@ -214,7 +214,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         Some(listen) => Some(metrics_server(listen, state.clone())?),
         None => None,
     };
-    crate::web::live::Hub::start(state.clone());
+    crate::web::live::Hub::start(state.clone()).await;
     let live_state = state.clone();
     let server = HttpServer::new(move || {
         App::new()

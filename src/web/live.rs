@@ -83,9 +83,14 @@ impl Hub {
         self.stop.send_replace(true);
     }
 
-    /// Starts the hub's loop on the current runtime.
-    pub fn start(state: web::Data<AppState>) {
-        actix_web::rt::spawn(async move { run(state).await });
+    /// Reads where the tables end, then starts the hub's loop on the current
+    /// runtime. Awaited before the server takes requests: a listener who
+    /// comes first must find the place already taken, or the rows it causes
+    /// could fall before a place read later (this happened to a test when a
+    /// busy machine delayed the read past the listener's first webhook).
+    pub async fn start(state: web::Data<AppState>) {
+        let place = state.store.read(max_ids).await.ok();
+        actix_web::rt::spawn(async move { run(state, place).await });
     }
 }
 
@@ -99,13 +104,13 @@ struct Seen {
     attention: String,
 }
 
-async fn run(state: web::Data<AppState>) {
+async fn run(state: web::Data<AppState>, place: Option<(i64, i64)>) {
     let mut changes = state.store.changes();
     let mut stop = state.live.stop.subscribe();
     let mut seen = Seen::default();
-    // Start at the current end of the tables: a listener sees what happens
-    // from its first moment on.
-    if let Ok((t, a)) = state.store.read(max_ids).await {
+    // Start at the end of the tables as the server started: a listener sees
+    // what happens from its first moment on.
+    if let Some((t, a)) = place {
         seen.transition = Some(t);
         seen.audit = Some(a);
     }
