@@ -127,8 +127,7 @@ async fn run(state: web::Data<AppState>, place: Option<(i64, i64)>) {
             // query), so a new listener misses nothing from its first moment.
             // The place moves only if still nobody listens once it is read:
             // a listener who came during the read may already have caused
-            // rows that lie before it (a slow read on a busy machine once
-            // skipped a webhook's transitions that way).
+            // rows that lie before it.
             if let Ok((t, a)) = state.store.read(max_ids).await {
                 if state.live.tx.receiver_count() == 0 {
                     seen = Seen {
