@@ -28,9 +28,10 @@
 use crate::app::AppState;
 use crate::error::ApiError;
 use crate::lifecycle::TaskState;
-use crate::store::audit::{self, AuditFilter};
+use crate::store::audit::AuditView;
+use crate::store::models::AuditEvent;
 use crate::store::schema::{audit_events, task_transitions};
-use crate::store::{approvals, tasks, StoreError};
+use crate::store::{approvals, tasks, DbConn, StoreError};
 use crate::web::admin::{actors, overview};
 use crate::web::auth::Admin;
 use crate::with_conn;
@@ -38,7 +39,7 @@ use actix_web::web::{self, Bytes};
 use actix_web::HttpResponse;
 use diesel::prelude::*;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, watch};
@@ -51,6 +52,11 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const SETTLE: Duration = Duration::from_millis(100);
 /// Most `task`/`audit` events one look sends (more: `resync`).
 const BATCH: i64 = 200;
+/// How far below its place the hub looks again. On PostgreSQL, ids come from
+/// sequences and become visible in commit order, not id order: a writer that
+/// drew lower ids can commit after the hub has seen higher ones. Rows that
+/// turn up late within this many ids are still sent, once.
+const LOOKBACK: i64 = 1024;
 
 /// One server-sent event, already framed.
 #[derive(Debug)]
@@ -89,31 +95,40 @@ impl Hub {
     /// could fall before a place read later (this happened to a test when a
     /// busy machine delayed the read past the listener's first webhook).
     pub async fn start(state: web::Data<AppState>) {
-        let place = state.store.read(max_ids).await.ok();
+        let place = state.store.read(current_place).await.ok();
         actix_web::rt::spawn(async move { run(state, place).await });
     }
+}
+
+/// Where the hub stands in the transition and audit tables: the highest ids
+/// it has dealt with, and every id it has seen in the [`LOOKBACK`] window
+/// below them (so a row that becomes visible late is told from one sent).
+#[derive(Default, Clone)]
+struct Place {
+    transition: i64,
+    audit: i64,
+    transitions: BTreeSet<i64>,
+    audits: BTreeSet<i64>,
 }
 
 /// What the hub saw last.
 #[derive(Default)]
 struct Seen {
-    transition: Option<i64>,
-    audit: Option<i64>,
+    place: Option<Place>,
     overview: String,
     actors: String,
     attention: String,
 }
 
-async fn run(state: web::Data<AppState>, place: Option<(i64, i64)>) {
+async fn run(state: web::Data<AppState>, place: Option<Place>) {
     let mut changes = state.store.changes();
     let mut stop = state.live.stop.subscribe();
-    let mut seen = Seen::default();
     // Start at the end of the tables as the server started: a listener sees
     // what happens from its first moment on.
-    if let Some((t, a)) = place {
-        seen.transition = Some(t);
-        seen.audit = Some(a);
-    }
+    let mut seen = Seen {
+        place,
+        ..Seen::default()
+    };
     loop {
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
@@ -128,11 +143,10 @@ async fn run(state: web::Data<AppState>, place: Option<(i64, i64)>) {
             // The place moves only if still nobody listens once it is read:
             // a listener who came during the read may already have caused
             // rows that lie before it.
-            if let Ok((t, a)) = state.store.read(max_ids).await {
+            if let Ok(place) = state.store.read(current_place).await {
                 if state.live.tx.receiver_count() == 0 {
                     seen = Seen {
-                        transition: Some(t),
-                        audit: Some(a),
+                        place: Some(place),
                         ..Seen::default()
                     };
                     continue;
@@ -152,47 +166,31 @@ fn send(state: &AppState, frame: Frame) {
     let _ = state.live.tx.send(Arc::new(frame));
 }
 
-/// One look: documents that changed, then new transitions and audit events.
+/// One look: new transitions and audit events, then documents that changed.
 async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
-    let (last_t, last_a) = state.store.read(max_ids).await?;
-    let (from_t, from_a) = match (seen.transition, seen.audit) {
-        (Some(t), Some(a)) => (t, a),
+    match seen.place.clone() {
         // The very first look: start at the current end.
-        _ => (last_t, last_a),
-    };
-    let more = last_t - from_t > BATCH || last_a - from_a > BATCH;
-    if more {
-        send(state, Frame::new("resync", &json!({})));
-    } else {
-        // Up to the ends read above: what was committed since is sent by
-        // the next look, once.
-        for t in state
-            .store
-            .read(move |c| transitions_after(c, from_t, last_t))
-            .await?
-        {
-            send(state, Frame::new("task", &t));
-        }
-        let events = state
-            .store
-            .read(move |c| {
-                audit::list(
-                    c,
-                    &AuditFilter {
-                        task_id: None,
-                        since: None,
-                        after_seq: Some(from_a),
-                        limit: BATCH,
-                    },
-                )
-            })
-            .await?;
-        for e in events.into_iter().filter(|e| e.seq <= last_a) {
-            send(state, Frame::new("audit", &json!(e)));
-        }
+        None => seen.place = Some(state.store.read(current_place).await?),
+        Some(place) => match state.store.read(move |c| news(c, &place)).await? {
+            News::Behind(place) => {
+                send(state, Frame::new("resync", &json!({})));
+                seen.place = Some(place);
+            }
+            News::Rows {
+                place,
+                transitions,
+                audits,
+            } => {
+                for t in transitions {
+                    send(state, Frame::new("task", &t));
+                }
+                for e in audits {
+                    send(state, Frame::new("audit", &json!(e)));
+                }
+                seen.place = Some(place);
+            }
+        },
     }
-    seen.transition = Some(last_t);
-    seen.audit = Some(last_a);
 
     for (name, doc, last) in [
         (
@@ -212,7 +210,95 @@ async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn max_ids(c: &mut crate::store::DbConn) -> Result<(i64, i64), StoreError> {
+/// What one look found.
+enum News {
+    /// Rows not sent yet, in id order, and the place after them.
+    Rows {
+        place: Place,
+        transitions: Vec<Value>,
+        audits: Vec<AuditView>,
+    },
+    /// More than [`BATCH`] new rows: listeners are told to fetch again.
+    Behind(Place),
+}
+
+/// The place at the current end of the tables (nothing below it to send).
+fn current_place(c: &mut DbConn) -> Result<Place, StoreError> {
+    let (t, a) = max_ids(c)?;
+    let (transitions, audits) = ids_between(c, (t - LOOKBACK, t), (a - LOOKBACK, a))?;
+    Ok(Place {
+        transition: t,
+        audit: a,
+        transitions,
+        audits,
+    })
+}
+
+/// The rows visible now that `old` has not seen: everything above its place,
+/// and anything in the window below it that was not visible before.
+fn news(c: &mut DbConn, old: &Place) -> Result<News, StoreError> {
+    let (last_t, last_a) = max_ids(c)?;
+    // The window from below the old place up to the ends read above: rows
+    // committed after that read are for the next look.
+    let (ids_t, ids_a) = ids_between(
+        c,
+        (old.transition - LOOKBACK, last_t),
+        (old.audit - LOOKBACK, last_a),
+    )?;
+    let new_t: Vec<i64> = ids_t.difference(&old.transitions).copied().collect();
+    let new_a: Vec<i64> = ids_a.difference(&old.audits).copied().collect();
+    let keep = |ids: BTreeSet<i64>, last: i64| -> BTreeSet<i64> {
+        ids.into_iter().filter(|id| *id > last - LOOKBACK).collect()
+    };
+    let place = Place {
+        transition: last_t.max(old.transition),
+        audit: last_a.max(old.audit),
+        transitions: keep(ids_t, last_t),
+        audits: keep(ids_a, last_a),
+    };
+    if new_t.len() as i64 > BATCH || new_a.len() as i64 > BATCH {
+        return Ok(News::Behind(place));
+    }
+    let transitions = transitions_with_ids(c, &new_t)?;
+    let audits: Vec<AuditView> = if new_a.is_empty() {
+        Vec::new()
+    } else {
+        let rows: Vec<AuditEvent> = with_conn!(c, |conn| audit_events::table
+            .filter(audit_events::id.eq_any(&new_a))
+            .order(audit_events::id.asc())
+            .select(AuditEvent::as_select())
+            .load(conn))?;
+        rows.into_iter().map(AuditView::from).collect()
+    };
+    Ok(News::Rows {
+        place,
+        transitions,
+        audits,
+    })
+}
+
+/// The ids of transitions and of audit events in the ranges `(low, high]`.
+fn ids_between(
+    c: &mut DbConn,
+    (low_t, high_t): (i64, i64),
+    (low_a, high_a): (i64, i64),
+) -> Result<(BTreeSet<i64>, BTreeSet<i64>), StoreError> {
+    Ok(with_conn!(c, |conn| {
+        let t: Vec<i64> = task_transitions::table
+            .filter(task_transitions::id.gt(low_t))
+            .filter(task_transitions::id.le(high_t))
+            .select(task_transitions::id)
+            .load(conn)?;
+        let a: Vec<i64> = audit_events::table
+            .filter(audit_events::id.gt(low_a))
+            .filter(audit_events::id.le(high_a))
+            .select(audit_events::id)
+            .load(conn)?;
+        Ok::<_, diesel::result::Error>((t.into_iter().collect(), a.into_iter().collect()))
+    })?)
+}
+
+fn max_ids(c: &mut DbConn) -> Result<(i64, i64), StoreError> {
     Ok(with_conn!(c, |conn| {
         let t: Option<i64> = task_transitions::table
             .select(diesel::dsl::max(task_transitions::id))
@@ -236,17 +322,14 @@ type TransitionRow = (
     String,
 );
 
-fn transitions_after(
-    c: &mut crate::store::DbConn,
-    after: i64,
-    up_to: i64,
-) -> Result<Vec<Value>, StoreError> {
+fn transitions_with_ids(c: &mut DbConn, ids: &[i64]) -> Result<Vec<Value>, StoreError> {
     use task_transitions as t;
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let rows: Vec<TransitionRow> = with_conn!(c, |conn| t::table
-        .filter(t::id.gt(after))
-        .filter(t::id.le(up_to))
+        .filter(t::id.eq_any(ids))
         .order(t::id.asc())
-        .limit(BATCH)
         .select((
             t::id,
             t::task_id,

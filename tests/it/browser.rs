@@ -674,13 +674,9 @@ fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
     assert_eq!(pause(Some(&s.base), &cookie), 401);
 }
 
-fn event_stream(db: Db) {
+/// The admin event stream's lines, read on a thread of their own.
+fn open_events(s: &TestServer) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
-    let s = TestServer::start(db);
-    assert_eq!(
-        status_of(ureq::get(&s.url("/api/gitea-workflow/events")).call()),
-        401
-    );
     let r = ureq::get(&s.url("/api/gitea-workflow/events"))
         .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
         .call()
@@ -699,20 +695,33 @@ fn event_stream(db: Db) {
             }
         }
     });
-    let next_event = |name: &str| -> Value {
-        let deadline = Instant::now() + WAIT;
-        let mut current = String::new();
-        while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            if let Some(n) = line.strip_prefix("event: ") {
-                current = n.to_owned();
-            } else if let Some(d) = line.strip_prefix("data: ") {
-                if current == name {
-                    return serde_json::from_str(d).unwrap();
-                }
+    rx
+}
+
+/// The data of the next event called `name` (others are skipped).
+fn next_event_of(rx: &std::sync::mpsc::Receiver<String>, name: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    let mut current = String::new();
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if let Some(n) = line.strip_prefix("event: ") {
+            current = n.to_owned();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            if current == name {
+                return serde_json::from_str(d).unwrap();
             }
         }
-        panic!("no {name} event");
-    };
+    }
+    panic!("no {name} event");
+}
+
+fn event_stream(db: Db) {
+    let s = TestServer::start(db);
+    assert_eq!(
+        status_of(ureq::get(&s.url("/api/gitea-workflow/events")).call()),
+        401
+    );
+    let rx = open_events(&s);
+    let next_event = |name: &str| next_event_of(&rx, name);
     assert_eq!(next_event("overview")["paused"], false);
     assert_eq!(next_event("actors")["registry"]["runtime"], "none");
     assert!(next_event("attention")["tasks"].is_array());
@@ -745,6 +754,52 @@ fn the_event_stream_needs_auth_and_starts_with_a_snapshot_sqlite() {
 #[test]
 fn the_event_stream_needs_auth_and_starts_with_a_snapshot_postgres() {
     event_stream(Db::Postgres);
+}
+
+/// On PostgreSQL, ids become visible in commit order: a transition whose id
+/// was drawn first but committed after a higher one is still streamed.
+#[test]
+fn a_transition_committed_out_of_id_order_is_still_streamed_postgres() {
+    use diesel::connection::SimpleConnection;
+    use diesel::Connection;
+    let s = TestServer::start(Db::Postgres);
+    let rx = open_events(&s);
+    let task = s.comment("o-1", 1, "@ccbot hello", "widgets", 1).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Its two history rows (received, queued).
+    for version in [1, 2] {
+        let t = next_event_of(&rx, "task");
+        assert_eq!(
+            (t["taskId"].as_str(), t["stateVersion"].as_i64()),
+            (Some(task.as_str()), Some(version))
+        );
+    }
+    // History rows written straight into the table (the hub reads rows,
+    // whoever wrote them): `early` draws its id first and commits last.
+    let row = |version: i64| {
+        format!(
+            "INSERT INTO task_transitions (task_id, from_state, to_state, state_version, actor, at) \
+             VALUES ('{task}', 'queued', 'queued', {version}, 'test', '2026-11-30T00:00:00.000000Z')"
+        )
+    };
+    let mut early = diesel::PgConnection::establish(&s.db_url).unwrap();
+    let mut late = diesel::PgConnection::establish(&s.db_url).unwrap();
+    early
+        .batch_execute(&format!("BEGIN; {};", row(100)))
+        .unwrap();
+    late.batch_execute(&format!("BEGIN; {}; COMMIT;", row(101)))
+        .unwrap();
+    let later = next_event_of(&rx, "task");
+    assert_eq!(later["stateVersion"], 101, "{later}");
+    early.batch_execute("COMMIT;").unwrap();
+    let earlier = next_event_of(&rx, "task");
+    assert_eq!(earlier["stateVersion"], 100, "{earlier}");
+    assert!(
+        earlier["id"].as_i64() < later["id"].as_i64(),
+        "the row streamed last has the lower id: {earlier} {later}"
+    );
 }
 
 #[test]
