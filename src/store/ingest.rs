@@ -17,7 +17,8 @@ use super::{now, sha256_hex, DbConn, StoreError};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 
 /// Most entries a session's outbox holds for unfinished tasks (DESIGN §6).
 pub const OUTBOX_CAPACITY: i64 = 256;
@@ -193,10 +194,9 @@ struct Known {
     triggers: HashMap<String, (String, String, String)>,
     /// task id → state, for the answers to repeated deliveries
     task_states: HashMap<String, String>,
-    /// session key → unfinished outbox entries (present = the session exists)
+    /// session key → unfinished outbox entries, for every session that
+    /// exists (in the store or created earlier in the batch)
     open_entries: HashMap<String, i64>,
-    /// sessions that exist already
-    sessions: HashSet<String>,
 }
 
 fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
@@ -288,7 +288,6 @@ impl Known {
         })?;
 
         let mut known = Known {
-            sessions: open.iter().map(|(s, _)| s.clone()).collect(),
             open_entries: open.into_iter().collect(),
             ..Default::default()
         };
@@ -899,19 +898,22 @@ fn create_task(
         ));
     }
     let session_key = subject.resource_key();
-    if known.sessions.insert(session_key.clone()) {
-        plan.sessions.push(SessionRow {
-            session_key: session_key.clone(),
-            repo_key: repo_key.clone(),
-            kind: subject.kind.as_str().to_owned(),
-            number: subject.number,
-            status: "active".into(),
-            created_at: at.to_owned(),
-            updated_at: at.to_owned(),
-            version: 1,
-        });
-    }
-    let open = known.open_entries.entry(session_key.clone()).or_insert(0);
+    let open = match known.open_entries.entry(session_key.clone()) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            plan.sessions.push(SessionRow {
+                session_key: session_key.clone(),
+                repo_key: repo_key.clone(),
+                kind: subject.kind.as_str().to_owned(),
+                number: subject.number,
+                status: "active".into(),
+                created_at: at.to_owned(),
+                updated_at: at.to_owned(),
+                version: 1,
+            });
+            e.insert(0)
+        }
+    };
     if *open >= OUTBOX_CAPACITY {
         record(
             known,
