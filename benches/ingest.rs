@@ -1639,27 +1639,24 @@ fn postgres_note(url: &str) -> String {
     }
 }
 
-/// Where the SQLite files go, and on what filesystem (tmpfs would make fsync free).
 /// Deliveries per second through the server's own store (SQLite file in the
-/// temp dir, the server's settings and group-commit writer), fed by `callers`
-/// concurrent in-process callers for `measured` (or until `total` deliveries
-/// are stored): the durable ceiling that HTTP,
-/// signature checks and JSON parsing stand in front of.
+/// temp dir, the settings `serve` derives from its default configuration, and
+/// its group-commit writer), fed by `callers` concurrent in-process callers for
+/// `measured` (or until `total` deliveries are stored): the durable ceiling
+/// that HTTP, signature checks and JSON parsing stand in front of.
 fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
+    use codex_bridge::config::{env_name, Config};
     use codex_bridge::store::ingest::IngestRequest;
-    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    use codex_bridge::store::Store;
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
-    let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(dir.path().join("store-only.db")),
-        read_pool_size: 8,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 256,
-            threads: 1,
-            queue_capacity: 16_384,
-        },
-    })
-    .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
+    let env = BTreeMap::from([(
+        env_name("database_url"),
+        format!("sqlite://{}", dir.path().join("store-only.db").display()),
+    )]);
+    let config = Config::from_sources(None, &env)
+        .map_err(|e| anyhow::anyhow!("the default configuration: {e}"))?;
+    let store = Store::open(&config.store_settings())
+        .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
     // Like the server scenarios' deliveries: a random delivery id (as Gitea's),
     // comment ids in order, 50 repositories × 40 Issues.
     let request = |seq: u64| {
@@ -1718,6 +1715,7 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
     Ok(done)
 }
 
+/// Where the SQLite files go, and on what filesystem (tmpfs would make fsync free).
 fn sqlite_storage_note() -> String {
     let dir = std::env::temp_dir();
     let fs = std::fs::read_to_string("/proc/mounts")
