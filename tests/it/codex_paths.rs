@@ -123,12 +123,7 @@ fn codex_an_abort_interrupts_a_running_command() {
         "{:?}",
         started.elapsed()
     );
-    l.wait_receipts(&task);
-    assert_eq!(
-        l.bot_comments(l.issue, &format!("receipt={task}:status:aborted"))
-            .len(),
-        1
-    );
+    l.expect_one_receipt(&task, "aborted");
 }
 
 /// The model's stream stalls: the repository's deadline interrupts the turn.
@@ -145,12 +140,7 @@ fn codex_a_stalled_model_stream_hits_the_repository_deadline() {
     l.wait(&task, "timed_out");
     let d = l.detail(&task);
     assert_eq!(d["task"]["errorCode"], "turn_interrupted", "{d}");
-    l.wait_receipts(&task);
-    assert_eq!(
-        l.bot_comments(l.issue, &format!("receipt={task}:status:timed_out"))
-            .len(),
-        1
-    );
+    l.expect_one_receipt(&task, "timed_out");
 }
 
 /// The app-server dies mid-turn: never replayed; the history cannot prove an

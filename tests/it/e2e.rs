@@ -157,6 +157,19 @@ impl Loop {
             .collect()
     }
 
+    /// The bot's receipts on the Issue that say `task` reached `state`.
+    pub fn receipts(&self, task: &str, state: &str) -> Vec<Value> {
+        self.bot_comments(self.issue, &format!("receipt={task}:status:{state}"))
+    }
+
+    /// Waits for the receipts worker, then asserts exactly one receipt says
+    /// `task` reached `state`.
+    pub fn expect_one_receipt(&self, task: &str, state: &str) {
+        self.wait_receipts(task);
+        let found = self.receipts(task, state);
+        assert_eq!(found.len(), 1, "receipts of {task} for {state}: {found:?}");
+    }
+
     /// Waits until the receipts worker has nothing left to write.
     pub fn wait_receipts(&self, task: &str) {
         let db = self.server.db_url.clone();
@@ -202,7 +215,7 @@ fn e2e_a_comment_becomes_a_verified_reply_in_the_same_thread() {
         .as_str()
         .unwrap()
         .contains("shared temp dir"));
-    let receipts = l.bot_comments(l.issue, &format!("receipt={task}:status:received"));
+    let receipts = l.receipts(&task, "received");
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     // The reply went through the MCP server (python-httpx), not our REST client.
     let posts: Vec<_> = l
@@ -354,7 +367,7 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
     assert_eq!(d["turns"].as_array().unwrap().len(), 1);
     assert!(!actions(&d).contains(&"reply.rest_fallback.intent".to_owned()));
     // One receipt for the abnormal end, posted once Gitea answers again.
-    let r = l.bot_comments(l.issue, &format!("receipt={task}:status:failed_reply"));
+    let r = l.receipts(&task, "failed_reply");
     assert_eq!(r.len(), 1, "{r:?}");
     // In reaction mode, "received" is the bot's eyes on bob's comment, and no
     // received comment was written.
@@ -363,9 +376,7 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
         l.sim.reactions(trigger),
         vec![(BOT.to_owned(), "eyes".to_owned())]
     );
-    assert!(l
-        .bot_comments(l.issue, &format!("receipt={task}:status:received"))
-        .is_empty());
+    assert!(l.receipts(&task, "received").is_empty());
 }
 
 #[test]
@@ -507,12 +518,7 @@ fn e2e_permission_is_checked_again_when_the_task_starts() {
         200
     );
     let task = l.comment("bob", l.issue, "@ccbot fix it");
-    l.wait_receipts(&task);
-    assert_eq!(
-        l.bot_comments(l.issue, &format!("receipt={task}:status:received"))
-            .len(),
-        1
-    );
+    l.expect_one_receipt(&task, "received");
     // Bob loses write access before the task starts.
     l.sim.set_permission("acme", "widgets", "bob", Perm::Read);
     let resume = json!({"requestId": "r-1", "reason": "done"});
@@ -523,11 +529,6 @@ fn e2e_permission_is_checked_again_when_the_task_starts() {
         200
     );
     l.wait(&task, "rejected");
-    l.wait_receipts(&task);
-    assert_eq!(
-        l.bot_comments(l.issue, &format!("receipt={task}:status:rejected"))
-            .len(),
-        1
-    );
+    l.expect_one_receipt(&task, "rejected");
     assert!(l.model.requests().is_empty(), "no turn ran");
 }
