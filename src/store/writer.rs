@@ -66,10 +66,13 @@ where
     }
 }
 
+/// Where a delivery's outcome goes once its batch has committed (or failed).
+type IngestReply = oneshot::Sender<Result<IngestOutcome, StoreError>>;
+
 /// A webhook delivery to ingest: these are batched into one `ingest_batch`.
 struct IngestJob {
     req: IngestRequest,
-    reply: oneshot::Sender<Result<IngestOutcome, StoreError>>,
+    reply: IngestReply,
 }
 
 impl IngestJob {
@@ -173,15 +176,14 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
     let mut ops: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
     // The batch's deliveries and, in the same order, who waits for each.
     let mut reqs: Vec<IngestRequest> = Vec::with_capacity(batch_max);
-    let mut ingests: Vec<oneshot::Sender<Result<IngestOutcome, StoreError>>> =
-        Vec::with_capacity(batch_max);
+    let mut replies: Vec<IngestReply> = Vec::with_capacity(batch_max);
     while let Ok(first) = rx.recv() {
         let mut take = |job: Job| match job {
             Job::Op(op) => ops.push(op),
             Job::Ingest(job) => {
                 let IngestJob { req, reply } = *job;
                 reqs.push(req);
-                ingests.push(reply);
+                replies.push(reply);
             }
         };
         take(first);
@@ -200,13 +202,7 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             Err(e) => {
                 let err =
                     StoreError::Unavailable(format!("no database connection for writing: {e}"));
-                for op in ops.drain(..) {
-                    op.finish(Err(err.clone()));
-                }
-                for reply in ingests.drain(..) {
-                    let _ = reply.send(Err(err.clone()));
-                }
-                reqs.clear();
+                fail_all(&mut ops, &mut reqs, &mut replies, &err);
                 // Do not spin on a database that is down.
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
@@ -227,32 +223,25 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
         match committed {
             Ok(outcomes) => {
                 reqs.clear();
-                for (reply, outcome) in ingests.drain(..).zip(outcomes) {
+                for (reply, outcome) in replies.drain(..).zip(outcomes) {
                     let _ = reply.send(outcome);
                 }
                 for op in ops.drain(..) {
                     op.finish(Ok(()));
                 }
             }
-            Err(e) if ops.len() + ingests.len() == 1 && !matches!(e, StoreError::Contended(_)) => {
-                let err = unavailable(e);
-                for op in ops.drain(..) {
-                    op.finish(Err(err.clone()));
-                }
-                for reply in ingests.drain(..) {
-                    let _ = reply.send(Err(err.clone()));
-                }
-                reqs.clear();
+            Err(e) if ops.len() + replies.len() == 1 && !matches!(e, StoreError::Contended(_)) => {
+                fail_all(&mut ops, &mut reqs, &mut replies, &unavailable(e));
             }
             Err(e) => {
                 tracing::debug!(
-                    batch = ops.len() + ingests.len(),
+                    batch = ops.len() + replies.len(),
                     error = %e,
                     "group commit rolled back; committing its operations one by one"
                 );
                 let singles: Vec<Box<dyn WriteOp>> = reqs
                     .drain(..)
-                    .zip(ingests.drain(..))
+                    .zip(replies.drain(..))
                     .map(|(req, reply)| IngestJob { req, reply }.into_op())
                     .chain(ops.drain(..))
                     .collect();
@@ -262,6 +251,22 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
             }
         }
     }
+}
+
+/// Tells everyone waiting on the batch that it was not stored.
+fn fail_all(
+    ops: &mut Vec<Box<dyn WriteOp>>,
+    reqs: &mut Vec<IngestRequest>,
+    replies: &mut Vec<IngestReply>,
+    err: &StoreError,
+) {
+    for op in ops.drain(..) {
+        op.finish(Err(err.clone()));
+    }
+    for reply in replies.drain(..) {
+        let _ = reply.send(Err(err.clone()));
+    }
+    reqs.clear();
 }
 
 /// Why [`try_commit`] did not commit.
