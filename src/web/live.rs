@@ -138,8 +138,8 @@ async fn run(state: web::Data<AppState>, place: Option<Place>) {
         tokio::time::sleep(SETTLE).await;
         changes.borrow_and_update();
         if state.live.tx.receiver_count() == 0 {
-            // Nobody listens: only keep the place in the tables (one cheap
-            // query), so a new listener misses nothing from its first moment.
+            // Nobody listens: only keep the place in the tables (reads of
+            // ids alone), so a new listener misses nothing from its first moment.
             // The place moves only if still nobody listens once it is read:
             // a listener who came during the read may already have caused
             // rows that lie before it.
