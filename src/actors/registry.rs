@@ -106,9 +106,21 @@ impl Registry {
             store.read(scheduling::repos_with_work).await
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
-            Ok(repos) => {
-                for repo in repos {
-                    act.wake_repo(&repo, ctx);
+            Ok(work) => {
+                for w in &work {
+                    act.wake_repo(&w.repo_key, ctx);
+                }
+                // Queue depths are counted here, for every repository at once,
+                // rather than by each scheduling pass: counting one
+                // repository's queued tasks passes over every queued task.
+                let depths: HashMap<&str, i64> = work
+                    .iter()
+                    .map(|w| (w.repo_key.as_str(), w.queue_depth))
+                    .collect();
+                for (repo_key, child) in &act.repos {
+                    if let Ok(mut h) = child.health.lock() {
+                        h.queue_depth = depths.get(repo_key.as_str()).copied().unwrap_or(0);
+                    }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "registry sweep could not read the store"),

@@ -43,7 +43,6 @@ struct Pass {
     dispatch: Option<(String, String)>,
     status: &'static str,
     running_task: Option<String>,
-    queue_depth: i64,
     /// Something changed: look again right away.
     again: bool,
 }
@@ -93,7 +92,6 @@ impl RepoActor {
                         h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
                         h.lease_expires_at = pass.lease.as_ref().map(|l| l.expires_at.clone());
                         h.running_task = pass.running_task.clone();
-                        h.queue_depth = pass.queue_depth;
                     });
                     if let Some((session_key, repo_key)) = pass.dispatch {
                         act.registry.do_send(DrainSession {
@@ -198,14 +196,13 @@ async fn schedule_pass(
     let owner = deps.settings.owner.clone();
     let ttl = deps.settings.lease_ttl;
     let key = repo_key.clone();
-    let (paused, repo, holding, next, depth) = store
+    let (paused, repo, holding, next) = store
         .read(move |c| {
             Ok((
                 control::get(c)?.global_paused,
                 scheduling::repository(c, &key)?,
                 scheduling::holding_task(c, &key)?,
                 scheduling::next_runnable(c, &key)?,
-                scheduling::queue_depth(c, &key)?,
             ))
         })
         .await?;
@@ -214,7 +211,6 @@ async fn schedule_pass(
         dispatch: None,
         status: "idle",
         running_task: holding.as_ref().map(|t| t.task_id.clone()),
-        queue_depth: depth,
         again: false,
     };
     let Some(repo) = repo else {

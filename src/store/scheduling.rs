@@ -44,10 +44,27 @@ pub fn session(conn: &mut DbConn, session_key: &str) -> Result<Option<Session>, 
         .optional())?)
 }
 
+/// `queued`, as the literal condition of the partial index `tasks_queued`
+/// (migration 2026-11-30-000008): SQLite uses a partial index only for a query
+/// that contains its condition as written, so this is never a bound parameter.
+pub const QUEUED: &str = "state = 'queued'";
+
+/// The states a repository is asked about besides `queued` (those that hold it,
+/// and `retry_wait`), as the literal condition of the partial index
+/// `tasks_repo_active` (migration 2026-11-30-000008).
+pub const REPO_ACTIVE_STATES: &str = "state IN ('leased', 'running', 'awaiting_approval', \
+     'verifying_reply', 'cancel_requested', 'needs_reconciliation', 'blocked_workspace', \
+     'retry_wait')";
+
+fn literal(condition: &'static str) -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
+    diesel::dsl::sql::<diesel::sql_types::Bool>(condition)
+}
+
 /// The task currently holding the repository, if any (oldest first).
 pub fn holding_task(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::repo_key.eq(repo_key))
+        .filter(literal(REPO_ACTIVE_STATES))
         .filter(tasks::state.eq_any(names(&HOLDING_STATES)))
         .order(tasks::id.asc())
         .select(Task::as_select())
@@ -56,44 +73,84 @@ pub fn holding_task(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, S
 }
 
 /// The repository's next runnable task in FIFO order: `queued`, or
-/// `retry_wait` whose time has come.
+/// `retry_wait` whose time has come, whichever arrived first.
+///
+/// The queued one is the repository's first entry in `tasks_queued`, which
+/// orders every queued task by arrival: the look passes over the queued tasks
+/// of other repositories that arrived before it (a covering index scan, tens
+/// of nanoseconds each), which is what keeps the accept from writing a page per
+/// repository.
 pub fn next_runnable(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
     let at = now();
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::repo_key.eq(repo_key))
-        .filter(
-            tasks::state.eq(TaskState::Queued.as_str()).or(tasks::state
-                .eq(TaskState::RetryWait.as_str())
-                .and(
-                    tasks::next_retry_at
-                        .le(&at)
-                        .or(tasks::next_retry_at.is_null())
-                )),
-        )
-        .order(tasks::id.asc())
-        .select(Task::as_select())
-        .first(c)
-        .optional())?)
+    let (queued, retry) = with_conn!(conn, |c| {
+        let queued = tasks::table
+            .filter(literal(QUEUED))
+            .filter(tasks::repo_key.eq(repo_key))
+            .order(tasks::id.asc())
+            .select(Task::as_select())
+            .first(c)
+            .optional()?;
+        let retry = tasks::table
+            .filter(tasks::repo_key.eq(repo_key))
+            .filter(literal(REPO_ACTIVE_STATES))
+            .filter(tasks::state.eq(TaskState::RetryWait.as_str()))
+            .filter(
+                tasks::next_retry_at
+                    .le(&at)
+                    .or(tasks::next_retry_at.is_null()),
+            )
+            .order(tasks::id.asc())
+            .select(Task::as_select())
+            .first(c)
+            .optional()?;
+        Ok::<_, diesel::result::Error>((queued, retry))
+    })?;
+    Ok(match (queued, retry) {
+        (Some(q), Some(r)) => Some(if r.id < q.id { r } else { q }),
+        (q, r) => q.or(r),
+    })
 }
 
-/// How many tasks wait in the repository's queue (for the health view).
-pub fn queue_depth(conn: &mut DbConn, repo_key: &str) -> Result<i64, StoreError> {
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::repo_key.eq(repo_key))
-        .filter(tasks::state.eq_any(["queued", "retry_wait"]))
-        .count()
-        .get_result(c))?)
+/// A repository with work in the store: tasks waiting (`queued` or
+/// `retry_wait`), or one holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoWork {
+    pub repo_key: String,
+    /// Tasks waiting in the repository's queue (`queued` and `retry_wait`).
+    pub queue_depth: i64,
 }
 
-/// Repositories that have work waiting or holding (start-up and periodic sweeps).
-pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<String>, StoreError> {
-    let mut states = names(&HOLDING_STATES);
-    states.extend(["queued", "retry_wait"]);
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::state.eq_any(states))
-        .select(tasks::repo_key)
-        .distinct()
-        .load(c))?)
+/// Repositories that have work waiting or holding, with their queue depth
+/// (start-up and periodic sweeps; the depth feeds the health view). One pass
+/// over the queued tasks and one over the active ones, whatever the number of
+/// repositories.
+pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<RepoWork>, StoreError> {
+    let (queued, active) = with_conn!(conn, |c| {
+        let queued: Vec<(String, i64)> = tasks::table
+            .filter(literal(QUEUED))
+            .group_by(tasks::repo_key)
+            .select((tasks::repo_key, diesel::dsl::count_star()))
+            .load(c)?;
+        let active: Vec<(String, String)> = tasks::table
+            .filter(literal(REPO_ACTIVE_STATES))
+            .select((tasks::repo_key, tasks::state))
+            .load(c)?;
+        Ok::<_, diesel::result::Error>((queued, active))
+    })?;
+    let mut work: std::collections::BTreeMap<String, i64> = queued.into_iter().collect();
+    for (repo_key, state) in active {
+        let waiting = work.entry(repo_key).or_insert(0);
+        if state == TaskState::RetryWait.as_str() {
+            *waiting += 1;
+        }
+    }
+    Ok(work
+        .into_iter()
+        .map(|(repo_key, queue_depth)| RepoWork {
+            repo_key,
+            queue_depth,
+        })
+        .collect())
 }
 
 /// Claims `task` for this lease (`queued`/`retry_wait` → `leased`) and opens a

@@ -25,6 +25,7 @@ mod metrics;
 mod migrations;
 mod nginx;
 mod recovery;
+mod scheduling;
 mod support;
 mod webhook;
 mod workspace;

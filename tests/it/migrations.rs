@@ -119,6 +119,71 @@ fn session_queries_use_the_partial_index_sqlite() {
     );
 }
 
+/// The scheduler finds a repository's tasks through the partial indexes
+/// `tasks_queued` and `tasks_repo_active` (migration 000008), which SQLite uses
+/// only when a query holds their exact conditions (`QUEUED`,
+/// `REPO_ACTIVE_STATES`): a change to either side alone would make every
+/// scheduling pass scan the tasks table.
+#[test]
+fn scheduling_queries_use_the_partial_indexes_sqlite() {
+    use codex_bridge::store::scheduling::{QUEUED, REPO_ACTIVE_STATES};
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        detail: String,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
+    run_migrations(&mut c).unwrap();
+    let mut plan = |query: &str| -> Vec<String> {
+        codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(format!(
+            "EXPLAIN QUERY PLAN {query}"
+        ))
+        .load::<Plan>(conn))
+        .unwrap()
+        .into_iter()
+        .map(|p| p.detail)
+        .collect()
+    };
+    let repo = "repo_key = 'default:acme/widgets'";
+    let uses = |plan: &[String], index: &str| {
+        plan.iter().any(|d| d.contains(&format!("INDEX {index}")))
+            && !plan
+                .iter()
+                .any(|d| d.starts_with("SCAN tasks") && !d.contains("INDEX"))
+    };
+    // next_runnable, queued: the first of the repository in arrival order.
+    let queued = plan(&format!(
+        "SELECT id FROM tasks WHERE {QUEUED} AND {repo} ORDER BY id LIMIT 1"
+    ));
+    assert!(uses(&queued, "tasks_queued"), "{queued:?}");
+    assert!(
+        !queued.iter().any(|d| d.contains("TEMP B-TREE")),
+        "{queued:?}"
+    );
+    // next_runnable, retry_wait; holding_task.
+    for state in ["state = 'retry_wait'", "state IN ('leased', 'running')"] {
+        let active = plan(&format!(
+            "SELECT id FROM tasks WHERE {repo} AND {REPO_ACTIVE_STATES} AND {state} ORDER BY id LIMIT 1"
+        ));
+        assert!(uses(&active, "tasks_repo_active"), "{active:?}");
+    }
+    // repos_with_work: both passes read an index, never the whole table.
+    let depths = plan(&format!(
+        "SELECT repo_key, count(*) FROM tasks WHERE {QUEUED} GROUP BY repo_key"
+    ));
+    assert!(uses(&depths, "tasks_queued"), "{depths:?}");
+    // (Through the partial index or the one on state: active tasks are few.)
+    let active = plan(&format!(
+        "SELECT repo_key, state FROM tasks WHERE {REPO_ACTIVE_STATES}"
+    ));
+    assert!(
+        uses(&active, "tasks_repo_active") || uses(&active, "tasks_state"),
+        "{active:?}"
+    );
+}
+
 /// Migration 000007 counts the unfinished outbox entries of the sessions that a
 /// store already holds: applied again over rows written without it, each
 /// session's `open_entries` is its entries whose task has not ended.
