@@ -157,6 +157,9 @@ pub fn new_task_id() -> String {
     format!("task-{}", uuid::Uuid::now_v7().simple())
 }
 
+/// Why an accepted task went from `received` to `queued` (its first history row).
+const ACCEPT_REASON: &str = "webhook accepted and queued";
+
 /// Ingests one delivery in the caller's transaction.
 pub fn ingest(conn: &mut DbConn, req: &IngestRequest) -> Result<IngestOutcome, StoreError> {
     ingest_batch(conn, std::slice::from_ref(req))?
@@ -517,29 +520,6 @@ impl Plan {
             metadata: e.metadata.to_string(),
             at: at.to_owned(),
         });
-    }
-
-    /// One history row and its audit event (`task.created` for the first).
-    fn history(&mut self, row: TransitionRow) {
-        let action = if row.from_state.is_none() {
-            "task.created"
-        } else {
-            "task.transition"
-        };
-        let at = row.at.clone();
-        self.audit(
-            Event {
-                task_id: Some(&row.task_id),
-                states: (row.from_state.as_deref(), Some(&row.to_state)),
-                ..Event::new(
-                    action,
-                    &row.actor,
-                    serde_json::json!({ "stateVersion": row.state_version, "reason": row.reason }),
-                )
-            },
-            &at,
-        );
-        self.transitions.push(row);
     }
 
     fn write(mut self, conn: &mut DbConn, at: &str) -> Result<(), StoreError> {
@@ -960,23 +940,17 @@ fn create_task(
         updated_at: at.to_owned(),
     });
     let actor = format!("gitea:user:{}", subject.author);
-    plan.history(TransitionRow {
-        task_id: task_id.clone(),
-        from_state: None,
-        to_state: TaskState::Received.as_str().to_owned(),
-        state_version: 1,
-        actor: actor.clone(),
-        reason: Some("webhook accepted".into()),
-        error_code: None,
-        at: at.to_owned(),
-    });
-    plan.history(TransitionRow {
+    // The task is born `received` (state version 1) and leaves it in this same
+    // transaction: its history starts with that one transition, and the accept's
+    // audit event is the transition's event (DESIGN §4: one history row and one
+    // audit event per state change). Nothing can read the task before.
+    plan.transitions.push(TransitionRow {
         task_id: task_id.clone(),
         from_state: Some(TaskState::Received.as_str().to_owned()),
         to_state: TaskState::Queued.as_str().to_owned(),
         state_version: 2,
-        actor: "system".into(),
-        reason: Some("normalised and queued".into()),
+        actor: actor.clone(),
+        reason: Some(ACCEPT_REASON.into()),
         error_code: None,
         at: at.to_owned(),
     });
@@ -1009,12 +983,18 @@ fn create_task(
     plan.audit(
         Event {
             task_id: Some(&task_id),
+            states: (
+                Some(TaskState::Received.as_str()),
+                Some(TaskState::Queued.as_str()),
+            ),
             delivery_id: Some(&req.delivery_id),
             comment_id: subject.comment_id,
             ..Event::new(
                 "webhook.accept",
                 &actor,
                 serde_json::json!({
+                    "stateVersion": 2,
+                    "reason": ACCEPT_REASON,
                     "eventType": req.event_type,
                     "repoKey": repo_key,
                     "resourceKey": session_key,

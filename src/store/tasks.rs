@@ -190,26 +190,19 @@ fn close_outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError
     Ok(())
 }
 
-/// Writes one history row and its audit event (`task.created` for the first row,
-/// `task.transition` for the others).
+/// Writes one history row and its audit event (`task.transition`). A task's
+/// first row, `received` → `queued`, is written by the accept (ingest.rs).
 pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Result<(), StoreError> {
     with_conn!(conn, |c| diesel::insert_into(task_transitions::table)
         .values(row)
         .execute(c))?;
-    let action = if row.from_state.is_none() {
-        "task.created"
-    } else {
-        "task.transition"
-    };
-    let mut event = Audit::new(action, row.actor)
+    let mut event = Audit::new("task.transition", row.actor)
         .task(row.task_id)
         .states(row.from_state, Some(row.to_state))
         .meta(serde_json::json!({ "stateVersion": row.state_version, "reason": row.reason }));
     event.error_code = row.error_code;
     audit::record(conn, &event)?;
-    if row.from_state.is_some() {
-        super::comments::on_transition(conn, row.task_id, row.to_state)?;
-    }
+    super::comments::on_transition(conn, row.task_id, row.to_state)?;
     crate::metrics::transition_written(row.to_state);
     Ok(())
 }

@@ -262,7 +262,6 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
         assert_eq!(
             path,
             [
-                "received",
                 "queued",
                 "leased",
                 "running",
@@ -485,17 +484,7 @@ fn runtime_unavailable_retries_once_then_fails() {
             .iter()
             .map(|t| t.to_state.as_str())
             .collect();
-        assert_eq!(
-            path,
-            [
-                "received",
-                "queued",
-                "leased",
-                "retry_wait",
-                "leased",
-                "failed"
-            ]
-        );
+        assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.attempts.len(), 2);
         assert_eq!(detail.outbox.unwrap().status, "queued", "nothing was sent");
         System::current().stop();
@@ -538,17 +527,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
             .iter()
             .map(|t| t.to_state.as_str())
             .collect();
-        assert_eq!(
-            path,
-            [
-                "received",
-                "queued",
-                "leased",
-                "retry_wait",
-                "leased",
-                "failed"
-            ]
-        );
+        assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.task.error_code.as_deref(), Some("git_auth_failed"));
         assert!(h.runtime.calls().is_empty());
         System::current().stop();
@@ -919,7 +898,6 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         assert_eq!(
             path,
             [
-                "received",
                 "queued",
                 "leased",
                 "running",

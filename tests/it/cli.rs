@@ -98,7 +98,7 @@ fn migrate_then_list_and_show() {
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["task"]["taskId"], task_id.as_str());
-    assert_eq!(v["transitions"].as_array().unwrap().len(), 2);
+    assert_eq!(v["transitions"].as_array().unwrap().len(), 1);
     assert!(!cli(&url, &["tasks", "show", "task-missing"])
         .status
         .success());

@@ -108,26 +108,23 @@ fn check_invariants(conn: &mut DbConn, ids: &[String], tallies: &[Tally]) {
     let mut history_rows = 0;
     for id in ids {
         let history = tasks::history(conn, id).unwrap();
-        assert!(history.len() >= 2);
-        assert_eq!(history[0].from_state, None);
-        assert_eq!(history[0].to_state, "received");
+        assert!(!history.is_empty());
+        // Born `received` at version 1: the history holds every change after.
         let mut state = TaskState::Received;
         for (i, row) in history.iter().enumerate() {
-            assert_eq!(row.state_version, i as i64 + 1, "versions are contiguous");
-            if i > 0 {
-                let from: TaskState = row.from_state.as_deref().unwrap().parse().unwrap();
-                let to: TaskState = row.to_state.parse().unwrap();
-                assert_eq!(from, state, "each row starts where the previous ended");
-                assert!(
-                    lifecycle::check(from, to).is_ok(),
-                    "history holds {from} -> {to}"
-                );
-                state = to;
-            }
+            assert_eq!(row.state_version, i as i64 + 2, "versions are contiguous");
+            let from: TaskState = row.from_state.as_deref().unwrap().parse().unwrap();
+            let to: TaskState = row.to_state.parse().unwrap();
+            assert_eq!(from, state, "each row starts where the previous ended");
+            assert!(
+                lifecycle::check(from, to).is_ok(),
+                "history holds {from} -> {to}"
+            );
+            state = to;
         }
         let (now, version) = current(conn, id);
         assert_eq!(now, state, "history replays to the current state");
-        assert_eq!(version, history.len() as i64);
+        assert_eq!(version, history.len() as i64 + 1);
         history_rows += history.len();
 
         if now.is_terminal() {
@@ -172,12 +169,19 @@ fn check_invariants(conn: &mut DbConn, ids: &[String], tallies: &[Tally]) {
     }
     let applied: usize = tallies.iter().map(|t| t.applied).sum();
     let refused: usize = tallies.iter().map(|t| t.refused).sum();
-    // Two creation rows per task plus one per applied transition.
-    assert_eq!(history_rows, ids.len() * 2 + applied);
-    // One audit event per transition and per refusal (plus the ones the
-    // terminal checks above just wrote).
+    // One row per task for its accept (received -> queued) plus one per
+    // applied transition.
+    assert_eq!(history_rows, ids.len() + applied);
+    // One audit event per transition (the accept's is `webhook.accept`) and per
+    // refusal (plus the ones the terminal checks above just wrote).
     let transitions = count_where(conn, "audit_events", "action = 'task.transition'");
-    assert_eq!(transitions as usize, ids.len() + applied);
+    assert_eq!(transitions as usize, applied);
+    let accepts = count_where(
+        conn,
+        "audit_events",
+        "action = 'webhook.accept' AND from_state = 'received' AND to_state = 'queued'",
+    );
+    assert_eq!(accepts as usize, ids.len());
     let refusals = count_where(conn, "audit_events", "action = 'task.transition_refused'") as usize;
     assert!(refusals >= refused);
     // Each session counts exactly the outbox entries whose task has not ended.

@@ -135,7 +135,6 @@ fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
     assert_eq!(
         history,
         [
-            "received",
             "queued",
             "leased",
             "retry_wait",

@@ -43,24 +43,34 @@ fn accepted_fixture_writes_every_row(db: Db) {
         count_where(&mut c, "tasks", &format!("task_id = '{task_id}' AND delivery_key = 'default:{delivery}' AND state = 'queued' AND state_version = 2 AND comment_id = 9051 AND author = 'bob'")),
         1
     );
+    // Born `received` and queued in the same transaction: one state change,
+    // one history row, and the accept's audit event is that change's event.
+    assert_eq!(
+        count_where(
+            &mut c,
+            "task_transitions",
+            &format!("task_id = '{task_id}' AND from_state = 'received' AND to_state = 'queued' AND state_version = 2")
+        ),
+        1
+    );
     assert_eq!(
         count_where(
             &mut c,
             "task_transitions",
             &format!("task_id = '{task_id}'")
         ),
-        2
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "audit_events", &format!("task_id = '{task_id}' AND action = 'webhook.accept' AND from_state = 'received' AND to_state = 'queued' AND delivery_id = '{delivery}'")),
+        1
     );
     assert_eq!(
         count_where(&mut c, "outbox_entries", &format!("task_id = '{task_id}' AND status = 'queued' AND length(fingerprint) = 64 AND operation_id LIKE 'op-%' AND queue_id LIKE 'q-%'")),
         1
     );
-    for action in [
-        "webhook.accept",
-        "task.created",
-        "task.transition",
-        "repository.registered",
-    ] {
+    assert_eq!(count_where(&mut c, "audit_events", "1 = 1"), 2);
+    for action in ["webhook.accept", "repository.registered"] {
         assert_eq!(
             count_where(&mut c, "audit_events", &format!("action = '{action}'")),
             1,
