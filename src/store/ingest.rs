@@ -18,7 +18,7 @@ use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 use std::collections::hash_map::Entry;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Most entries a session's outbox holds for unfinished tasks (DESIGN §6).
 pub const OUTBOX_CAPACITY: i64 = 256;
@@ -460,7 +460,7 @@ struct Plan {
     audits: Vec<AuditRow>,
     /// session key → outbox entries this batch opens (sorted: PostgreSQL
     /// writers that update the same sessions take their row locks in one order).
-    opened: std::collections::BTreeMap<String, i64>,
+    opened: BTreeMap<String, i64>,
 }
 
 /// The "received" receipt each accepted task gets, written by the receipts
@@ -523,6 +523,8 @@ impl Plan {
     }
 
     fn write(mut self, conn: &mut DbConn, at: &str) -> Result<(), StoreError> {
+        // SQLite has one writer; PostgreSQL may have several at once.
+        let one_writer = matches!(conn, DbConn::Sqlite(_));
         // Repositories first: a concurrent first sighting (another writer)
         // inserts nothing here, and only real registrations are audited.
         let mut registered: Vec<String> = Vec::new();
@@ -561,10 +563,26 @@ impl Plan {
                 crate::metrics::transition_written(&row.to_state);
             }
             insert_all!(c, outbox_entries::table, &self.outbox);
-            for (session, n) in &self.opened {
-                diesel::update(sessions::table.find(session))
-                    .set(sessions::open_entries.eq(sessions::open_entries + n))
-                    .execute(c)?;
+            if one_writer {
+                // diesel prepares every UPDATE afresh: one statement per
+                // increment rather than one per session (~50 a batch).
+                let mut by_increment: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+                for (session, n) in &self.opened {
+                    by_increment.entry(*n).or_default().push(session);
+                }
+                for (n, keys) in by_increment {
+                    diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
+                        .set(sessions::open_entries.eq(sessions::open_entries + n))
+                        .execute(c)?;
+                }
+            } else {
+                // Several PostgreSQL writers: one row at a time, in key order,
+                // so that they take these row locks in the same order.
+                for (session, n) in &self.opened {
+                    diesel::update(sessions::table.find(session))
+                        .set(sessions::open_entries.eq(sessions::open_entries + n))
+                        .execute(c)?;
+                }
             }
             insert_all!(c, super::schema::comments::table, &self.receipts);
             insert_all!(c, audit_events::table, &self.audits);
