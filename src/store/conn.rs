@@ -103,6 +103,9 @@ impl DbConn {
     pub fn establish(settings: &ConnSettings) -> Result<DbConn, diesel::ConnectionError> {
         match &settings.url {
             DbUrl::Sqlite(path) => {
+                // Every SQLite connection writes its WAL through the gathering
+                // VFS (`walvfs.rs`; it relies on `synchronous = FULL` below).
+                super::walvfs::install().map_err(diesel::ConnectionError::BadConnection)?;
                 let mut c = SqliteConnection::establish(&path.to_string_lossy())?;
                 // In-memory statement journals keep the writer's per-request
                 // I/O to the WAL itself. Automatic checkpoints are left to the

@@ -19,6 +19,7 @@ pub mod leases;
 pub mod ledger;
 pub mod scheduling;
 pub mod tasks;
+pub mod walvfs;
 
 pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};
 pub use writer::WriterSettings;

@@ -27,5 +27,6 @@ mod nginx;
 mod recovery;
 mod scheduling;
 mod support;
+mod walvfs;
 mod webhook;
 mod workspace;
