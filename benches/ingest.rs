@@ -1738,3 +1738,8 @@ fn sqlite_storage_note() -> String {
         fs.unwrap_or_else(|| "filesystem unknown".into())
     )
 }
+
+// The binary's allocator (src/main.rs): the store-only ceiling runs the same
+// writer in this process.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

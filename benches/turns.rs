@@ -353,3 +353,8 @@ fn main() -> Result<()> {
     }
     Ok(())
 }
+
+// The binary's allocator (src/main.rs), so that memory per session is what the
+// server would show.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
