@@ -221,6 +221,7 @@ fn run_full(args: &[String]) -> Result<()> {
     let run = Run::new(pg_url)?;
     let mut reports = Vec::new();
     for scenario in scenarios {
+        settle_disk();
         let report = run
             .scenario(scenario, &plan)
             .unwrap_or_else(|e| Report::failed(scenario, format!("{e:#}")));
@@ -234,6 +235,7 @@ fn run_full(args: &[String]) -> Result<()> {
     {
         // Enough for 25k/s over the measured phase.
         let total = (plan.measured.as_secs_f64() * 25_000.0) as usize;
+        settle_disk();
         Some(store_only_rate(connections, plan.measured, total)?.1)
     } else {
         None
@@ -1012,6 +1014,18 @@ impl PhaseCtx<'_> {
 
 /// Drives `connections` keep-alive connections for `duration` (or until a non-cyclic
 /// pool runs out), each sending its next request as soon as the previous answer is in.
+/// Writes out what earlier scenarios left dirty in the page cache, so that the
+/// kernel's writeback of one scenario's files does not run during the next
+/// one's measured phase: without it, a store-only run here was comparable only
+/// right after a `sync` by hand.
+fn settle_disk() {
+    match std::process::Command::new("sync").status() {
+        Ok(status) if status.success() => {}
+        other => eprintln!("warning: `sync` before the scenario did not run cleanly: {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(500));
+}
+
 async fn run_phase(
     addr: SocketAddr,
     pool: &[Vec<u8>],
