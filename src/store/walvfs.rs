@@ -246,57 +246,58 @@ unsafe extern "C" fn close(f: *mut ffi::sqlite3_file) -> c_int {
     }
 }
 
-unsafe extern "C" fn read(
+/// Writes what is pending, then lets the parent's file do `call`.
+///
+/// # Safety
+/// `f` is an open WAL file of this VFS.
+unsafe fn after_flush(
     f: *mut ffi::sqlite3_file,
-    buf: *mut c_void,
-    amt: c_int,
-    offset: ffi::sqlite3_int64,
+    call: impl FnOnce(*mut ffi::sqlite3_file, &ffi::sqlite3_io_methods) -> Option<c_int>,
+    missing: c_int,
 ) -> c_int {
     let rc = flush(f);
     if rc != ffi::SQLITE_OK {
         return rc;
     }
     let r = real(f);
-    match methods(r).xRead {
-        Some(xread) => xread(r, buf, amt, offset),
-        None => ffi::SQLITE_IOERR_READ,
-    }
+    call(r, methods(r)).unwrap_or(missing)
+}
+
+unsafe extern "C" fn read(
+    f: *mut ffi::sqlite3_file,
+    buf: *mut c_void,
+    amt: c_int,
+    offset: ffi::sqlite3_int64,
+) -> c_int {
+    after_flush(
+        f,
+        |r, m| m.xRead.map(|x| x(r, buf, amt, offset)),
+        ffi::SQLITE_IOERR_READ,
+    )
 }
 
 unsafe extern "C" fn truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
-    let rc = flush(f);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    let r = real(f);
-    match methods(r).xTruncate {
-        Some(xtruncate) => xtruncate(r, size),
-        None => ffi::SQLITE_IOERR_TRUNCATE,
-    }
+    after_flush(
+        f,
+        |r, m| m.xTruncate.map(|x| x(r, size)),
+        ffi::SQLITE_IOERR_TRUNCATE,
+    )
 }
 
 unsafe extern "C" fn sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    let rc = flush(f);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    let r = real(f);
-    match methods(r).xSync {
-        Some(xsync) => xsync(r, flags),
-        None => ffi::SQLITE_IOERR_FSYNC,
-    }
+    after_flush(
+        f,
+        |r, m| m.xSync.map(|x| x(r, flags)),
+        ffi::SQLITE_IOERR_FSYNC,
+    )
 }
 
 unsafe extern "C" fn file_size(f: *mut ffi::sqlite3_file, size: *mut ffi::sqlite3_int64) -> c_int {
-    let rc = flush(f);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    let r = real(f);
-    match methods(r).xFileSize {
-        Some(xsize) => xsize(r, size),
-        None => ffi::SQLITE_IOERR_FSTAT,
-    }
+    after_flush(
+        f,
+        |r, m| m.xFileSize.map(|x| x(r, size)),
+        ffi::SQLITE_IOERR_FSTAT,
+    )
 }
 
 unsafe extern "C" fn lock(f: *mut ffi::sqlite3_file, level: c_int) -> c_int {
@@ -328,15 +329,11 @@ unsafe extern "C" fn check_reserved_lock(f: *mut ffi::sqlite3_file, out: *mut c_
 
 unsafe extern "C" fn file_control(f: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     // A file control may size, sync or inspect the file: it sees it whole.
-    let rc = flush(f);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    let r = real(f);
-    match methods(r).xFileControl {
-        Some(xcontrol) => xcontrol(r, op, arg),
-        None => ffi::SQLITE_NOTFOUND,
-    }
+    after_flush(
+        f,
+        |r, m| m.xFileControl.map(|x| x(r, op, arg)),
+        ffi::SQLITE_NOTFOUND,
+    )
 }
 
 unsafe extern "C" fn sector_size(f: *mut ffi::sqlite3_file) -> c_int {

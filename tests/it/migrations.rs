@@ -2,7 +2,7 @@
 //! and up again.
 
 use crate::support::*;
-use codex_bridge::store::{revert_all_migrations, run_migrations};
+use codex_bridge::store::{revert_all_migrations, run_migrations, DbConn};
 
 fn names(dir: &str) -> Vec<String> {
     let mut v: Vec<String> =
@@ -75,6 +75,31 @@ fn sqlite_runs_in_wal_with_full_sync_and_foreign_keys() {
     assert_eq!(get("busy_timeout"), "10000");
 }
 
+/// SQLite's plan for `query` (the `detail` column of EXPLAIN QUERY PLAN).
+fn query_plan(c: &mut DbConn, query: &str) -> Vec<String> {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Plan {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        detail: String,
+    }
+    codex_bridge::with_conn!(c, |conn| diesel::sql_query(format!(
+        "EXPLAIN QUERY PLAN {query}"
+    ))
+    .load::<Plan>(conn))
+    .unwrap()
+    .into_iter()
+    .map(|p| p.detail)
+    .collect()
+}
+
+/// A fresh SQLite store with every migration applied.
+fn migrated_sqlite(dir: &tempfile::TempDir) -> DbConn {
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
+    run_migrations(&mut c).unwrap();
+    c
+}
+
 /// The session queries find a session's driven tasks through the partial index
 /// `tasks_session_driven`, which SQLite uses only when the query holds its exact
 /// condition (`SESSION_DRIVEN_STATES`): a change to either side alone would make
@@ -82,25 +107,16 @@ fn sqlite_runs_in_wal_with_full_sync_and_foreign_keys() {
 #[test]
 fn session_queries_use_the_partial_index_sqlite() {
     use codex_bridge::store::scheduling::SESSION_DRIVEN_STATES;
-    use diesel::prelude::*;
-    #[derive(QueryableByName)]
-    struct Plan {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        detail: String,
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
-    run_migrations(&mut c).unwrap();
+    let mut c = migrated_sqlite(&dir);
     let mut plan = |extra: &str| -> Vec<String> {
-        codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(format!(
-            "EXPLAIN QUERY PLAN SELECT id FROM tasks WHERE session_key = 'default:acme/widgets:issue:1' \
-             AND {SESSION_DRIVEN_STATES}{extra} ORDER BY id"
-        ))
-        .load::<Plan>(conn))
-        .unwrap()
-        .into_iter()
-        .map(|p| p.detail)
-        .collect()
+        query_plan(
+            &mut c,
+            &format!(
+                "SELECT id FROM tasks WHERE session_key = 'default:acme/widgets:issue:1' \
+                 AND {SESSION_DRIVEN_STATES}{extra} ORDER BY id"
+            ),
+        )
     };
     // driven_tasks_of_session
     let driven = plan("");
@@ -127,25 +143,9 @@ fn session_queries_use_the_partial_index_sqlite() {
 #[test]
 fn scheduling_queries_use_the_partial_indexes_sqlite() {
     use codex_bridge::store::scheduling::{QUEUED, REPO_ACTIVE_STATES};
-    use diesel::prelude::*;
-    #[derive(QueryableByName)]
-    struct Plan {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        detail: String,
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
-    run_migrations(&mut c).unwrap();
-    let mut plan = |query: &str| -> Vec<String> {
-        codex_bridge::with_conn!(&mut c, |conn| diesel::sql_query(format!(
-            "EXPLAIN QUERY PLAN {query}"
-        ))
-        .load::<Plan>(conn))
-        .unwrap()
-        .into_iter()
-        .map(|p| p.detail)
-        .collect()
-    };
+    let mut c = migrated_sqlite(&dir);
+    let mut plan = |query: &str| query_plan(&mut c, query);
     let repo = "repo_key = 'default:acme/widgets'";
     let uses = |plan: &[String], index: &str| {
         plan.iter().any(|d| d.contains(&format!("INDEX {index}")))
