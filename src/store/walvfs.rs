@@ -1,12 +1,12 @@
-//! SQLite's default VFS with the WAL's writes gathered: one `pwrite` per
+//! SQLite's default VFS with the WAL's writes gathered: a few 64 KiB writes per
 //! commit instead of two per page.
 //!
 //! SQLite appends a transaction to the WAL one frame at a time, each frame as
 //! two writes (its 24-byte header, then the page), and the kernel's cost of a
 //! buffered write barely depends on its size: at group-commit rates that was a
 //! third of the writer thread's time. This VFS keeps a WAL file's contiguous
-//! writes in memory and hands them to the file in one write when SQLite next
-//! does anything else with it: sync, read, truncate, size, file control,
+//! writes in memory and hands them to the file in writes of 64 KiB when SQLite
+//! next does anything else with it: sync, read, truncate, size, file control,
 //! close, or a write somewhere else.
 //!
 //! Why that is safe: with `synchronous = FULL`, which the store always sets,
@@ -169,7 +169,7 @@ unsafe extern "C" fn open(
     ffi::SQLITE_OK
 }
 
-/// Writes what is pending to the file, in one write.
+/// Writes what is pending to the file, in writes of up to `WRITE_MAX` bytes.
 ///
 /// # Safety
 /// `f` is an open WAL file of this VFS.
