@@ -239,54 +239,66 @@ impl Known {
             v
         };
 
+        let repo_keys: Vec<&str> = repo_keys.iter().map(String::as_str).collect();
+        let session_keys: Vec<&str> = session_keys.iter().map(String::as_str).collect();
         let (deliveries, by_content, repos, triggers, open) = with_conn!(conn, |c| {
-            let deliveries: Vec<Delivery> = webhook_deliveries::table
-                .filter(webhook_deliveries::delivery_key.eq_any(&delivery_keys))
-                .select(Delivery::as_select())
-                .load(c)?;
+            let deliveries: Vec<Delivery> = each_64(&delivery_keys, |keys| {
+                webhook_deliveries::table
+                    .filter(InKeys {
+                        column: webhook_deliveries::delivery_key,
+                        keys,
+                    })
+                    .select(Delivery::as_select())
+                    .load(c)
+            })?;
             let by_content: Vec<(Option<String>, String, Option<String>)> =
-                if content_keys.is_empty() {
-                    Vec::new()
-                } else {
+                each_64(&content_keys, |keys| {
                     webhook_deliveries::table
-                        .filter(webhook_deliveries::content_key.eq_any(&content_keys))
+                        .filter(webhook_deliveries::content_key.is_not_null())
+                        .filter(InKeys {
+                            column: webhook_deliveries::content_key.assume_not_null(),
+                            keys,
+                        })
                         .select((
                             webhook_deliveries::content_key,
                             webhook_deliveries::delivery_key,
                             webhook_deliveries::task_id,
                         ))
-                        .load(c)?
-                };
-            let repos: Vec<(String, String)> = if repo_keys.is_empty() {
-                Vec::new()
-            } else {
+                        .load(c)
+                })?;
+            let repos: Vec<(String, String)> = each_64(&repo_keys, |keys| {
                 repositories::table
-                    .filter(repositories::repo_key.eq_any(&repo_keys))
+                    .filter(InKeys {
+                        column: repositories::repo_key,
+                        keys,
+                    })
                     .select((repositories::repo_key, repositories::status))
-                    .load(c)?
-            };
-            let triggers: Vec<(String, String, String, String)> = if trigger_keys.is_empty() {
-                Vec::new()
-            } else {
+                    .load(c)
+            })?;
+            let triggers: Vec<(String, String, String, String)> = each_64(&trigger_keys, |keys| {
                 tasks::table
-                    .filter(tasks::trigger_key.eq_any(&trigger_keys))
+                    .filter(InKeys {
+                        column: tasks::trigger_key,
+                        keys,
+                    })
                     .select((
                         tasks::trigger_key,
                         tasks::task_id,
                         tasks::state,
                         tasks::delivery_key,
                     ))
-                    .load(c)?
-            };
+                    .load(c)
+            })?;
             // Existing sessions, with their count of unfinished outbox entries.
-            let open: Vec<(String, i64)> = if session_keys.is_empty() {
-                Vec::new()
-            } else {
+            let open: Vec<(String, i64)> = each_64(&session_keys, |keys| {
                 sessions::table
-                    .filter(sessions::session_key.eq_any(&session_keys))
+                    .filter(InKeys {
+                        column: sessions::session_key,
+                        keys,
+                    })
                     .select((sessions::session_key, sessions::open_entries))
-                    .load(c)?
-            };
+                    .load(c)
+            })?;
             Ok::<_, diesel::result::Error>((deliveries, by_content, repos, triggers, open))
         })?;
 
@@ -1060,4 +1072,82 @@ pub fn fingerprint(
         "createdAt": written_at,
     });
     sha256_hex(canonical.to_string().as_bytes())
+}
+
+/// Runs `query` over `keys` in lists of 64 (see [`InKeys`]).
+fn each_64<'k, T>(
+    keys: &[&'k str],
+    mut query: impl FnMut([&'k str; 64]) -> diesel::QueryResult<Vec<T>>,
+) -> diesel::QueryResult<Vec<T>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(64) {
+        let mut list = [chunk[0]; 64];
+        list[..chunk.len()].copy_from_slice(chunk);
+        rows.extend(query(list)?);
+    }
+    Ok(rows)
+}
+
+/// `column IN (?, …)` over exactly `N` text values. diesel prepares every
+/// `eq_any` afresh (its list is of any length), and the batch's five lookups
+/// were parsed and planned again at every group commit; a list of fixed length
+/// is a statement diesel keeps. Unused places repeat the first key.
+#[derive(Debug, Clone, Copy)]
+struct InKeys<'a, C, const N: usize> {
+    column: C,
+    keys: [&'a str; N],
+}
+
+impl<C, const N: usize> diesel::expression::Expression for InKeys<'_, C, N>
+where
+    C: diesel::expression::Expression<SqlType = diesel::sql_types::Text>,
+{
+    type SqlType = diesel::sql_types::Bool;
+}
+
+impl<C, QS, const N: usize> diesel::expression::AppearsOnTable<QS> for InKeys<'_, C, N> where
+    C: diesel::expression::AppearsOnTable<QS, SqlType = diesel::sql_types::Text>
+{
+}
+
+impl<C, QS, const N: usize> diesel::expression::SelectableExpression<QS> for InKeys<'_, C, N> where
+    C: diesel::expression::SelectableExpression<QS, SqlType = diesel::sql_types::Text>
+{
+}
+
+impl<C, const N: usize> diesel::expression::ValidGrouping<()> for InKeys<'_, C, N>
+where
+    C: diesel::expression::ValidGrouping<()>,
+{
+    type IsAggregate = C::IsAggregate;
+}
+
+impl<C: diesel::query_builder::QueryId, const N: usize> diesel::query_builder::QueryId
+    for InKeys<'_, C, N>
+{
+    type QueryId = InKeys<'static, C::QueryId, N>;
+    const HAS_STATIC_QUERY_ID: bool = C::HAS_STATIC_QUERY_ID;
+}
+
+impl<C, DB, const N: usize> diesel::query_builder::QueryFragment<DB> for InKeys<'_, C, N>
+where
+    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<diesel::sql_types::Text>,
+    C: diesel::query_builder::QueryFragment<DB>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> diesel::QueryResult<()> {
+        self.column.walk_ast(out.reborrow())?;
+        out.push_sql(" IN (");
+        for (i, key) in self.keys.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            out.push_bind_param::<diesel::sql_types::Text, str>(key)?;
+        }
+        out.push_sql(")");
+        Ok(())
+    }
 }
