@@ -56,6 +56,7 @@ pub const REPO_ACTIVE_STATES: &str = "state IN ('leased', 'running', 'awaiting_a
      'verifying_reply', 'cancel_requested', 'needs_reconciliation', 'blocked_workspace', \
      'retry_wait')";
 
+/// A partial index's condition, written into the query as it is (see above).
 fn literal(condition: &'static str) -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
     diesel::dsl::sql::<diesel::sql_types::Bool>(condition)
 }
@@ -225,10 +226,6 @@ pub fn move_task(
 pub const SESSION_DRIVEN_STATES: &str =
     "state IN ('leased', 'running', 'awaiting_approval', 'verifying_reply', 'cancel_requested')";
 
-fn session_driven() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
-    diesel::dsl::sql::<diesel::sql_types::Bool>(SESSION_DRIVEN_STATES)
-}
-
 /// The session's tasks that hold a lease and wait for their turn, oldest first.
 pub fn leased_tasks_of_session(
     conn: &mut DbConn,
@@ -236,7 +233,7 @@ pub fn leased_tasks_of_session(
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
-        .filter(session_driven())
+        .filter(literal(SESSION_DRIVEN_STATES))
         .filter(tasks::state.eq(TaskState::Leased.as_str()))
         .order(tasks::id.asc())
         .select(Task::as_select())
@@ -509,7 +506,7 @@ pub fn driven_tasks_of_session(
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
-        .filter(session_driven())
+        .filter(literal(SESSION_DRIVEN_STATES))
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?)
@@ -598,4 +595,27 @@ pub fn release_reply_retry(conn: &mut DbConn, operation_id: &str) -> Result<(), 
     )
     .execute(c))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names inside a literal `state IN ('a', 'b')` condition.
+    fn listed(condition: &str) -> Vec<&str> {
+        condition.split('\'').skip(1).step_by(2).collect()
+    }
+
+    /// `REPO_ACTIVE_STATES` is written out for SQLite's planner; it must stay
+    /// the holding states and `retry_wait`, which the scheduler asks about.
+    #[test]
+    fn repo_active_states_are_the_holding_ones_and_retry_wait() {
+        let mut want = names(&HOLDING_STATES);
+        want.push(TaskState::RetryWait.as_str());
+        assert_eq!(listed(REPO_ACTIVE_STATES), want);
+        assert_eq!(listed(QUEUED), [TaskState::Queued.as_str()]);
+        for name in listed(SESSION_DRIVEN_STATES) {
+            assert!(name.parse::<TaskState>().is_ok(), "{name}");
+        }
+    }
 }
