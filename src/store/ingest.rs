@@ -254,7 +254,7 @@ impl Known {
             let by_content: Vec<(Option<String>, String, Option<String>)> =
                 each_64(&content_keys, |keys| {
                     webhook_deliveries::table
-                        .filter(webhook_deliveries::content_key.is_not_null())
+                        // (NULL is in no IN list: only keyed rows match.)
                         .filter(InKeys {
                             column: webhook_deliveries::content_key.assume_not_null(),
                             keys,
