@@ -169,7 +169,9 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
         CancelRequested,
         &[Aborted, Cancelled, NeedsReconciliation, Failed],
     ),
-    (NeedsReconciliation, &[Succeeded, Failed]),
+    // queued: an operator's "send now" of a held entry, only once the ledger
+    // proves the operation never reached the agent.
+    (NeedsReconciliation, &[Succeeded, Failed, Queued]),
 ];
 
 /// Why a requested transition is not allowed.
@@ -259,7 +261,11 @@ mod tests {
         assert!(check(Queued, Leased).is_ok());
         assert!(check(Queued, Running).is_err());
         assert!(check(NeedsReconciliation, Succeeded).is_ok());
-        assert!(check(NeedsReconciliation, Queued).is_err());
+        // Reconciliation never runs the task again by itself: the one way back
+        // to the queue is an operator's "send now".
+        assert!(check(NeedsReconciliation, Running).is_err());
+        assert!(check(NeedsReconciliation, Leased).is_err());
+        assert!(check(NeedsReconciliation, Queued).is_ok());
         assert!(check(VerifyingReply, SucceededWithRestFallback).is_ok());
         assert!(check(Received, Queued).is_ok());
         // Every state is reachable from `received`.

@@ -235,6 +235,28 @@ impl Handler<AbortTask> for Registry {
     }
 }
 
+/// An approval of a task was decided through this process: wake the session
+/// that waits for it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct ApprovalDecided {
+    pub session_key: String,
+    pub repo_key: String,
+    pub task_id: String,
+}
+
+impl Handler<ApprovalDecided> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: ApprovalDecided, ctx: &mut Self::Context) {
+        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(super::session::ApprovalDecided {
+            task_id: msg.task_id,
+        });
+    }
+}
+
 /// The live tree, for the health API.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "RegistryHealth")]

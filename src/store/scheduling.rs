@@ -344,25 +344,17 @@ pub fn record_turn_intent(
     Ok(())
 }
 
-/// Whether the turn/start intent of `task` was recorded (the admission boundary).
-pub fn intent_recorded(conn: &mut DbConn, task_id: &str) -> Result<bool, StoreError> {
-    let status: Option<String> = with_conn!(conn, |c| outbox_entries::table
-        .filter(outbox_entries::task_id.eq(task_id))
-        .select(outbox_entries::status)
-        .first(c)
-        .optional())?;
-    Ok(status.as_deref() == Some("sending"))
-}
-
-/// Records the accepted turn and moves the task to `running`.
-pub fn record_turn_started(
+/// Records an accepted turn: the ledger's `accepted`, the turns row and the
+/// task's turn id. The move to `running` is the caller's decision, written in
+/// the same commit.
+pub fn record_turn_admitted(
     conn: &mut DbConn,
     task_id: &str,
     thread_id: &str,
     turn_id: &str,
     kind: &str,
     operation_id: &str,
-) -> Result<TransitionOutcome, StoreError> {
+) -> Result<(), StoreError> {
     super::ledger::accepted(conn, operation_id, turn_id)?;
     let at = now();
     with_conn!(conn, |c| {
@@ -376,6 +368,7 @@ pub fn record_turn_started(
                 turns::event_seq.eq(0_i64),
                 turns::started_at.eq(&at),
             ))
+            .on_conflict_do_nothing()
             .execute(c)?;
         diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
             .set(tasks::turn_id.eq(turn_id))
@@ -385,17 +378,61 @@ pub fn record_turn_started(
         conn,
         &Audit::new("turn.started", "system")
             .task(task_id)
-            .meta(serde_json::json!({ "threadId": thread_id, "turnId": turn_id })),
+            .meta(serde_json::json!({ "threadId": thread_id, "turnId": turn_id, "kind": kind })),
     )?;
-    move_task(
+    Ok(())
+}
+
+/// Moves a task by compare-and-swap on the version the caller decided on,
+/// setting `next_retry_at` when it goes to `retry_wait`.
+pub fn decide_move(
+    conn: &mut DbConn,
+    task_id: &str,
+    expected_version: i64,
+    to: TaskState,
+    reason: &str,
+    error_code: Option<&str>,
+    next_retry_at: Option<&str>,
+) -> Result<TransitionOutcome, StoreError> {
+    let out = task_store::transition(
         conn,
-        task_id,
-        TaskState::Running,
-        "system",
-        "turn accepted",
-        None,
-        None,
-    )
+        &TransitionRequest {
+            task_id,
+            to,
+            expected_version: Some(expected_version),
+            actor: "system",
+            reason: Some(reason),
+            error_code,
+        },
+    )?;
+    if let (TransitionOutcome::Applied { .. }, Some(at)) = (&out, next_retry_at) {
+        with_conn!(conn, |c| diesel::update(
+            tasks::table.filter(tasks::task_id.eq(task_id))
+        )
+        .set(tasks::next_retry_at.eq(at))
+        .execute(c))?;
+    }
+    Ok(out)
+}
+
+/// The task's state and version now, for a decision that writes without
+/// moving it: `None` when the task does not exist.
+pub fn task_version(
+    conn: &mut DbConn,
+    task_id: &str,
+) -> Result<Option<(TaskState, i64)>, StoreError> {
+    let row: Option<(String, i64)> = with_conn!(conn, |c| tasks::table
+        .filter(tasks::task_id.eq(task_id))
+        .select((tasks::state, tasks::state_version))
+        .first(c)
+        .optional())?;
+    row.map(|(state, version)| {
+        state
+            .parse::<TaskState>()
+            .map(|s| (s, version))
+            .map_err(|e| StoreError::Query(e.to_string()))
+    })
+    .transpose()
 }
 
 /// Stores how a turn ended and its final agent message (kept durably: a reply

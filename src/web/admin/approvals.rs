@@ -42,9 +42,35 @@ pub async fn decide(
     };
     let req = body.control.into_request()?;
     let id = path.into_inner();
+    let a_id = id.clone();
     let event = state
         .store
-        .write(move |c| approvals::decide(c, &req, &id, accept))
+        .write(move |c| approvals::decide(c, &req, &a_id, accept))
         .await?;
+    wake_session(&state, id).await?;
     Ok(HttpResponse::Ok().json(event))
+}
+
+/// Tells the session that waits for this approval to read its decision now.
+async fn wake_session(state: &AppState, approval_id: String) -> Result<(), ApiError> {
+    let Some(registry) = &state.registry else {
+        return Ok(());
+    };
+    let task = state
+        .store
+        .read(move |c| {
+            let Some(a) = approvals::find(c, &approval_id)? else {
+                return Ok(None);
+            };
+            crate::store::tasks::find(c, &a.task_id)
+        })
+        .await?;
+    if let Some(task) = task {
+        registry.do_send(crate::actors::registry::ApprovalDecided {
+            session_key: task.session_key,
+            repo_key: task.repo_key,
+            task_id: task.task_id,
+        });
+    }
+    Ok(())
 }

@@ -1,0 +1,806 @@
+//! Every decision the session makes about a task, as one pure function:
+//! [`next`]`(snapshot, event) -> Decision`. No I/O, no actix, no clock. The
+//! pass (`pass.rs`) gathers the [`Snapshot`] from the store, feeds it what
+//! happened as an [`Event`], commits the decision's transition together with
+//! its in-commit writes by compare-and-swap on the version it names, then
+//! carries out its remaining [`Effect`]s, the last of which reports the next
+//! event.
+//!
+//! The promises this function keeps (checked by the property test beside it):
+//! - Nothing is sent to the agent again once its turn/start intent is in the
+//!   ledger, unless the ledger proves it never reached the agent: an explicit
+//!   "not admitted" answer releases the intent, and an operator's "send now"
+//!   of a held entry is the one resend. A continuation is a new operation.
+//! - An uncertain outcome (an admission that cannot be proven, a turn that
+//!   cannot be found, an interrupt nobody confirmed) ends in
+//!   `needs_reconciliation`, or `failed_reply` when only the reply is in doubt.
+//! - At most one reply-retry turn and one REST fallback per task.
+//! - A terminal state never changes; every transition is in the lifecycle table.
+//! - Every decision names the `state_version` it was made on.
+
+use crate::lifecycle::{self, TaskState};
+
+/// Why a running turn is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// An operator's abort (the task goes through `cancel_requested`).
+    Abort,
+    /// The turn deadline (`timed_out` once the interrupt is confirmed).
+    Deadline,
+}
+
+/// How far the task's message got towards the agent, as the outbox entry and
+/// the ledger record it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// The task has no outbox entry: there is nothing to send.
+    NoEntry,
+    /// Nothing was sent: no turn/start intent is recorded.
+    NotSent,
+    /// The turn/start intent is in the ledger: from here on, never replay.
+    Intended,
+}
+
+/// The task's one reply-retry turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyRetry {
+    /// Not used.
+    Unused,
+    /// Its intent is in the ledger and its turn has not ended.
+    Intended,
+    /// Used: its turn ended, or it was proven never admitted.
+    Used,
+}
+
+/// The REST fallback post of a task's reply, as its comment row records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// The intent is recorded; whether Gitea got the post is not.
+    Posting,
+    /// Gitea accepted the post.
+    Posted,
+    /// Gitea refused it.
+    Failed,
+}
+
+/// What the decisions need to know about a task, gathered from the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub state: TaskState,
+    pub state_version: i64,
+    /// Attempts opened so far (the current one included).
+    pub attempt: i64,
+    /// Attempts a task gets before a transient failure is final.
+    pub max_attempts: i64,
+    pub admission: Admission,
+    /// The active attempt belongs to this process (not to one that died).
+    pub attempt_is_ours: bool,
+    /// The repository's workspace folder can be named (under the root).
+    pub workspace_named: bool,
+    /// A turn of this task was recorded as started.
+    pub turn_recorded: bool,
+    pub reply_retry: ReplyRetry,
+    pub fallback: Option<Fallback>,
+    /// The task's own turn left a final text (what a reply publishes).
+    pub final_text: bool,
+    /// An interrupt was requested for the running turn, and why.
+    pub stopping: Option<Stop>,
+}
+
+/// The commenter's permission, checked again when the task starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    Allowed,
+    Denied,
+    /// The question could not be answered now (Gitea unreachable).
+    Unknown,
+}
+
+/// What came of asking the agent runtime to start a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// The runtime accepted the turn.
+    Admitted,
+    /// Provably nothing reached the agent. `retryable`: worth another attempt.
+    NotAdmitted { retryable: bool },
+    /// It may have been admitted: look in the thread's history.
+    Uncertain,
+}
+
+/// How a turn that was being read ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnEnd {
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+/// What the thread's history says about the task's operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finding {
+    Completed,
+    Failed,
+    Interrupted,
+    /// No turn carries the operation.
+    Missing,
+    /// The turn did not end while we waited.
+    StillRunning,
+    /// The history could not be read.
+    Unreadable,
+    /// No thread is recorded for the task.
+    NoThread,
+}
+
+/// The reply verifier's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Bot author + marker + resource found.
+    Confirmed,
+    /// Gitea said explicitly that it is not there.
+    Missing,
+    /// The query failed: nothing may be written on this basis.
+    Unknown,
+}
+
+/// What came of the REST fallback post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackOutcome {
+    /// Posted and found again.
+    Confirmed,
+    /// Gitea accepted it, but it cannot be found afterwards.
+    NotFound,
+    /// Gitea refused it.
+    Failed,
+}
+
+/// Something that happened to the task, as the session saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A lane pass picked the task up (first time, or after any restart).
+    Picked,
+    Permission(Permission),
+    /// The answer to the task's turn/start (or the thread before it).
+    Started(Start),
+    /// The agent asks for a person's approval.
+    ApprovalRequested,
+    /// An approval was decided (or declined on timeout).
+    ApprovalDecided {
+        accept: bool,
+    },
+    StopRequested(Stop),
+    TurnEnded(TurnEnd),
+    /// An interrupt was not confirmed within its grace period.
+    InterruptUnconfirmed,
+    History(Finding),
+    Reply(Verdict),
+    Fallback(FallbackOutcome),
+    /// An operator asks to send a held entry now. `ledger_sent`: the ledger
+    /// shows the operation reached the agent (then it is never sent again).
+    SendNow {
+        ledger_sent: bool,
+    },
+}
+
+/// Which turn a start or an admission concerns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnKind {
+    /// The task's own turn.
+    Normal,
+    /// The one turn that only re-posts the previous final text.
+    ReplyRetry,
+}
+
+impl TurnKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnKind::Normal => "normal",
+            TurnKind::ReplyRetry => "reply_retry",
+        }
+    }
+}
+
+/// When a task in `retry_wait` may run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// At once: nothing went wrong but a restart.
+    Now,
+    /// After the configured backoff.
+    Backoff,
+}
+
+/// What a decision asks to be done. The first group is written in the same
+/// commit as the decision's transition (and not at all when it turns out
+/// stale); the second is carried out after that commit, in order, and the
+/// last one that observes something reports the next [`Event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    // --- written with the transition ---
+    /// Ends the active attempt, its outcome the decision's code (or state).
+    EndAttempt,
+    /// Sets when a task going to `retry_wait` runs again.
+    Retry(RetryAfter),
+    /// Forgets the turn/start intent: the runtime proved nothing was sent.
+    ReleaseIntent,
+    /// Records the accepted turn (turns row, the task's turn id, ledger `accepted`).
+    RecordAdmission(TurnKind),
+    /// The thread's history shows our operation: the ledger says `sent`.
+    MarkSent,
+    /// Stores how the turn ended and its final text.
+    RecordTurnEnd(TurnEnd),
+    /// Stores the approval the agent asked for.
+    RecordApproval,
+    /// Stores the verified reply comment.
+    RecordReplyConfirmed,
+    /// The reply-retry intent: `reply_attempt` 0 → 1 and the ledger `sending`.
+    BeginReplyRetry,
+    /// The reply-retry turn was not admitted: forget its intent (it stays used).
+    ReleaseReplyRetry,
+    /// An operator's "send now": the held entry goes back to the queue.
+    RequeueEntry,
+
+    // --- carried out after the commit ---
+    /// Asks the forge whether the commenter may trigger work.
+    CheckPermission,
+    /// Opens the thread, records the turn/start intent, sends turn/start.
+    StartTurn,
+    /// Reads the running turn's events up to the next one that matters.
+    ReadTurn,
+    /// Waits for an approval decision (or declines on timeout).
+    AwaitApproval,
+    /// Hands the decision to the runtime.
+    AnswerApproval { accept: bool },
+    /// Sends turn/interrupt; confirmation arrives on the turn's events.
+    Interrupt(Stop),
+    /// Ends the runtime's process: an interrupt nobody confirmed.
+    ResetRuntime,
+    /// Looks the task's operation up in the thread's history.
+    LookUpHistory,
+    /// Asks Gitea whether the reply is there.
+    VerifyReply,
+    /// Starts the one reply-retry turn.
+    StartReplyRetry,
+    /// Posts the stored final text through the REST API, then looks for it.
+    PostRestFallback,
+    /// Decide the same event again on the new state (a state that must be
+    /// passed through first, such as `running` before `verifying_reply`).
+    Again,
+}
+
+impl Effect {
+    /// Whether the effect is written in the transition's own commit.
+    pub fn is_write(self) -> bool {
+        matches!(
+            self,
+            Effect::EndAttempt
+                | Effect::Retry(_)
+                | Effect::ReleaseIntent
+                | Effect::RecordAdmission(_)
+                | Effect::MarkSent
+                | Effect::RecordTurnEnd(_)
+                | Effect::RecordApproval
+                | Effect::RecordReplyConfirmed
+                | Effect::BeginReplyRetry
+                | Effect::ReleaseReplyRetry
+                | Effect::RequeueEntry
+        )
+    }
+}
+
+/// A stable code for why a task ended where it did: stored as its
+/// `errorCode`, shown by the API, named in audit events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    OutboxMissing,
+    InterruptedByRestart,
+    WorkspaceUnavailable,
+    PermissionDenied,
+    PermissionUnknown,
+    RuntimeUnavailable,
+    RuntimeRefused,
+    TurnFailed,
+    TurnInterrupted,
+    TurnCompletedBeforeAbort,
+    InterruptUnconfirmed,
+    UncertainAdmission,
+    HistoryUnreadable,
+    McpReplyMissing,
+    ReplyUnverifiable,
+    ReplyRetryUncertain,
+    NoFinalText,
+    RestFallbackNotFound,
+    RestFallbackFailed,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::OutboxMissing => "outbox_missing",
+            Code::InterruptedByRestart => "interrupted_by_restart",
+            Code::WorkspaceUnavailable => "workspace_unavailable",
+            Code::PermissionDenied => "permission_denied",
+            Code::PermissionUnknown => "permission_unknown",
+            Code::RuntimeUnavailable => "runtime_unavailable",
+            Code::RuntimeRefused => "runtime_refused",
+            Code::TurnFailed => "turn_failed",
+            Code::TurnInterrupted => "turn_interrupted",
+            Code::TurnCompletedBeforeAbort => "turn_completed_before_abort",
+            Code::InterruptUnconfirmed => "interrupt_unconfirmed",
+            Code::UncertainAdmission => "uncertain_admission",
+            Code::HistoryUnreadable => "history_unreadable",
+            Code::McpReplyMissing => "mcp_reply_missing",
+            Code::ReplyUnverifiable => "reply_unverifiable",
+            Code::ReplyRetryUncertain => "reply_retry_uncertain",
+            Code::NoFinalText => "no_final_text",
+            Code::RestFallbackNotFound => "rest_fallback_not_found",
+            Code::RestFallbackFailed => "rest_fallback_failed",
+        }
+    }
+}
+
+/// What to do about one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The state to move to, if any.
+    pub to: Option<TaskState>,
+    /// The `state_version` the decision was made on: the transition is a
+    /// compare-and-swap on it, and a stale one is decided again.
+    pub expected_version: i64,
+    /// Why, for the history row and the audit event.
+    pub reason: &'static str,
+    pub code: Option<Code>,
+    pub effects: Vec<Effect>,
+}
+
+impl Decision {
+    fn on(snap: &Snapshot, reason: &'static str) -> Decision {
+        Decision {
+            to: None,
+            expected_version: snap.state_version,
+            reason,
+            code: None,
+            effects: Vec::new(),
+        }
+    }
+
+    fn to(mut self, to: TaskState) -> Decision {
+        self.to = Some(to);
+        self
+    }
+
+    fn code(mut self, code: Code) -> Decision {
+        self.code = Some(code);
+        self
+    }
+
+    fn then(mut self, effects: &[Effect]) -> Decision {
+        self.effects.extend_from_slice(effects);
+        self
+    }
+
+    /// An end of the task: its attempt ends in the same commit.
+    fn ends(self, to: TaskState, code: Option<Code>) -> Decision {
+        let d = self.to(to).then(&[Effect::EndAttempt]);
+        match code {
+            Some(c) => d.code(c),
+            None => d,
+        }
+    }
+
+    /// Whether the decision changes nothing and asks for nothing.
+    pub fn is_idle(&self) -> bool {
+        self.to.is_none() && self.effects.is_empty()
+    }
+}
+
+use Effect as E;
+use TaskState as S;
+
+/// Decides what `event` means for the task in `snap`.
+pub fn next(snap: &Snapshot, event: &Event) -> Decision {
+    if snap.state.is_terminal() {
+        return Decision::on(snap, "the task has ended");
+    }
+    if !driven(snap.state) && !matches!(event, Event::SendNow { .. }) {
+        // Queued, waiting or held tasks are the scheduler's or an operator's.
+        return Decision::on(snap, "the session does not drive a task in this state");
+    }
+    let d = match *event {
+        Event::Picked => picked(snap),
+        Event::Permission(p) => permission(snap, p),
+        Event::Started(start) => started(snap, start),
+        Event::ApprovalRequested => match snap.state {
+            S::Running => Decision::on(snap, "the agent asked for approval")
+                .to(S::AwaitingApproval)
+                .then(&[E::RecordApproval, E::AwaitApproval]),
+            _ => ignored(snap),
+        },
+        Event::ApprovalDecided { accept } => match snap.state {
+            S::AwaitingApproval => Decision::on(snap, "approval decided")
+                .to(S::Running)
+                .then(&[E::AnswerApproval { accept }, E::ReadTurn]),
+            _ => ignored(snap),
+        },
+        Event::StopRequested(stop) => stop_requested(snap, stop),
+        Event::TurnEnded(end) => turn_ended(snap, end),
+        Event::InterruptUnconfirmed => match snap.state {
+            S::Running | S::AwaitingApproval | S::CancelRequested => Decision::on(
+                snap,
+                "interrupt not confirmed in time; the agent runtime is reset",
+            )
+            .ends(S::NeedsReconciliation, Some(Code::InterruptUnconfirmed))
+            .then(&[E::ResetRuntime]),
+            _ => ignored(snap),
+        },
+        Event::History(finding) => history(snap, finding),
+        Event::Reply(verdict) => reply(snap, verdict),
+        Event::Fallback(outcome) => fallback(snap, outcome),
+        Event::SendNow { ledger_sent } => match snap.state {
+            S::NeedsReconciliation if !ledger_sent => Decision::on(
+                snap,
+                "an operator sends the held entry now; it never reached the agent",
+            )
+            .to(S::Queued)
+            .then(&[E::RequeueEntry]),
+            _ => Decision::on(
+                snap,
+                "send now refused: the operation reached the agent, or the task is not held",
+            ),
+        },
+    };
+    debug_assert!(d
+        .to
+        .is_none_or(|to| lifecycle::check(snap.state, to).is_ok()));
+    d
+}
+
+/// The states a session drives, from the lease to the task's settling.
+pub fn driven(state: TaskState) -> bool {
+    matches!(
+        state,
+        S::Leased | S::Running | S::AwaitingApproval | S::VerifyingReply | S::CancelRequested
+    )
+}
+
+/// An event that does not apply to the task's state: nothing changes. (A
+/// late event of a turn the task has already moved past, say.)
+fn ignored(snap: &Snapshot) -> Decision {
+    Decision::on(snap, "the event does not apply to the task's state")
+}
+
+/// A pass found the task: carry on from where the store says it is.
+fn picked(snap: &Snapshot) -> Decision {
+    let on = |reason| Decision::on(snap, reason);
+    if snap.admission == Admission::NoEntry {
+        return on("the task has no outbox entry")
+            .ends(failure_state(snap.state), Some(Code::OutboxMissing));
+    }
+    match snap.state {
+        S::Leased if snap.admission == Admission::NotSent && !snap.attempt_is_ours => {
+            // A process that died before sending anything had it: safe to run
+            // again, once.
+            let d = on("interrupted by a restart before turn/start");
+            if snap.attempt < snap.max_attempts {
+                d.ends(S::RetryWait, Some(Code::InterruptedByRestart))
+                    .then(&[E::Retry(RetryAfter::Now)])
+            } else {
+                d.ends(S::Failed, Some(Code::InterruptedByRestart))
+            }
+        }
+        S::Leased if snap.admission == Admission::NotSent => {
+            if snap.workspace_named {
+                on("the commenter's permission is checked before the turn")
+                    .then(&[E::CheckPermission])
+            } else {
+                // Never fall back to some other directory: a turn runs with
+                // full access to its working directory.
+                on("the repository's workspace cannot be named")
+                    .ends(S::Failed, Some(Code::WorkspaceUnavailable))
+            }
+        }
+        S::CancelRequested if !snap.turn_recorded && snap.admission == Admission::NotSent => {
+            on("cancelled before a turn started").ends(S::Cancelled, None)
+        }
+        S::VerifyingReply if snap.reply_retry == ReplyRetry::Intended => {
+            // The reply-retry turn was intended: how it went is in the
+            // thread's history, never guessed.
+            on("the reply-retry turn is looked up in the thread's history")
+                .then(&[E::LookUpHistory])
+        }
+        // The final text is durable: verify again, never run the model again.
+        S::VerifyingReply => on("the reply is verified again").then(&[E::VerifyReply]),
+        _ => on("the turn is looked up in the thread's history").then(&[E::LookUpHistory]),
+    }
+}
+
+/// Where a task that cannot go on ends, from the states a session drives.
+fn failure_state(state: TaskState) -> TaskState {
+    match state {
+        S::VerifyingReply => S::FailedReply,
+        S::AwaitingApproval => S::NeedsReconciliation,
+        _ => S::Failed,
+    }
+}
+
+fn permission(snap: &Snapshot, p: Permission) -> Decision {
+    if snap.state != S::Leased || snap.admission != Admission::NotSent {
+        return ignored(snap);
+    }
+    match p {
+        Permission::Allowed => {
+            Decision::on(snap, "the commenter may trigger work").then(&[E::StartTurn])
+        }
+        Permission::Denied => Decision::on(snap, "the commenter may not trigger work")
+            .ends(S::Rejected, Some(Code::PermissionDenied)),
+        Permission::Unknown => not_admitted(
+            snap,
+            "the commenter's permission could not be checked",
+            Code::PermissionUnknown,
+            true,
+        ),
+    }
+}
+
+/// Nothing reached the agent: retry later, or fail once attempts are used up.
+fn not_admitted(snap: &Snapshot, reason: &'static str, code: Code, retryable: bool) -> Decision {
+    let d = Decision::on(snap, reason).then(&[E::ReleaseIntent]);
+    if retryable && snap.attempt < snap.max_attempts {
+        d.ends(S::RetryWait, Some(code))
+            .then(&[E::Retry(RetryAfter::Backoff)])
+    } else {
+        d.ends(S::Failed, Some(code))
+    }
+}
+
+fn started(snap: &Snapshot, start: Start) -> Decision {
+    let kind = match (snap.state, snap.reply_retry) {
+        (S::Leased, _) => TurnKind::Normal,
+        (S::VerifyingReply, ReplyRetry::Intended) => TurnKind::ReplyRetry,
+        _ => return ignored(snap),
+    };
+    if kind == TurnKind::Normal && snap.admission != Admission::Intended {
+        // turn/start is only ever answered after its intent was recorded,
+        // except for a thread that could not be opened (nothing was sent).
+        return match start {
+            Start::NotAdmitted { retryable } => thread_failed(snap, retryable),
+            _ => ignored(snap),
+        };
+    }
+    match (start, kind) {
+        (Start::Admitted, _) => Decision::on(snap, "turn accepted")
+            .to(S::Running)
+            .then(&[E::RecordAdmission(kind), E::ReadTurn]),
+        (Start::Uncertain, _) => Decision::on(
+            snap,
+            "turn/start answer uncertain; the thread's history decides",
+        )
+        .then(&[E::LookUpHistory]),
+        (Start::NotAdmitted { retryable }, TurnKind::Normal) => thread_failed(snap, retryable),
+        (Start::NotAdmitted { .. }, TurnKind::ReplyRetry) => {
+            // Not admitted: the reply is still missing; the REST fallback is next.
+            Decision::on(snap, "the reply-retry turn could not start")
+                .then(&[E::ReleaseReplyRetry, E::PostRestFallback])
+        }
+    }
+}
+
+fn thread_failed(snap: &Snapshot, retryable: bool) -> Decision {
+    if retryable {
+        not_admitted(
+            snap,
+            "agent runtime unavailable before admission",
+            Code::RuntimeUnavailable,
+            true,
+        )
+    } else {
+        not_admitted(
+            snap,
+            "the agent runtime refused the turn",
+            Code::RuntimeRefused,
+            false,
+        )
+    }
+}
+
+fn stop_requested(snap: &Snapshot, stop: Stop) -> Decision {
+    let interrupt = [E::Interrupt(stop), E::ReadTurn];
+    match (snap.state, stop) {
+        _ if snap.stopping.is_some() => {
+            Decision::on(snap, "an interrupt is already requested").then(&[E::ReadTurn])
+        }
+        (S::Running | S::AwaitingApproval, Stop::Abort) => Decision::on(snap, "abort requested")
+            .to(S::CancelRequested)
+            .then(&interrupt),
+        (S::CancelRequested, _) => Decision::on(snap, "abort requested").then(&interrupt),
+        (S::Running, Stop::Deadline) => {
+            Decision::on(snap, "the turn deadline passed").then(&interrupt)
+        }
+        _ => ignored(snap),
+    }
+}
+
+fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
+    let on = |reason| Decision::on(snap, reason).then(&[E::RecordTurnEnd(end)]);
+    let retry_turn = snap.reply_retry != ReplyRetry::Unused;
+    match (snap.state, end) {
+        (S::AwaitingApproval, _) => Decision::on(snap, "the turn ended while awaiting approval")
+            .to(S::Running)
+            .then(&[E::Again]),
+        (S::Running, TurnEnd::Completed) => on("turn completed")
+            .to(S::VerifyingReply)
+            .then(&[E::VerifyReply]),
+        // The reply-retry turn failing leaves the reply missing: verification
+        // decides, and the REST fallback follows.
+        (S::Running, TurnEnd::Failed) if retry_turn => on("the reply-retry turn failed")
+            .to(S::VerifyingReply)
+            .then(&[E::VerifyReply]),
+        (S::Running | S::CancelRequested, TurnEnd::Failed) => {
+            on("the turn failed").ends(S::Failed, Some(Code::TurnFailed))
+        }
+        (S::CancelRequested, TurnEnd::Completed) => {
+            on("the turn completed before the interrupt took effect")
+                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
+        }
+        (S::CancelRequested, TurnEnd::Interrupted) => {
+            on("the turn was interrupted").ends(S::Aborted, Some(Code::TurnInterrupted))
+        }
+        (S::Running, TurnEnd::Interrupted) => match snap.stopping {
+            Some(Stop::Deadline) => {
+                on("the turn was interrupted").ends(S::TimedOut, Some(Code::TurnInterrupted))
+            }
+            _ => on("the turn was interrupted").ends(S::Failed, Some(Code::TurnInterrupted)),
+        },
+        _ => ignored(snap),
+    }
+}
+
+fn history(snap: &Snapshot, finding: Finding) -> Decision {
+    let on = |reason| Decision::on(snap, reason);
+    if snap.state == S::VerifyingReply {
+        // Only the reply-retry turn is looked up from here; the task's own
+        // final text is durable, so doubt about the retry is doubt about the
+        // reply alone.
+        return match finding {
+            Finding::Completed => {
+                on("the reply-retry turn ended (confirmed from history)").then(&[
+                    E::MarkSent,
+                    E::RecordTurnEnd(TurnEnd::Completed),
+                    E::VerifyReply,
+                ])
+            }
+            Finding::Failed => on("the reply-retry turn ended (confirmed from history)").then(&[
+                E::MarkSent,
+                E::RecordTurnEnd(TurnEnd::Failed),
+                E::VerifyReply,
+            ]),
+            _ => on("the reply-retry turn cannot be confirmed from history")
+                .ends(S::FailedReply, Some(Code::ReplyRetryUncertain)),
+        };
+    }
+    if !matches!(
+        snap.state,
+        S::Leased | S::Running | S::AwaitingApproval | S::CancelRequested
+    ) {
+        return ignored(snap);
+    }
+    let admitted = |reason| {
+        // A turn in history carries our operation: it was delivered.
+        let d = on(reason);
+        match snap.state {
+            S::Leased => d.to(S::Running).then(&[
+                E::RecordAdmission(TurnKind::Normal),
+                E::MarkSent,
+                E::Again,
+            ]),
+            S::AwaitingApproval => d.to(S::Running).then(&[E::MarkSent, E::Again]),
+            _ => d,
+        }
+    };
+    let retry_turn = snap.reply_retry != ReplyRetry::Unused;
+    match finding {
+        // The reply-retry turn ended, however: verification decides.
+        Finding::Completed | Finding::Failed if snap.state == S::Running && retry_turn => {
+            let end = if finding == Finding::Completed {
+                TurnEnd::Completed
+            } else {
+                TurnEnd::Failed
+            };
+            on("the reply-retry turn ended (confirmed from history)")
+                .to(S::VerifyingReply)
+                .then(&[E::MarkSent, E::RecordTurnEnd(end), E::VerifyReply])
+        }
+        Finding::Completed => match snap.state {
+            S::Running => on("turn completed (confirmed from history)")
+                .to(S::VerifyingReply)
+                .then(&[
+                    E::MarkSent,
+                    E::RecordTurnEnd(TurnEnd::Completed),
+                    E::VerifyReply,
+                ]),
+            S::CancelRequested => on("the turn completed before the interrupt took effect")
+                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
+                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)]),
+            _ => admitted("turn admitted (confirmed from history)"),
+        },
+        Finding::Failed => match snap.state {
+            S::Running | S::CancelRequested => on("the turn failed (confirmed from history)")
+                .ends(S::Failed, Some(Code::TurnFailed))
+                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Failed)]),
+            _ => admitted("turn admitted (confirmed from history)"),
+        },
+        Finding::Interrupted if snap.state == S::CancelRequested => {
+            on("interrupt confirmed from history").ends(S::Aborted, Some(Code::TurnInterrupted))
+        }
+        Finding::NoThread => on("no thread recorded for a started task")
+            .ends(S::NeedsReconciliation, Some(Code::HistoryUnreadable)),
+        Finding::Interrupted | Finding::Missing | Finding::StillRunning | Finding::Unreadable => {
+            on("the turn cannot be confirmed from the thread's history")
+                .ends(S::NeedsReconciliation, Some(Code::UncertainAdmission))
+        }
+    }
+}
+
+fn reply(snap: &Snapshot, verdict: Verdict) -> Decision {
+    if snap.state != S::VerifyingReply {
+        return ignored(snap);
+    }
+    let on = |reason| Decision::on(snap, reason);
+    match verdict {
+        Verdict::Confirmed => match snap.fallback {
+            Some(Fallback::Posting | Fallback::Posted) => {
+                on("reply posted by the REST fallback; the agent's own reply failed")
+                    .ends(S::SucceededWithRestFallback, Some(Code::McpReplyMissing))
+                    .then(&[E::RecordReplyConfirmed])
+            }
+            _ => on("reply confirmed")
+                .ends(S::Succeeded, None)
+                .then(&[E::RecordReplyConfirmed]),
+        },
+        Verdict::Unknown => on("the reply could not be verified")
+            .ends(S::FailedReply, Some(Code::ReplyUnverifiable)),
+        Verdict::Missing => match snap.fallback {
+            Some(Fallback::Posted) => {
+                on("the REST fallback was accepted by Gitea but cannot be found")
+                    .ends(S::FailedReply, Some(Code::RestFallbackNotFound))
+            }
+            Some(Fallback::Failed) => {
+                on("the REST fallback failed").ends(S::FailedReply, Some(Code::RestFallbackFailed))
+            }
+            _ if !snap.final_text => {
+                on("the reply is missing and the turn left no final text to post")
+                    .ends(S::FailedReply, Some(Code::NoFinalText))
+            }
+            // `posting`: a crash after the intent; the verdict just proved it
+            // missing, so posting it now is safe.
+            Some(Fallback::Posting) => {
+                on("the reply is still missing: the REST fallback").then(&[E::PostRestFallback])
+            }
+            None if snap.reply_retry != ReplyRetry::Unused => {
+                on("the reply is still missing: the REST fallback").then(&[E::PostRestFallback])
+            }
+            None => on("the reply is missing: one reply-retry turn")
+                .then(&[E::BeginReplyRetry, E::StartReplyRetry]),
+        },
+    }
+}
+
+fn fallback(snap: &Snapshot, outcome: FallbackOutcome) -> Decision {
+    if snap.state != S::VerifyingReply {
+        return ignored(snap);
+    }
+    let on = |reason| Decision::on(snap, reason);
+    match outcome {
+        FallbackOutcome::Confirmed => {
+            on("reply posted by the REST fallback; the agent's own reply failed")
+                .ends(S::SucceededWithRestFallback, Some(Code::McpReplyMissing))
+                .then(&[E::RecordReplyConfirmed])
+        }
+        FallbackOutcome::NotFound => on("Gitea accepted the REST fallback but it cannot be found")
+            .ends(S::FailedReply, Some(Code::RestFallbackNotFound)),
+        FallbackOutcome::Failed => {
+            on("the REST fallback failed").ends(S::FailedReply, Some(Code::RestFallbackFailed))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,435 @@
+use super::*;
+use proptest::prelude::*;
+
+fn leased() -> Snapshot {
+    Snapshot {
+        state: S::Leased,
+        state_version: 3,
+        attempt: 1,
+        max_attempts: 2,
+        admission: Admission::NotSent,
+        attempt_is_ours: true,
+        workspace_named: true,
+        turn_recorded: false,
+        reply_retry: ReplyRetry::Unused,
+        fallback: None,
+        final_text: true,
+        stopping: None,
+    }
+}
+
+/// Applies a decision to a snapshot as the pass would: the transition, and
+/// what each effect changes in what the store then says.
+fn apply(snap: &mut Snapshot, d: &Decision) {
+    if let Some(to) = d.to {
+        snap.state = to;
+        snap.state_version += 1;
+    }
+    for e in &d.effects {
+        match e {
+            E::StartTurn => snap.admission = Admission::Intended,
+            E::ReleaseIntent | E::RequeueEntry if snap.admission == Admission::Intended => {
+                snap.admission = Admission::NotSent
+            }
+            E::RecordAdmission(_) => snap.turn_recorded = true,
+            E::RecordTurnEnd(_) if snap.reply_retry == ReplyRetry::Intended => {
+                snap.reply_retry = ReplyRetry::Used
+            }
+            E::BeginReplyRetry => snap.reply_retry = ReplyRetry::Intended,
+            E::ReleaseReplyRetry => snap.reply_retry = ReplyRetry::Used,
+            E::PostRestFallback => snap.fallback = Some(Fallback::Posting),
+            E::Interrupt(stop) => snap.stopping = Some(*stop),
+            _ => {}
+        }
+    }
+}
+
+/// Feeds `event`, following `Again` as the pass does; the decisions made.
+fn feed(snap: &mut Snapshot, event: Event) -> Vec<Decision> {
+    let mut out = Vec::new();
+    loop {
+        let d = next(snap, &event);
+        apply(snap, &d);
+        let again = d.effects.contains(&E::Again);
+        out.push(d);
+        if !again || out.len() > 4 {
+            return out;
+        }
+    }
+}
+
+#[test]
+fn the_happy_path_checks_permission_starts_reads_and_verifies() {
+    let mut s = leased();
+    let d = next(&s, &Event::Picked);
+    assert_eq!((d.to, &d.effects[..]), (None, &[E::CheckPermission][..]));
+    let d = next(&s, &Event::Permission(Permission::Allowed));
+    assert_eq!(d.effects, [E::StartTurn]);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::Started(Start::Admitted));
+    assert_eq!(d.to, Some(S::Running));
+    assert_eq!(d.expected_version, 3);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::TurnEnded(TurnEnd::Completed));
+    assert_eq!(d.to, Some(S::VerifyingReply));
+    assert_eq!(d.expected_version, 4);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::Reply(Verdict::Confirmed));
+    assert_eq!(d.to, Some(S::Succeeded));
+    assert!(d.effects.contains(&E::EndAttempt));
+}
+
+#[test]
+fn a_workspace_that_cannot_be_named_fails_the_task_and_starts_nothing() {
+    let s = Snapshot {
+        workspace_named: false,
+        ..leased()
+    };
+    let d = next(&s, &Event::Picked);
+    assert_eq!(d.to, Some(S::Failed));
+    assert_eq!(d.code, Some(Code::WorkspaceUnavailable));
+    assert!(!d.effects.contains(&E::CheckPermission));
+    assert!(!d.effects.contains(&E::StartTurn));
+}
+
+#[test]
+fn a_dead_process_lease_is_retried_once_then_failed() {
+    let s = Snapshot {
+        attempt_is_ours: false,
+        ..leased()
+    };
+    let d = next(&s, &Event::Picked);
+    assert_eq!(d.to, Some(S::RetryWait));
+    assert!(d.effects.contains(&E::Retry(RetryAfter::Now)));
+    let s = Snapshot { attempt: 2, ..s };
+    assert_eq!(next(&s, &Event::Picked).to, Some(S::Failed));
+}
+
+#[test]
+fn permission_denied_rejects_and_unknown_retries_before_anything_is_sent() {
+    let d = next(&leased(), &Event::Permission(Permission::Denied));
+    assert_eq!(
+        (d.to, d.code),
+        (Some(S::Rejected), Some(Code::PermissionDenied))
+    );
+    let d = next(&leased(), &Event::Permission(Permission::Unknown));
+    assert_eq!(
+        (d.to, d.code),
+        (Some(S::RetryWait), Some(Code::PermissionUnknown))
+    );
+}
+
+#[test]
+fn an_uncertain_start_is_looked_up_and_a_missing_turn_is_held_for_an_operator() {
+    let mut s = Snapshot {
+        admission: Admission::Intended,
+        ..leased()
+    };
+    let d = next(&s, &Event::Started(Start::Uncertain));
+    assert_eq!((d.to, &d.effects[..]), (None, &[E::LookUpHistory][..]));
+    let d = next(&s, &Event::History(Finding::Missing));
+    assert_eq!(d.to, Some(S::NeedsReconciliation));
+    // Found in history while leased: through running, then verification.
+    let ds = feed(&mut s, Event::History(Finding::Completed));
+    let states: Vec<_> = ds.iter().filter_map(|d| d.to).collect();
+    assert_eq!(states, [S::Running, S::VerifyingReply]);
+    assert_eq!(
+        ds[1].expected_version, 4,
+        "the second decision sees the first"
+    );
+}
+
+#[test]
+fn a_missing_reply_gets_one_retry_turn_then_one_rest_fallback() {
+    let mut s = Snapshot {
+        state: S::VerifyingReply,
+        admission: Admission::Intended,
+        turn_recorded: true,
+        ..leased()
+    };
+    let d = next(&s, &Event::Reply(Verdict::Missing));
+    assert_eq!(d.effects, [E::BeginReplyRetry, E::StartReplyRetry]);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::Started(Start::Admitted));
+    assert_eq!(
+        d.effects,
+        [E::RecordAdmission(TurnKind::ReplyRetry), E::ReadTurn]
+    );
+    apply(&mut s, &d);
+    let d = next(&s, &Event::TurnEnded(TurnEnd::Completed));
+    apply(&mut s, &d);
+    assert_eq!(s.state, S::VerifyingReply);
+    let d = next(&s, &Event::Reply(Verdict::Missing));
+    assert_eq!(d.effects, [E::PostRestFallback]);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::Fallback(FallbackOutcome::Confirmed));
+    assert_eq!(d.to, Some(S::SucceededWithRestFallback));
+}
+
+#[test]
+fn an_unknown_verdict_never_writes() {
+    let s = Snapshot {
+        state: S::VerifyingReply,
+        ..leased()
+    };
+    let d = next(&s, &Event::Reply(Verdict::Unknown));
+    assert_eq!(
+        (d.to, d.code),
+        (Some(S::FailedReply), Some(Code::ReplyUnverifiable))
+    );
+    assert!(!d.effects.iter().any(|e| matches!(
+        e,
+        E::PostRestFallback | E::StartReplyRetry | E::BeginReplyRetry
+    )));
+}
+
+#[test]
+fn an_abort_while_running_interrupts_and_a_confirmed_interrupt_aborts() {
+    let mut s = Snapshot {
+        state: S::Running,
+        admission: Admission::Intended,
+        turn_recorded: true,
+        ..leased()
+    };
+    let d = next(&s, &Event::StopRequested(Stop::Abort));
+    assert_eq!(d.to, Some(S::CancelRequested));
+    assert_eq!(d.effects, [E::Interrupt(Stop::Abort), E::ReadTurn]);
+    apply(&mut s, &d);
+    let d = next(&s, &Event::TurnEnded(TurnEnd::Interrupted));
+    assert_eq!(d.to, Some(S::Aborted));
+}
+
+// --- properties ---
+
+fn state() -> impl Strategy<Value = TaskState> {
+    proptest::sample::select(TaskState::ALL.to_vec())
+}
+
+fn snapshot() -> impl Strategy<Value = Snapshot> {
+    (
+        state(),
+        0i64..50,
+        (1i64..4, 1i64..4),
+        proptest::sample::select(vec![
+            Admission::NoEntry,
+            Admission::NotSent,
+            Admission::Intended,
+        ]),
+        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
+        proptest::sample::select(vec![
+            ReplyRetry::Unused,
+            ReplyRetry::Intended,
+            ReplyRetry::Used,
+        ]),
+        proptest::option::of(proptest::sample::select(vec![
+            Fallback::Posting,
+            Fallback::Posted,
+            Fallback::Failed,
+        ])),
+        proptest::option::of(proptest::sample::select(vec![Stop::Abort, Stop::Deadline])),
+    )
+        .prop_map(
+            |(
+                state,
+                state_version,
+                (attempt, max_attempts),
+                admission,
+                flags,
+                reply_retry,
+                fallback,
+                stopping,
+            )| {
+                Snapshot {
+                    state,
+                    state_version,
+                    attempt,
+                    max_attempts,
+                    admission,
+                    attempt_is_ours: flags.0,
+                    workspace_named: flags.1,
+                    turn_recorded: flags.2,
+                    reply_retry,
+                    fallback,
+                    final_text: flags.3,
+                    stopping,
+                }
+            },
+        )
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        Just(Event::Picked),
+        proptest::sample::select(vec![
+            Permission::Allowed,
+            Permission::Denied,
+            Permission::Unknown
+        ])
+        .prop_map(Event::Permission),
+        prop_oneof![
+            Just(Start::Admitted),
+            Just(Start::Uncertain),
+            any::<bool>().prop_map(|retryable| Start::NotAdmitted { retryable }),
+        ]
+        .prop_map(Event::Started),
+        Just(Event::ApprovalRequested),
+        any::<bool>().prop_map(|accept| Event::ApprovalDecided { accept }),
+        proptest::sample::select(vec![Stop::Abort, Stop::Deadline]).prop_map(Event::StopRequested),
+        proptest::sample::select(vec![
+            TurnEnd::Completed,
+            TurnEnd::Failed,
+            TurnEnd::Interrupted
+        ])
+        .prop_map(Event::TurnEnded),
+        Just(Event::InterruptUnconfirmed),
+        proptest::sample::select(vec![
+            Finding::Completed,
+            Finding::Failed,
+            Finding::Interrupted,
+            Finding::Missing,
+            Finding::StillRunning,
+            Finding::Unreadable,
+            Finding::NoThread,
+        ])
+        .prop_map(Event::History),
+        proptest::sample::select(vec![Verdict::Confirmed, Verdict::Missing, Verdict::Unknown])
+            .prop_map(Event::Reply),
+        proptest::sample::select(vec![
+            FallbackOutcome::Confirmed,
+            FallbackOutcome::NotFound,
+            FallbackOutcome::Failed,
+        ])
+        .prop_map(Event::Fallback),
+        any::<bool>().prop_map(|ledger_sent| Event::SendNow { ledger_sent }),
+    ]
+}
+
+/// Whether the event leaves the task's fate in doubt.
+fn uncertain(event: &Event) -> bool {
+    matches!(
+        event,
+        Event::InterruptUnconfirmed
+            | Event::History(
+                Finding::Missing | Finding::StillRunning | Finding::Unreadable | Finding::NoThread
+            )
+    )
+}
+
+/// One step of a simulated task's life: an event for the session, or
+/// something that happens around it.
+#[derive(Debug, Clone)]
+enum Step {
+    Event(Event),
+    /// The scheduler claims a queued or waiting task for a new attempt.
+    Claim,
+    /// The process restarts: a new pass picks the task up.
+    Restart,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => event().prop_map(Step::Event),
+        1 => Just(Step::Claim),
+        1 => Just(Step::Restart),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// Each decision on its own, from any snapshot.
+    #[test]
+    fn every_decision_keeps_the_promises(snap in snapshot(), event in event()) {
+        let d = next(&snap, &event);
+        prop_assert_eq!(d.expected_version, snap.state_version);
+        if snap.state.is_terminal() {
+            prop_assert!(d.is_idle(), "a terminal task changed: {:?}", d);
+        }
+        if let Some(to) = d.to {
+            prop_assert!(lifecycle::check(snap.state, to).is_ok(), "{:?} -> {:?}", snap.state, to);
+        }
+        if d.effects.contains(&E::StartTurn) {
+            prop_assert_eq!(snap.admission, Admission::NotSent, "a turn/start after its intent");
+            prop_assert_eq!(snap.state, S::Leased);
+            prop_assert!(snap.workspace_named, "a turn without a workspace");
+            prop_assert_eq!(event, Event::Permission(Permission::Allowed));
+        }
+        if d.effects.contains(&E::StartReplyRetry) {
+            prop_assert_eq!(snap.reply_retry, ReplyRetry::Unused);
+            prop_assert!(d.effects.contains(&E::BeginReplyRetry));
+        }
+        if d.effects.contains(&E::PostRestFallback) {
+            prop_assert!(matches!(snap.fallback, None | Some(Fallback::Posting)));
+            prop_assert!(snap.reply_retry != ReplyRetry::Unused || snap.fallback.is_some(),
+                "the REST fallback comes after the reply-retry turn");
+        }
+        if uncertain(&event) {
+            if let Some(to) = d.to {
+                prop_assert!(matches!(to, S::NeedsReconciliation | S::FailedReply),
+                    "{:?} after {:?}", to, event);
+            }
+            prop_assert!(!d.effects.iter().any(|e| matches!(e,
+                E::StartTurn | E::StartReplyRetry | E::PostRestFallback | E::ReleaseIntent)));
+        }
+        if d.to == Some(S::Queued) {
+            prop_assert_eq!(event, Event::SendNow { ledger_sent: false });
+        }
+        if d.to == Some(S::RetryWait) && snap.admission == Admission::Intended {
+            prop_assert!(d.effects.contains(&E::ReleaseIntent),
+                "a retry of something that may have reached the agent");
+            prop_assert!(matches!(event, Event::Started(Start::NotAdmitted { .. })), "{:?}", event);
+        }
+    }
+
+    /// A task's whole life under random events, claims and restarts.
+    #[test]
+    fn a_task_is_never_sent_twice_and_never_leaves_an_end(steps in proptest::collection::vec(step(), 1..60)) {
+        let mut s = leased();
+        let (mut sends, mut proofs, mut retries, mut fallbacks) = (0, 0, 0, 0);
+        for step in steps {
+            match step {
+                Step::Claim => {
+                    if matches!(s.state, S::Queued | S::RetryWait) {
+                        s.state = S::Leased;
+                        s.state_version += 1;
+                        s.attempt += 1;
+                        s.attempt_is_ours = true;
+                        s.stopping = None;
+                    }
+                }
+                Step::Restart => {
+                    s.attempt_is_ours = false;
+                    s.stopping = None;
+                    let before = s.state;
+                    feed(&mut s, Event::Picked);
+                    prop_assert!(!before.is_terminal() || s.state == before);
+                }
+                Step::Event(event) => {
+                    if let Event::Fallback(_) = event {
+                        if s.fallback != Some(Fallback::Posting) {
+                            continue; // only the fallback's own post reports one
+                        }
+                        s.fallback = Some(Fallback::Posted);
+                    }
+                    let before = s.clone();
+                    for d in feed(&mut s, event) {
+                        prop_assert!(!before.state.is_terminal() || d.is_idle());
+                        for e in &d.effects {
+                            match e {
+                                E::StartTurn => sends += 1,
+                                E::ReleaseIntent if before.admission == Admission::Intended => proofs += 1,
+                                E::RequeueEntry => proofs += 1,
+                                E::StartReplyRetry => retries += 1,
+                                E::PostRestFallback if before.fallback.is_none() => fallbacks += 1,
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+            prop_assert!(sends <= 1 + proofs, "sent {} times with {} proofs of non-delivery", sends, proofs);
+            prop_assert!(retries <= 1, "{} reply-retry turns", retries);
+            prop_assert!(fallbacks <= 1, "{} REST fallbacks", fallbacks);
+        }
+    }
+}

@@ -1,0 +1,661 @@
+//! One pass of the session's normal lane over its oldest unsettled task:
+//! gather the snapshot, ask [`decide::next`], commit the decision by
+//! compare-and-swap on the version it names, carry out its effects, and feed
+//! what they report back in, until a decision asks for nothing more.
+//!
+//! The effects live beside this file: `turn.rs` (thread, turn/start, the
+//! turn's events, approvals, interrupts), `recover.rs` (the thread's history),
+//! `reply.rs` (verification, the reply-retry turn, the REST fallback).
+
+use super::decide::{
+    self, Admission, Code, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
+    Stop, TurnEnd,
+};
+use super::prompt::reply_retry_operation;
+use super::Signals;
+use crate::actors::Deps;
+use crate::config::RepoPolicy;
+use crate::lifecycle::TaskState;
+use crate::runtime::TurnEvent;
+use crate::store::audit::{self, Audit};
+use crate::store::models::{OutboxEntry, Task};
+use crate::store::tasks::TransitionOutcome;
+use crate::store::{comments, format_time, ledger, scheduling, StoreError};
+use futures_util::stream::BoxStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PassError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The actor lost sight of its turn: stop, restart, recover by history.
+    #[error("session fault: {0}")]
+    Fault(String),
+}
+
+/// A decision that found the task changed since its snapshot is decided
+/// again from the store; this many times in a row means something keeps
+/// moving the task under us, and the actor restarts instead.
+const MAX_STALE_IN_A_ROW: u32 = 3;
+
+/// The turn a pass is driving, as its effects learn it.
+#[derive(Default)]
+pub(super) struct Turn {
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub events: Option<BoxStream<'static, TurnEvent>>,
+    pub deadline: Option<tokio::time::Instant>,
+    /// Set once an interrupt is requested: the end must be confirmed by then.
+    pub grace: Option<tokio::time::Instant>,
+    pub last_seq: i64,
+    pub final_text: Option<String>,
+    /// When the end event arrived (for the settle-latency figure).
+    pub ended_at: Option<std::time::Instant>,
+    /// Observes the turn's duration while it is read.
+    pub timer: Option<crate::metrics::TurnTimer>,
+}
+
+/// An approval the agent asked for, until it is decided.
+pub(super) struct PendingApproval {
+    pub key: String,
+    pub kind: String,
+    pub detail: serde_json::Value,
+    pub approval_id: Option<String>,
+}
+
+pub(super) struct Pass {
+    pub deps: Arc<Deps>,
+    pub signals: Signals,
+    pub task: Task,
+    pub entry: Option<OutboxEntry>,
+    /// The active attempt (empty when none is recorded).
+    pub attempt_id: String,
+    pub snap: Snapshot,
+    /// The repository's workspace folder, when it can be named.
+    pub workspace: Option<PathBuf>,
+    pub policy: Option<RepoPolicy>,
+    /// The operation the current turn carries: the entry's, or the
+    /// reply-retry turn's own once that was intended.
+    pub operation_id: String,
+    pub turn: Turn,
+    pub approval: Option<PendingApproval>,
+    /// What the verifier or the fallback found (a comment id).
+    pub reply_comment: Option<i64>,
+    /// Why the agent's own reply is missing, for the records of a fallback.
+    pub mcp_reason: String,
+    /// The detail behind the next decision (an error's text), appended to
+    /// its reason in the history row.
+    pub detail: Option<String>,
+}
+
+/// Runs one pass. Returns whether the task settled, so the repository may
+/// start its next one (`false` when the session had nothing to drive).
+pub(super) async fn run(
+    deps: Arc<Deps>,
+    session_key: String,
+    signals: Signals,
+) -> Result<bool, PassError> {
+    let Some(mut pass) = Pass::gather(deps, session_key, signals).await? else {
+        return Ok(false);
+    };
+    let mut event = Event::Picked;
+    let mut stale = 0;
+    loop {
+        let decision = decide::next(&pass.snap, &event);
+        if !pass.commit(&decision).await? {
+            stale += 1;
+            if stale > MAX_STALE_IN_A_ROW {
+                return Err(PassError::Fault(format!(
+                    "task {} keeps changing under the session's decisions",
+                    pass.task.task_id
+                )));
+            }
+            pass.refresh().await?;
+            continue;
+        }
+        stale = 0;
+        match pass.carry_out(&decision, event).await? {
+            Some(next) => event = next,
+            None => return Ok(!decide::driven(pass.snap.state)),
+        }
+    }
+}
+
+impl Pass {
+    /// Reads the session's oldest driven task and what the decisions need.
+    async fn gather(
+        deps: Arc<Deps>,
+        session_key: String,
+        signals: Signals,
+    ) -> Result<Option<Pass>, PassError> {
+        let key = session_key.clone();
+        let found = deps
+            .store
+            .read(move |c| {
+                let Some(task) = scheduling::driven_tasks_of_session(c, &key)?
+                    .into_iter()
+                    .next()
+                else {
+                    return Ok(None);
+                };
+                let entry = scheduling::outbox_entry(c, &task.task_id)?;
+                let attempt = scheduling::active_attempt(c, &task.task_id)?;
+                let repo = scheduling::repository(c, &task.repo_key)?;
+                let retry_finished = scheduling::reply_retry_finished(c, &task.task_id)?;
+                let retry_intended = match &entry {
+                    Some(e) if task.reply_attempt > 0 => {
+                        ledger::find(c, &reply_retry_operation(&e.operation_id))?.is_some()
+                    }
+                    _ => false,
+                };
+                let fallback = comments::find(c, &format!("{}:rest_fallback", task.task_id))?
+                    .map(|row| row.status);
+                let final_text = scheduling::original_final_text(c, &task.task_id)?.is_some();
+                Ok(Some((
+                    task,
+                    entry,
+                    attempt,
+                    repo,
+                    (retry_finished, retry_intended, fallback, final_text),
+                )))
+            })
+            .await?;
+        let Some((
+            task,
+            entry,
+            attempt,
+            repo,
+            (retry_finished, retry_intended, fallback, final_text),
+        )) = found
+        else {
+            return Ok(None);
+        };
+        let state: TaskState = task
+            .state
+            .parse()
+            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        let workspace = repo
+            .as_ref()
+            .and_then(|r| deps.workspaces.path_for(&r.owner, &r.name).ok());
+        let policy = repo
+            .as_ref()
+            .map(|r| deps.settings.policy_for(&r.owner, &r.name));
+        let attempt_is_ours =
+            attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
+        let snap = Snapshot {
+            state,
+            state_version: task.state_version,
+            attempt: task.attempt,
+            max_attempts: deps.settings.max_attempts,
+            admission: match &entry {
+                None => Admission::NoEntry,
+                Some(e) if e.status == "sending" => Admission::Intended,
+                Some(_) => Admission::NotSent,
+            },
+            attempt_is_ours,
+            workspace_named: workspace.is_some(),
+            turn_recorded: task.turn_id.is_some(),
+            reply_retry: match (task.reply_attempt, retry_finished, retry_intended) {
+                (0, _, _) => ReplyRetry::Unused,
+                (_, false, true) => ReplyRetry::Intended,
+                _ => ReplyRetry::Used,
+            },
+            fallback: fallback.as_deref().and_then(fallback_status),
+            final_text,
+            stopping: None,
+        };
+        let operation_id = match &entry {
+            Some(e) if task.reply_attempt > 0 => reply_retry_operation(&e.operation_id),
+            Some(e) => e.operation_id.clone(),
+            None => String::new(),
+        };
+        signals.driving(&task);
+        Ok(Some(Pass {
+            attempt_id: attempt.map(|a| a.attempt_id).unwrap_or_default(),
+            turn: Turn {
+                thread_id: task.thread_id.clone(),
+                turn_id: task.turn_id.clone(),
+                ..Turn::default()
+            },
+            deps,
+            signals,
+            task,
+            entry,
+            snap,
+            workspace,
+            policy,
+            operation_id,
+            approval: None,
+            reply_comment: None,
+            mcp_reason: String::new(),
+            detail: None,
+        }))
+    }
+
+    /// Reads the task row again after a stale decision: what others changed
+    /// is what the next decision is made on.
+    async fn refresh(&mut self) -> Result<(), PassError> {
+        let id = self.task.task_id.clone();
+        let task = self
+            .deps
+            .store
+            .read(move |c| crate::store::tasks::find(c, &id))
+            .await?
+            .ok_or_else(|| PassError::Fault(format!("task {} is gone", self.task.task_id)))?;
+        self.snap.state = task
+            .state
+            .parse()
+            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        self.snap.state_version = task.state_version;
+        self.snap.attempt = task.attempt;
+        self.snap.turn_recorded = task.turn_id.is_some();
+        self.task = task;
+        Ok(())
+    }
+
+    /// Commits the decision: its transition by compare-and-swap on the
+    /// version it was made on, with its in-commit writes. `false` when the
+    /// task had changed meanwhile (audited; nothing else was written).
+    async fn commit(&mut self, d: &Decision) -> Result<bool, PassError> {
+        let writes: Vec<Effect> = d.effects.iter().copied().filter(|e| e.is_write()).collect();
+        if d.to.is_none() && writes.is_empty() {
+            return Ok(true);
+        }
+        if writes.contains(&Effect::RequeueEntry) {
+            // "Send now" is an operator's control, carried out by the admin
+            // side; a lane pass never decides it.
+            return Err(PassError::Fault(
+                "a lane pass cannot requeue an entry".into(),
+            ));
+        }
+        let ctx = CommitCtx {
+            task_id: self.task.task_id.clone(),
+            resource_key: self.task.resource_key.clone(),
+            queue_id: self
+                .entry
+                .as_ref()
+                .map(|e| e.queue_id.clone())
+                .unwrap_or_default(),
+            entry_operation: self
+                .entry
+                .as_ref()
+                .map(|e| e.operation_id.clone())
+                .unwrap_or_default(),
+            operation_id: self.operation_id.clone(),
+            thread_id: self.turn.thread_id.clone(),
+            turn_id: self.turn.turn_id.clone(),
+            final_text: self.turn.final_text.clone(),
+            last_seq: self.turn.last_seq,
+            approval: self
+                .approval
+                .as_ref()
+                .map(|a| (a.key.clone(), a.kind.clone(), a.detail.clone())),
+            reply_comment: self.reply_comment,
+            by_fallback: matches!(
+                self.snap.fallback,
+                Some(Fallback::Posting | Fallback::Posted)
+            ),
+            retry_at: retry_at(d, &self.deps),
+            reason: match self.detail.take() {
+                Some(detail) => format!("{}: {detail}", d.reason),
+                None => d.reason.to_owned(),
+            },
+        };
+        let decision = d.clone();
+        let out = self
+            .deps
+            .store
+            .write(move |c| ctx.write(c, &decision))
+            .await?;
+        match out {
+            Committed::Stale { state, version } => {
+                tracing::info!(task.id = %self.task.task_id, decided_on = d.expected_version, found = version, state = %state, "stale decision; deciding again from the store");
+                Ok(false)
+            }
+            Committed::Applied {
+                version,
+                approval_id,
+            } => {
+                if let Some(to) = d.to {
+                    self.snap.state = to;
+                }
+                self.snap.state_version = version;
+                if let (Some(a), Some(id)) = (self.approval.as_mut(), approval_id) {
+                    a.approval_id = Some(id);
+                }
+                self.after_writes(&writes);
+                if let (Some(at), Some(TaskState::VerifyingReply)) =
+                    (self.turn.ended_at.take(), d.to)
+                {
+                    super::super::timing::record_turn_settle(at.elapsed());
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// What the committed writes change in the snapshot.
+    fn after_writes(&mut self, writes: &[Effect]) {
+        for w in writes {
+            match w {
+                Effect::ReleaseIntent if self.snap.admission == Admission::Intended => {
+                    self.snap.admission = Admission::NotSent
+                }
+                Effect::RecordAdmission(_) => self.snap.turn_recorded = true,
+                Effect::RecordTurnEnd(_) => {
+                    self.turn.events = None;
+                    self.turn.timer = None;
+                    if self.snap.reply_retry == ReplyRetry::Intended {
+                        self.snap.reply_retry = ReplyRetry::Used;
+                    }
+                }
+                Effect::BeginReplyRetry => {
+                    if let Some(e) = &self.entry {
+                        self.operation_id = reply_retry_operation(&e.operation_id);
+                    }
+                    self.snap.reply_retry = ReplyRetry::Intended;
+                }
+                Effect::ReleaseReplyRetry => self.snap.reply_retry = ReplyRetry::Used,
+                _ => {}
+            }
+        }
+    }
+
+    /// Carries out the decision's effects after its commit; the event the
+    /// last observing effect reported, if any.
+    async fn carry_out(&mut self, d: &Decision, event: Event) -> Result<Option<Event>, PassError> {
+        let mut next = None;
+        for effect in d.effects.iter().copied().filter(|e| !e.is_write()) {
+            next = match effect {
+                Effect::CheckPermission => Some(self.check_permission().await),
+                Effect::StartTurn => Some(self.start_turn().await?),
+                Effect::ReadTurn => Some(self.read_turn().await?),
+                Effect::AwaitApproval => Some(self.await_approval().await?),
+                Effect::AnswerApproval { accept } => {
+                    self.answer_approval(accept).await;
+                    None
+                }
+                Effect::Interrupt(stop) => {
+                    self.interrupt(stop).await;
+                    None
+                }
+                Effect::ResetRuntime => {
+                    tracing::error!(task.id = %self.task.task_id, "interrupt not confirmed; resetting the agent runtime");
+                    self.deps.runtime.reset().await;
+                    None
+                }
+                Effect::LookUpHistory => Some(self.look_up_history().await?),
+                Effect::VerifyReply => Some(self.verify_reply().await?),
+                Effect::StartReplyRetry => Some(self.start_reply_retry().await?),
+                Effect::PostRestFallback => Some(self.post_rest_fallback().await?),
+                Effect::Again => Some(event),
+                _ => None,
+            };
+        }
+        Ok(next)
+    }
+}
+
+/// When a task that goes to `retry_wait` runs again.
+fn retry_at(d: &Decision, deps: &Deps) -> Option<String> {
+    let after = d.effects.iter().find_map(|e| match e {
+        Effect::Retry(after) => Some(*after),
+        _ => None,
+    })?;
+    let now = chrono::Utc::now();
+    Some(format_time(match after {
+        RetryAfter::Now => now,
+        RetryAfter::Backoff => {
+            now + chrono::Duration::from_std(deps.settings.retry_backoff)
+                .unwrap_or_else(|_| chrono::Duration::seconds(30))
+        }
+    }))
+}
+
+/// A stored fallback row's status, as the decisions see it.
+pub(super) fn fallback_status(status: &str) -> Option<Fallback> {
+    match status {
+        "posting" => Some(Fallback::Posting),
+        // A verified fallback was posted: only proof of it is wanted again.
+        "posted" | "verified" => Some(Fallback::Posted),
+        "failed" => Some(Fallback::Failed),
+        _ => None,
+    }
+}
+
+/// What a commit needs, owned, so the writer may run it more than once.
+struct CommitCtx {
+    task_id: String,
+    resource_key: String,
+    queue_id: String,
+    entry_operation: String,
+    operation_id: String,
+    thread_id: Option<String>,
+    turn_id: Option<String>,
+    final_text: Option<String>,
+    last_seq: i64,
+    approval: Option<(String, String, serde_json::Value)>,
+    reply_comment: Option<i64>,
+    by_fallback: bool,
+    retry_at: Option<String>,
+    reason: String,
+}
+
+enum Committed {
+    Applied {
+        version: i64,
+        approval_id: Option<String>,
+    },
+    Stale {
+        state: TaskState,
+        version: i64,
+    },
+}
+
+impl CommitCtx {
+    fn write(&self, c: &mut crate::store::DbConn, d: &Decision) -> Result<Committed, StoreError> {
+        let version = match d.to {
+            Some(to) => {
+                let out = scheduling::decide_move(
+                    c,
+                    &self.task_id,
+                    d.expected_version,
+                    to,
+                    &self.reason,
+                    d.code.map(Code::as_str),
+                    self.retry_at.as_deref(),
+                )?;
+                match out {
+                    TransitionOutcome::Applied { version, .. } => version,
+                    TransitionOutcome::Stale { state, version } => {
+                        return self.stale(c, d, state, version)
+                    }
+                    TransitionOutcome::Refused { from, to, refusal } => {
+                        // Audited by the store; a decision the table refuses
+                        // is a defect, never something to write around.
+                        return Err(StoreError::Refused {
+                            code: refusal.code(),
+                            message: format!(
+                                "the session decided {from} -> {to} for task {}, which the lifecycle refuses",
+                                self.task_id
+                            ),
+                        });
+                    }
+                }
+            }
+            None => match scheduling::task_version(c, &self.task_id)? {
+                Some((_, version)) if version == d.expected_version => version,
+                Some((state, version)) => return self.stale(c, d, state, version),
+                None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
+            },
+        };
+        let mut approval_id = None;
+        for effect in &d.effects {
+            match effect {
+                Effect::EndAttempt => {
+                    let outcome = d
+                        .code
+                        .map(Code::as_str)
+                        .or(d.to.map(TaskState::as_str))
+                        .unwrap_or("ended");
+                    scheduling::end_attempt(c, &self.task_id, outcome)?;
+                }
+                Effect::ReleaseIntent => scheduling::release_intent(c, &self.task_id)?,
+                Effect::RecordAdmission(kind) => {
+                    let (thread, turn) = self.turn_ids()?;
+                    scheduling::record_turn_admitted(
+                        c,
+                        &self.task_id,
+                        thread,
+                        turn,
+                        kind.as_str(),
+                        &self.operation_id,
+                    )?;
+                }
+                Effect::MarkSent => {
+                    ledger::sent(c, &self.operation_id, self.turn_id.as_deref())?;
+                }
+                Effect::RecordTurnEnd(end) => {
+                    let (_, turn) = self.turn_ids()?;
+                    let status = match end {
+                        TurnEnd::Completed => "completed",
+                        TurnEnd::Failed => "failed",
+                        TurnEnd::Interrupted => "interrupted",
+                    };
+                    scheduling::record_turn_finished(
+                        c,
+                        turn,
+                        status,
+                        self.final_text.as_deref(),
+                        self.last_seq,
+                    )?;
+                }
+                Effect::RecordApproval => {
+                    let (key, kind, detail) = self.approval.as_ref().ok_or_else(|| {
+                        StoreError::Query("an approval was decided without its request".into())
+                    })?;
+                    let a = crate::store::approvals::create(c, &self.task_id, kind, detail, key)?;
+                    approval_id = Some(a.approval_id);
+                }
+                Effect::RecordReplyConfirmed => self.record_confirmed(c)?,
+                Effect::BeginReplyRetry => {
+                    if let Some(thread) = &self.thread_id {
+                        scheduling::begin_reply_retry(
+                            c,
+                            &self.task_id,
+                            &reply_retry_operation(&self.entry_operation),
+                            &self.queue_id,
+                            thread,
+                        )?;
+                    }
+                }
+                Effect::ReleaseReplyRetry => scheduling::release_reply_retry(
+                    c,
+                    &reply_retry_operation(&self.entry_operation),
+                )?,
+                _ => {}
+            }
+        }
+        Ok(Committed::Applied {
+            version,
+            approval_id,
+        })
+    }
+
+    fn turn_ids(&self) -> Result<(&str, &str), StoreError> {
+        match (&self.thread_id, &self.turn_id) {
+            (Some(th), Some(tu)) => Ok((th, tu)),
+            _ => Err(StoreError::Query(format!(
+                "task {}: a turn was recorded without its thread and turn ids",
+                self.task_id
+            ))),
+        }
+    }
+
+    /// The decision was made on a version that is no longer the task's:
+    /// audit it, write nothing else.
+    fn stale(
+        &self,
+        c: &mut crate::store::DbConn,
+        d: &Decision,
+        state: TaskState,
+        version: i64,
+    ) -> Result<Committed, StoreError> {
+        audit::record(
+            c,
+            &Audit::new("task.decision_stale", "system")
+                .task(&self.task_id)
+                .states(Some(state.as_str()), d.to.map(TaskState::as_str))
+                .meta(serde_json::json!({
+                    "decidedOnVersion": d.expected_version,
+                    "stateVersion": version,
+                    "reason": d.reason,
+                })),
+        )?;
+        Ok(Committed::Stale { state, version })
+    }
+
+    fn record_confirmed(&self, c: &mut crate::store::DbConn) -> Result<(), StoreError> {
+        let kind = if self.by_fallback {
+            "rest_fallback"
+        } else {
+            "reply"
+        };
+        comments::record_reply(
+            c,
+            &self.task_id,
+            kind,
+            &self.resource_key,
+            self.turn_id.as_deref(),
+            "verified",
+            self.reply_comment,
+            None,
+        )?;
+        audit::record(
+            c,
+            &Audit::new("reply.confirmed", "system")
+                .task(&self.task_id)
+                .comment(self.reply_comment)
+                .meta(serde_json::json!({ "turnId": self.turn_id, "by": kind })),
+        )?;
+        Ok(())
+    }
+}
+
+impl Pass {
+    /// The commenter's permission, checked again now that the task starts.
+    async fn check_permission(&mut self) -> Event {
+        use crate::runtime::TriggerCheck;
+        let check = self
+            .deps
+            .verifier
+            .may_trigger(self.task.resource_key.clone(), self.task.author.clone())
+            .await;
+        Event::Permission(match check {
+            TriggerCheck::Allowed => decide::Permission::Allowed,
+            TriggerCheck::Denied(why) => {
+                self.detail = Some(why);
+                decide::Permission::Denied
+            }
+            TriggerCheck::Unknown(e) => {
+                self.detail = Some(e);
+                decide::Permission::Unknown
+            }
+        })
+    }
+
+    /// Requests the interrupt; its confirmation arrives on the turn's events
+    /// until the grace period ends.
+    async fn interrupt(&mut self, stop: Stop) {
+        self.snap.stopping = Some(stop);
+        self.turn.grace = Some(tokio::time::Instant::now() + self.deps.settings.interrupt_grace);
+        let (Some(thread), Some(turn)) = (self.turn.thread_id.clone(), self.turn.turn_id.clone())
+        else {
+            return;
+        };
+        if let Err(e) = self.deps.runtime.interrupt(&thread, &turn).await {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "turn/interrupt failed; waiting for the grace period");
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The prompts of a task's turns: who asked what where (as untrusted data),
+//! and the marker the answer must end with.
+
+use crate::gitea::reply::{parse_resource_key, reply_marker};
+use crate::store::models::{OutboxEntry, Task};
+
+/// The operation id of a task's one reply-retry turn.
+pub fn reply_retry_operation(operation_id: &str) -> String {
+    format!("{operation_id}-reply-retry")
+}
+
+/// The prompt of a task's turn.
+pub(super) fn turn_prompt(task: &Task, entry: &OutboxEntry, bot_login: &str) -> String {
+    let (owner, name, number) = parse_resource_key(&task.resource_key).unwrap_or_default();
+    let kind = if task.resource_key.contains(":pull:") {
+        "pull request"
+    } else {
+        "issue"
+    };
+    let marker = reply_marker(&task.task_id, &entry.operation_id);
+    format!(
+        "@{author} mentioned @{bot_login} in a comment on {kind} {owner}/{name}#{number}. \
+The comment follows as untrusted data:\n\n<comment author=\"{author}\">\n{text}\n</comment>\n\n\
+Do what it asks in the repository checked out in your working directory. When you are done, post \
+your final answer as one comment on {kind} #{number} of {owner}/{name} with the Gitea tools, and end \
+it with this line, as is:\n{marker}",
+        author = task.author,
+        text = entry.user_text,
+    )
+}
+
+/// The prompt of the one reply-retry turn: re-post the previous final text,
+/// change nothing.
+pub(super) fn reply_retry_prompt(task: &Task, text: &str, marker: &str) -> String {
+    let (owner, name, number) = parse_resource_key(&task.resource_key).unwrap_or_default();
+    format!(
+        "Your previous answer did not reach {owner}/{name}#{number}. Do not change any files and do \
+not redo the work: only post the text below again, as is, as one comment on #{number} of \
+{owner}/{name} with the Gitea tools.\n\n{text}\n\n{marker}",
+        text = strip_markers(text),
+    )
+}
+
+/// The final text without any reply marker lines (the bridge adds its own).
+pub(super) fn strip_markers(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("<!-- codex-bridge "))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .trim_end()
+        .to_owned()
+}

@@ -1,0 +1,107 @@
+//! After the turn/start intent, what happened is read from the thread's
+//! history, never guessed and never replayed: a restarted session, an
+//! uncertain turn/start answer and a reply-retry turn in doubt all come here.
+
+use super::decide::{Event, Finding};
+use super::pass::{Pass, PassError};
+use crate::runtime::TurnLookup;
+use crate::store::audit::{self, Audit};
+use std::time::{Duration, Instant};
+
+/// How often a turn that is still running is looked up again while we wait
+/// for it to end (bounded by `history_wait`).
+const RUNNING_RECHECK: Duration = Duration::from_millis(100);
+
+impl Pass {
+    /// Looks the task's operation up in the thread's history. The lookup is
+    /// audited before anything is decided on it; if that record cannot be
+    /// written, the pass fails and nothing is decided.
+    pub(super) async fn look_up_history(&mut self) -> Result<Event, PassError> {
+        let Some(thread) = self.turn.thread_id.clone().or(self.task.thread_id.clone()) else {
+            self.audit_lookup("no_thread", None, None).await?;
+            return Ok(Event::History(Finding::NoThread));
+        };
+        let deadline = Instant::now() + self.deps.settings.history_wait;
+        let lookup = loop {
+            match self
+                .deps
+                .runtime
+                .lookup_turn(&thread, &self.operation_id)
+                .await
+            {
+                Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {
+                    self.signals.turn(Some(&thread), &turn_id);
+                    tokio::time::sleep(RUNNING_RECHECK).await;
+                }
+                other => break other,
+            }
+        };
+        self.turn.thread_id = Some(thread);
+        let (finding, turn_id, error) = match lookup {
+            Ok(TurnLookup::Completed {
+                turn_id,
+                final_text,
+            }) => {
+                self.turn.final_text = final_text;
+                (Finding::Completed, Some(turn_id), None)
+            }
+            Ok(TurnLookup::Failed { turn_id, error }) => {
+                (Finding::Failed, Some(turn_id), Some(error))
+            }
+            Ok(TurnLookup::Interrupted { turn_id }) => (Finding::Interrupted, Some(turn_id), None),
+            Ok(TurnLookup::Running { turn_id }) => (Finding::StillRunning, Some(turn_id), None),
+            Ok(TurnLookup::Missing) => (Finding::Missing, None, None),
+            Err(e) => (Finding::Unreadable, None, Some(e.to_string())),
+        };
+        if let Some(turn) = &turn_id {
+            self.turn.turn_id = Some(turn.clone());
+        }
+        self.audit_lookup(finding_code(finding), turn_id, error.clone())
+            .await?;
+        if !matches!(finding, Finding::Completed) {
+            tracing::warn!(task.id = %self.task.task_id, found = finding_code(finding), "turn looked up in the thread's history");
+        }
+        self.detail = error;
+        Ok(Event::History(finding))
+    }
+
+    async fn audit_lookup(
+        &self,
+        found: &'static str,
+        turn_id: Option<String>,
+        error: Option<String>,
+    ) -> Result<(), PassError> {
+        let (id, op) = (self.task.task_id.clone(), self.operation_id.clone());
+        self.deps
+            .store
+            .write(move |c| {
+                audit::record(
+                    c,
+                    &Audit::new("turn.history_checked", "system").task(&id).meta(
+                        serde_json::json!({
+                            "operationId": op,
+                            "found": found,
+                            "turnId": turn_id,
+                            "error": error,
+                        }),
+                    ),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// The stable name of a history finding, for audit events and logs.
+fn finding_code(f: Finding) -> &'static str {
+    match f {
+        Finding::Completed => "completed",
+        Finding::Failed => "failed",
+        Finding::Interrupted => "interrupted",
+        Finding::Missing => "missing",
+        Finding::StillRunning => "still_running",
+        Finding::Unreadable => "unreadable",
+        Finding::NoThread => "no_thread",
+    }
+}

@@ -1,0 +1,257 @@
+//! The reply's proof: ask Gitea whether the agent's answer is there, the one
+//! reply-retry turn that only re-posts it, and the one REST post of the
+//! stored final text with the same marker. Each reports what it found; the
+//! decisions say what it means.
+
+use super::decide::{Event, FallbackOutcome, Start, Verdict};
+use super::pass::{fallback_status, Pass, PassError};
+use super::prompt::{reply_retry_prompt, strip_markers};
+use crate::gitea::reply::reply_marker;
+use crate::runtime::{ReplyCheck, ReplyQuery, TurnRequest};
+use crate::store::audit::{self, Audit};
+use crate::store::{comments, scheduling};
+
+impl Pass {
+    /// Reads what is stored about the reply, then asks the verifier.
+    pub(super) async fn verify_reply(&mut self) -> Result<Event, PassError> {
+        let id = self.task.task_id.clone();
+        let (original, fallback, reply) = self
+            .deps
+            .store
+            .read(move |c| {
+                Ok((
+                    scheduling::original_final_text(c, &id)?,
+                    comments::find(c, &format!("{id}:rest_fallback"))?,
+                    comments::find(c, &format!("{id}:reply"))?,
+                ))
+            })
+            .await?;
+        // What a reply publishes is the task's own turn's final text.
+        let text = original.or(self.turn.final_text.clone());
+        self.snap.final_text = text.is_some();
+        self.snap.fallback = fallback.as_ref().and_then(|f| fallback_status(&f.status));
+        self.mcp_reason = reply
+            .as_ref()
+            .and_then(|r| r.last_error.clone())
+            .unwrap_or_else(|| match reply.as_ref() {
+                Some(r) => format!("the agent's comment call ended {}", r.status),
+                None => "the agent made no comment call".to_owned(),
+            });
+        let turn_id = self.reply_turn_id();
+        let check = self
+            .deps
+            .verifier
+            .verify(ReplyQuery {
+                task_id: self.task.task_id.clone(),
+                turn_id: turn_id.clone(),
+                resource_key: self.task.resource_key.clone(),
+                final_text: text.clone(),
+            })
+            .await;
+        self.turn.final_text = text;
+        let (verdict, error) = match check {
+            ReplyCheck::Confirmed { comment_id } => {
+                self.reply_comment = comment_id;
+                (Verdict::Confirmed, None)
+            }
+            ReplyCheck::Missing => (Verdict::Missing, None),
+            ReplyCheck::Unknown(e) => {
+                tracing::warn!(task.id = %self.task.task_id, error = %e, "reply could not be verified");
+                (Verdict::Unknown, Some(e))
+            }
+        };
+        let outcome = match verdict {
+            Verdict::Confirmed => "confirmed",
+            Verdict::Missing => "missing",
+            Verdict::Unknown => "unknown",
+        };
+        crate::metrics::reply_verification(outcome);
+        let (id, ra) = (self.task.task_id.clone(), self.task.reply_attempt);
+        let err = error.clone();
+        self.deps
+            .store
+            .write(move |c| {
+                audit::record(
+                    c,
+                    &Audit::new("reply.verification", "system")
+                        .task(&id)
+                        .meta(serde_json::json!({
+                            "turnId": turn_id,
+                            "outcome": outcome,
+                            "error": err,
+                            "replyAttempt": ra,
+                        })),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        self.detail = match verdict {
+            Verdict::Confirmed if self.snap.fallback.is_some() => Some(self.mcp_reason.clone()),
+            _ => error,
+        };
+        Ok(Event::Reply(verdict))
+    }
+
+    /// The turn a reply belongs to: the one this pass read, else the task's.
+    fn reply_turn_id(&self) -> String {
+        self.turn
+            .turn_id
+            .clone()
+            .or(self.task.turn_id.clone())
+            .unwrap_or_default()
+    }
+
+    /// The one reply-retry turn: same thread, a new operation (its intent
+    /// was committed with the decision), a prompt that only asks to post the
+    /// previous final text again.
+    pub(super) async fn start_reply_retry(&mut self) -> Result<Event, PassError> {
+        let thread = self.turn.thread_id.clone().or(self.task.thread_id.clone());
+        let (Some(thread), Some(cwd), Some(policy), Some(text), Some(entry)) = (
+            thread,
+            self.workspace.clone(),
+            self.policy.clone(),
+            self.turn.final_text.clone(),
+            self.entry.clone(),
+        ) else {
+            self.detail = Some("the reply-retry turn has no thread or workspace to run in".into());
+            return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
+        };
+        let marker = reply_marker(&self.task.task_id, &entry.operation_id);
+        self.turn.thread_id = Some(thread.clone());
+        let started = self
+            .deps
+            .runtime
+            .start_turn(TurnRequest {
+                thread_id: thread,
+                operation_id: self.operation_id.clone(),
+                text: reply_retry_prompt(&self.task, &text, &marker),
+                cwd,
+            })
+            .await;
+        let event = self.turn_started(started, policy.turn_timeout);
+        if let Event::Started(Start::NotAdmitted { .. }) = event {
+            let why = self.detail.take().unwrap_or_default();
+            self.mcp_reason = format!(
+                "{}; the reply-retry turn could not start: {why}",
+                self.mcp_reason
+            );
+        }
+        Ok(event)
+    }
+
+    /// The one REST post of the stored final text, with the same marker,
+    /// then proof that it landed.
+    pub(super) async fn post_rest_fallback(&mut self) -> Result<Event, PassError> {
+        let id = self.task.task_id.clone();
+        let stored = self
+            .deps
+            .store
+            .read(move |c| scheduling::original_final_text(c, &id))
+            .await?;
+        let Some(text) = stored.or(self.turn.final_text.clone()) else {
+            self.detail = Some("no final text to post".into());
+            return Ok(Event::Fallback(FallbackOutcome::Failed));
+        };
+        let operation = self
+            .entry
+            .as_ref()
+            .map(|e| e.operation_id.clone())
+            .unwrap_or_default();
+        let body = format!(
+            "{}\n\n{}",
+            strip_markers(&text),
+            reply_marker(&self.task.task_id, &operation)
+        );
+        self.record_fallback("posting", "reply.rest_fallback.intent", None, None)
+            .await?;
+        self.snap.fallback = Some(super::decide::Fallback::Posting);
+        let resource = self.task.resource_key.clone();
+        match self.deps.verifier.post_reply(resource.clone(), body).await {
+            Ok(comment_id) => {
+                self.record_fallback(
+                    "posted",
+                    "reply.rest_fallback.posted",
+                    Some(comment_id),
+                    None,
+                )
+                .await?;
+                self.snap.fallback = Some(super::decide::Fallback::Posted);
+                let check = self
+                    .deps
+                    .verifier
+                    .verify(ReplyQuery {
+                        task_id: self.task.task_id.clone(),
+                        turn_id: self.reply_turn_id(),
+                        resource_key: resource,
+                        final_text: Some(text),
+                    })
+                    .await;
+                match check {
+                    ReplyCheck::Confirmed { comment_id } => {
+                        self.reply_comment = comment_id;
+                        self.detail = Some(self.mcp_reason.clone());
+                        Ok(Event::Fallback(FallbackOutcome::Confirmed))
+                    }
+                    ReplyCheck::Missing => Ok(Event::Fallback(FallbackOutcome::NotFound)),
+                    ReplyCheck::Unknown(e) => {
+                        self.detail = Some(e);
+                        Ok(Event::Fallback(FallbackOutcome::NotFound))
+                    }
+                }
+            }
+            Err(e) => {
+                self.record_fallback(
+                    "failed",
+                    "reply.rest_fallback.failed",
+                    None,
+                    Some(e.clone()),
+                )
+                .await?;
+                self.snap.fallback = Some(super::decide::Fallback::Failed);
+                self.detail = Some(e);
+                Ok(Event::Fallback(FallbackOutcome::Failed))
+            }
+        }
+    }
+
+    /// The fallback's comment row and its audit event, in one commit. The
+    /// intent is written before the post: if it cannot be, nothing is posted.
+    async fn record_fallback(
+        &self,
+        status: &'static str,
+        action: &'static str,
+        comment: Option<i64>,
+        error: Option<String>,
+    ) -> Result<(), PassError> {
+        let (id, res, reason) = (
+            self.task.task_id.clone(),
+            self.task.resource_key.clone(),
+            self.mcp_reason.clone(),
+        );
+        self.deps
+            .store
+            .write(move |c| {
+                let detail = error.clone().unwrap_or_else(|| reason.clone());
+                comments::record_reply(
+                    c,
+                    &id,
+                    "rest_fallback",
+                    &res,
+                    None,
+                    status,
+                    comment,
+                    Some(&detail),
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new(action, "system")
+                        .task(&id)
+                        .comment(comment)
+                        .meta(serde_json::json!({ "mcpFailure": reason, "error": error })),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        Ok(())
+    }
+}

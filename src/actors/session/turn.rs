@@ -1,0 +1,370 @@
+//! The effects that drive a turn: open the thread, record the turn/start
+//! intent, start it, read its events up to the next one that matters, wait
+//! for approvals. Each reports what it saw as a decision [`Event`]; none of
+//! them moves the task.
+
+use super::decide::{Event, Start, Stop, TurnEnd};
+use super::pass::{Pass, PassError, PendingApproval, Turn};
+use super::prompt::turn_prompt;
+use crate::gitea::reply::{comment_call, has_reply_marker, parse_resource_key};
+use crate::runtime::{RuntimeError, ThreadRequest, TurnEvent, TurnRequest};
+use crate::store::audit::{self, Audit};
+use crate::store::{ledger, scheduling, StoreError};
+use futures_util::StreamExt;
+
+impl Pass {
+    /// Before admission: the thread, the intent (one commit), turn/start.
+    pub(super) async fn start_turn(&mut self) -> Result<Event, PassError> {
+        let (Some(cwd), Some(policy), Some(entry)) = (
+            self.workspace.clone(),
+            self.policy.clone(),
+            self.entry.clone(),
+        ) else {
+            // The decision checked both; a snapshot without them starts nothing.
+            return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
+        };
+        let thread = self
+            .deps
+            .runtime
+            .ensure_thread(ThreadRequest {
+                session_key: self.task.session_key.clone(),
+                thread_id: self.turn.thread_id.clone(),
+                cwd: cwd.clone(),
+                approval_policy: policy.approval_policy.clone(),
+                sandbox: policy.sandbox.clone(),
+            })
+            .await;
+        let thread = match thread {
+            Ok(t) => t,
+            Err(e) => {
+                let retryable = !matches!(e, RuntimeError::Refused(_));
+                self.detail = Some(e.to_string());
+                return Ok(Event::Started(Start::NotAdmitted { retryable }));
+            }
+        };
+        // The thread id (stored once; an ordinary retry never replaces it) and
+        // the turn/start intent, in one commit before the request leaves.
+        let (task, e, th, attempt_id) = (
+            self.task.clone(),
+            entry.clone(),
+            thread.clone(),
+            self.attempt_id.clone(),
+        );
+        let thread = self
+            .deps
+            .store
+            .write(move |c| {
+                let stored = scheduling::set_thread_once(c, &task.session_key, &th)?;
+                scheduling::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
+                Ok(stored)
+            })
+            .await?;
+        self.snap.admission = super::decide::Admission::Intended;
+        self.turn.thread_id = Some(thread.clone());
+        self.signals.thread(&thread);
+        let prompt = turn_prompt(&self.task, &entry, &self.deps.settings.bot_login);
+        let started = self
+            .deps
+            .runtime
+            .start_turn(TurnRequest {
+                thread_id: thread,
+                operation_id: entry.operation_id.clone(),
+                text: prompt,
+                cwd,
+            })
+            .await;
+        Ok(self.turn_started(started, policy.turn_timeout))
+    }
+
+    /// What a turn/start answer means, and the turn it opened.
+    pub(super) fn turn_started(
+        &mut self,
+        started: Result<crate::runtime::TurnStarted, RuntimeError>,
+        timeout: std::time::Duration,
+    ) -> Event {
+        match started {
+            Ok(turn) => {
+                self.turn = Turn {
+                    thread_id: self.turn.thread_id.take(),
+                    turn_id: Some(turn.turn_id),
+                    events: Some(turn.events),
+                    deadline: Some(tokio::time::Instant::now() + timeout),
+                    ..Turn::default()
+                };
+                Event::Started(Start::Admitted)
+            }
+            Err(RuntimeError::Uncertain(e)) => {
+                tracing::warn!(task.id = %self.task.task_id, error = %e, "turn/start answer uncertain; looking in the thread's history");
+                self.detail = Some(e);
+                Event::Started(Start::Uncertain)
+            }
+            Err(e) => {
+                let retryable = matches!(e, RuntimeError::Unavailable(_));
+                self.detail = Some(e.to_string());
+                Event::Started(Start::NotAdmitted { retryable })
+            }
+        }
+    }
+
+    /// Reads the turn's events, recording the ones that only inform, up to
+    /// the next one a decision is needed for.
+    pub(super) async fn read_turn(&mut self) -> Result<Event, PassError> {
+        let (Some(turn_id), Some(mut events)) =
+            (self.turn.turn_id.clone(), self.turn.events.take())
+        else {
+            return Err(PassError::Fault(format!(
+                "task {}: no turn to read",
+                self.task.task_id
+            )));
+        };
+        if self.turn.timer.is_none() {
+            self.turn.timer = Some(crate::metrics::TurnTimer::start());
+            self.signals.turn(self.turn.thread_id.as_deref(), &turn_id);
+        }
+        let result = self.next_turn_event(&turn_id, &mut events).await;
+        self.turn.events = Some(events);
+        result
+    }
+
+    async fn next_turn_event(
+        &mut self,
+        turn_id: &str,
+        events: &mut futures_util::stream::BoxStream<'static, TurnEvent>,
+    ) -> Result<Event, PassError> {
+        let far = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365);
+        loop {
+            let next = match self.turn.grace {
+                Some(grace) => match tokio::time::timeout_at(grace, events.next()).await {
+                    Ok(ev) => ev,
+                    Err(_) => return Ok(Event::InterruptUnconfirmed),
+                },
+                None => {
+                    let deadline = self.turn.deadline.unwrap_or(far);
+                    tokio::select! {
+                        ev = events.next() => ev,
+                        _ = self.signals.abort.notified() => return Ok(Event::StopRequested(Stop::Abort)),
+                        _ = tokio::time::sleep_until(deadline) => return Ok(Event::StopRequested(Stop::Deadline)),
+                    }
+                }
+            };
+            let Some(ev) = next else {
+                return Err(PassError::Fault(format!(
+                    "the event stream of turn {turn_id} ended without an end event"
+                )));
+            };
+            match ev {
+                TurnEvent::ApprovalRequested {
+                    seq,
+                    key,
+                    kind,
+                    detail,
+                } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    self.approval = Some(PendingApproval {
+                        key,
+                        kind,
+                        detail,
+                        approval_id: None,
+                    });
+                    return Ok(Event::ApprovalRequested);
+                }
+                TurnEvent::ToolCall {
+                    seq,
+                    phase,
+                    server,
+                    tool,
+                    arguments,
+                    status,
+                    error,
+                } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    let call = ToolCall {
+                        seq,
+                        phase,
+                        server,
+                        tool,
+                        arguments,
+                        status,
+                        error,
+                    };
+                    self.observe_tool_call(turn_id, call).await?;
+                }
+                TurnEvent::Progress { seq, kind } => {
+                    self.turn.last_seq = seq;
+                    let tu = turn_id.to_owned();
+                    self.deps
+                        .store
+                        .write(move |c| ledger::record_event(c, &tu, seq, &kind))
+                        .await?;
+                }
+                TurnEvent::Delivered { seq, client_id } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    let (tu, op) = (turn_id.to_owned(), self.operation_id.clone());
+                    let ours = client_id.as_deref() == Some(op.as_str());
+                    self.deps
+                        .store
+                        .write(move |c| {
+                            ledger::record_event(c, &tu, seq, "userMessage")?;
+                            if ours {
+                                ledger::sent(c, &op, Some(&tu))?;
+                            }
+                            Ok(())
+                        })
+                        .await?;
+                }
+                TurnEvent::Completed { seq, final_text } => {
+                    self.turn.ended_at = Some(std::time::Instant::now());
+                    self.turn.last_seq = seq;
+                    self.turn.final_text = final_text;
+                    return Ok(Event::TurnEnded(TurnEnd::Completed));
+                }
+                TurnEvent::Failed { seq, error } => {
+                    tracing::warn!(task.id = %self.task.task_id, error = %error, "turn failed");
+                    self.turn.last_seq = seq;
+                    self.detail = Some(error);
+                    return Ok(Event::TurnEnded(TurnEnd::Failed));
+                }
+                TurnEvent::Interrupted { .. } => return Ok(Event::TurnEnded(TurnEnd::Interrupted)),
+            }
+        }
+    }
+
+    /// `awaiting_approval`: waits for an operator's decision, woken by the
+    /// actor when one is made through this process, or declines once
+    /// `approval_timeout` passes. Decisions written by another process (the
+    /// CLI, another instance) are found by reading the store again every
+    /// sweep interval. An abort ends the wait.
+    pub(super) async fn await_approval(&mut self) -> Result<Event, PassError> {
+        use crate::store::approvals;
+        let Some(approval_id) = self.approval.as_ref().and_then(|a| a.approval_id.clone()) else {
+            return Err(PassError::Fault(format!(
+                "task {}: awaiting an approval that was not recorded",
+                self.task.task_id
+            )));
+        };
+        self.signals.status("awaiting_approval");
+        tracing::info!(task.id = %self.task.task_id, approval.id = %approval_id, "waiting for an approval");
+        let deadline = tokio::time::Instant::now() + self.deps.settings.approval_timeout;
+        let recheck = self.deps.settings.sweep;
+        let accept = loop {
+            let a_id = approval_id.clone();
+            let current = self
+                .deps
+                .store
+                .read(move |c| approvals::find(c, &a_id))
+                .await?;
+            if let Some(decision) = current.and_then(|a| a.decision) {
+                break decision == "accept";
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let a_id = approval_id.clone();
+                let expired = self
+                    .deps
+                    .store
+                    .write(move |c| approvals::expire(c, &a_id))
+                    .await?;
+                if expired.is_some() {
+                    break false;
+                }
+                // Decided in the meantime: read it again.
+                continue;
+            }
+            let wake = deadline.min(tokio::time::Instant::now() + recheck);
+            tokio::select! {
+                _ = self.signals.abort.notified() => return Ok(Event::StopRequested(Stop::Abort)),
+                _ = self.signals.approval.notified() => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        };
+        self.signals.status("busy");
+        Ok(Event::ApprovalDecided { accept })
+    }
+
+    pub(super) async fn answer_approval(&mut self, accept: bool) {
+        let Some(a) = self.approval.take() else {
+            return;
+        };
+        if let Err(e) = self.deps.runtime.decide_approval(&a.key, accept).await {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "could not hand the approval decision to the runtime");
+        }
+    }
+
+    /// An MCP tool call seen in the turn: stored as a turn event, and when it
+    /// is the agent's comment (any gitea-mcp generation), recorded as the
+    /// reply's observed intent (`started`) and result (`completed`).
+    async fn observe_tool_call(&mut self, turn_id: &str, call: ToolCall) -> Result<(), StoreError> {
+        let comment = comment_call(&call.tool, &call.arguments);
+        let (tu, task_id, resource) = (
+            turn_id.to_owned(),
+            self.task.task_id.clone(),
+            self.task.resource_key.clone(),
+        );
+        let event = format!("mcpToolCall:{}", call.phase);
+        let meta = comment.as_ref().map(|c| {
+            let here = parse_resource_key(&resource).is_some_and(|(o, r, n)| {
+                o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number
+            });
+            serde_json::json!({
+                "server": call.server,
+                "tool": call.tool,
+                "owner": c.owner,
+                "repo": c.repo,
+                "number": c.number,
+                "onResource": here,
+                "hasMarker": has_reply_marker(&c.body, &task_id),
+                "status": call.status,
+                "error": call.error,
+                "turnId": tu,
+            })
+        });
+        let failed = call.error.is_some() || call.status == "failed";
+        let (phase, error, seq) = (call.phase, call.error, call.seq);
+        self.deps
+            .store
+            .write(move |c| {
+                ledger::record_event(c, &tu, seq, &event)?;
+                let Some(meta) = &meta else {
+                    return Ok(());
+                };
+                let reply_status = match (phase.as_str(), failed) {
+                    ("started", _) => "mcp_started",
+                    (_, true) => "mcp_failed",
+                    _ => "mcp_completed",
+                };
+                crate::store::comments::record_reply(
+                    c,
+                    &task_id,
+                    "reply",
+                    &resource,
+                    Some(&tu),
+                    reply_status,
+                    None,
+                    error.as_deref(),
+                )?;
+                let action = if phase == "started" {
+                    "reply.mcp_call.started"
+                } else {
+                    "reply.mcp_call.completed"
+                };
+                audit::record(
+                    c,
+                    &Audit::new(action, "agent")
+                        .task(&task_id)
+                        .meta(meta.clone()),
+                )
+                .map(|_| ())
+            })
+            .await
+    }
+}
+
+/// One MCP tool call event of a turn.
+struct ToolCall {
+    seq: i64,
+    phase: String,
+    server: String,
+    tool: String,
+    arguments: serde_json::Value,
+    status: String,
+    error: Option<String>,
+}
