@@ -26,6 +26,9 @@ pub struct TestWorkspaces {
     root: PathBuf,
     failures: Arc<Mutex<HashMap<String, PrepareError>>>,
     pub prepared: Arc<Mutex<Vec<String>>>,
+    /// Repositories whose folder `path_for` refuses to name after `prepare`
+    /// succeeded (a workspace that cannot be named when the turn starts).
+    pub unnamed: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 impl Workspaces for TestWorkspaces {
@@ -34,12 +37,15 @@ impl Workspaces for TestWorkspaces {
             return Err(err.clone());
         }
         self.prepared.lock().unwrap().push(req.name.clone());
-        let path = self.path_for(&req.owner, &req.name)?;
+        let path = self.root.join("default").join(&req.owner).join(&req.name);
         std::fs::create_dir_all(&path).map_err(|e| PrepareError::Transient(e.to_string()))?;
         Ok(path)
     }
 
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError> {
+        if self.unnamed.lock().unwrap().contains(name) {
+            return Err(PrepareError::InvalidName(name.to_owned()));
+        }
         Ok(self.root.join("default").join(owner).join(name))
     }
 }

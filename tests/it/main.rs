@@ -26,6 +26,7 @@ mod migrations;
 mod nginx;
 mod recovery;
 mod scheduling;
+mod session;
 mod support;
 mod walvfs;
 mod webhook;

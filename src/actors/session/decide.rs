@@ -412,12 +412,23 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
             S::Running => Decision::on(snap, "the agent asked for approval")
                 .to(S::AwaitingApproval)
                 .then(&[E::RecordApproval, E::AwaitApproval]),
+            // An abort landed meanwhile: the turn is stopped, not approved.
+            S::CancelRequested => stop_requested(snap, Stop::Abort),
             _ => ignored(snap),
         },
         Event::ApprovalDecided { accept } => match snap.state {
             S::AwaitingApproval => Decision::on(snap, "approval decided")
                 .to(S::Running)
                 .then(&[E::AnswerApproval { accept }, E::ReadTurn]),
+            // Aborted while it waited: the agent hears the decision, then
+            // the interrupt.
+            S::CancelRequested if snap.stopping.is_none() => {
+                Decision::on(snap, "approval decided after an abort was requested").then(&[
+                    E::AnswerApproval { accept },
+                    E::Interrupt(Stop::Abort),
+                    E::ReadTurn,
+                ])
+            }
             _ => ignored(snap),
         },
         Event::StopRequested(stop) => stop_requested(snap, stop),

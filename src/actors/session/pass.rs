@@ -75,6 +75,8 @@ pub(super) struct Pass {
     /// The repository's workspace folder, when it can be named.
     pub workspace: Option<PathBuf>,
     pub policy: Option<RepoPolicy>,
+    /// The session's thread, which a new task's turn resumes.
+    pub session_thread: Option<String>,
     /// The operation the current turn carries: the entry's, or the
     /// reply-retry turn's own once that was intended.
     pub operation_id: String,
@@ -142,6 +144,8 @@ impl Pass {
                 let entry = scheduling::outbox_entry(c, &task.task_id)?;
                 let attempt = scheduling::active_attempt(c, &task.task_id)?;
                 let repo = scheduling::repository(c, &task.repo_key)?;
+                let session_thread =
+                    scheduling::session(c, &task.session_key)?.and_then(|s| s.thread_id);
                 let retry_finished = scheduling::reply_retry_finished(c, &task.task_id)?;
                 let retry_intended = match &entry {
                     Some(e) if task.reply_attempt > 0 => {
@@ -156,7 +160,7 @@ impl Pass {
                     task,
                     entry,
                     attempt,
-                    repo,
+                    (repo, session_thread),
                     (retry_finished, retry_intended, fallback, final_text),
                 )))
             })
@@ -165,7 +169,7 @@ impl Pass {
             task,
             entry,
             attempt,
-            repo,
+            (repo, session_thread),
             (retry_finished, retry_intended, fallback, final_text),
         )) = found
         else {
@@ -225,6 +229,7 @@ impl Pass {
             snap,
             workspace,
             policy,
+            session_thread,
             operation_id,
             approval: None,
             reply_comment: None,

@@ -28,7 +28,7 @@ impl Pass {
             .runtime
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
-                thread_id: self.turn.thread_id.clone(),
+                thread_id: self.session_thread.clone(),
                 cwd: cwd.clone(),
                 approval_policy: policy.approval_policy.clone(),
                 sandbox: policy.sandbox.clone(),

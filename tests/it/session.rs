@@ -1,0 +1,165 @@
+//! The session actor's decisions, end to end in process on a real SQLite
+//! store with the scripted runtime: a workspace that cannot be named starts
+//! nothing, a decision that lost its compare-and-swap is audited and decided
+//! again from the store, and an approval decided through this process wakes
+//! the waiting session at once.
+
+use super::actors::{settings, Harness};
+use actix::prelude::*;
+use codex_bridge::actors::registry::ApprovalDecided;
+use codex_bridge::lifecycle::TaskState;
+use codex_bridge::runtime::scripted::{Script, ScriptedRuntime, Step};
+use codex_bridge::store::control::{self, ControlRequest};
+use codex_bridge::store::{approvals, audit, comments, tasks};
+use std::time::Duration;
+
+fn run<F: std::future::Future<Output = ()>>(f: F) {
+    actix::System::new().block_on(f);
+}
+
+fn operator(request_id: &str) -> ControlRequest {
+    ControlRequest {
+        request_id: request_id.into(),
+        reason: "test".into(),
+        actor: "admin:alice".into(),
+    }
+}
+
+async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
+    let id = task_id.to_owned();
+    h.store
+        .read(move |c| {
+            audit::list(
+                c,
+                &audit::AuditFilter {
+                    task_id: Some(id),
+                    limit: 1000,
+                    ..Default::default()
+                },
+            )
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.action)
+        .collect()
+}
+
+#[test]
+fn a_task_whose_workspace_cannot_be_named_fails_and_starts_no_turn() {
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        h.workspaces
+            .unnamed
+            .lock()
+            .unwrap()
+            .insert("ghost".to_owned());
+        let id = h.comment("ghost", 1, 1, "@ccbot do it").await;
+        h.wait_state(&id, TaskState::Failed).await;
+        let i = id.clone();
+        let task = h
+            .store
+            .read(move |c| tasks::find(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(task.error_code.as_deref(), Some("workspace_unavailable"));
+        assert!(h.runtime.calls().is_empty(), "no turn may start");
+        assert_eq!(h.runtime.threads_started(), 0, "no thread either");
+        assert_eq!(
+            h.workspaces.prepared.lock().unwrap().as_slice(),
+            ["ghost"],
+            "the repository actor prepared it; only naming it failed"
+        );
+        let key = comments::receipt_key(&id, "failed");
+        let receipt = h
+            .store
+            .read(move |c| comments::find(c, &key))
+            .await
+            .unwrap();
+        assert!(receipt.is_some(), "the failure gets its receipt");
+        System::current().stop();
+    });
+}
+
+#[test]
+fn a_decision_that_lost_its_compare_and_swap_is_audited_and_decided_again() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "risky",
+            Script::steps(vec![Step::AskApproval("command"), Step::Hang]),
+        );
+        let h = Harness::start(rt, settings());
+        let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
+        h.wait_state(&id, TaskState::AwaitingApproval).await;
+        // Another process (the CLI, another instance) aborts the task and
+        // decides the approval; this process's session hears of neither.
+        let i = id.clone();
+        h.store
+            .write(move |c| control::abort_task(c, &operator("abort-1"), &i))
+            .await
+            .unwrap();
+        let pending = h.store.read(approvals::pending).await.unwrap();
+        let a = pending[0].approval_id.clone();
+        h.store
+            .write(move |c| approvals::decide(c, &operator("ok-1"), &a, true))
+            .await
+            .unwrap();
+        // The session decided `running` on the version it had seen; the
+        // store says `cancel_requested`: it decides again, and interrupts.
+        h.wait_state(&id, TaskState::Aborted).await;
+        let actions = audit_actions(&h, &id).await;
+        assert!(
+            actions.contains(&"task.decision_stale".to_owned()),
+            "{actions:?}"
+        );
+        assert!(
+            !actions.contains(&"task.transition_refused".to_owned()),
+            "a stale decision is decided again, never forced: {actions:?}"
+        );
+        assert_eq!(h.runtime.interrupts().len(), 1);
+        assert_eq!(
+            h.runtime.decisions(),
+            [(h.runtime.decisions()[0].0.clone(), true)]
+        );
+        System::current().stop();
+    });
+}
+
+#[test]
+fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "risky",
+            Script::steps(vec![
+                Step::AskApproval("command"),
+                Step::Complete("did it".into()),
+            ]),
+        );
+        let mut s = settings();
+        // Decisions written by other processes are found by this re-read;
+        // an hour means only the wake-up can end the wait within the test.
+        s.sweep = Duration::from_secs(3600);
+        s.approval_timeout = Duration::from_secs(3600);
+        let h = Harness::start(rt, s);
+        let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
+        h.wait_state(&id, TaskState::AwaitingApproval).await;
+        let pending = h.store.read(approvals::pending).await.unwrap();
+        let a = pending[0].approval_id.clone();
+        h.store
+            .write(move |c| approvals::decide(c, &operator("ok-1"), &a, true))
+            .await
+            .unwrap();
+        h.registry.do_send(ApprovalDecided {
+            session_key: "default:acme/widgets:issue:1".into(),
+            repo_key: "default:acme/widgets".into(),
+            task_id: id.clone(),
+        });
+        h.wait_state(&id, TaskState::Succeeded).await;
+        assert_eq!(h.runtime.decisions().len(), 1);
+        assert!(h.runtime.decisions()[0].1, "accepted");
+        System::current().stop();
+    });
+}
