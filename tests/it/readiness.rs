@@ -22,7 +22,8 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
 
     // The repository actor is started by this task's commit, so every pass it
     // finishes comes after the commit and would have leased the task: wait for
-    // two, and for a sweep that counted the task in the queue.
+    // two, and for a sweep that counted the task as waiting (`queueDepth`
+    // counts `queued` and `retry_wait`: the history below tells them apart).
     let repo = |s: &TestServer| -> Value {
         let tree = s.admin_get("/api/gitea-workflow/actors");
         assert_eq!(tree.status, 200);
@@ -38,17 +39,21 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
         let r = repo(&s);
         r["passes"].as_u64().unwrap_or(0) >= 2 && r["queueDepth"] == 1
     });
-    let r = repo(&s);
-    assert_eq!(r["status"], "held", "{r}");
-    assert_eq!(r["leaseHolder"], Value::Null, "{r}");
-
     let mut db = s.db();
-    assert_eq!(task_state(&mut db, &task).as_deref(), Some("queued"));
+    let history: Vec<String> = codex_bridge::store::tasks::history(&mut db, &task)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect();
+    assert_eq!(history, ["queued"], "the task never left the queue");
     assert_eq!(
         count_where(&mut db, "attempts", &format!("task_id = '{task}'")),
         0
     );
     assert_eq!(count(&mut db, "leases"), 0);
+    let r = repo(&s);
+    assert_eq!(r["status"], "held", "{r}");
+    assert_eq!(r["leaseHolder"], Value::Null, "{r}");
 
     let tree = s.admin_get("/api/gitea-workflow/actors");
     assert_eq!(
