@@ -32,7 +32,7 @@ use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorSettings, Deps};
 use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
-use codex_bridge::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier};
+use codex_bridge::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier, TriggerCheck};
 use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
@@ -53,6 +53,11 @@ impl ReplyVerifier for Instant200 {
             }
         }
         .boxed()
+    }
+
+    /// The benchmark measures turns, not permission checks: everyone may trigger.
+    fn may_trigger(&self, _: String, _: String) -> BoxFuture<'static, TriggerCheck> {
+        async { TriggerCheck::Allowed }.boxed()
     }
 }
 

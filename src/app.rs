@@ -25,25 +25,6 @@ pub struct AppState {
     pub live: crate::web::live::Hub,
 }
 
-/// Until the Gitea client exists, nothing can prove a reply landed: say so.
-struct NoVerifier;
-
-impl crate::runtime::ReplyVerifier for NoVerifier {
-    fn verify(
-        &self,
-        _: crate::runtime::ReplyQuery,
-    ) -> futures_util::future::BoxFuture<'static, crate::runtime::ReplyCheck> {
-        use futures_util::FutureExt;
-        async {
-            crate::runtime::ReplyCheck::Unknown(
-                "reply verification needs the Gitea client, which this build does not have yet"
-                    .into(),
-            )
-        }
-        .boxed()
-    }
-}
-
 /// The Gitea REST client, when `gitea_url` and `gitea_token` are both set.
 fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     match (&config.gitea_url, &config.gitea_token) {
@@ -115,13 +96,10 @@ fn start_actors(
                     &config.bot_login,
                     config.trigger_policy.clone(),
                 )),
-                None => {
-                    tracing::warn!(
-                        "gitea_url or gitea_token is not set: replies cannot be verified, so finished \
-                         turns end failed_reply"
-                    );
-                    Arc::new(NoVerifier)
-                }
+                // The scheduler holds every task (see `hold` below), and says why.
+                None => Arc::new(crate::gitea::ForgeNotConfigured {
+                    reason: crate::readiness::gitea_not_configured(config).unwrap_or_default(),
+                }),
             };
             (Arc::new(codex), verifier)
         }
@@ -162,12 +140,14 @@ fn start_actors(
         };
         actix::spawn(worker.run());
     }
+    let mut settings = config.actor_settings();
+    settings.hold = crate::readiness::blockers(config);
     let deps = Arc::new(Deps {
         store: store.clone(),
         runtime,
         verifier,
         workspaces: Arc::new(workspaces),
-        settings: config.actor_settings(),
+        settings,
     });
     Ok(Some(Registry::new(deps).start()))
 }

@@ -9,6 +9,8 @@
 //! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
 //!   ingest transaction, tasks, audit, control.
 //! - [`lifecycle`]: the task state machine of DESIGN §5, as data.
+//! - [`readiness`]: what keeps this process from running turns, from its
+//!   configuration (the scheduler's hold, `/readyz`, the admin overview).
 //! - [`config`], [`error`], [`telemetry`], [`metrics`]: configuration, HTTP errors,
 //!   logging, the process-wide metrics registry.
 
@@ -21,6 +23,7 @@ pub mod error;
 pub mod gitea;
 pub mod lifecycle;
 pub mod metrics;
+pub mod readiness;
 pub mod runtime;
 pub mod store;
 pub mod telemetry;

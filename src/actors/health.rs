@@ -34,7 +34,8 @@ pub struct SessionHealth {
 #[serde(rename_all = "camelCase")]
 pub struct RepoHealth {
     pub repo_key: String,
-    /// idle, busy, blocked, uncertain, paused, disabled, restarting
+    /// idle, busy, blocked, uncertain, paused, disabled, restarting, held
+    /// (the process may start no task: see [`RegistryHealth::held`])
     pub status: String,
     pub lease_holder: Option<String>,
     pub lease_id: Option<String>,
@@ -42,6 +43,9 @@ pub struct RepoHealth {
     pub queue_depth: i64,
     pub running_task: Option<String>,
     pub mailbox_backlog: i64,
+    /// Scheduling passes finished: each one looked at the store's queue (or
+    /// saw that the process is held) and decided what may start.
+    pub passes: u64,
     pub starts: u64,
     pub restarts: u64,
     pub last_event_at: Option<String>,
@@ -57,4 +61,6 @@ pub struct RegistryHealth {
     pub repositories: Vec<RepoHealth>,
     pub session_actors: usize,
     pub repo_actors: usize,
+    /// Why no task may start in this process (empty: tasks run).
+    pub held: Vec<crate::readiness::Blocker>,
 }

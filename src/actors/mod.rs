@@ -54,6 +54,11 @@ pub struct ActorSettings {
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
     /// The bot's Gitea login (named in the turn's prompt).
     pub bot_login: String,
+    /// Why this process must start no task (say, no Gitea client to check a
+    /// commenter's permission and verify the reply); empty: schedule normally.
+    /// While it is not empty the repo actors lease nothing, so tasks wait
+    /// `queued` for a process that can run them safely.
+    pub hold: Vec<crate::readiness::Blocker>,
 }
 
 impl ActorSettings {
@@ -79,6 +84,7 @@ impl ActorSettings {
             sandbox: "danger-full-access".into(),
             repositories: Arc::new(BTreeMap::new()),
             bot_login: "codex-bot".into(),
+            hold: Vec::new(),
         }
     }
 

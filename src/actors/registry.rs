@@ -133,6 +133,13 @@ impl Actor for Registry {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         tracing::info!(owner = %self.deps.settings.owner, runtime = self.deps.runtime.name(), "actor registry started");
+        for blocker in &self.deps.settings.hold {
+            tracing::warn!(
+                code = blocker.code,
+                "no task will start: {}",
+                blocker.message
+            );
+        }
         self.sweep(ctx);
         ctx.run_interval(self.deps.settings.sweep, |act, ctx| act.sweep(ctx));
         let idle = self.deps.settings.session_idle;
@@ -298,6 +305,7 @@ impl Handler<Snapshot> for Registry {
             repo_actors: self.repos.len(),
             session_actors: self.sessions.len(),
             repositories: repos,
+            held: self.deps.settings.hold.clone(),
         })
     }
 }

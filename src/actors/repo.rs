@@ -87,6 +87,7 @@ impl RepoActor {
                 Ok(Ok(pass)) => {
                     act.lease = pass.lease.clone();
                     act.update_health(|h| {
+                        h.passes += 1;
                         h.status = pass.status.into();
                         h.lease_holder = pass.lease.as_ref().map(|l| l.owner.clone());
                         h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
@@ -192,6 +193,18 @@ async fn schedule_pass(
     repo_key: String,
     held: Option<Lease>,
 ) -> Result<Pass, StoreError> {
+    if !deps.settings.hold.is_empty() {
+        // Nothing may start here, not even a task an earlier run left leased
+        // or running: its session would start or verify a turn this process
+        // cannot vouch for. Every task stays where it is, for a process that can.
+        return Ok(Pass {
+            lease: release(&deps, held).await,
+            dispatch: None,
+            status: "held",
+            running_task: None,
+            again: false,
+        });
+    }
     let store = deps.store.clone();
     let owner = deps.settings.owner.clone();
     let ttl = deps.settings.lease_ttl;

@@ -151,3 +151,29 @@ impl ReplyVerifier for GiteaForge {
         .boxed()
     }
 }
+
+/// The Gitea side when `gitea_url` or `gitea_token` is not set. The scheduler
+/// holds every task in that case (`ActorSettings::hold`), so nothing should
+/// reach this; if something does, it fails closed with the reason: nobody may
+/// trigger, no reply is proven, nothing is posted.
+pub struct ForgeNotConfigured {
+    /// What is missing and which keys to set (never their values).
+    pub reason: String,
+}
+
+impl ReplyVerifier for ForgeNotConfigured {
+    fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+        let reason = self.reason.clone();
+        async move { ReplyCheck::Unknown(reason) }.boxed()
+    }
+
+    fn post_reply(&self, _: String, _: String) -> BoxFuture<'static, Result<i64, String>> {
+        let reason = self.reason.clone();
+        async move { Err(reason) }.boxed()
+    }
+
+    fn may_trigger(&self, _: String, _: String) -> BoxFuture<'static, TriggerCheck> {
+        let reason = self.reason.clone();
+        async move { TriggerCheck::Unknown(reason) }.boxed()
+    }
+}

@@ -9,4 +9,4 @@ pub mod receipts;
 pub mod reply;
 
 pub use client::{GiteaClient, GiteaError, Permission};
-pub use forge::{GiteaForge, TriggerPolicy};
+pub use forge::{ForgeNotConfigured, GiteaForge, TriggerPolicy};

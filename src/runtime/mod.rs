@@ -150,13 +150,26 @@ pub trait ReplyVerifier: Send + Sync + 'static {
     }
 
     /// Whether `author` may trigger work on the resource's repository.
+    ///
+    /// A verifier that cannot ask anyone must not let a turn start, so the
+    /// default fails closed. It answers `Unknown` rather than `Denied`: a
+    /// verifier without this check is a setup gap, not a verdict on the
+    /// commenter, and `Denied` would reject the task for good and tell them
+    /// they lack permission. `Unknown` keeps the task retryable and says why.
+    /// A verifier that really allows everyone says so in its own impl.
     fn may_trigger(
         &self,
         resource_key: String,
         author: String,
     ) -> BoxFuture<'static, TriggerCheck> {
         let _ = (resource_key, author);
-        Box::pin(async { TriggerCheck::Allowed })
+        Box::pin(async {
+            TriggerCheck::Unknown(
+                "this reply verifier cannot check a commenter's permission; configure \
+                 gitea_url and gitea_token"
+                    .into(),
+            )
+        })
     }
 }
 
@@ -216,4 +229,29 @@ pub trait AgentRuntime: Send + Sync + 'static {
         thread_id: &str,
         operation_id: &str,
     ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verifier that implements only what the trait requires.
+    struct VerifyOnly;
+
+    impl ReplyVerifier for VerifyOnly {
+        fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+            Box::pin(async { ReplyCheck::Missing })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_verifier_that_does_not_check_permissions_lets_nobody_trigger() {
+        let check = VerifyOnly
+            .may_trigger("default:acme/widgets:issue:1".into(), "mallory".into())
+            .await;
+        assert!(
+            matches!(&check, TriggerCheck::Unknown(why) if why.contains("gitea_url")),
+            "{check:?}"
+        );
+    }
 }

@@ -40,7 +40,12 @@ fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
     assert_eq!(s.get("/healthz", None).status, 200);
     let ready = s.get("/readyz", None);
     assert_eq!(ready.status, 200);
-    assert_eq!(ready.json["status"], "ready");
+    assert_eq!(ready.json["store"]["state"], "ok");
+    assert_eq!(ready.json["gitea"]["state"], "ok");
+    // This server only stores and queues (agent_runtime none): it takes
+    // webhooks, and says that no turn runs here.
+    assert_eq!(ready.json["codex"]["state"], "unavailable");
+    assert_eq!(ready.json["status"], "degraded");
 }
 
 fn seed(s: &TestServer) -> Vec<String> {

@@ -24,6 +24,7 @@ mod logs;
 mod metrics;
 mod migrations;
 mod nginx;
+mod readiness;
 mod recovery;
 mod scheduling;
 mod session;

@@ -35,6 +35,7 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
             "runtime": health.runtime,
             "repoActors": health.repo_actors,
             "sessionActors": health.session_actors,
+            "held": health.held,
         },
         "repositories": health.repositories,
     }))

@@ -1,5 +1,6 @@
 //! `GET /api/gitea-workflow/overview`: pause state, queue, running work, tasks
-//! per state and the last hour of webhooks.
+//! per state, the last hour of webhooks, and `blockers`: why no task runs
+//! (`[{code, message}]`, empty when tasks run).
 
 use crate::app::AppState;
 use crate::error::ApiError;
@@ -18,6 +19,8 @@ pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, A
 /// The overview document (also the live view's `overview` event).
 pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let instance = state.config.instance_id.clone();
+    // Why nothing runs, from the configuration: the same list the scheduler holds on.
+    let blockers = crate::readiness::blockers(&state.config);
     let body = state
         .store
         .read(move |c| {
@@ -45,6 +48,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
                 "tasksByState": by_state,
                 "repositories": repos,
                 "webhooksLastHour": webhooks.into_iter().collect::<BTreeMap<_, _>>(),
+                "blockers": blockers,
             }))
         })
         .await?;

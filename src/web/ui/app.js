@@ -101,6 +101,7 @@ const HEALTH = {
   restarting: ["restarting", "restarting"],
   paused: ["approval", "paused"],
   disabled: ["off", "disabled"],
+  held: ["blocked", "held: no task may start"],
 };
 
 function health(status) {
@@ -330,8 +331,12 @@ function renderOverview() {
     h("tr", {}, h("td", {}, h("a", { href: "#tasks?state=" + s }, stateBadge(s))), h("td", { class: "num" }, by[s])));
   const hookRows = Object.entries(hooks).map(([s, n]) =>
     h("tr", {}, h("td", {}, s), h("td", { class: "num" }, n)));
+  const blockers = (o.blockers || []).map((b) =>
+    h("li", { "data-code": b.code }, h("b", {}, b.code), " — ", b.message));
   view(
     h("h1", {}, "Overview"),
+    blockers.length ? h("section", { class: "panel", id: "blockers" },
+      h("h2", {}, "Why no task runs"), h("ul", {}, blockers)) : null,
     h("div", { class: "cards" },
       intake,
       card("Queue depth", o.queueDepth, "queue-depth", null, "#tasks?state=queued"),

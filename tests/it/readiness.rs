@@ -1,0 +1,87 @@
+//! A server that runs turns but cannot check who may trigger them or verify
+//! the replies (no Gitea client) takes every webhook, starts nothing, and says
+//! why in `/readyz`, the actor tree and the admin overview.
+
+use crate::codexhome::codex_bin;
+use crate::support::*;
+use serde_json::{json, Value};
+
+#[test]
+fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
+    let s = ServerBuilder::new(Db::Sqlite)
+        .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
+        .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
+        .env("CODEX_BRIDGE_GITEA_URL", "")
+        .env("CODEX_BRIDGE_GITEA_TOKEN", "")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .start();
+
+    let r = s.comment("fc-1", 9101, "@ccbot please fix the parser", "widgets", 4);
+    assert_eq!(r.status, 202, "{:?}", r.json);
+    let task = r.json["taskId"].as_str().unwrap().to_owned();
+
+    // The repository actor is started by this task's commit, so every pass it
+    // finishes comes after the commit and would have leased the task: wait for
+    // two, and for a sweep that counted the task as waiting (`queueDepth`
+    // counts `queued` and `retry_wait`: the history below tells them apart).
+    let repo = |s: &TestServer| -> Value {
+        let tree = s.admin_get("/api/gitea-workflow/actors");
+        assert_eq!(tree.status, 200);
+        tree.json["repositories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["repoKey"] == "default:acme/widgets")
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    s.wait_for("two scheduling passes over the queued task", || {
+        let r = repo(&s);
+        r["passes"].as_u64().unwrap_or(0) >= 2 && r["queueDepth"] == 1
+    });
+    let mut db = s.db();
+    let history: Vec<String> = codex_bridge::store::tasks::history(&mut db, &task)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state)
+        .collect();
+    assert_eq!(history, ["queued"], "the task never left the queue");
+    assert_eq!(
+        count_where(&mut db, "attempts", &format!("task_id = '{task}'")),
+        0
+    );
+    assert_eq!(count(&mut db, "leases"), 0);
+    let r = repo(&s);
+    assert_eq!(r["status"], "held", "{r}");
+    assert_eq!(r["leaseHolder"], Value::Null, "{r}");
+
+    let tree = s.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(
+        tree.json["registry"]["held"][0]["code"],
+        "gitea_not_configured"
+    );
+
+    let ready = s.get("/readyz", None);
+    assert_eq!(ready.status, 200, "intake goes on: {:?}", ready.json);
+    assert_eq!(ready.json["status"], "degraded");
+    assert_eq!(ready.json["store"], json!({"state": "ok"}));
+    assert_eq!(ready.json["gitea"]["state"], "not_configured");
+    let reason = ready.json["gitea"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("gitea_url") && reason.contains("gitea_token"),
+        "{reason}"
+    );
+    assert_eq!(
+        ready.json["codex"],
+        json!({"state": "ok", "reason": null}),
+        "the binary is there: Gitea alone makes it degraded"
+    );
+
+    let overview = s.admin_get("/api/gitea-workflow/overview");
+    assert_eq!(overview.status, 200);
+    let blockers = overview.json["blockers"].as_array().unwrap();
+    assert_eq!(blockers.len(), 1, "{blockers:?}");
+    assert_eq!(blockers[0]["code"], "gitea_not_configured");
+    assert_eq!(blockers[0]["message"], reason);
+    assert_eq!(overview.json["queueDepth"], 1);
+}
