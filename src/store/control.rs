@@ -266,7 +266,7 @@ fn transition_by_operator(
         return Err(StoreError::Refused {
             code: "state_changed",
             message: format!(
-                "task {} changed meanwhile ({out:?}); look again and retry",
+                "task {} changed meanwhile ({out}); look again and retry",
                 task.task_id
             ),
         });

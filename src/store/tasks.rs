@@ -56,6 +56,23 @@ pub enum TransitionOutcome {
     Stale { state: TaskState, version: i64 },
 }
 
+impl std::fmt::Display for TransitionOutcome {
+    /// For operators: what the store found, in words and stable names.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransitionOutcome::Applied { to, version, .. } => {
+                write!(f, "moved to `{to}` at version {version}")
+            }
+            TransitionOutcome::Refused { from, to, refusal } => {
+                write!(f, "`{from}` -> `{to}` refused ({})", refusal.code())
+            }
+            TransitionOutcome::Stale { state, version } => {
+                write!(f, "it is `{state}` at version {version} now")
+            }
+        }
+    }
+}
+
 fn parse_state(s: &str) -> Result<TaskState, StoreError> {
     s.parse()
         .map_err(|e: lifecycle::UnknownState| StoreError::Query(e.to_string()))
@@ -458,7 +475,7 @@ pub fn reconcile(
         return Err(StoreError::Refused {
             code: "state_changed",
             message: format!(
-                "task {task_id} changed while being reconciled ({outcome:?}); look again and retry"
+                "task {task_id} changed while being reconciled ({outcome}); look again and retry"
             ),
         });
     }

@@ -405,16 +405,16 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
         return Decision::on(snap, "the session does not drive a task in this state");
     }
     let d = match *event {
-        Event::Picked => picked(snap),
-        Event::Permission(p) => permission(snap, p),
-        Event::Started(start) => started(snap, start),
+        Event::Picked => rules::picked(snap),
+        Event::Permission(p) => rules::permission(snap, p),
+        Event::Started(start) => rules::started(snap, start),
         Event::ApprovalRequested => match snap.state {
             S::Running => Decision::on(snap, "the agent asked for approval")
                 .to(S::AwaitingApproval)
                 .then(&[E::RecordApproval, E::AwaitApproval]),
             // An abort landed meanwhile: the turn is stopped, not approved.
-            S::CancelRequested => stop_requested(snap, Stop::Abort),
-            _ => ignored(snap),
+            S::CancelRequested => rules::stop_requested(snap, Stop::Abort),
+            _ => rules::ignored(snap),
         },
         Event::ApprovalDecided { accept } => match snap.state {
             S::AwaitingApproval => Decision::on(snap, "approval decided")
@@ -429,10 +429,10 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
                     E::ReadTurn,
                 ])
             }
-            _ => ignored(snap),
+            _ => rules::ignored(snap),
         },
-        Event::StopRequested(stop) => stop_requested(snap, stop),
-        Event::TurnEnded(end) => turn_ended(snap, end),
+        Event::StopRequested(stop) => rules::stop_requested(snap, stop),
+        Event::TurnEnded(end) => rules::turn_ended(snap, end),
         Event::InterruptUnconfirmed => match snap.state {
             S::Running | S::AwaitingApproval | S::CancelRequested => Decision::on(
                 snap,
@@ -440,11 +440,11 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
             )
             .ends(S::NeedsReconciliation, Some(Code::InterruptUnconfirmed))
             .then(&[E::ResetRuntime]),
-            _ => ignored(snap),
+            _ => rules::ignored(snap),
         },
-        Event::History(finding) => history(snap, finding),
-        Event::Reply(verdict) => reply(snap, verdict),
-        Event::Fallback(outcome) => fallback(snap, outcome),
+        Event::History(finding) => rules::history(snap, finding),
+        Event::Reply(verdict) => rules::reply(snap, verdict),
+        Event::Fallback(outcome) => rules::fallback(snap, outcome),
         Event::SendNow { ledger_sent } => match snap.state {
             S::NeedsReconciliation if !ledger_sent => Decision::on(
                 snap,
@@ -472,346 +472,7 @@ pub fn driven(state: TaskState) -> bool {
     )
 }
 
-/// An event that does not apply to the task's state: nothing changes. (A
-/// late event of a turn the task has already moved past, say.)
-fn ignored(snap: &Snapshot) -> Decision {
-    Decision::on(snap, "the event does not apply to the task's state")
-}
-
-/// A pass found the task: carry on from where the store says it is.
-fn picked(snap: &Snapshot) -> Decision {
-    let on = |reason| Decision::on(snap, reason);
-    if snap.admission == Admission::NoEntry {
-        return on("the task has no outbox entry")
-            .ends(failure_state(snap.state), Some(Code::OutboxMissing));
-    }
-    match snap.state {
-        S::Leased if snap.admission == Admission::NotSent && !snap.attempt_is_ours => {
-            // A process that died before sending anything had it: safe to run
-            // again, once.
-            let d = on("interrupted by a restart before turn/start");
-            if snap.attempt < snap.max_attempts {
-                d.ends(S::RetryWait, Some(Code::InterruptedByRestart))
-                    .then(&[E::Retry(RetryAfter::Now)])
-            } else {
-                d.ends(S::Failed, Some(Code::InterruptedByRestart))
-            }
-        }
-        S::Leased if snap.admission == Admission::NotSent => {
-            if snap.workspace_named {
-                on("the commenter's permission is checked before the turn")
-                    .then(&[E::CheckPermission])
-            } else {
-                // Never fall back to some other directory: a turn runs with
-                // full access to its working directory.
-                on("the repository's workspace cannot be named")
-                    .ends(S::Failed, Some(Code::WorkspaceUnavailable))
-            }
-        }
-        S::CancelRequested if !snap.turn_recorded && snap.admission == Admission::NotSent => {
-            on("cancelled before a turn started").ends(S::Cancelled, None)
-        }
-        S::VerifyingReply if snap.reply_retry == ReplyRetry::Intended => {
-            // The reply-retry turn was intended: how it went is in the
-            // thread's history, never guessed.
-            on("the reply-retry turn is looked up in the thread's history")
-                .then(&[E::LookUpHistory])
-        }
-        // The final text is durable: verify again, never run the model again.
-        S::VerifyingReply => on("the reply is verified again").then(&[E::VerifyReply]),
-        _ => on("the turn is looked up in the thread's history").then(&[E::LookUpHistory]),
-    }
-}
-
-/// Where a task that cannot go on ends, from the states a session drives.
-fn failure_state(state: TaskState) -> TaskState {
-    match state {
-        S::VerifyingReply => S::FailedReply,
-        S::AwaitingApproval => S::NeedsReconciliation,
-        _ => S::Failed,
-    }
-}
-
-fn permission(snap: &Snapshot, p: Permission) -> Decision {
-    if snap.state != S::Leased || snap.admission != Admission::NotSent {
-        return ignored(snap);
-    }
-    match p {
-        Permission::Allowed => {
-            Decision::on(snap, "the commenter may trigger work").then(&[E::StartTurn])
-        }
-        Permission::Denied => Decision::on(snap, "the commenter may not trigger work")
-            .ends(S::Rejected, Some(Code::PermissionDenied)),
-        Permission::Unknown => not_admitted(
-            snap,
-            "the commenter's permission could not be checked",
-            Code::PermissionUnknown,
-            true,
-        ),
-    }
-}
-
-/// Nothing reached the agent: retry later, or fail once attempts are used up.
-fn not_admitted(snap: &Snapshot, reason: &'static str, code: Code, retryable: bool) -> Decision {
-    let d = Decision::on(snap, reason).then(&[E::ReleaseIntent]);
-    if retryable && snap.attempt < snap.max_attempts {
-        d.ends(S::RetryWait, Some(code))
-            .then(&[E::Retry(RetryAfter::Backoff)])
-    } else {
-        d.ends(S::Failed, Some(code))
-    }
-}
-
-fn started(snap: &Snapshot, start: Start) -> Decision {
-    let kind = match (snap.state, snap.reply_retry) {
-        (S::Leased, _) => TurnKind::Normal,
-        (S::VerifyingReply, ReplyRetry::Intended) => TurnKind::ReplyRetry,
-        _ => return ignored(snap),
-    };
-    if kind == TurnKind::Normal && snap.admission != Admission::Intended {
-        // turn/start is only ever answered after its intent was recorded,
-        // except for a thread that could not be opened (nothing was sent).
-        return match start {
-            Start::NotAdmitted { retryable } => thread_failed(snap, retryable),
-            _ => ignored(snap),
-        };
-    }
-    match (start, kind) {
-        (Start::Admitted, _) => Decision::on(snap, "turn accepted")
-            .to(S::Running)
-            .then(&[E::RecordAdmission(kind), E::ReadTurn]),
-        (Start::Uncertain, _) => Decision::on(
-            snap,
-            "turn/start answer uncertain; the thread's history decides",
-        )
-        .then(&[E::LookUpHistory]),
-        (Start::NotAdmitted { retryable }, TurnKind::Normal) => thread_failed(snap, retryable),
-        (Start::NotAdmitted { .. }, TurnKind::ReplyRetry) => {
-            // Not admitted: the reply is still missing; the REST fallback is next.
-            Decision::on(snap, "the reply-retry turn could not start")
-                .then(&[E::ReleaseReplyRetry, E::PostRestFallback])
-        }
-    }
-}
-
-fn thread_failed(snap: &Snapshot, retryable: bool) -> Decision {
-    if retryable {
-        not_admitted(
-            snap,
-            "agent runtime unavailable before admission",
-            Code::RuntimeUnavailable,
-            true,
-        )
-    } else {
-        not_admitted(
-            snap,
-            "the agent runtime refused the turn",
-            Code::RuntimeRefused,
-            false,
-        )
-    }
-}
-
-fn stop_requested(snap: &Snapshot, stop: Stop) -> Decision {
-    let interrupt = [E::Interrupt(stop), E::ReadTurn];
-    match (snap.state, stop) {
-        _ if snap.stopping.is_some() => {
-            Decision::on(snap, "an interrupt is already requested").then(&[E::ReadTurn])
-        }
-        (S::Running | S::AwaitingApproval, Stop::Abort) => Decision::on(snap, "abort requested")
-            .to(S::CancelRequested)
-            .then(&interrupt),
-        (S::CancelRequested, _) => Decision::on(snap, "abort requested").then(&interrupt),
-        (S::Running, Stop::Deadline) => {
-            Decision::on(snap, "the turn deadline passed").then(&interrupt)
-        }
-        _ => ignored(snap),
-    }
-}
-
-fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
-    let on = |reason| Decision::on(snap, reason).then(&[E::RecordTurnEnd(end)]);
-    let retry_turn = snap.reply_retry != ReplyRetry::Unused;
-    match (snap.state, end) {
-        (S::AwaitingApproval, _) => Decision::on(snap, "the turn ended while awaiting approval")
-            .to(S::Running)
-            .then(&[E::Again]),
-        (S::Running, TurnEnd::Completed) => on("turn completed")
-            .to(S::VerifyingReply)
-            .then(&[E::VerifyReply]),
-        // The reply-retry turn failing leaves the reply missing: verification
-        // decides, and the REST fallback follows.
-        (S::Running, TurnEnd::Failed) if retry_turn => on("the reply-retry turn failed")
-            .to(S::VerifyingReply)
-            .then(&[E::VerifyReply]),
-        (S::Running | S::CancelRequested, TurnEnd::Failed) => {
-            on("the turn failed").ends(S::Failed, Some(Code::TurnFailed))
-        }
-        (S::CancelRequested, TurnEnd::Completed) => {
-            on("the turn completed before the interrupt took effect")
-                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
-        }
-        (S::CancelRequested, TurnEnd::Interrupted) => {
-            on("the turn was interrupted").ends(S::Aborted, Some(Code::TurnInterrupted))
-        }
-        (S::Running, TurnEnd::Interrupted) => match snap.stopping {
-            Some(Stop::Deadline) => {
-                on("the turn was interrupted").ends(S::TimedOut, Some(Code::TurnInterrupted))
-            }
-            _ => on("the turn was interrupted").ends(S::Failed, Some(Code::TurnInterrupted)),
-        },
-        _ => ignored(snap),
-    }
-}
-
-fn history(snap: &Snapshot, finding: Finding) -> Decision {
-    let on = |reason| Decision::on(snap, reason);
-    if snap.state == S::VerifyingReply {
-        // Only the reply-retry turn is looked up from here; the task's own
-        // final text is durable, so doubt about the retry is doubt about the
-        // reply alone.
-        return match finding {
-            Finding::Completed => {
-                on("the reply-retry turn ended (confirmed from history)").then(&[
-                    E::MarkSent,
-                    E::RecordTurnEnd(TurnEnd::Completed),
-                    E::VerifyReply,
-                ])
-            }
-            Finding::Failed => on("the reply-retry turn ended (confirmed from history)").then(&[
-                E::MarkSent,
-                E::RecordTurnEnd(TurnEnd::Failed),
-                E::VerifyReply,
-            ]),
-            _ => on("the reply-retry turn cannot be confirmed from history")
-                .ends(S::FailedReply, Some(Code::ReplyRetryUncertain)),
-        };
-    }
-    if !matches!(
-        snap.state,
-        S::Leased | S::Running | S::AwaitingApproval | S::CancelRequested
-    ) {
-        return ignored(snap);
-    }
-    let admitted = |reason| {
-        // A turn in history carries our operation: it was delivered.
-        let d = on(reason);
-        match snap.state {
-            S::Leased => d.to(S::Running).then(&[
-                E::RecordAdmission(TurnKind::Normal),
-                E::MarkSent,
-                E::Again,
-            ]),
-            S::AwaitingApproval => d.to(S::Running).then(&[E::MarkSent, E::Again]),
-            _ => d,
-        }
-    };
-    let retry_turn = snap.reply_retry != ReplyRetry::Unused;
-    match finding {
-        // The reply-retry turn ended, however: verification decides.
-        Finding::Completed | Finding::Failed if snap.state == S::Running && retry_turn => {
-            let end = if finding == Finding::Completed {
-                TurnEnd::Completed
-            } else {
-                TurnEnd::Failed
-            };
-            on("the reply-retry turn ended (confirmed from history)")
-                .to(S::VerifyingReply)
-                .then(&[E::MarkSent, E::RecordTurnEnd(end), E::VerifyReply])
-        }
-        Finding::Completed => match snap.state {
-            S::Running => on("turn completed (confirmed from history)")
-                .to(S::VerifyingReply)
-                .then(&[
-                    E::MarkSent,
-                    E::RecordTurnEnd(TurnEnd::Completed),
-                    E::VerifyReply,
-                ]),
-            S::CancelRequested => on("the turn completed before the interrupt took effect")
-                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
-                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)]),
-            _ => admitted("turn admitted (confirmed from history)"),
-        },
-        Finding::Failed => match snap.state {
-            S::Running | S::CancelRequested => on("the turn failed (confirmed from history)")
-                .ends(S::Failed, Some(Code::TurnFailed))
-                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Failed)]),
-            _ => admitted("turn admitted (confirmed from history)"),
-        },
-        Finding::Interrupted if snap.state == S::CancelRequested => {
-            on("interrupt confirmed from history").ends(S::Aborted, Some(Code::TurnInterrupted))
-        }
-        Finding::NoThread => on("no thread recorded for a started task")
-            .ends(S::NeedsReconciliation, Some(Code::HistoryUnreadable)),
-        Finding::Interrupted | Finding::Missing | Finding::StillRunning | Finding::Unreadable => {
-            on("the turn cannot be confirmed from the thread's history")
-                .ends(S::NeedsReconciliation, Some(Code::UncertainAdmission))
-        }
-    }
-}
-
-fn reply(snap: &Snapshot, verdict: Verdict) -> Decision {
-    if snap.state != S::VerifyingReply {
-        return ignored(snap);
-    }
-    let on = |reason| Decision::on(snap, reason);
-    match verdict {
-        Verdict::Confirmed => match snap.fallback {
-            Some(Fallback::Posting | Fallback::Posted) => {
-                on("reply posted by the REST fallback; the agent's own reply failed")
-                    .ends(S::SucceededWithRestFallback, Some(Code::McpReplyMissing))
-                    .then(&[E::RecordReplyConfirmed])
-            }
-            _ => on("reply confirmed")
-                .ends(S::Succeeded, None)
-                .then(&[E::RecordReplyConfirmed]),
-        },
-        Verdict::Unknown => on("the reply could not be verified")
-            .ends(S::FailedReply, Some(Code::ReplyUnverifiable)),
-        Verdict::Missing => match snap.fallback {
-            Some(Fallback::Posted) => {
-                on("the REST fallback was accepted by Gitea but cannot be found")
-                    .ends(S::FailedReply, Some(Code::RestFallbackNotFound))
-            }
-            Some(Fallback::Failed) => {
-                on("the REST fallback failed").ends(S::FailedReply, Some(Code::RestFallbackFailed))
-            }
-            _ if !snap.final_text => {
-                on("the reply is missing and the turn left no final text to post")
-                    .ends(S::FailedReply, Some(Code::NoFinalText))
-            }
-            // `posting`: a crash after the intent; the verdict just proved it
-            // missing, so posting it now is safe.
-            Some(Fallback::Posting) => {
-                on("the reply is still missing: the REST fallback").then(&[E::PostRestFallback])
-            }
-            None if snap.reply_retry != ReplyRetry::Unused => {
-                on("the reply is still missing: the REST fallback").then(&[E::PostRestFallback])
-            }
-            None => on("the reply is missing: one reply-retry turn")
-                .then(&[E::BeginReplyRetry, E::StartReplyRetry]),
-        },
-    }
-}
-
-fn fallback(snap: &Snapshot, outcome: FallbackOutcome) -> Decision {
-    if snap.state != S::VerifyingReply {
-        return ignored(snap);
-    }
-    let on = |reason| Decision::on(snap, reason);
-    match outcome {
-        FallbackOutcome::Confirmed => {
-            on("reply posted by the REST fallback; the agent's own reply failed")
-                .ends(S::SucceededWithRestFallback, Some(Code::McpReplyMissing))
-                .then(&[E::RecordReplyConfirmed])
-        }
-        FallbackOutcome::NotFound => on("Gitea accepted the REST fallback but it cannot be found")
-            .ends(S::FailedReply, Some(Code::RestFallbackNotFound)),
-        FallbackOutcome::Failed => {
-            on("the REST fallback failed").ends(S::FailedReply, Some(Code::RestFallbackFailed))
-        }
-    }
-}
+mod rules;
 
 #[cfg(test)]
 mod tests;
