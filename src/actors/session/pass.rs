@@ -301,6 +301,7 @@ impl Pass {
                 self.snap.fallback,
                 Some(Fallback::Posting | Fallback::Posted)
             ),
+            mcp_reason: self.mcp_reason.clone(),
             retry_at: retry_at(d, &self.deps),
             reason: match self.detail.take() {
                 Some(detail) => format!("{}: {detail}", d.reason),
@@ -443,6 +444,8 @@ struct CommitCtx {
     approval: Option<(String, String, serde_json::Value)>,
     reply_comment: Option<i64>,
     by_fallback: bool,
+    /// Why the agent's own reply is missing: kept on a fallback's row.
+    mcp_reason: String,
     retry_at: Option<String>,
     reason: String,
 }
@@ -615,7 +618,7 @@ impl CommitCtx {
             self.turn_id.as_deref(),
             "verified",
             self.reply_comment,
-            None,
+            self.by_fallback.then_some(self.mcp_reason.as_str()),
         )?;
         audit::record(
             c,
