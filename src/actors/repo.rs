@@ -87,6 +87,7 @@ impl RepoActor {
                 Ok(Ok(pass)) => {
                     act.lease = pass.lease.clone();
                     act.update_health(|h| {
+                        h.passes += 1;
                         h.status = pass.status.into();
                         h.lease_holder = pass.lease.as_ref().map(|l| l.owner.clone());
                         h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
