@@ -42,6 +42,11 @@ pub struct RepoHealth {
     pub lease_expires_at: Option<String>,
     pub queue_depth: i64,
     pub running_task: Option<String>,
+    /// Scheduling passes finished since this process started the actor. The
+    /// second one to finish after a change began after it and so saw it:
+    /// waiting for two tells a reader what the scheduler made of the change,
+    /// including that it started nothing it must not.
+    pub passes: u64,
     pub mailbox_backlog: i64,
     /// Scheduling passes finished: each one looked at the store's queue (or
     /// saw that the process is held) and decided what may start.

@@ -160,6 +160,38 @@ impl Harness {
     pub async fn health(&self) -> RegistryHealth {
         self.registry.send(Snapshot).await.unwrap()
     }
+
+    /// `repo`'s actor's scheduling passes and status (0 passes before it exists).
+    async fn passes(&self, repo: &str) -> (u64, String) {
+        let key = format!("default:acme/{repo}");
+        self.health()
+            .await
+            .repositories
+            .into_iter()
+            .find(|r| r.repo_key == key)
+            .map_or((0, String::new()), |r| (r.passes, r.status))
+    }
+
+    /// Waits until `repo`'s actor has finished two scheduling passes after
+    /// this call, the last ending `status`. Call it after the change the
+    /// scheduler must see: the second pass began after the first ended, so
+    /// after the change, and whatever it would have started has started.
+    pub async fn wait_repo_passes(&self, repo: &str, status: &str) {
+        let (start, _) = self.passes(repo).await;
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let (passes, now) = self.passes(repo).await;
+            if passes >= start + 2 && now == status {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{repo}: {} passes since, last `{now}`; expected two ending `{status}`",
+                passes - start
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRequest {
@@ -423,7 +455,7 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let behind = h.comment("widgets", 2, 2, "@ccbot after it").await;
         let elsewhere = h.comment("gadgets", 1, 3, "@ccbot elsewhere").await;
         h.wait_state(&elsewhere, TaskState::Succeeded).await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        h.wait_repo_passes("widgets", "uncertain").await;
         assert_eq!(
             h.state(&behind).await,
             TaskState::Queued,
@@ -515,7 +547,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
         let locked = h.comment("locked", 1, 3, "@ccbot z").await;
         h.wait_state(&dirty, TaskState::BlockedWorkspace).await;
         h.wait_state(&locked, TaskState::Failed).await;
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        h.wait_repo_passes("dirty", "blocked").await;
         assert_eq!(
             h.state(&dirty_next).await,
             TaskState::Queued,
@@ -679,9 +711,20 @@ fn a_missing_or_unverifiable_reply_is_failed_reply() {
 
 #[test]
 fn pause_and_disable_keep_tasks_queued_until_lifted() {
+    use codex_bridge::store::approvals;
     use codex_bridge::store::control::{self, ControlRequest};
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "risky",
+            Script::steps(vec![
+                Step::AskApproval("command"),
+                Step::Complete("did it".into()),
+            ]),
+        );
+        let mut s = settings();
+        s.approval_timeout = Duration::from_secs(30);
+        let h = Harness::start(rt, s);
         let req = |id: &str| ControlRequest {
             request_id: id.into(),
             reason: "test".into(),
@@ -693,7 +736,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .await
             .unwrap();
         let paused = h.comment("widgets", 1, 1, "@ccbot while paused").await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        h.wait_repo_passes("widgets", "paused").await;
         assert_eq!(
             h.state(&paused).await,
             TaskState::Queued,
@@ -711,36 +754,63 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", false))
             .await
             .unwrap();
-        // A task queued before the repository was disabled waits.
-        let id = h
+        let refused = h
             .store
             .write(|c| ingest::ingest(c, &request("widgets", 2, 2, "@ccbot while disabled")))
             .await
             .unwrap();
-        let IngestOutcome::RepositoryDisabled { .. } = id else {
-            panic!("a disabled repository refuses new work: {id:?}")
+        let IngestOutcome::RepositoryDisabled { .. } = refused else {
+            panic!("a disabled repository refuses new work: {refused:?}")
         };
         let r = req("e1");
         h.store
             .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))
             .await
             .unwrap();
-        let queued = h.comment("widgets", 2, 3, "@ccbot queued").await;
+
+        // Disabling stops the repository from starting work; it does not stop
+        // work already started (abort does that), nor drop what is queued.
+        // The task behind is accepted and the repository disabled in one
+        // commit, so no scheduling pass can have started it first.
+        let started = h.comment("widgets", 2, 3, "@ccbot risky").await;
+        h.wait_state(&started, TaskState::AwaitingApproval).await;
         let r = req("d2");
-        h.store
-            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", false))
+        let out = h
+            .store
+            .write(move |c| {
+                let out = ingest::ingest(c, &request("widgets", 3, 4, "@ccbot queued"))?;
+                control::set_repository_enabled(c, &r, "default:acme/widgets", false)?;
+                Ok(out)
+            })
             .await
             .unwrap();
+        let IngestOutcome::Accepted {
+            task_id: queued, ..
+        } = out
+        else {
+            panic!("accepted while the repository was active: {out:?}")
+        };
         h.registry.do_send(Notify {
             repo_key: "default:acme/widgets".into(),
         });
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        // Either it had already started before the disable landed, or it waits.
-        let state = h.state(&queued).await;
-        assert!(
-            matches!(state, TaskState::Queued | TaskState::Succeeded),
-            "{state}"
+        let pending = h.store.read(approvals::pending).await.unwrap();
+        let (approval, r) = (pending[0].approval_id.clone(), req("ok-1"));
+        h.store
+            .write(move |c| approvals::decide(c, &r, &approval, true))
+            .await
+            .unwrap();
+        h.wait_state(&started, TaskState::Succeeded).await;
+        h.wait_repo_passes("widgets", "disabled").await;
+        assert_eq!(
+            h.state(&queued).await,
+            TaskState::Queued,
+            "disabled: the task waits"
         );
+        assert!(
+            h.runtime.calls().iter().all(|c| c.text != "@ccbot queued"),
+            "a disabled repository started a turn"
+        );
+
         let r = req("e2");
         h.store
             .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))

@@ -274,6 +274,23 @@ async fn click(c: &Client, css: &str) {
     }
 }
 
+/// Waits until the page is laid out for a phone's width (the style sheet's
+/// narrow rules apply) and a frame of that layout was drawn.
+async fn wait_narrow_layout(c: &Client) {
+    let deadline = Instant::now() + WAIT;
+    let narrow = "return window.matchMedia('(max-width: 640px)').matches";
+    while c.execute(narrow, vec![]).await.unwrap() != json!(true) {
+        assert!(
+            Instant::now() < deadline,
+            "the page never took the narrow layout"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let drawn = "const done = arguments[arguments.length - 1];\
+                 requestAnimationFrame(() => requestAnimationFrame(() => done(true)));";
+    c.execute_async(drawn, vec![]).await.unwrap();
+}
+
 async fn sign_in(c: &Client, s: &TestServer, token: &str) {
     c.goto(&s.url("/admin")).await.unwrap();
     let input = el(c, "#token").await;
@@ -353,7 +370,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         eprintln!("saved {}", shot.display());
         // A phone's width: the same tree, still readable.
         c.set_window_size(390, 844).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        wait_narrow_layout(&c).await;
         save_screenshot(&c, "actors-phone").await;
         c.set_window_size(1280, 1000).await.unwrap();
 
@@ -409,7 +426,7 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
 
         let task = rig.comment("p-1", 1, "@ccbot while paused", 1);
         text_until(&c, "#queue-depth", |t| t == "1").await;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        s.wait_repo_passes(REPO, "paused");
         assert_eq!(rig.state(&task), "queued", "paused: the task waits");
 
         click(&c, "#resume-intake").await;

@@ -6,7 +6,7 @@
 
 use crate::codexhome::codex_bin;
 use crate::e2e::{actions, Loop};
-use crate::fakemodel::{Item, Step};
+use crate::fakemodel::{find_marker, user_texts, Item, Step};
 use crate::support::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -27,6 +27,107 @@ fn wait_pending_approval(l: &Loop) -> Value {
         assert!(Instant::now() < deadline, "no approval became pending");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The processes under `root`, at any depth.
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // A process that ended since the listing has no stat any more.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: state, then the parent's pid.
+        let ppid = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent.insert(pid, ppid);
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parent.iter().filter(|(_, pp)| **pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.split_off(1)
+}
+
+/// Waits until a process under the server runs `argv` (the turn's shell
+/// command has started, not merely been asked for).
+fn wait_command_running(l: &Loop, argv: &[&str]) {
+    wait_until(
+        &format!("{argv:?} running under the server"),
+        Duration::from_secs(60),
+        || {
+            descendants(l.server.pid()).into_iter().any(|pid| {
+                let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let args: Vec<String> = raw
+                    .split(|b| *b == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect();
+                args.len() == argv.len()
+                    && args[0].rsplit('/').next() == Some(argv[0])
+                    && args[1..] == argv[1..]
+            })
+        },
+    );
+}
+
+/// The task a model request was made for: the reply marker of the newest
+/// prompt in its input (a turn's prompt carries its task's marker).
+fn request_task(body: &Value) -> Option<String> {
+    let marker = user_texts(body)
+        .iter()
+        .rev()
+        .find_map(|t| find_marker(t).map(str::to_owned))?;
+    let rest = marker.strip_prefix("<!-- codex-bridge task=")?;
+    Some(rest.split_whitespace().next()?.to_owned())
+}
+
+/// The operator settles an uncertain `task` as failed; then a later task on
+/// the same Issue runs through the same session to its end. Returns it. Its
+/// turn posts nothing and the REST fallback answers, so this does not depend
+/// on the Gitea tools of a thread resumed in a new app-server.
+fn reconcile_and_run_another(l: &Loop, server: &TestServer, task: &str) -> String {
+    let d = server
+        .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+        .json;
+    let attempt = d["attempts"].as_array().unwrap().last().unwrap()["attemptId"].clone();
+    let r = server.admin_post(
+        &format!("/api/gitea-workflow/tasks/{task}/reconcile"),
+        &json!({"requestId": "rc-1", "reason": "checked the thread", "attemptId": attempt,
+                "verdict": "failed", "confirmNoActiveTurn": true}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    l.script_silent("The later answer.");
+    l.script_silent("The later answer, again.");
+    let later = l.comment("bob", l.issue, "@ccbot and now the next thing");
+    wait_task_state(
+        &server.db_url,
+        &later,
+        "succeeded_with_rest_fallback",
+        Duration::from_secs(90),
+    );
+    later
+}
+
+/// Every model request from index `from` on was made for `task`.
+fn assert_requests_only_for(l: &Loop, from: usize, task: &str) {
+    let requests = l.model.requests();
+    let tasks: Vec<Option<String>> = requests[from..].iter().map(request_task).collect();
+    assert!(!tasks.is_empty(), "the later task never reached the model");
+    assert!(
+        tasks.iter().all(|t| t.as_deref() == Some(task)),
+        "requests after {from} were made for {tasks:?}, not only {task}: a replay"
+    );
 }
 
 fn workspace_file(l: &Loop, name: &str) -> std::path::PathBuf {
@@ -109,8 +210,7 @@ fn codex_an_abort_interrupts_a_running_command() {
     l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
     let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
     wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
-    // Let the command start.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_command_running(&l, &["sleep", "60"]);
     let started = Instant::now();
     let r = l.server.admin_post(
         &format!("/api/gitea-workflow/tasks/{task}/abort"),
@@ -151,7 +251,9 @@ fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
     l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
     let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
     wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
-    std::thread::sleep(Duration::from_millis(1000));
+    wait_command_running(&l, &["sleep", "60"]);
+    // Every request the turn made: it makes no other while its command runs.
+    let requests_before = l.model.requests().len();
     // The app-server runs nicer than the bridge (codex_nice, default 10).
     let pgrep = std::process::Command::new("pgrep")
         .args(["-P", &l.server.pid().to_string(), "-f", "app-server"])
@@ -187,13 +289,14 @@ fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
         .filter(|a| *a == "turn.start_intent")
         .count();
     assert_eq!(starts, 1);
-    let model_turns = l.model.requests().len();
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        l.model.requests().len(),
-        model_turns,
-        "nothing was replayed"
-    );
+    // Nothing was replayed, not even once the session ran its next task.
+    let later = reconcile_and_run_another(&l, &l.server, &task);
+    assert_requests_only_for(&l, requests_before, &later);
+    let starts = actions(&l.detail(&task))
+        .iter()
+        .filter(|a| *a == "turn.start_intent")
+        .count();
+    assert_eq!(starts, 1);
 }
 
 /// `turn/start`'s answer is lost (the app-server's pipe closes after the
@@ -290,12 +393,11 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
         "{a:?}"
     );
     assert!(a.contains(&"turn.history_checked".to_owned()), "{a:?}");
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        l.model.requests().len(),
-        requests_before,
-        "nothing was replayed"
-    );
+    // Nothing was replayed, not even once the session ran its next task.
+    l.sim
+        .set_webhook(&restarted.url("/api/gitea/webhook"), SECRET);
+    let later = reconcile_and_run_another(&l, &restarted, &task);
+    assert_requests_only_for(&l, requests_before, &later);
     assert!(l
         .bot_comments(l.issue, &format!("codex-bridge task={task}"))
         .is_empty());

@@ -341,15 +341,41 @@ impl TestServer {
     }
 
     /// Waits until `cond` holds (for effects written in the background).
-    pub fn wait_for(&self, what: &str, mut cond: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if cond() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    pub fn wait_for(&self, what: &str, cond: impl FnMut() -> bool) {
+        wait_until(what, Duration::from_secs(10), cond);
+    }
+
+    /// The actor tree's entry for a repository (`GET /api/gitea-workflow/actors`),
+    /// once its actor exists.
+    pub fn repo_actor(&self, repo_key: &str) -> Option<Value> {
+        let tree = self.admin_get("/api/gitea-workflow/actors");
+        assert_eq!(tree.status, 200, "{:?}", tree.json);
+        tree.json["repositories"]
+            .as_array()?
+            .iter()
+            .find(|r| r["repoKey"] == repo_key)
+            .cloned()
+    }
+
+    /// Waits until the repository's actor has finished two scheduling passes
+    /// after this call and the last one says `status`; its entry then. Call it
+    /// after the change the scheduler must see: the second pass began after
+    /// the first one ended, so after the change. What the test forbids (a task
+    /// started) would have happened by then.
+    pub fn wait_repo_passes(&self, repo_key: &str, status: &str) -> Value {
+        let passes = |r: &Option<Value>| r.as_ref().map_or(0, |r| r["passes"].as_u64().unwrap());
+        let start = passes(&self.repo_actor(repo_key));
+        let mut last = None;
+        let settled = poll_until(Duration::from_secs(20), || {
+            last = self.repo_actor(repo_key);
+            passes(&last) >= start + 2 && last.as_ref().is_some_and(|r| r["status"] == status)
+        });
+        match last {
+            Some(entry) if settled => entry,
+            _ => panic!(
+                "{repo_key}'s actor never finished two passes ending `{status}`; last: {last:?}"
+            ),
         }
-        panic!("timed out waiting for {what}");
     }
 
     /// SIGKILL: no graceful anything, as when the machine loses the process.
@@ -382,6 +408,25 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Polls `cond` until it holds; panics naming `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    assert!(poll_until(timeout, cond), "timed out waiting for {what}");
+}
+
+/// Polls `cond` until it holds (true) or `timeout` passes (false).
+pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -426,18 +471,14 @@ pub fn task_state(conn: &mut DbConn, task_id: &str) -> Option<String> {
 /// Waits until the task is in `state` (panics with the task's history otherwise).
 pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Duration) {
     let mut conn = connect(db_url);
-    let deadline = Instant::now() + timeout;
-    loop {
-        if task_state(&mut conn, task_id).as_deref() == Some(state) {
-            return;
-        }
-        if Instant::now() > deadline {
-            let history = codex_bridge::store::tasks::history(&mut conn, task_id).unwrap();
-            let path: Vec<String> = history.iter().map(|t| t.to_state.clone()).collect();
-            panic!("task {task_id} did not reach {state}; its history: {path:?}");
-        }
-        std::thread::sleep(Duration::from_millis(25));
+    if poll_until(timeout, || {
+        task_state(&mut conn, task_id).as_deref() == Some(state)
+    }) {
+        return;
     }
+    let history = codex_bridge::store::tasks::history(&mut conn, task_id).unwrap();
+    let path: Vec<String> = history.iter().map(|t| t.to_state.clone()).collect();
+    panic!("task {task_id} did not reach {state}; its history: {path:?}");
 }
 
 /// An actix-web server on 127.0.0.1:0 in its own thread and actix system, for
