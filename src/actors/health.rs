@@ -48,9 +48,6 @@ pub struct RepoHealth {
     /// including that it started nothing it must not.
     pub passes: u64,
     pub mailbox_backlog: i64,
-    /// Scheduling passes finished: each one looked at the store's queue (or
-    /// saw that the process is held) and decided what may start.
-    pub passes: u64,
     pub starts: u64,
     pub restarts: u64,
     pub last_event_at: Option<String>,
