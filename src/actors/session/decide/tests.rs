@@ -335,7 +335,16 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    // Failing cases are kept beside the integration tests' and replayed first.
+    #![proptest_config(ProptestConfig {
+        cases: 2000,
+        failure_persistence: Some(Box::new(
+            proptest::test_runner::FileFailurePersistence::Direct(
+                "tests/proptest-regressions/session-decide.txt"
+            )
+        )),
+        ..ProptestConfig::default()
+    })]
 
     /// Each decision on its own, from any snapshot.
     #[test]
