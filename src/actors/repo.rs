@@ -12,6 +12,7 @@ use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
+use crate::store::tasks::TransitionOutcome;
 use crate::store::{control, format_time, now, scheduling, StoreError};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -389,6 +390,10 @@ async fn workspace_failed(
     };
     tracing::warn!(task.id = %task.task_id, code = err.code(), to = to.as_str(), "workspace preparation failed: {err}");
     let (task_id, code, detail) = (task.task_id.clone(), err.code(), err.to_string());
+    // Decided on the version our claim wrote: an operator's abort or cancel
+    // that landed since is not overwritten; the next pass hands it to its
+    // session.
+    let decided_on = task.state_version + 1;
     deps.store
         .write(move |c| {
             audit::record(
@@ -398,16 +403,31 @@ async fn workspace_failed(
                     .error(code)
                     .meta(serde_json::json!({ "detail": detail, "attempt": attempt })),
             )?;
-            scheduling::end_attempt(c, &task_id, code)?;
-            scheduling::move_task(
+            let out = scheduling::decide_move(
                 c,
                 &task_id,
+                decided_on,
                 to,
-                "system",
                 "workspace preparation failed",
                 Some(code),
                 retry_at.as_deref(),
-            )
+            )?;
+            match out {
+                TransitionOutcome::Applied { .. } => scheduling::end_attempt(c, &task_id, code),
+                TransitionOutcome::Stale { state, version } => audit::record(
+                    c,
+                    &Audit::new("task.decision_stale", "system")
+                        .task(&task_id)
+                        .states(Some(state.as_str()), Some(to.as_str()))
+                        .meta(serde_json::json!({
+                            "decidedOnVersion": decided_on,
+                            "stateVersion": version,
+                            "reason": "workspace preparation failed",
+                        })),
+                )
+                .map(drop),
+                TransitionOutcome::Refused { .. } => Ok(()),
+            }
         })
         .await?;
     Ok(())

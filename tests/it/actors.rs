@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Default)]
 pub struct TestWorkspaces {
     root: PathBuf,
-    failures: Arc<Mutex<HashMap<String, PrepareError>>>,
+    pub failures: Arc<Mutex<HashMap<String, PrepareError>>>,
+    /// Repositories whose `prepare` waits until the test sends on the gate.
+    pub gates: Arc<Mutex<HashMap<String, std::sync::mpsc::Receiver<()>>>>,
     pub prepared: Arc<Mutex<Vec<String>>>,
     /// Repositories whose folder `path_for` refuses to name after `prepare`
     /// succeeded (a workspace that cannot be named when the turn starts).
@@ -33,6 +35,10 @@ pub struct TestWorkspaces {
 
 impl Workspaces for TestWorkspaces {
     fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError> {
+        let gate = self.gates.lock().unwrap().remove(&req.name);
+        if let Some(gate) = gate {
+            let _ = gate.recv();
+        }
         if let Some(err) = self.failures.lock().unwrap().get(&req.name) {
             return Err(err.clone());
         }

@@ -163,3 +163,45 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
         System::current().stop();
     });
 }
+
+#[test]
+fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared() {
+    use codex_bridge::actors::PrepareError;
+    run(async {
+        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let (open, gate) = std::sync::mpsc::channel();
+        h.workspaces
+            .gates
+            .lock()
+            .unwrap()
+            .insert("broken".into(), gate);
+        h.workspaces.failures.lock().unwrap().insert(
+            "broken".into(),
+            PrepareError::Fatal {
+                code: "git_failed",
+                detail: "no such ref".into(),
+            },
+        );
+        let id = h.comment("broken", 1, 1, "@ccbot x").await;
+        h.wait_state(&id, TaskState::Leased).await;
+        let i = id.clone();
+        h.store
+            .write(move |c| control::abort_task(c, &operator("abort-1"), &i))
+            .await
+            .unwrap();
+        open.send(()).unwrap();
+        // The failure was decided on the claim's version: stale, so the
+        // operator's abort stands and the session settles it.
+        h.wait_state(&id, TaskState::Cancelled).await;
+        let actions = audit_actions(&h, &id).await;
+        assert!(
+            actions.contains(&"workspace.failed".to_owned()),
+            "{actions:?}"
+        );
+        assert!(
+            actions.contains(&"task.decision_stale".to_owned()),
+            "{actions:?}"
+        );
+        System::current().stop();
+    });
+}
