@@ -24,6 +24,7 @@ mod logs;
 mod metrics;
 mod migrations;
 mod nginx;
+mod receipts;
 mod recovery;
 mod scheduling;
 mod support;
