@@ -83,7 +83,7 @@ pub struct DueReceipt {
 /// index only for a query that contains its condition, so this is never a
 /// bound parameter. With it the worker's queries read the unfinished rows
 /// only, not every receipt ever written.
-const OPEN: &str = "comments.status IN ('pending', 'posting')";
+pub const OPEN: &str = "comments.status IN ('pending', 'posting')";
 
 fn open_rows() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
     diesel::dsl::sql::<diesel::sql_types::Bool>(OPEN)

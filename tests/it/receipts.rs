@@ -22,13 +22,25 @@ struct Setup {
     sim: GiteaSim,
     store: Store,
     issue: i64,
-    worker: tokio::task::JoinHandle<()>,
+    worker: Option<ReceiptWorker>,
+    running: Option<tokio::task::JoinHandle<()>>,
     _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Starts the worker: its first pass looks at the store once, as it starts.
+    fn start_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.running = Some(tokio::spawn(worker.run()));
+        }
+    }
 }
 
 impl Drop for Setup {
     fn drop(&mut self) {
-        self.worker.abort();
+        if let Some(running) = &self.running {
+            running.abort();
+        }
     }
 }
 
@@ -64,7 +76,8 @@ fn setup() -> Setup {
         sim,
         store,
         issue,
-        worker: tokio::spawn(worker.run()),
+        worker: Some(worker),
+        running: None,
         _dir: dir,
     }
 }
@@ -110,10 +123,11 @@ async fn wait_posted(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedReque
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_commit_that_queues_a_receipt_wakes_the_worker() {
-    let s = setup();
-    // The first task's receipt shows the worker has run its first pass
-    // (which looks at the store once, as it starts).
+    let mut s = setup();
+    // Queued before the worker starts: its first pass writes this receipt,
+    // which shows that pass is over.
     let first = accept(&s, 1).await;
+    s.start_worker();
     wait_posted(&s.sim, &first, "received").await;
 
     // Everything after this is written only because a commit woke the worker:
@@ -144,14 +158,17 @@ async fn the_commit_that_queues_a_receipt_wakes_the_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_receipt_is_retried_when_its_backoff_ends_without_a_poll() {
-    let s = setup();
+    let mut s = setup();
     // The first POST of the receipt fails as Gitea fails (500: worth a retry).
     s.sim.fail_next_matching(
         1,
         Some("POST"),
         &format!("/api/v1/repos/acme/widgets/issues/{}/comments", s.issue),
     );
+    // Queued before the worker starts: its first pass makes the first
+    // attempt, and only the retry's timer can make the second.
     let task = accept(&s, 1).await;
+    s.start_worker();
     let posts = wait_posted(&s.sim, &task, "received").await;
     let status: Vec<u16> = posts.iter().map(|r| r.status).collect();
     assert_eq!(status, [500, 201], "one failure, then one retry");
