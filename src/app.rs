@@ -136,7 +136,7 @@ fn start_actors(
             forge: verifier.clone(),
             bot_login: config.bot_login.clone(),
             mode: config.receipt_mode,
-            interval: std::time::Duration::from_millis(500),
+            safety_interval: crate::gitea::receipts::ReceiptWorker::SAFETY_INTERVAL,
         };
         actix::spawn(worker.run());
     }

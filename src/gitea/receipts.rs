@@ -3,10 +3,11 @@
 //! one per abnormal end, each exactly once.
 //!
 //! Rows are queued in the store by the commit that causes them (the accept,
-//! the transition). The worker marks a row `posting` before it writes (the
-//! intent), looks for the receipt's marker in the thread before posting (a
-//! crash between the POST and its record never yields a second receipt), and
-//! records the result. Transient failures retry with backoff; Gitea's refusals
+//! the transition), and that commit wakes the worker through the store's
+//! change signal; a receipt waiting for a retry wakes it with a timer. The
+//! worker marks a row `posting` before it writes (the intent), looks for the
+//! receipt's marker in the thread before posting (a crash between the POST
+//! and its record never yields a second receipt), and records the result. Transient failures retry with backoff; Gitea's refusals
 //! end the row `failed` with Gitea's message.
 //!
 //! Before the "received" receipt it asks whether the commenter may trigger
@@ -23,6 +24,7 @@ use crate::store::comments::{self, DueReceipt, Outcome};
 use crate::store::{format_time, scheduling, Store};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// How the "received" receipt is given (config `receipt_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,37 +38,93 @@ pub enum ReceiptMode {
 /// Gives up on a receipt after this many failed attempts.
 const MAX_ATTEMPTS: i64 = 12;
 
+/// Receipts read at a time; a pass reads again until nothing is due.
+const BATCH: i64 = 32;
+
+/// After a store error the worker waits this long before it looks again,
+/// whatever commits meanwhile: a store that fails every read must not be
+/// asked again at the rate of the commits.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
 pub struct ReceiptWorker {
     pub store: Store,
     pub client: GiteaClient,
     pub forge: Arc<dyn ReplyVerifier>,
     pub bot_login: String,
     pub mode: ReceiptMode,
-    /// How often the worker looks for due receipts.
-    pub interval: Duration,
+    /// The longest the worker sleeps without looking at the store (normally
+    /// [`ReceiptWorker::SAFETY_INTERVAL`]).
+    pub safety_interval: Duration,
 }
 
 impl ReceiptWorker {
-    /// Runs until the process ends.
+    /// The worker is woken by every commit of this process and by the
+    /// earliest retry falling due; it also looks this often in case neither
+    /// happens: receipts queued by another instance on a shared PostgreSQL,
+    /// whose commits this process does not see, or a wake-up missed.
+    pub const SAFETY_INTERVAL: Duration = Duration::from_secs(30);
+
+    /// Runs until the process ends: a pass over every receipt due, then sleep
+    /// until the next commit, the next retry or the safety interval,
+    /// whichever comes first. Commits during a pass coalesce into one more
+    /// pass, so a store that changes constantly costs one read per wake-up,
+    /// never a spin.
     pub async fn run(self) {
-        let mut tick = tokio::time::interval(self.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = self.store.changes();
         loop {
-            tick.tick().await;
-            let at = crate::store::now();
-            let due = self
-                .store
-                .read(move |c| comments::due_receipts(c, &at, 32))
-                .await;
-            match due {
-                Ok(rows) => {
-                    for r in rows {
-                        if let Err(e) = self.handle(r).await {
-                            tracing::warn!(error = %e, "receipt worker: store error; will try again");
-                        }
+            let wait = match self.pass(&mut changes).await {
+                Ok(Some(next)) => next.min(self.safety_interval),
+                Ok(None) => self.safety_interval,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receipt worker: store error; trying again in a second");
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            tokio::select! {
+                changed = changes.changed() => {
+                    // Only if the store is gone, which `self.store` prevents;
+                    // fall back to the timer rather than spin on the error.
+                    if changed.is_err() {
+                        tokio::time::sleep(wait).await;
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "receipt worker cannot read the store"),
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Writes every receipt due now; then how long until the earliest one
+    /// waiting for a retry falls due (`None`: none waits).
+    async fn pass(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<Option<Duration>, crate::store::StoreError> {
+        loop {
+            // Seen before the read: whatever commits after it wakes the next
+            // pass, and the worker's own writes before it do not.
+            changes.borrow_and_update();
+            let at = crate::store::now();
+            let (rows, next) = self
+                .store
+                .read(move |c| {
+                    let rows = comments::due_receipts(c, &at, BATCH)?;
+                    let next = if rows.is_empty() {
+                        comments::next_receipt_due(c)?
+                    } else {
+                        None
+                    };
+                    Ok((rows, next))
+                })
+                .await?;
+            if rows.is_empty() {
+                return Ok(next.as_deref().and_then(until));
+            }
+            // Every way through `handle` that succeeds takes its row out of
+            // the due ones (posted, skipped, failed, or pending with a later
+            // retry), so this loop ends.
+            for r in rows {
+                self.handle(r).await?;
             }
         }
     }
@@ -300,6 +358,18 @@ impl ReceiptWorker {
             })
             .await
     }
+}
+
+/// How long from now until the stored time `t`: zero if it is past (the
+/// next pass finds that row due), `None` if it cannot be read (left to the
+/// safety interval, rather than a wake-up that finds nothing, again and again).
+fn until(t: &str) -> Option<Duration> {
+    let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
+    Some(
+        (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// What a receipt says: what happened and where to look. Never a secret,

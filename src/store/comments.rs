@@ -78,6 +78,17 @@ pub struct DueReceipt {
     pub error_code: Option<String>,
 }
 
+/// Unfinished rows, as the literal condition of the partial index
+/// `comments_open` (migration 2026-11-30-000005): a planner uses a partial
+/// index only for a query that contains its condition, so this is never a
+/// bound parameter. With it the worker's queries read the unfinished rows
+/// only, not every receipt ever written.
+pub const OPEN: &str = "comments.status IN ('pending', 'posting')";
+
+fn open_rows() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
+    diesel::dsl::sql::<diesel::sql_types::Bool>(OPEN)
+}
+
 /// Receipts due at `at` (pending or left `posting` by a crash), oldest first.
 pub fn due_receipts(
     conn: &mut DbConn,
@@ -89,7 +100,7 @@ pub fn due_receipts(
     let rows: Vec<Row> = with_conn!(conn, |c| comments::table
         .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
         .filter(comments::kind.eq("receipt"))
-        .filter(comments::status.eq_any(["pending", "posting"]))
+        .filter(open_rows())
         .filter(
             comments::next_attempt_at
                 .is_null()
@@ -117,6 +128,19 @@ pub fn due_receipts(
             },
         )
         .collect())
+}
+
+/// When the earliest receipt waiting for a retry falls due (`None`: none
+/// waits). Receipts due at once are not counted: the commit that queued them
+/// woke the worker.
+pub fn next_receipt_due(conn: &mut DbConn) -> Result<Option<String>, StoreError> {
+    let next: Option<String> = with_conn!(conn, |c| comments::table
+        .filter(comments::kind.eq("receipt"))
+        .filter(open_rows())
+        .filter(comments::next_attempt_at.is_not_null())
+        .select(diesel::dsl::min(comments::next_attempt_at))
+        .first(c))?;
+    Ok(next)
 }
 
 /// What became of one write into Gitea.

@@ -111,9 +111,10 @@ struct Inner {
     url: DbUrl,
     read_pool: r2d2::Pool<DbManager>,
     writer: writer::Writer,
-    /// Bumped after every committed write of this process: the live view
-    /// (web/live.rs) wakes on it instead of polling.
-    changes: tokio::sync::watch::Sender<u64>,
+    /// Bumped by the writer after every transaction of this process that
+    /// commits (once per group commit): the live view (web/live.rs) and the
+    /// receipts worker wake on it instead of polling.
+    changes: writer::Changes,
 }
 
 impl Store {
@@ -154,14 +155,15 @@ impl Store {
                 read_only: false,
             })?;
         }
-        let writer = writer::Writer::start(write_pool, settings.writer)
+        let changes = Arc::new(tokio::sync::watch::channel(0).0);
+        let writer = writer::Writer::start(write_pool, settings.writer, changes.clone())
             .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
                 url: settings.url.clone(),
                 read_pool,
                 writer,
-                changes: tokio::sync::watch::channel(0).0,
+                changes,
             }),
         })
     }
@@ -170,14 +172,13 @@ impl Store {
         &self.inner.url
     }
 
-    /// A receiver that sees a new value after each write this process commits
-    /// (writes of other processes are not seen: poll the tables for those).
+    /// A receiver that sees a new value after each transaction this process
+    /// commits, the webhook's group commit and every task transition included,
+    /// before the writes in it are answered (writes of other processes are not
+    /// seen: poll the tables for those). Values coalesce: a receiver that was
+    /// busy sees one change for many commits.
     pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.inner.changes.subscribe()
-    }
-
-    fn changed(&self) {
-        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Runs a read on a blocking thread with a pooled connection, inside the
@@ -205,16 +206,11 @@ impl Store {
         T: Send + 'static,
         F: FnMut(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
     {
-        let out = self
-            .inner
+        self.inner
             .writer
             .submit(f)
             .instrument(tracing::Span::current())
-            .await;
-        if out.is_ok() {
-            self.changed();
-        }
-        out
+            .await
     }
 
     /// Ingests one webhook delivery; deliveries that arrive together are
@@ -223,16 +219,11 @@ impl Store {
         &self,
         req: ingest::IngestRequest,
     ) -> Result<ingest::IngestOutcome, StoreError> {
-        let out = self
-            .inner
+        self.inner
             .writer
             .ingest(req)
             .instrument(tracing::Span::current())
-            .await;
-        if out.is_ok() {
-            self.changed();
-        }
-        out
+            .await
     }
 
     /// Whether the database answers (for `/readyz`).

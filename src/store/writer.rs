@@ -98,6 +98,14 @@ pub struct Writer {
     tx: Sender<Job>,
 }
 
+/// Bumped by the writer threads after each transaction they commit (see
+/// [`super::Store::changes`]): once per batch, however many writes it held.
+pub type Changes = std::sync::Arc<tokio::sync::watch::Sender<u64>>;
+
+fn bump(changes: &Changes) {
+    changes.send_modify(|n| *n = n.wrapping_add(1));
+}
+
 /// Tuning of the group-commit writer.
 #[derive(Clone, Copy, Debug)]
 pub struct WriterSettings {
@@ -110,15 +118,20 @@ pub struct WriterSettings {
 }
 
 impl Writer {
-    pub fn start(pool: r2d2::Pool<DbManager>, settings: WriterSettings) -> std::io::Result<Writer> {
+    pub fn start(
+        pool: r2d2::Pool<DbManager>,
+        settings: WriterSettings,
+        changes: Changes,
+    ) -> std::io::Result<Writer> {
         let (tx, rx) = crossbeam_channel::bounded::<Job>(settings.queue_capacity.max(1));
         for n in 0..settings.threads.max(1) {
             let rx = rx.clone();
             let pool = pool.clone();
+            let changes = changes.clone();
             let batch_max = settings.batch_max.max(1);
             std::thread::Builder::new()
                 .name(format!("store-writer-{n}"))
-                .spawn(move || writer_loop(&rx, &pool, batch_max))?;
+                .spawn(move || writer_loop(&rx, &pool, batch_max, &changes))?;
         }
         Ok(Writer { tx })
     }
@@ -170,7 +183,12 @@ impl Writer {
     }
 }
 
-fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usize) {
+fn writer_loop(
+    rx: &Receiver<Job>,
+    pool: &r2d2::Pool<DbManager>,
+    batch_max: usize,
+    changes: &Changes,
+) {
     // Task transitions written here are counted in the metrics once committed.
     crate::metrics::collect_transitions_on_this_thread();
     let mut ops: Vec<Box<dyn WriteOp>> = Vec::with_capacity(batch_max);
@@ -222,6 +240,9 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
         });
         match committed {
             Ok(outcomes) => {
+                // Before the answers: whoever waits for this commit (the
+                // receipts worker, the live view) starts while they go out.
+                bump(changes);
                 reqs.clear();
                 for (reply, outcome) in replies.drain(..).zip(outcomes) {
                     let _ = reply.send(outcome);
@@ -246,7 +267,7 @@ fn writer_loop(rx: &Receiver<Job>, pool: &r2d2::Pool<DbManager>, batch_max: usiz
                     .chain(ops.drain(..))
                     .collect();
                 for op in singles {
-                    commit_alone(&mut conn, op);
+                    commit_alone(&mut conn, op, changes);
                 }
             }
         }
@@ -364,7 +385,7 @@ fn unavailable(e: StoreError) -> StoreError {
 }
 /// Commits one operation in its own transaction, retrying contention with a
 /// short, growing pause.
-fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>) {
+fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>, changes: &Changes) {
     let mut single = vec![op];
     let mut result = Err(StoreError::Contended("not run".into()));
     for attempt in 0..6u64 {
@@ -376,6 +397,9 @@ fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>) {
             break;
         }
         std::thread::sleep(Duration::from_millis(2 << attempt));
+    }
+    if result.is_ok() {
+        bump(changes);
     }
     for op in single {
         op.finish(result.clone());

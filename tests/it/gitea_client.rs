@@ -175,7 +175,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
         forge,
         bot_login: BOT.into(),
         mode: ReceiptMode::Comment,
-        interval: Duration::from_millis(50),
+        safety_interval: ReceiptWorker::SAFETY_INTERVAL,
     };
     let running = tokio::spawn(worker.run());
     let deadline = std::time::Instant::now() + Duration::from_secs(20);

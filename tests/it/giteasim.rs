@@ -91,7 +91,7 @@
 //! # Request log and faults
 //!
 //! [`GiteaSim::requests`] lists every request (method, path, query,
-//! `Authorization`, headers, body, status). Faults:
+//! `Authorization`, headers, body, status, receive time). Faults:
 //! [`GiteaSim::fail_next`] / [`GiteaSim::fail_next_matching`] (500 with
 //! Gitea's empty-message body), [`GiteaSim::fail_comment_listings`] (GET
 //! `.../comments` → 500), [`GiteaSim::set_delay`] /
@@ -486,6 +486,8 @@ pub struct LoggedRequest {
     /// The request body (lossy UTF-8; empty for git's binary bodies too).
     pub body: String,
     pub status: u16,
+    /// When the simulator had the whole request (before any injected delay).
+    pub received: std::time::Instant,
 }
 
 /// One webhook delivery attempt (Gitea's `HookTask`).
@@ -1822,6 +1824,7 @@ fn authenticate(d: &Data, headers: &[(String, String)], query: &str) -> Auth {
 
 /// Every request: log it, apply faults, then git or the API.
 async fn handle(req: HttpRequest, body: web::Bytes, sim: web::Data<Sim>) -> HttpResponse {
+    let received = std::time::Instant::now();
     let method = req.method().as_str().to_owned();
     let path = req.path().to_owned();
     let query = req.query_string().to_owned();
@@ -1882,6 +1885,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, sim: web::Data<Sim>) -> Http
             String::new()
         },
         status: response.status().as_u16(),
+        received,
     });
     response
 }

@@ -25,6 +25,7 @@ mod metrics;
 mod migrations;
 mod nginx;
 mod readiness;
+mod receipts;
 mod recovery;
 mod scheduling;
 mod session;

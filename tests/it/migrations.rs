@@ -184,6 +184,39 @@ fn scheduling_queries_use_the_partial_indexes_sqlite() {
     );
 }
 
+/// The receipts worker finds due receipts and the next retry through the
+/// partial index `comments_open` (migration 000005), which SQLite uses only
+/// when a query holds its exact condition (`comments::OPEN`): otherwise each
+/// of the worker's passes, one per commit, reads every receipt ever written.
+#[test]
+fn receipt_queries_use_the_partial_index_sqlite() {
+    use codex_bridge::store::comments::OPEN;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = migrated_sqlite(&dir);
+    let mut plan = |query: &str| query_plan(&mut c, query);
+    let uses_index = |plan: &[String]| {
+        plan.iter().any(|d| d.contains("INDEX comments_open"))
+            && !plan
+                .iter()
+                .any(|d| d.starts_with("SCAN comments") && !d.contains("INDEX"))
+    };
+    // due_receipts
+    let due = plan(&format!(
+        "SELECT comments.comment_key, tasks.state FROM comments \
+         INNER JOIN tasks ON tasks.task_id = comments.task_id \
+         WHERE comments.kind = 'receipt' AND {OPEN} \
+         AND (comments.next_attempt_at IS NULL OR comments.next_attempt_at <= '2026-12-01') \
+         ORDER BY comments.created_at LIMIT 32"
+    ));
+    assert!(uses_index(&due), "{due:?}");
+    // next_receipt_due
+    let next = plan(&format!(
+        "SELECT min(comments.next_attempt_at) FROM comments WHERE comments.kind = 'receipt' \
+         AND {OPEN} AND comments.next_attempt_at IS NOT NULL"
+    ));
+    assert!(uses_index(&next), "{next:?}");
+}
+
 /// Migration 000007 counts the unfinished outbox entries of the sessions that a
 /// store already holds: applied again over rows written without it, each
 /// session's `open_entries` is its entries whose task has not ended.

@@ -1,0 +1,201 @@
+//! The receipts worker wakes on what matters instead of polling: the commit
+//! that queues a receipt (the webhook's group commit, a task's abnormal end)
+//! and the earliest retry falling due. Each test gives the worker a safety
+//! interval of an hour, so a receipt written within the test's wait was
+//! written because the worker was woken, not because it looked again.
+
+use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
+use crate::support::{BOT, GITEA_TOKEN};
+use codex_bridge::gitea::receipts::{ReceiptMode, ReceiptWorker};
+use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
+use codex_bridge::lifecycle::TaskState;
+use codex_bridge::store::{
+    comments, ingest, scheduling, DbUrl, Store, StoreSettings, WriterSettings,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Longer than any test runs: the worker never looks at the store by itself.
+const NEVER: Duration = Duration::from_secs(3600);
+
+struct Setup {
+    sim: GiteaSim,
+    store: Store,
+    issue: i64,
+    worker: Option<ReceiptWorker>,
+    running: Option<tokio::task::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Starts the worker: its first pass looks at the store once, as it starts.
+    fn start_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.running = Some(tokio::spawn(worker.run()));
+        }
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if let Some(running) = &self.running {
+            running.abort();
+        }
+    }
+}
+
+fn setup() -> Setup {
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    sim.add_user("bob");
+    sim.set_permission("acme", "widgets", "bob", Perm::Write);
+    let issue = sim.create_issue("acme", "widgets", "t", "b", "bob");
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&StoreSettings {
+        url: DbUrl::Sqlite(dir.path().join("r.db")),
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 8,
+            threads: 1,
+            queue_capacity: 64,
+        },
+    })
+    .unwrap();
+    let client = GiteaClient::new(&sim.base_url(), GITEA_TOKEN.to_owned().into());
+    let worker = ReceiptWorker {
+        store: store.clone(),
+        client: client.clone(),
+        forge: Arc::new(GiteaForge::new(client, BOT, TriggerPolicy::default())),
+        bot_login: BOT.into(),
+        mode: ReceiptMode::Comment,
+        safety_interval: NEVER,
+    };
+    Setup {
+        sim,
+        store,
+        issue,
+        worker: Some(worker),
+        running: None,
+        _dir: dir,
+    }
+}
+
+/// Accepts a comment through the webhook's path (the group commit).
+async fn accept(s: &Setup, comment_id: i64) -> String {
+    let req = crate::actors::request("widgets", s.issue, comment_id, "@ccbot hi");
+    match s.store.ingest(req).await.unwrap() {
+        ingest::IngestOutcome::Accepted { task_id, .. } => task_id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The comment POSTs that carry the marker of `task`'s receipt for `state`.
+fn receipt_posts(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
+    let marker = comments::receipt_key(task, state);
+    sim.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/comments"))
+        .filter(|r| r.body.contains(&marker))
+        .collect()
+}
+
+/// Waits (20 s at most) until the simulator has a 201 for that receipt.
+async fn wait_posted(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let posts = receipt_posts(sim, task, state);
+        if posts.iter().any(|r| r.status == 201) {
+            return posts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {state} receipt of {task} was posted; requests: {:?}",
+            sim.requests()
+                .iter()
+                .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_commit_that_queues_a_receipt_wakes_the_worker() {
+    let mut s = setup();
+    // Queued before the worker starts: its first pass writes this receipt,
+    // which shows that pass is over.
+    let first = accept(&s, 1).await;
+    s.start_worker();
+    wait_posted(&s.sim, &first, "received").await;
+
+    // Everything after this is written only because a commit woke the worker:
+    // a new task accepted by the webhook's group commit ...
+    let second = accept(&s, 2).await;
+    wait_posted(&s.sim, &second, "received").await;
+
+    // ... and a task's abnormal end, which queues a receipt in the
+    // transition's own commit.
+    let t = second.clone();
+    s.store
+        .write(move |c| {
+            scheduling::move_task(
+                c,
+                &t,
+                TaskState::Rejected,
+                "system",
+                "a test ends it",
+                Some("permission_denied"),
+                None,
+            )
+            .map(|_| ())
+        })
+        .await
+        .unwrap();
+    wait_posted(&s.sim, &second, "rejected").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_receipt_is_retried_when_its_backoff_ends_without_a_poll() {
+    let mut s = setup();
+    // The first POST of the receipt fails as Gitea fails (500: worth a retry).
+    s.sim.fail_next_matching(
+        1,
+        Some("POST"),
+        &format!("/api/v1/repos/acme/widgets/issues/{}/comments", s.issue),
+    );
+    // Queued before the worker starts: its first pass makes the first
+    // attempt, and only the retry's timer can make the second.
+    let task = accept(&s, 1).await;
+    s.start_worker();
+    let posts = wait_posted(&s.sim, &task, "received").await;
+    let status: Vec<u16> = posts.iter().map(|r| r.status).collect();
+    assert_eq!(status, [500, 201], "one failure, then one retry");
+    // The retry waited for its backoff (a second after the first failure).
+    let waited = posts[1].received - posts[0].received;
+    assert!(
+        waited >= Duration::from_millis(900),
+        "retried after {waited:?}"
+    );
+    // Recorded once: two attempts, posted.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let row = loop {
+        let key = comments::receipt_key(&task, "received");
+        let row = s
+            .store
+            .read(move |c| comments::find(c, &key))
+            .await
+            .unwrap()
+            .unwrap();
+        if row.status == "posted" || Instant::now() > deadline {
+            break row;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (row.status.as_str(), row.attempts),
+        ("posted", 2),
+        "{row:?}"
+    );
+}
