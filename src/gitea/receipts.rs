@@ -1,4 +1,4 @@
-//! The receipts worker (DESIGN §8, issue 5): one receipt per task when it is
+//! The receipts worker: one receipt per task when it is
 //! queued — a comment, or a reaction on the triggering comment by config — and
 //! one per abnormal end, each exactly once.
 //!
@@ -21,6 +21,7 @@ use crate::lifecycle::TaskState;
 use crate::runtime::{ReplyVerifier, TriggerCheck};
 use crate::store::audit::{self, Audit};
 use crate::store::comments::{self, DueReceipt, Outcome};
+use crate::store::tasks::TransitionOutcome;
 use crate::store::{format_time, scheduling, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -325,15 +326,18 @@ impl ReceiptWorker {
         key: &str,
         why: String,
     ) -> Result<(), crate::store::StoreError> {
-        let (k, t) = (key.to_owned(), r.row.task_id.clone());
+        let (k, t, version) = (key.to_owned(), r.row.task_id.clone(), r.state_version);
         tracing::info!(task.id = %t, why = %why, "commenter may not trigger work; rejecting");
         self.store
             .write(move |c| {
-                let moved = scheduling::move_task(
+                // Decided on the version this row was read with. If the task
+                // moved since (a scheduler leased it), its session checks the
+                // permission again before any turn and rejects it there.
+                let moved = scheduling::decide_move(
                     c,
                     &t,
+                    version,
                     TaskState::Rejected,
-                    "system",
                     &why,
                     Some("permission_denied"),
                     None,
@@ -347,12 +351,21 @@ impl ReceiptWorker {
                         ..Default::default()
                     },
                 )?;
+                let outcome = match moved {
+                    TransitionOutcome::Applied { .. } => "rejected",
+                    TransitionOutcome::Stale { .. } => "stale",
+                    TransitionOutcome::Refused { .. } => "refused",
+                };
                 audit::record(
                     c,
                     &Audit::new("trigger.rejected", "system")
                         .task(&t)
                         .error("permission_denied")
-                        .meta(serde_json::json!({ "why": why, "moved": format!("{moved:?}") })),
+                        .meta(serde_json::json!({
+                            "why": why,
+                            "outcome": outcome,
+                            "decidedOnVersion": version,
+                        })),
                 )
                 .map(|_| ())
             })

@@ -73,6 +73,9 @@ pub fn on_transition(conn: &mut DbConn, task_id: &str, to_state: &str) -> Result
 pub struct DueReceipt {
     pub row: Comment,
     pub state: String,
+    /// The task's `state_version` when the row was read: a decision about the
+    /// task made on this row names it.
+    pub state_version: i64,
     pub author: String,
     pub trigger_comment_id: Option<i64>,
     pub error_code: Option<String>,
@@ -96,7 +99,7 @@ pub fn due_receipts(
     limit: i64,
 ) -> Result<Vec<DueReceipt>, StoreError> {
     /// A receipt row with its task's state, author, trigger comment and error code.
-    type Row = (Comment, String, String, Option<i64>, Option<String>);
+    type Row = (Comment, String, i64, String, Option<i64>, Option<String>);
     let rows: Vec<Row> = with_conn!(conn, |c| comments::table
         .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
         .filter(comments::kind.eq("receipt"))
@@ -111,6 +114,7 @@ pub fn due_receipts(
         .select((
             Comment::as_select(),
             tasks::state,
+            tasks::state_version,
             tasks::author,
             tasks::comment_id,
             tasks::error_code,
@@ -119,9 +123,10 @@ pub fn due_receipts(
     Ok(rows
         .into_iter()
         .map(
-            |(row, state, author, trigger_comment_id, error_code)| DueReceipt {
+            |(row, state, state_version, author, trigger_comment_id, error_code)| DueReceipt {
                 row,
                 state,
+                state_version,
                 author,
                 trigger_comment_id,
                 error_code,
