@@ -5,5 +5,6 @@
 //!
 //! [`AgentRuntime`]: crate::runtime::AgentRuntime
 
+mod route;
 pub mod rpc;
 pub mod runtime;
