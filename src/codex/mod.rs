@@ -8,3 +8,4 @@
 mod route;
 pub mod rpc;
 pub mod runtime;
+mod thread;

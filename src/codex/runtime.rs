@@ -3,12 +3,14 @@
 //! One app-server process serves every session. It is started on first use,
 //! initialised once (`initialize` → `initialized` → best-effort capability
 //! probes), and started again with backoff if it dies; threads are resumed in
-//! the new process before their next turn. Notifications are routed to the turn
-//! running on their thread. Every request the server makes of us gets an
-//! explicit answer, so no turn can hang on one.
+//! the new process before their next turn, with the setup a new thread gets
+//! (`thread.rs`). Notifications are routed to the turn running on their thread
+//! (`route.rs`). Every request the server makes of us gets an explicit answer,
+//! so no turn can hang on one.
 
 use super::route::{audit_event, last_agent_text, route, McpStatus, Pending, Sink};
 use super::rpc::{RpcConnection, RpcError};
+use super::thread::{thread_params, ThreadPolicy};
 use crate::runtime::{
     AgentRuntime, RuntimeError, ThreadRequest, TurnLookup, TurnRequest, TurnStarted,
 };
@@ -382,30 +384,68 @@ impl CodexRuntime {
         })
     }
 
-    /// Makes sure `thread_id` is loaded in the current process (resume after a restart).
-    async fn ensure_loaded(
+    /// Opens a thread in the current app-server process with the whole setup
+    /// ([`thread_params`]): `thread/start` without an id, `thread/resume` for
+    /// one this process has not loaded (a new process, or a new bridge), then
+    /// waits for its Gitea MCP server. The connection and the thread's id.
+    async fn open_thread(
         &self,
-        thread_id: &str,
+        thread_id: Option<&str>,
         cwd: &std::path::Path,
-    ) -> Result<Arc<RpcConnection>, RuntimeError> {
+        policy: Option<&ThreadPolicy>,
+    ) -> Result<(Arc<RpcConnection>, String), RuntimeError> {
         let (conn, _) = self.connection().await?;
-        let loaded = {
-            let live = self.inner.live.lock().await;
-            live.as_ref().is_some_and(|l| l.loaded.contains(thread_id))
+        let s = &self.inner.settings;
+        let loaded = match thread_id {
+            Some(id) => {
+                let live = self.inner.live.lock().await;
+                live.as_ref().is_some_and(|l| l.loaded.contains(id))
+            }
+            None => false,
+        };
+        let id = match thread_id {
+            Some(id) if loaded => id.to_owned(),
+            Some(id) => {
+                // What an earlier process reported of its MCP servers says
+                // nothing about the ones this resume starts.
+                if let Ok(mut m) = self.inner.mcp.status.lock() {
+                    m.retain(|(thread, _), _| thread != id);
+                }
+                let params = thread_params(s, Some(id), cwd, policy);
+                conn.request("thread/resume", params, s.request_timeout)
+                    .await
+                    .map_err(|e| RuntimeError::Unavailable(format!("thread/resume failed: {e}")))?;
+                id.to_owned()
+            }
+            None => {
+                let params = thread_params(s, None, cwd, policy);
+                let result = conn
+                    .request("thread/start", params, s.request_timeout)
+                    .await
+                    .map_err(|e| RuntimeError::Unavailable(format!("thread/start failed: {e}")))?;
+                result
+                    .pointer("/thread/id")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| {
+                        RuntimeError::Unavailable(
+                            "thread/start answered without a thread id".into(),
+                        )
+                    })?
+                    .to_owned()
+            }
         };
         if !loaded {
-            conn.request(
-                "thread/resume",
-                json!({ "threadId": thread_id, "cwd": cwd }),
-                self.inner.settings.request_timeout,
-            )
-            .await
-            .map_err(|e| RuntimeError::Unavailable(format!("thread/resume failed: {e}")))?;
             if let Some(l) = self.inner.live.lock().await.as_mut() {
-                l.loaded.insert(thread_id.to_owned());
+                l.loaded.insert(id.clone());
             }
         }
-        Ok(conn)
+        // Codex does not wait for a thread's MCP servers: a turn sent too
+        // early reaches the model without the Gitea tools. On a thread loaded
+        // before, this returns at once (or refuses again if the server failed).
+        if s.thread_config.contains_key("mcp_servers.gitea.command") {
+            self.wait_for_mcp(&id, "gitea").await?;
+        }
+        Ok((conn, id))
     }
 }
 
@@ -420,39 +460,13 @@ impl AgentRuntime for CodexRuntime {
     ) -> BoxFuture<'static, Result<String, RuntimeError>> {
         let this = self.clone();
         async move {
-            if let Some(id) = req.thread_id {
-                return Ok(id);
-            }
-            let (conn, _) = this.connection().await?;
-            let s = &this.inner.settings;
-            let mut params = json!({
-                "cwd": req.cwd,
-                "approvalPolicy": req.approval_policy,
-                "sandbox": req.sandbox,
-                "developerInstructions": s.developer_instructions,
-            });
-            if !s.thread_config.is_empty() {
-                params["config"] = Value::Object(s.thread_config.clone());
-            }
-            let result = conn
-                .request("thread/start", params, s.request_timeout)
-                .await
-                .map_err(|e| RuntimeError::Unavailable(format!("thread/start failed: {e}")))?;
-            let id = result
-                .pointer("/thread/id")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    RuntimeError::Unavailable("thread/start answered without a thread id".into())
-                })?
-                .to_owned();
-            if let Some(l) = this.inner.live.lock().await.as_mut() {
-                l.loaded.insert(id.clone());
-            }
-            // Codex does not wait for a thread's MCP servers: a first turn sent
-            // too early reaches the model without the Gitea tools.
-            if s.thread_config.contains_key("mcp_servers.gitea.command") {
-                this.wait_for_mcp(&id, "gitea").await?;
-            }
+            let policy = ThreadPolicy {
+                approval_policy: req.approval_policy,
+                sandbox: req.sandbox,
+            };
+            let (_, id) = this
+                .open_thread(req.thread_id.as_deref(), &req.cwd, Some(&policy))
+                .await?;
             Ok(id)
         }
         .boxed()
@@ -464,7 +478,16 @@ impl AgentRuntime for CodexRuntime {
     ) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
         let this = self.clone();
         async move {
-            let conn = this.ensure_loaded(&req.thread_id, &req.cwd).await?;
+            // A turn's request carries no policy. The session opens its thread
+            // through `ensure_thread` first, which gives a thread loaded here
+            // the repository's policy; a thread not loaded here yet (a turn of
+            // a task recovered after the bridge restarted, such as its
+            // reply-retry turn) is resumed with everything else and keeps
+            // the approval policy and sandbox it last ran under, which may be
+            // older than the configuration this process read.
+            let (conn, _) = this
+                .open_thread(Some(&req.thread_id), &req.cwd, None)
+                .await?;
             let (tx, mut rx) = mpsc::unbounded_channel();
             if let Ok(mut sinks) = this.inner.sinks.lock() {
                 sinks.insert(
