@@ -5,5 +5,7 @@
 //!
 //! [`AgentRuntime`]: crate::runtime::AgentRuntime
 
+mod route;
 pub mod rpc;
 pub mod runtime;
+mod thread;

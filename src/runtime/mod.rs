@@ -16,9 +16,10 @@ pub struct ThreadRequest {
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
     pub cwd: PathBuf,
-    /// The repository's approval policy for a new thread (`never`, `untrusted`, …).
+    /// The repository's approval policy (`never`, `untrusted`, …), for a new
+    /// thread and for one resumed in a new runtime process alike.
     pub approval_policy: String,
-    /// The repository's sandbox for a new thread.
+    /// The repository's sandbox, likewise.
     pub sandbox: String,
 }
 
@@ -193,7 +194,8 @@ pub enum RuntimeError {
 pub trait AgentRuntime: Send + Sync + 'static {
     /// A short name for logs and the health view (`codex`, `scripted`).
     fn name(&self) -> &'static str;
-    /// Starts or resumes the session's thread; returns its id.
+    /// Starts or resumes the session's thread with the repository's setup;
+    /// returns its id.
     fn ensure_thread(&self, req: ThreadRequest)
         -> BoxFuture<'static, Result<String, RuntimeError>>;
     /// Starts a turn; resolves once the runtime accepted it.

@@ -93,9 +93,9 @@ fn request_task(body: &Value) -> Option<String> {
 }
 
 /// The operator settles an uncertain `task` as failed; then a later task on
-/// the same Issue runs through the same session to its end. Returns it. Its
-/// turn posts nothing and the REST fallback answers, so this does not depend
-/// on the Gitea tools of a thread resumed in a new app-server.
+/// the same Issue runs through the same session, on its thread resumed in a
+/// new app-server, to the agent's own verified reply (posted through the
+/// thread's Gitea MCP server). Returns it.
 fn reconcile_and_run_another(l: &Loop, server: &TestServer, task: &str) -> String {
     let d = server
         .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
@@ -107,15 +107,15 @@ fn reconcile_and_run_another(l: &Loop, server: &TestServer, task: &str) -> Strin
                 "verdict": "failed", "confirmNoActiveTurn": true}),
     );
     assert_eq!(r.status, 200, "{:?}", r.json);
-    l.script_silent("The later answer.");
-    l.script_silent("The later answer, again.");
+    l.script_reply(l.issue, "The later answer.");
     let later = l.comment("bob", l.issue, "@ccbot and now the next thing");
-    wait_task_state(
-        &server.db_url,
-        &later,
-        "succeeded_with_rest_fallback",
-        Duration::from_secs(90),
-    );
+    wait_task_state(&server.db_url, &later, "succeeded", Duration::from_secs(90));
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={later}"));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(replies[0]["body"]
+        .as_str()
+        .unwrap()
+        .contains("The later answer."));
     later
 }
 

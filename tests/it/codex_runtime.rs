@@ -345,7 +345,9 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     );
 }
 
-fn with_mcp(
+/// A runtime whose threads get a Gitea MCP server run as `command args`
+/// (its calls recorded in `log`).
+pub fn with_mcp(
     home: &CodexHome,
     command: &str,
     args: Vec<String>,
