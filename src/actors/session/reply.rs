@@ -7,7 +7,7 @@ use super::decide::{Event, FallbackOutcome, Start, Verdict};
 use super::pass::{fallback_status, Pass, PassError};
 use super::prompt::{reply_retry_prompt, strip_markers};
 use crate::gitea::reply::reply_marker;
-use crate::runtime::{ReplyCheck, ReplyQuery, TurnRequest};
+use crate::runtime::{ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnRequest};
 use crate::store::audit::{self, Audit};
 use crate::store::{comments, scheduling};
 
@@ -118,6 +118,28 @@ impl Pass {
         };
         let marker = reply_marker(&self.task.task_id, &entry.operation_id);
         self.turn.thread_id = Some(thread.clone());
+        // The thread may not be loaded in this app-server (a restart since the
+        // task's turn): it is opened with the repository's policy as it is now.
+        let opened = self
+            .deps
+            .runtime
+            .ensure_thread(ThreadRequest {
+                session_key: self.task.session_key.clone(),
+                thread_id: Some(thread.clone()),
+                cwd: cwd.clone(),
+                approval_policy: policy.approval_policy.clone(),
+                sandbox: policy.sandbox.clone(),
+            })
+            .await;
+        if let Err(e) = opened {
+            self.mcp_reason = format!(
+                "{}; the reply-retry turn could not start: {e}",
+                self.mcp_reason
+            );
+            return Ok(Event::Started(Start::NotAdmitted {
+                retryable: !matches!(e, RuntimeError::Refused(_)),
+            }));
+        }
         let started = self
             .deps
             .runtime
