@@ -205,3 +205,56 @@ fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared()
         System::current().stop();
     });
 }
+
+#[test]
+fn audit_records_and_reasons_carry_stable_codes_not_debug_text() {
+    use codex_bridge::runtime::scripted::StartBehaviour;
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "uncertain",
+            Script {
+                start: StartBehaviour::Uncertain,
+                steps: vec![],
+            },
+        );
+        let h = Harness::start(rt, settings());
+        let id = h.comment("widgets", 1, 1, "@ccbot uncertain").await;
+        h.wait_state(&id, TaskState::NeedsReconciliation).await;
+        let i = id.clone();
+        let (events, history) = h
+            .store
+            .read(move |c| {
+                let events = audit::list(
+                    c,
+                    &audit::AuditFilter {
+                        task_id: Some(i.clone()),
+                        limit: 1000,
+                        ..Default::default()
+                    },
+                )?;
+                Ok((events, tasks::history(c, &i)?))
+            })
+            .await
+            .unwrap();
+        let checked = events
+            .iter()
+            .find(|e| e.action == "turn.history_checked")
+            .expect("the lookup is audited");
+        assert_eq!(checked.metadata["found"], "missing", "{}", checked.metadata);
+        let last = history.last().unwrap();
+        assert_eq!(last.to_state, "needs_reconciliation");
+        assert_eq!(last.error_code.as_deref(), Some("uncertain_admission"));
+        // Rust's debug text names variants and braces (`Missing`, `Ok(`, `{`).
+        for text in events
+            .iter()
+            .map(|e| e.metadata.to_string())
+            .chain(history.iter().filter_map(|t| t.reason.clone()))
+        {
+            for debug in ["Ok(", "Err(", "Missing", "Uncertain(", "Some("] {
+                assert!(!text.contains(debug), "debug text stored: {text}");
+            }
+        }
+        System::current().stop();
+    });
+}
