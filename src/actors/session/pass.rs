@@ -86,6 +86,8 @@ pub(super) struct Pass {
     pub reply_comment: Option<i64>,
     /// Why the agent's own reply is missing, for the records of a fallback.
     pub mcp_reason: String,
+    /// Why the reply-retry turn could not start, kept with `mcp_reason`.
+    pub retry_failure: Option<String>,
     /// The detail behind the next decision (an error's text), appended to
     /// its reason in the history row.
     pub detail: Option<String>,
@@ -234,6 +236,7 @@ impl Pass {
             approval: None,
             reply_comment: None,
             mcp_reason: String::new(),
+            retry_failure: None,
             detail: None,
         }))
     }

@@ -37,6 +37,12 @@ impl Pass {
                 Some(r) => format!("the agent's comment call ended {}", r.status),
                 None => "the agent made no comment call".to_owned(),
             });
+        if let Some(why) = &self.retry_failure {
+            self.mcp_reason = format!(
+                "{}; the reply-retry turn could not start: {why}",
+                self.mcp_reason
+            );
+        }
         let turn_id = self.reply_turn_id();
         let check = self
             .deps
@@ -132,10 +138,7 @@ impl Pass {
             })
             .await;
         if let Err(e) = opened {
-            self.mcp_reason = format!(
-                "{}; the reply-retry turn could not start: {e}",
-                self.mcp_reason
-            );
+            self.retry_failure = Some(e.to_string());
             return Ok(Event::Started(Start::NotAdmitted {
                 retryable: !matches!(e, RuntimeError::Refused(_)),
             }));
@@ -153,10 +156,7 @@ impl Pass {
         let event = self.turn_started(started, policy.turn_timeout);
         if let Event::Started(Start::NotAdmitted { .. }) = event {
             let why = self.detail.take().unwrap_or_default();
-            self.mcp_reason = format!(
-                "{}; the reply-retry turn could not start: {why}",
-                self.mcp_reason
-            );
+            self.retry_failure = Some(why);
         }
         Ok(event)
     }

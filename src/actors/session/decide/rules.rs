@@ -126,9 +126,10 @@ pub(super) fn started(snap: &Snapshot, start: Start) -> Decision {
         .then(&[E::LookUpHistory]),
         (Start::NotAdmitted { retryable }, TurnKind::Normal) => thread_failed(snap, retryable),
         (Start::NotAdmitted { .. }, TurnKind::ReplyRetry) => {
-            // Not admitted: the reply is still missing; the REST fallback is next.
+            // Not admitted, and the retry is used: verification proves the
+            // reply still missing before the REST fallback posts anything.
             Decision::on(snap, "the reply-retry turn could not start")
-                .then(&[E::ReleaseReplyRetry, E::PostRestFallback])
+                .then(&[E::ReleaseReplyRetry, E::VerifyReply])
         }
     }
 }

@@ -201,62 +201,6 @@ fn an_abort_while_running_interrupts_and_a_confirmed_interrupt_aborts() {
 
 // --- properties ---
 
-fn state() -> impl Strategy<Value = TaskState> {
-    proptest::sample::select(TaskState::ALL.to_vec())
-}
-
-fn snapshot() -> impl Strategy<Value = Snapshot> {
-    (
-        state(),
-        0i64..50,
-        (1i64..4, 1i64..4),
-        proptest::sample::select(vec![
-            Admission::NoEntry,
-            Admission::NotSent,
-            Admission::Intended,
-        ]),
-        (any::<bool>(), any::<bool>(), any::<bool>(), any::<bool>()),
-        proptest::sample::select(vec![
-            ReplyRetry::Unused,
-            ReplyRetry::Intended,
-            ReplyRetry::Used,
-        ]),
-        proptest::option::of(proptest::sample::select(vec![
-            Fallback::Posting,
-            Fallback::Posted,
-            Fallback::Failed,
-        ])),
-        proptest::option::of(proptest::sample::select(vec![Stop::Abort, Stop::Deadline])),
-    )
-        .prop_map(
-            |(
-                state,
-                state_version,
-                (attempt, max_attempts),
-                admission,
-                flags,
-                reply_retry,
-                fallback,
-                stopping,
-            )| {
-                Snapshot {
-                    state,
-                    state_version,
-                    attempt,
-                    max_attempts,
-                    admission,
-                    attempt_is_ours: flags.0,
-                    workspace_named: flags.1,
-                    turn_recorded: flags.2,
-                    reply_retry,
-                    fallback,
-                    final_text: flags.3,
-                    stopping,
-                }
-            },
-        )
-}
-
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         Just(Event::Picked),
@@ -334,6 +278,167 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The promises every single decision keeps, whatever the snapshot.
+fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError> {
+    let d = next(snap, &event);
+    prop_assert_eq!(d.expected_version, snap.state_version);
+    if snap.state.is_terminal() {
+        prop_assert!(d.is_idle(), "a terminal task changed: {:?}", d);
+    }
+    if let Some(to) = d.to {
+        prop_assert!(
+            lifecycle::check(snap.state, to).is_ok(),
+            "{:?} -> {:?}",
+            snap.state,
+            to
+        );
+    }
+    if d.effects.contains(&E::StartTurn) {
+        prop_assert_eq!(
+            snap.admission,
+            Admission::NotSent,
+            "a turn/start after its intent"
+        );
+        prop_assert_eq!(snap.state, S::Leased);
+        prop_assert!(snap.workspace_named, "a turn without a workspace");
+        prop_assert_eq!(event, Event::Permission(Permission::Allowed));
+    }
+    if d.effects.contains(&E::StartReplyRetry) {
+        prop_assert_eq!(snap.reply_retry, ReplyRetry::Unused);
+        prop_assert!(d.effects.contains(&E::BeginReplyRetry));
+    }
+    if d.effects.contains(&E::PostRestFallback) {
+        prop_assert!(matches!(snap.fallback, None | Some(Fallback::Posting)));
+        prop_assert!(
+            snap.reply_retry != ReplyRetry::Unused || snap.fallback.is_some(),
+            "the REST fallback comes after the reply-retry turn"
+        );
+    }
+    if uncertain(&event) {
+        if let Some(to) = d.to {
+            prop_assert!(
+                matches!(to, S::NeedsReconciliation | S::FailedReply),
+                "{:?} after {:?}",
+                to,
+                event
+            );
+        }
+        prop_assert!(!d.effects.iter().any(|e| matches!(
+            e,
+            E::StartTurn | E::StartReplyRetry | E::PostRestFallback | E::ReleaseIntent
+        )));
+    }
+    if d.to == Some(S::Queued) {
+        prop_assert_eq!(event, Event::SendNow { ledger_sent: false });
+    }
+    if d.to == Some(S::RetryWait) && snap.admission == Admission::Intended {
+        prop_assert!(
+            d.effects.contains(&E::ReleaseIntent),
+            "a retry of something that may have reached the agent"
+        );
+        prop_assert!(
+            matches!(event, Event::Started(Start::NotAdmitted { .. })),
+            "{:?}",
+            event
+        );
+    }
+    Ok(())
+}
+
+/// Every snapshot a session can be asked about, with every event: the
+/// space is small enough to walk whole, so no case is left to chance.
+#[test]
+fn every_decision_keeps_the_promises() {
+    let mut events = vec![
+        Event::Picked,
+        Event::ApprovalRequested,
+        Event::InterruptUnconfirmed,
+    ];
+    for p in [Permission::Allowed, Permission::Denied, Permission::Unknown] {
+        events.push(Event::Permission(p));
+    }
+    for st in [
+        Start::Admitted,
+        Start::Uncertain,
+        Start::NotAdmitted { retryable: true },
+        Start::NotAdmitted { retryable: false },
+    ] {
+        events.push(Event::Started(st));
+    }
+    for b in [true, false] {
+        events.push(Event::ApprovalDecided { accept: b });
+        events.push(Event::SendNow { ledger_sent: b });
+    }
+    for stop in [Stop::Abort, Stop::Deadline] {
+        events.push(Event::StopRequested(stop));
+    }
+    for end in [TurnEnd::Completed, TurnEnd::Failed, TurnEnd::Interrupted] {
+        events.push(Event::TurnEnded(end));
+    }
+    for f in [
+        Finding::Completed,
+        Finding::Failed,
+        Finding::Interrupted,
+        Finding::Missing,
+        Finding::StillRunning,
+        Finding::Unreadable,
+        Finding::NoThread,
+    ] {
+        events.push(Event::History(f));
+    }
+    for v in [Verdict::Confirmed, Verdict::Missing, Verdict::Unknown] {
+        events.push(Event::Reply(v));
+    }
+    for o in [
+        FallbackOutcome::Confirmed,
+        FallbackOutcome::NotFound,
+        FallbackOutcome::Failed,
+    ] {
+        events.push(Event::Fallback(o));
+    }
+    let mut checked = 0;
+    for state in TaskState::ALL {
+        for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
+            for flags in 0u8..16 {
+                for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
+                    for fallback in [
+                        None,
+                        Some(Fallback::Posting),
+                        Some(Fallback::Posted),
+                        Some(Fallback::Failed),
+                    ] {
+                        for stopping in [None, Some(Stop::Abort), Some(Stop::Deadline)] {
+                            for (attempt, max_attempts) in [(1, 2), (2, 2)] {
+                                let snap = Snapshot {
+                                    state,
+                                    state_version: 7,
+                                    attempt,
+                                    max_attempts,
+                                    admission,
+                                    attempt_is_ours: flags & 1 != 0,
+                                    workspace_named: flags & 2 != 0,
+                                    turn_recorded: flags & 4 != 0,
+                                    reply_retry,
+                                    fallback,
+                                    final_text: flags & 8 != 0,
+                                    stopping,
+                                };
+                                for event in &events {
+                                    if let Err(e) = keeps_the_promises(&snap, *event) {
+                                        panic!("{e}\n{snap:?}\n{event:?}");
+                                    }
+                                    checked += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1_000_000, "{checked}");
+}
+
 proptest! {
     // Failing cases are kept beside the integration tests' and replayed first.
     #![proptest_config(ProptestConfig {
@@ -345,50 +450,6 @@ proptest! {
         )),
         ..ProptestConfig::default()
     })]
-
-    /// Each decision on its own, from any snapshot.
-    #[test]
-    fn every_decision_keeps_the_promises(snap in snapshot(), event in event()) {
-        let d = next(&snap, &event);
-        prop_assert_eq!(d.expected_version, snap.state_version);
-        if snap.state.is_terminal() {
-            prop_assert!(d.is_idle(), "a terminal task changed: {:?}", d);
-        }
-        if let Some(to) = d.to {
-            prop_assert!(lifecycle::check(snap.state, to).is_ok(), "{:?} -> {:?}", snap.state, to);
-        }
-        if d.effects.contains(&E::StartTurn) {
-            prop_assert_eq!(snap.admission, Admission::NotSent, "a turn/start after its intent");
-            prop_assert_eq!(snap.state, S::Leased);
-            prop_assert!(snap.workspace_named, "a turn without a workspace");
-            prop_assert_eq!(event, Event::Permission(Permission::Allowed));
-        }
-        if d.effects.contains(&E::StartReplyRetry) {
-            prop_assert_eq!(snap.reply_retry, ReplyRetry::Unused);
-            prop_assert!(d.effects.contains(&E::BeginReplyRetry));
-        }
-        if d.effects.contains(&E::PostRestFallback) {
-            prop_assert!(matches!(snap.fallback, None | Some(Fallback::Posting)));
-            prop_assert!(snap.reply_retry != ReplyRetry::Unused || snap.fallback.is_some(),
-                "the REST fallback comes after the reply-retry turn");
-        }
-        if uncertain(&event) {
-            if let Some(to) = d.to {
-                prop_assert!(matches!(to, S::NeedsReconciliation | S::FailedReply),
-                    "{:?} after {:?}", to, event);
-            }
-            prop_assert!(!d.effects.iter().any(|e| matches!(e,
-                E::StartTurn | E::StartReplyRetry | E::PostRestFallback | E::ReleaseIntent)));
-        }
-        if d.to == Some(S::Queued) {
-            prop_assert_eq!(event, Event::SendNow { ledger_sent: false });
-        }
-        if d.to == Some(S::RetryWait) && snap.admission == Admission::Intended {
-            prop_assert!(d.effects.contains(&E::ReleaseIntent),
-                "a retry of something that may have reached the agent");
-            prop_assert!(matches!(event, Event::Started(Start::NotAdmitted { .. })), "{:?}", event);
-        }
-    }
 
     /// A task's whole life under random events, claims and restarts.
     #[test]
