@@ -333,12 +333,14 @@ impl Pass {
                 if let (Some(a), Some(id)) = (self.approval.as_mut(), approval_id) {
                     a.approval_id = Some(id);
                 }
-                self.after_writes(&writes);
+                // Settled once committed: what follows (dropping the turn's
+                // event stream, say) is not the commit's cost.
                 if let (Some(at), Some(TaskState::VerifyingReply)) =
                     (self.turn.ended_at.take(), d.to)
                 {
                     super::super::timing::record_turn_settle(at.elapsed());
                 }
+                self.after_writes(&writes);
                 Ok(true)
             }
         }
