@@ -110,22 +110,28 @@ fn is_executable(path: &Path) -> bool {
     path.is_file()
 }
 
+/// A configuration from `CODEX_BRIDGE_*` variables named without their
+/// prefix, for the unit tests of what reads it.
+#[cfg(test)]
+pub(crate) fn test_config(vars: &[(&str, &str)]) -> Config {
+    let env: std::collections::BTreeMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| {
+            (
+                format!("CODEX_BRIDGE_{}", k.to_ascii_uppercase()),
+                (*v).into(),
+            )
+        })
+        .collect();
+    Config::from_sources(None, &env).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn config(vars: &[(&str, &str)]) -> Config {
-        let env: BTreeMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("CODEX_BRIDGE_{}", k.to_ascii_uppercase()),
-                    (*v).into(),
-                )
-            })
-            .collect();
-        Config::from_sources(None, &env).unwrap()
+        test_config(vars)
     }
 
     #[test]

@@ -69,19 +69,9 @@ fn readiness(store_ok: bool, config: &Config) -> (StatusCode, Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn config(vars: &[(&str, &str)]) -> Config {
-        let env: BTreeMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| {
-                (
-                    format!("CODEX_BRIDGE_{}", k.to_ascii_uppercase()),
-                    (*v).into(),
-                )
-            })
-            .collect();
-        Config::from_sources(None, &env).unwrap()
+        crate::readiness::test_config(vars)
     }
 
     const GITEA: [(&str, &str); 2] = [

@@ -112,6 +112,14 @@ impl Signals {
         }
     }
 
+    /// Whether the running pass drives `task_id`.
+    fn drives(&self, task_id: &str) -> bool {
+        self.active
+            .lock()
+            .map(|a| a.task_id.as_deref() == Some(task_id))
+            .unwrap_or(false)
+    }
+
     fn thread(&self, thread_id: &str) {
         if let Ok(mut a) = self.active.lock() {
             a.thread_id = Some(thread_id.to_owned());
@@ -339,13 +347,7 @@ impl Handler<Abort> for SessionActor {
     /// Signals the running pass to interrupt its turn.
     fn handle(&mut self, msg: Abort, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        let driving = self
-            .signals
-            .active
-            .lock()
-            .map(|a| a.task_id.as_deref() == Some(msg.task_id.as_str()))
-            .unwrap_or(false);
-        if driving {
+        if self.signals.drives(&msg.task_id) {
             self.signals.abort.notify_one();
         } else {
             // Not running here: the next pass finds `cancel_requested` and settles it.
@@ -373,13 +375,7 @@ impl Handler<ApprovalDecided> for SessionActor {
     /// Wakes the pass that waits for this task's approval.
     fn handle(&mut self, msg: ApprovalDecided, _: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        let driving = self
-            .signals
-            .active
-            .lock()
-            .map(|a| a.task_id.as_deref() == Some(msg.task_id.as_str()))
-            .unwrap_or(false);
-        if driving {
+        if self.signals.drives(&msg.task_id) {
             self.signals.approval.notify_one();
         }
     }
