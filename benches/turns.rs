@@ -1,4 +1,4 @@
-//! Turn benchmark (issue 4): the bridge's own cost per turn on top of Codex —
+//! Turn benchmark: the bridge's own cost per turn on top of Codex —
 //! from the runtime's `turn/completed` reaching the session actor to the
 //! turn's result and the task's next state committed (durable SQLite) — and
 //! the bridge's memory with N sessions each holding a Codex thread. In the

@@ -1,4 +1,4 @@
-//! Configuration (DESIGN §13): a TOML file, every key overridable from the
+//! Configuration: a TOML file, every key overridable from the
 //! environment as `CODEX_BRIDGE_<KEY>`, validated once at start. Errors name the
 //! key; secrets are kept in `SecretString` and never printed.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Every key the file and the environment may set, with its help text. Adding a
-/// key is fine; renaming one breaks operators (DESIGN §13).
+/// key is fine; renaming one breaks operators' files and environments.
 pub const KEYS: &[(&str, &str)] = &[
     (
         "listen",
@@ -897,7 +897,7 @@ fn check_secret(key: &'static str, s: &SecretString) -> Result<(), ConfigError> 
     Ok(())
 }
 
-/// How Codex works in one repository (DESIGN §7): the thread's approval
+/// How Codex works in one repository: the thread's approval
 /// policy and sandbox, and the turn deadline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoPolicy {

@@ -8,7 +8,7 @@
 //! - [`web`]: the admin API and health endpoints.
 //! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
 //!   ingest transaction, tasks, audit, control.
-//! - [`lifecycle`]: the task state machine of DESIGN §5, as data.
+//! - [`lifecycle`]: the task state machine, as data.
 //! - [`readiness`]: what keeps this process from running turns, from its
 //!   configuration (the scheduler's hold, `/readyz`, the admin overview).
 //! - [`config`], [`error`], [`telemetry`], [`metrics`]: configuration, HTTP errors,

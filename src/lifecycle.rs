@@ -1,4 +1,4 @@
-//! The task lifecycle of DESIGN §5 as data: every state, the transition table, and a
+//! The task lifecycle as data: every state, the transition table, and a
 //! pure `check` that the store calls before each compare-and-swap. Nothing here does
 //! I/O, so the table can be read, printed and property-tested on its own.
 
@@ -35,7 +35,7 @@ pub enum TaskState {
 use TaskState::*;
 
 impl TaskState {
-    /// All states, non-terminal first, in the order of DESIGN §5.
+    /// All states, non-terminal first, each group in lifecycle order.
     pub const ALL: [TaskState; 21] = [
         Received,
         Queued,
@@ -115,11 +115,11 @@ impl TaskState {
     }
 }
 
-/// DESIGN §5, row by row: `(from, [to...])`. Terminal states have no row.
+/// The transition table, row by row: `(from, [to...])`. Terminal states have no row.
 pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     (Received, &[Queued, Ignored, Duplicate, Rejected]),
     // rejected: the commenter's permission is checked again after accept and
-    // when the task starts (issue 5).
+    // when the task starts.
     (Queued, &[Leased, Cancelled, Rejected]),
     (
         Leased,
@@ -192,7 +192,7 @@ impl Refusal {
     }
 }
 
-/// Whether `from → to` is allowed by DESIGN §5.
+/// Whether `from → to` is allowed by the transition table.
 pub fn check(from: TaskState, to: TaskState) -> Result<(), Refusal> {
     if from.is_terminal() {
         return Err(Refusal::Terminal);
@@ -210,9 +210,9 @@ impl fmt::Display for TaskState {
     }
 }
 
-/// A state name that is not one of DESIGN §5's.
+/// A state name that is not one of the lifecycle's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown task state `{0}` (expected one of DESIGN §5's snake_case names, e.g. queued)")]
+#[error("unknown task state `{0}` (expected a snake_case task state name such as queued)")]
 pub struct UnknownState(pub String);
 
 impl FromStr for TaskState {

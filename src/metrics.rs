@@ -31,7 +31,7 @@ pub const WEBHOOK_OUTCOMES: &[&str] = &[
     "unavailable",
 ];
 
-/// Reply verification outcomes (DESIGN §8).
+/// Reply verification outcomes.
 pub const VERIFICATION_OUTCOMES: &[&str] = &["confirmed", "missing", "unknown"];
 
 /// Buckets of the webhook accept time: the hot path answers in milliseconds.
@@ -148,7 +148,7 @@ fn registry() -> &'static Registry {
     })
 }
 
-/// The task states of DESIGN §5 (kept here as names so this module stays a leaf;
+/// The task states of the lifecycle (kept here as names so this module stays a leaf;
 /// a unit test checks them against `lifecycle`).
 const TASK_STATES: &[&str] = &[
     "received",

@@ -1,4 +1,4 @@
-//! The actor tree (DESIGN §3): one [`registry::Registry`] per process, one
+//! The actor tree: one [`registry::Registry`] per process, one
 //! [`repo::RepoActor`] per repository (it holds the repository's lease and runs
 //! its FIFO), one [`session::SessionActor`] per Issue/PR (it owns the agent
 //! thread and the outbox's two drain lanes).
@@ -42,9 +42,9 @@ pub struct ActorSettings {
     /// A turn running longer is interrupted (`timed_out`).
     pub turn_timeout: Duration,
     /// How long an interrupt may take to be confirmed before the runtime is
-    /// reset and the task marked `needs_reconciliation` (DESIGN §5: 15 s).
+    /// reset and the task marked `needs_reconciliation` (15 s by default).
     pub interrupt_grace: Duration,
-    /// An approval nobody decides within this is declined (DESIGN §7).
+    /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
     pub approval_policy: String,

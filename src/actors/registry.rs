@@ -99,7 +99,8 @@ impl Registry {
     fn sweep(&mut self, ctx: &mut Context<Self>) {
         let store = self.deps.store.clone();
         let fut = async move {
-            // DESIGN §10 step 1: expired leases are released (and audited).
+            // Start-up recovery begins here: expired leases are released (and audited)
+            // before any other step.
             if let Err(e) = store.write(leases::release_expired).await {
                 tracing::warn!(error = %e, "could not release expired leases");
             }

@@ -366,7 +366,8 @@ async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
     }
 }
 
-/// Maps a workspace failure onto the lifecycle (seed §8's failure matrix).
+/// Maps a workspace failure onto the lifecycle: which state each failure
+/// moves the task to.
 async fn workspace_failed(
     deps: &Arc<Deps>,
     task: &Task,

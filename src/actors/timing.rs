@@ -1,4 +1,4 @@
-//! The bridge's own cost per turn (issue 4's benchmark, and a figure for
+//! The bridge's own cost per turn (the turn benchmark's figure, and one for
 //! metrics): from the runtime's `turn/completed` reaching the session actor to
 //! the turn's result and the task's next state being committed. Kept as the
 //! most recent samples, process-wide, lock held only to push or copy.

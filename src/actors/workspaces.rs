@@ -1,5 +1,5 @@
 //! The workspace manager as the repo actor uses it: its errors mapped onto the
-//! lifecycle (seed §8's failure matrix).
+//! lifecycle: which state each failure moves the task to.
 
 use super::{PrepareError, PrepareRequest, Workspaces};
 use crate::workspace::{Checkout, Disposition, RepoSpec, WorkspaceError, WorkspaceManager};

@@ -1,5 +1,5 @@
 //! JSON-RPC over the app-server's stdio: JSON lines without a `"jsonrpc"`
-//! field (PROTOCOL.md). Requests carry ids and deadlines; responses are matched
+//! field, as the app-server speaks it. Requests carry ids and deadlines; responses are matched
 //! by id; notifications and the server's own requests go to the owner of the
 //! connection. A line that is not JSON, or a message of no known shape, is
 //! logged and skipped: it never takes the connection down.

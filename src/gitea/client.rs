@@ -1,4 +1,4 @@
-//! The Gitea REST client (FACTS §3): `Authorization: token …`, Gitea's error
+//! The Gitea REST client: `Authorization: token …`, Gitea's error
 //! bodies surfaced with their status, reads retried with backoff, writes never
 //! retried blindly — a write is repeated only after a read proved it missing,
 //! and that decision belongs to the caller, not to this client.

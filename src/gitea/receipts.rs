@@ -30,7 +30,7 @@ use tokio::sync::watch;
 /// How the "received" receipt is given (config `receipt_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReceiptMode {
-    /// A comment in the thread (the seed's default).
+    /// A comment in the thread (the default).
     Comment,
     /// An `eyes` reaction on the triggering comment.
     Reaction,

@@ -1,4 +1,4 @@
-//! Markers and the agent's reply (DESIGN §8): the hidden marker that proves a
+//! Markers and the agent's reply: the hidden marker that proves a
 //! comment is the answer of one task, and recognising the comment tool call
 //! of every generation of gitea-mcp in a turn's items.
 

@@ -103,7 +103,8 @@ pub enum TurnLookup {
     },
 }
 
-/// Whether the agent's reply is really in Gitea (DESIGN §8).
+/// Whether the agent's reply is really in Gitea: a comment by the bot that
+/// carries the task's marker on the task's Issue/PR.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReplyCheck {
     /// Found: bot author + marker + resource.
@@ -123,8 +124,8 @@ pub struct ReplyQuery {
     pub final_text: Option<String>,
 }
 
-/// Whether a commenter may trigger work (issue 5: write permission, widened
-/// or narrowed by config).
+/// Whether a commenter may trigger work (write permission by default,
+/// widened or narrowed by config).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TriggerCheck {
     Allowed,

@@ -1,4 +1,4 @@
-//! Approval records (DESIGN §7): what the agent asked to do, where and why,
+//! Approval records: what the agent asked to do, where and why,
 //! and the decision, by whom. The task waits in `awaiting_approval` meanwhile.
 
 use super::audit::{self, Audit, AuditView};

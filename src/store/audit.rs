@@ -1,4 +1,4 @@
-//! The append-only audit log (DESIGN §4, seed §4.5, §9.3): an intent before every
+//! The append-only audit log: an intent before every
 //! external side effect, a result after, every transition and every refusal.
 
 use super::models::{AuditEvent, NewAuditEvent};
@@ -58,7 +58,8 @@ impl<'a> Audit<'a> {
     }
 }
 
-/// An audit event as the admin API shows it (seed §4.5 field names).
+/// An audit event as the admin API shows it; its field names are part of the
+/// API and must not change.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditView {

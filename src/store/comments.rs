@@ -1,4 +1,4 @@
-//! What the bridge writes into Gitea threads, and proof of it (DESIGN §8): the
+//! What the bridge writes into Gitea threads, and proof of it: the
 //! receipts (`taskId:status:<state>`), the agent's reply as observed and
 //! verified (`taskId:reply`), and the one REST fallback (`taskId:rest_fallback`).
 //!

@@ -1,4 +1,4 @@
-//! Operator controls (DESIGN §11): global pause, and the idempotency of every
+//! Operator controls: global pause, and the idempotency of every
 //! control request: a repeated `requestId` returns the first result and does
 //! nothing again.
 

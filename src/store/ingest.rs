@@ -1,4 +1,4 @@
-//! The webhook's one transaction (DESIGN §3 hot path, seed §5.1): the delivery
+//! The webhook's one transaction, on the hot path: the delivery
 //! row, the repository and session (created on first sight), the task in
 //! `queued`, its outbox entry, its history and the audit events, all or nothing.
 //!
@@ -20,7 +20,7 @@ use diesel::prelude::*;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 
-/// Most entries a session's outbox holds for unfinished tasks (DESIGN §6).
+/// Most entries a session's outbox holds for unfinished tasks.
 pub const OUTBOX_CAPACITY: i64 = 256;
 
 /// A repository as the webhook names it. Names are validated by the webhook
@@ -476,7 +476,7 @@ struct Plan {
 }
 
 /// The "received" receipt each accepted task gets, written by the receipts
-/// worker after the commit (DESIGN §8).
+/// worker after the commit.
 #[derive(Insertable)]
 #[diesel(table_name = super::schema::comments, treat_none_as_default_value = false)]
 struct ReceiptRow {
@@ -972,8 +972,8 @@ fn create_task(
     let actor = format!("gitea:user:{}", subject.author);
     // The task is born `received` (state version 1) and leaves it in this same
     // transaction: its history starts with that one transition, and the accept's
-    // audit event is the transition's event (DESIGN §4: one history row and one
-    // audit event per state change). Nothing can read the task before.
+    // audit event is the transition's event (one history row and one audit event
+    // per state change). Nothing can read the task before.
     plan.transitions.push(TransitionRow {
         task_id: task_id.clone(),
         from_state: Some(TaskState::Received.as_str().to_owned()),
@@ -1052,7 +1052,7 @@ fn create_task(
     })
 }
 
-/// SHA-256 over the canonical request fields (DESIGN §2): the same operation id
+/// SHA-256 over the canonical request fields: the same operation id
 /// with another fingerprint is a conflict, never an overwrite.
 pub fn fingerprint(
     session_key: &str,

@@ -137,7 +137,7 @@ pub fn release(conn: &mut DbConn, repo_key: &str, lease_id: &str) -> Result<bool
     Ok(n == 1)
 }
 
-/// Releases every expired lease (start-up recovery, DESIGN §10 step 1) and audits each.
+/// Releases every expired lease (the first step of start-up recovery) and audits each.
 pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
     let at = now();
     let expired: Vec<Lease> = with_conn!(conn, |c| leases::table

@@ -1,4 +1,4 @@
-//! The operation ledger and turn events (DESIGN §6, §7): proof of how far one
+//! The operation ledger and turn events: proof of how far one
 //! message got. `sending` before the request leaves (after that, a crash means
 //! reconciliation, never replay); `accepted` with the turn id when turn/start
 //! answers; `sent` when Codex echoes our operation id on the user message, live

@@ -1,4 +1,4 @@
-//! The durable store (DESIGN §4): diesel over SQLite (embedded default) or
+//! The durable store: diesel over SQLite (embedded default) or
 //! PostgreSQL, one schema, migrations embedded in the binary.
 //!
 //! Reads go through an r2d2 pool on blocking threads; every write goes through

@@ -1,5 +1,5 @@
 //! Rows (`Task`) and inserts (`NewTask`). Rows serialise in camelCase: they are
-//! the admin API's shapes (DESIGN §13), so field names here are a contract.
+//! the admin API's shapes, so field names here are a contract.
 
 use super::schema::*;
 use diesel::prelude::*;

@@ -283,7 +283,7 @@ pub fn set_thread_once(
     stored.ok_or_else(|| StoreError::Query(format!("session {session_key} has no thread")))
 }
 
-/// The turn/start intent (DESIGN §5): written before the request leaves. After
+/// The turn/start intent: written before the request leaves. After
 /// this, a crash means reconciliation, never replay.
 pub fn record_turn_intent(
     conn: &mut DbConn,

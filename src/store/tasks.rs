@@ -46,7 +46,7 @@ pub enum TransitionOutcome {
         to: TaskState,
         version: i64,
     },
-    /// Not in DESIGN §5's table (or the task is terminal): nothing changed, a refusal was audited.
+    /// Not in the lifecycle's transition table (or the task is terminal): nothing changed, a refusal was audited.
     Refused {
         from: TaskState,
         to: TaskState,
@@ -78,7 +78,7 @@ fn parse_state(s: &str) -> Result<TaskState, StoreError> {
         .map_err(|e: lifecycle::UnknownState| StoreError::Query(e.to_string()))
 }
 
-/// Moves a task to another state if DESIGN §5 allows it, by compare-and-swap on
+/// Moves a task to another state if the lifecycle allows it, by compare-and-swap on
 /// `state_version`. The UPDATE itself also refuses terminal rows, so no code path
 /// that forgets to call `lifecycle::check` can change a finished task.
 pub fn transition(
@@ -117,7 +117,7 @@ pub fn transition(
             from = from.as_str(),
             to = req.to.as_str(),
             refusal = refusal.code(),
-            "refused a task transition that DESIGN §5 does not allow"
+            "refused a task transition that the lifecycle table does not allow"
         );
         return Ok(TransitionOutcome::Refused {
             from,

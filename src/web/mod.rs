@@ -1,4 +1,4 @@
-//! The admin API (DESIGN §11, §13), its live event stream, the operators' web
+//! The admin API, its live event stream, the operators' web
 //! view at `/admin`, and health endpoints. Handlers read through `store/` and
 //! answer JSON in camelCase; every admin route needs the Bearer token or the
 //! web view's session cookie (web/auth.rs).

@@ -1,5 +1,5 @@
 //! Normalisation: a verified Gitea body plus its headers becomes an
-//! [`IngestRequest`] (seed §6.1). Only the fields we use are read; everything
+//! [`IngestRequest`]. Only the fields we use are read; everything
 //! else in Gitea's large payloads is skipped without being kept.
 
 use super::mention;

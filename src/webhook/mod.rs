@@ -1,4 +1,4 @@
-//! `POST /api/gitea/webhook` (DESIGN §3 hot path): read the raw body within the
+//! `POST /api/gitea/webhook`, the hot path: read the raw body within the
 //! limit → verify the HMAC → normalise → one transaction in the store → 202.
 //! Nothing here waits on git, Codex or Gitea.
 

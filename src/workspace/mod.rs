@@ -119,7 +119,7 @@ pub struct Prepared {
     pub cloned: bool,
 }
 
-/// Where the caller should move the task for an error (DESIGN §5).
+/// Where the caller should move the task for an error (a lifecycle state).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
     /// The input is wrong; nothing was touched: refuse the task and audit it.

@@ -1,5 +1,5 @@
 //! The Codex runtime's paths through the whole server, on the real `codex
-//! app-server` (issue 4): decline, approval timeout, an interrupt while a
+//! app-server`: decline, approval timeout, an interrupt while a
 //! command runs, a stalled model stream hitting the repository's deadline, the
 //! app-server killed mid-turn, and an uncertain `turn/start` resolved through
 //! the thread's history.

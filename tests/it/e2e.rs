@@ -1,9 +1,11 @@
-//! The whole loop on real parts (issue 5): the Gitea simulator sends a signed
+//! The whole loop on real parts: the Gitea simulator sends a signed
 //! webhook → the server answers 202 → the workspace is cloned over git smart
 //! HTTP → the real `codex app-server` runs the turn against the fake model,
 //! which is scripted to call the MCP comment tool → the real PyPI `gitea-mcp`
 //! (a stdio MCP server) posts the comment, marker included, to the simulator
-//! → the verifier finds it → `succeeded`. And every failure path of DESIGN §8.
+//! → the verifier finds it → `succeeded`. And every failure path of a reply:
+//! missing (one re-post turn, then the REST fallback), unverifiable, and a 2xx
+//! that cannot be found afterwards.
 
 use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Item, Step};

@@ -1,4 +1,5 @@
-//! One integration binary with a module per area (see STYLE.md, Testing).
+//! One integration binary with a module per area (one binary, so the
+//! crate and its dependencies are linked once).
 //! PostgreSQL tests need `TEST_DATABASE_URL`, which `scripts/test` provides.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,4 +1,4 @@
-//! Restart recovery (DESIGN §5, §10): the real server process is killed with
+//! Restart recovery: the real server process is killed with
 //! SIGKILL at each critical point and started again on the same database,
 //! workspace root and runtime history. Work before the turn/start intent is
 //! retried once (`retry_wait(interrupted_by_restart)`); after the intent it is

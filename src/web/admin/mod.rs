@@ -48,7 +48,8 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     );
 }
 
-/// The body every control request carries (DESIGN §11).
+/// The body every control request carries: its `requestId` makes a repeated
+/// request return the first result instead of acting again.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ControlBody {
