@@ -258,3 +258,72 @@ fn audit_records_and_reasons_carry_stable_codes_not_debug_text() {
         System::current().stop();
     });
 }
+
+#[test]
+fn a_history_lookup_that_cannot_be_audited_decides_nothing() {
+    use codex_bridge::runtime::scripted::StartBehaviour;
+    use diesel::connection::SimpleConnection;
+    run(async {
+        let rt = ScriptedRuntime::new();
+        rt.on(
+            "uncertain",
+            Script {
+                start: StartBehaviour::Uncertain,
+                steps: vec![],
+            },
+        );
+        let h = Harness::start(rt, settings());
+        // The store refuses exactly the lookup's audit record.
+        let refuse = |sql: &'static str| {
+            h.store.write(move |c| {
+                codex_bridge::with_conn!(c, |conn| conn.batch_execute(sql))?;
+                Ok(())
+            })
+        };
+        refuse(
+            "CREATE TRIGGER refuse_history_audit BEFORE INSERT ON audit_events \
+             WHEN NEW.action = 'turn.history_checked' \
+             BEGIN SELECT RAISE(ABORT, 'audit refused by the test'); END;",
+        )
+        .await
+        .unwrap();
+        let id = h.comment("widgets", 1, 1, "@ccbot uncertain").await;
+        // Wait until the session failed on the store, then passed over the
+        // task twice more.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        let mut failed_at = None;
+        loop {
+            let tree = h.health().await;
+            let session = tree
+                .repositories
+                .iter()
+                .flat_map(|r| r.sessions.iter())
+                .next()
+                .cloned();
+            if let Some(s) = session {
+                let refused = s
+                    .last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("audit refused"));
+                match failed_at {
+                    None if refused => failed_at = Some(s.normal_lane.passes),
+                    Some(p) if s.normal_lane.passes >= p + 2 => break,
+                    _ => {}
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the session never failed on the refused audit and tried again"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            h.state(&id).await,
+            TaskState::Leased,
+            "an unaudited lookup must not be decided on"
+        );
+        refuse("DROP TRIGGER refuse_history_audit;").await.unwrap();
+        h.wait_state(&id, TaskState::NeedsReconciliation).await;
+        System::current().stop();
+    });
+}
