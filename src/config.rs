@@ -769,15 +769,6 @@ impl Config {
             generated_file: Some(file),
         })
     }
-
-    /// The secret values that must never appear in logs (for log scrubbing tests).
-    pub fn secret_values(&self) -> Vec<String> {
-        [&self.webhook_secret, &self.gitea_token, &self.admin_token]
-            .into_iter()
-            .flatten()
-            .map(|s| s.expose_secret().to_owned())
-            .collect()
-    }
 }
 
 fn check_listen(key: &'static str, addr: &str) -> Result<(), ConfigError> {

@@ -840,7 +840,6 @@ fn comment_change(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn create_task(
     req: &IngestRequest,
     known: &mut Known,

@@ -25,7 +25,10 @@
 //! SQLite allocated `szOsFile` bytes for every file it opens through this VFS
 //! (our header, then the parent's file object at `REAL_OFFSET`), and it never
 //! calls a file's methods from two threads at once.
-#![allow(unsafe_code)]
+#![expect(
+    unsafe_code,
+    reason = "a VFS is a C interface of raw pointers (see above)"
+)]
 
 use libsqlite3_sys as ffi;
 use std::ffi::{c_int, c_void, CStr};

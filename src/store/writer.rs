@@ -307,7 +307,6 @@ impl From<diesel::result::Error> for Retry {
 /// One transaction holding the batch's deliveries and operations.
 /// Outside `careful`, the deliveries are ingested as one batch without a
 /// savepoint of their own, and any failure of it rolls the transaction back.
-#[allow(clippy::type_complexity)]
 fn try_commit(
     conn: &mut DbConn,
     reqs: &[IngestRequest],

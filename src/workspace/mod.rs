@@ -258,12 +258,6 @@ impl WorkspaceManager {
         Ok(self)
     }
 
-    /// Run this program instead of `git` from `PATH`.
-    pub fn with_git_program(mut self, program: impl Into<OsString>) -> Self {
-        self.git_program = program.into();
-        self
-    }
-
     /// The deadline of one git command (default [`DEFAULT_TIMEOUT`]).
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

@@ -740,7 +740,10 @@ impl GiteaSim {
     /// Open a pull request from `head` into `base` (branches of the same
     /// repository; `head` must exist, see [`GiteaSim::commit`]); sets
     /// `refs/pull/<n>/head` like Gitea. Returns its number.
-    #[allow(clippy::too_many_arguments)]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a Gitea request's fields, as the simulator records them"
+    )]
     pub fn create_pull(
         &self,
         owner: &str,
@@ -1984,7 +1987,10 @@ fn api_answer(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a Gitea request's fields, as the simulator records them"
+)]
 fn repo_api(
     sim: &Sim,
     d: &mut Data,
