@@ -8,7 +8,7 @@ use super::actors::{settings, Harness};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::runtime::scripted::{Script, ScriptedRuntime, Step};
+use codex_bridge::runtime::scripted::{Script, ScriptedRuntime, StartBehaviour, Step};
 use codex_bridge::store::control::{self, ControlRequest};
 use codex_bridge::store::{approvals, audit, comments, tasks};
 use std::time::Duration;
@@ -25,7 +25,7 @@ fn operator(request_id: &str) -> ControlRequest {
     }
 }
 
-async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
+async fn audit_events(h: &Harness, task_id: &str) -> Vec<audit::AuditView> {
     let id = task_id.to_owned();
     h.store
         .read(move |c| {
@@ -40,9 +40,28 @@ async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
         })
         .await
         .unwrap()
+}
+
+async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
+    audit_events(h, task_id)
+        .await
         .into_iter()
         .map(|e| e.action)
         .collect()
+}
+
+/// A runtime whose turn/start for "uncertain" answers that it may or may not
+/// have been admitted.
+fn uncertain_runtime() -> ScriptedRuntime {
+    let rt = ScriptedRuntime::new();
+    rt.on(
+        "uncertain",
+        Script {
+            start: StartBehaviour::Uncertain,
+            steps: vec![],
+        },
+    );
+    rt
 }
 
 #[test]
@@ -208,35 +227,13 @@ fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared()
 
 #[test]
 fn audit_records_and_reasons_carry_stable_codes_not_debug_text() {
-    use codex_bridge::runtime::scripted::StartBehaviour;
     run(async {
-        let rt = ScriptedRuntime::new();
-        rt.on(
-            "uncertain",
-            Script {
-                start: StartBehaviour::Uncertain,
-                steps: vec![],
-            },
-        );
-        let h = Harness::start(rt, settings());
+        let h = Harness::start(uncertain_runtime(), settings());
         let id = h.comment("widgets", 1, 1, "@ccbot uncertain").await;
         h.wait_state(&id, TaskState::NeedsReconciliation).await;
+        let events = audit_events(&h, &id).await;
         let i = id.clone();
-        let (events, history) = h
-            .store
-            .read(move |c| {
-                let events = audit::list(
-                    c,
-                    &audit::AuditFilter {
-                        task_id: Some(i.clone()),
-                        limit: 1000,
-                        ..Default::default()
-                    },
-                )?;
-                Ok((events, tasks::history(c, &i)?))
-            })
-            .await
-            .unwrap();
+        let history = h.store.read(move |c| tasks::history(c, &i)).await.unwrap();
         let checked = events
             .iter()
             .find(|e| e.action == "turn.history_checked")
@@ -261,18 +258,9 @@ fn audit_records_and_reasons_carry_stable_codes_not_debug_text() {
 
 #[test]
 fn a_history_lookup_that_cannot_be_audited_decides_nothing() {
-    use codex_bridge::runtime::scripted::StartBehaviour;
     use diesel::connection::SimpleConnection;
     run(async {
-        let rt = ScriptedRuntime::new();
-        rt.on(
-            "uncertain",
-            Script {
-                start: StartBehaviour::Uncertain,
-                steps: vec![],
-            },
-        );
-        let h = Harness::start(rt, settings());
+        let h = Harness::start(uncertain_runtime(), settings());
         // The store refuses exactly the lookup's audit record.
         let refuse = |sql: &'static str| {
             h.store.write(move |c| {

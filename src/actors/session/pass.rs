@@ -148,32 +148,25 @@ impl Pass {
                 let repo = scheduling::repository(c, &task.repo_key)?;
                 let session_thread =
                     scheduling::session(c, &task.session_key)?.and_then(|s| s.thread_id);
-                let retry_finished = scheduling::reply_retry_finished(c, &task.task_id)?;
-                let retry_intended = match &entry {
-                    Some(e) if task.reply_attempt > 0 => {
-                        ledger::find(c, &reply_retry_operation(&e.operation_id))?.is_some()
-                    }
-                    _ => false,
+                // Only a task that used its reply retry has one to look up.
+                let (retry_finished, retry_intended) = match &entry {
+                    Some(e) if task.reply_attempt > 0 => (
+                        scheduling::reply_retry_finished(c, &task.task_id)?,
+                        ledger::find(c, &reply_retry_operation(&e.operation_id))?.is_some(),
+                    ),
+                    _ => (false, false),
                 };
-                let fallback = comments::find(c, &format!("{}:rest_fallback", task.task_id))?
-                    .map(|row| row.status);
-                let final_text = scheduling::original_final_text(c, &task.task_id)?.is_some();
                 Ok(Some((
                     task,
                     entry,
                     attempt,
                     (repo, session_thread),
-                    (retry_finished, retry_intended, fallback, final_text),
+                    (retry_finished, retry_intended),
                 )))
             })
             .await?;
-        let Some((
-            task,
-            entry,
-            attempt,
-            (repo, session_thread),
-            (retry_finished, retry_intended, fallback, final_text),
-        )) = found
+        let Some((task, entry, attempt, (repo, session_thread), (retry_finished, retry_intended))) =
+            found
         else {
             return Ok(None);
         };
@@ -207,8 +200,9 @@ impl Pass {
                 (_, false, true) => ReplyRetry::Intended,
                 _ => ReplyRetry::Used,
             },
-            fallback: fallback.as_deref().and_then(fallback_status),
-            final_text,
+            // Read by the verification that every reply decision follows.
+            fallback: None,
+            final_text: false,
             stopping: None,
         };
         let operation_id = match &entry {

@@ -164,13 +164,9 @@ impl Pass {
     /// The one REST post of the stored final text, with the same marker,
     /// then proof that it landed.
     pub(super) async fn post_rest_fallback(&mut self) -> Result<Event, PassError> {
-        let id = self.task.task_id.clone();
-        let stored = self
-            .deps
-            .store
-            .read(move |c| scheduling::original_final_text(c, &id))
-            .await?;
-        let Some(text) = stored.or(self.turn.final_text.clone()) else {
+        // The verification that proved the reply missing just read the text
+        // a reply publishes: the task's own turn's final text.
+        let Some(text) = self.turn.final_text.clone() else {
             self.detail = Some("no final text to post".into());
             return Ok(Event::Fallback(FallbackOutcome::Failed));
         };

@@ -168,25 +168,8 @@ impl Pass {
                     });
                     return Ok(Event::ApprovalRequested);
                 }
-                TurnEvent::ToolCall {
-                    seq,
-                    phase,
-                    server,
-                    tool,
-                    arguments,
-                    status,
-                    error,
-                } => {
+                call @ TurnEvent::ToolCall { seq, .. } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
-                    let call = ToolCall {
-                        seq,
-                        phase,
-                        server,
-                        tool,
-                        arguments,
-                        status,
-                        error,
-                    };
                     self.observe_tool_call(turn_id, call).await?;
                 }
                 TurnEvent::Progress { seq, kind } => {
@@ -292,33 +275,48 @@ impl Pass {
     /// An MCP tool call seen in the turn: stored as a turn event, and when it
     /// is the agent's comment (any gitea-mcp generation), recorded as the
     /// reply's observed intent (`started`) and result (`completed`).
-    async fn observe_tool_call(&mut self, turn_id: &str, call: ToolCall) -> Result<(), StoreError> {
-        let comment = comment_call(&call.tool, &call.arguments);
+    async fn observe_tool_call(
+        &mut self,
+        turn_id: &str,
+        call: TurnEvent,
+    ) -> Result<(), StoreError> {
+        let TurnEvent::ToolCall {
+            seq,
+            phase,
+            server,
+            tool,
+            arguments,
+            status,
+            error,
+        } = call
+        else {
+            return Ok(());
+        };
+        let comment = comment_call(&tool, &arguments);
         let (tu, task_id, resource) = (
             turn_id.to_owned(),
             self.task.task_id.clone(),
             self.task.resource_key.clone(),
         );
-        let event = format!("mcpToolCall:{}", call.phase);
+        let event = format!("mcpToolCall:{phase}");
         let meta = comment.as_ref().map(|c| {
             let here = parse_resource_key(&resource).is_some_and(|(o, r, n)| {
                 o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number
             });
             serde_json::json!({
-                "server": call.server,
-                "tool": call.tool,
+                "server": server,
+                "tool": tool,
                 "owner": c.owner,
                 "repo": c.repo,
                 "number": c.number,
                 "onResource": here,
                 "hasMarker": has_reply_marker(&c.body, &task_id),
-                "status": call.status,
-                "error": call.error,
+                "status": status,
+                "error": error,
                 "turnId": tu,
             })
         });
-        let failed = call.error.is_some() || call.status == "failed";
-        let (phase, error, seq) = (call.phase, call.error, call.seq);
+        let failed = error.is_some() || status == "failed";
         self.deps
             .store
             .write(move |c| {
@@ -356,15 +354,4 @@ impl Pass {
             })
             .await
     }
-}
-
-/// One MCP tool call event of a turn.
-struct ToolCall {
-    seq: i64,
-    phase: String,
-    server: String,
-    tool: String,
-    arguments: serde_json::Value,
-    status: String,
-    error: Option<String>,
 }

@@ -199,6 +199,18 @@ fn an_abort_while_running_interrupts_and_a_confirmed_interrupt_aborts() {
     assert_eq!(d.to, Some(S::Aborted));
 }
 
+/// The states the session drives are the ones the store's partial index
+/// finds for it: a state in one list and not the other would be a task no
+/// session ever picks up, or one it picks up and cannot decide about.
+#[test]
+fn the_driven_states_are_the_stores_session_index() {
+    let condition = crate::store::scheduling::SESSION_DRIVEN_STATES;
+    for state in TaskState::ALL {
+        let listed = condition.contains(&format!("'{}'", state.as_str()));
+        assert_eq!(driven(state), listed, "{state}");
+    }
+}
+
 // --- properties ---
 
 fn event() -> impl Strategy<Value = Event> {
