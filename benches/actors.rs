@@ -14,7 +14,8 @@ use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::session::Lane;
 use codex_bridge::actors::{ActorSettings, Deps};
-use codex_bridge::runtime::scripted::{ScriptedRuntime, ScriptedVerifier};
+use codex_bridge::agent::scripted::ScriptedAgent;
+use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
@@ -42,7 +43,7 @@ fn request(repo: usize, n: usize) -> IngestRequest {
 
 struct Rig {
     store: Store,
-    runtime: ScriptedRuntime,
+    runtime: ScriptedAgent,
     registry: Addr<Registry>,
     _dir: tempfile::TempDir,
 }
@@ -59,7 +60,7 @@ fn rig() -> Result<Rig> {
             queue_capacity: 1 << 20,
         },
     })?;
-    let runtime = ScriptedRuntime::new();
+    let runtime = ScriptedAgent::new();
     let mut settings = ActorSettings::new("default");
     // Long sweeps, so that only the notification path schedules work.
     settings.sweep = Duration::from_secs(3600);
@@ -67,7 +68,7 @@ fn rig() -> Result<Rig> {
     let deps = Arc::new(Deps {
         store: store.clone(),
         runtime: Arc::new(runtime.clone()),
-        verifier: Arc::new(ScriptedVerifier::default()),
+        verifier: Arc::new(ScriptedForge::default()),
         workspaces: Arc::new(Folders {
             root: dir.path().join("ws"),
             create: false,

@@ -31,8 +31,8 @@ use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorSettings, Deps};
-use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
-use codex_bridge::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier, TriggerCheck};
+use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 /// Every reply is there at once: Gitea is not what is measured.
 struct Instant200;
 
-impl ReplyVerifier for Instant200 {
+impl Forge for Instant200 {
     fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
         async {
             ReplyCheck::Confirmed {
@@ -157,7 +157,7 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
     let store = open_store(dir.path().join("turns.db"))?;
     let raw = raw_commits(&store, 200).await?;
 
-    let codex = CodexRuntime::new(CodexSettings {
+    let codex = CodexAgent::new(CodexSettings {
         codex_bin: bin,
         codex_home: home.path(),
         developer_instructions: developer_instructions("ccbot"),

@@ -39,14 +39,14 @@ fn start_actors(
     store: &Store,
 ) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
     use crate::actors::{registry::Registry, Deps};
+    use crate::agent::scripted::ScriptedAgent;
+    use crate::agent::Agent;
     use crate::config::AgentRuntimeKind;
-    use crate::runtime::scripted::{ScriptedRuntime, ScriptedVerifier};
-    use crate::runtime::{AgentRuntime, ReplyVerifier};
+    use crate::forge::scripted::ScriptedForge;
+    use crate::forge::Forge;
     use actix::Actor;
 
-    let (runtime, verifier): (Arc<dyn AgentRuntime>, Arc<dyn ReplyVerifier>) = match config
-        .agent_runtime
-    {
+    let (runtime, verifier): (Arc<dyn Agent>, Arc<dyn Forge>) = match config.agent_runtime {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
@@ -56,7 +56,7 @@ fn start_actors(
         }
         AgentRuntimeKind::Codex => {
             use crate::codex::runtime::{
-                developer_instructions, CodexRuntime, CodexSettings, GiteaMcp,
+                developer_instructions, CodexAgent, CodexSettings, GiteaMcp,
             };
             // The thread-level Gitea MCP server: its URL in thread config, its
             // token only in the app-server's environment, by reference.
@@ -80,7 +80,7 @@ fn start_actors(
                     env.push((config.gitea_mcp_token_env.clone(), token.clone()));
                 }
             }
-            let codex = CodexRuntime::new(CodexSettings {
+            let codex = CodexAgent::new(CodexSettings {
                 codex_bin: config.codex_bin.clone(),
                 codex_home: config.codex_home.clone(),
                 developer_instructions: developer_instructions(&config.bot_login),
@@ -90,7 +90,7 @@ fn start_actors(
                 nice: config.codex_nice,
             });
             codex.audit_to(store.clone());
-            let verifier: Arc<dyn ReplyVerifier> = match gitea_client(config) {
+            let verifier: Arc<dyn Forge> = match gitea_client(config) {
                 Some(client) => Arc::new(crate::gitea::GiteaForge::new(
                     client,
                     &config.bot_login,
@@ -112,10 +112,10 @@ fn start_actors(
                 format!("cannot create state_dir {}", config.state_dir.display())
             })?;
             (
-                Arc::new(ScriptedRuntime::with_directives(
+                Arc::new(ScriptedAgent::with_directives(
                     config.state_dir.join("scripted-history.json"),
                 )),
-                Arc::new(ScriptedVerifier::default()),
+                Arc::new(ScriptedForge::default()),
             )
         }
     };

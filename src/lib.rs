@@ -15,16 +15,18 @@
 //!   logging, the process-wide metrics registry.
 
 pub mod actors;
+pub mod agent;
 pub mod app;
 pub mod cli;
 pub mod codex;
 pub mod config;
 pub mod error;
+pub mod forge;
 pub mod gitea;
 pub mod lifecycle;
 pub mod metrics;
 pub mod readiness;
-pub mod runtime;
+
 pub mod store;
 pub mod telemetry;
 pub mod web;

@@ -14,8 +14,9 @@ pub mod session;
 pub mod timing;
 mod workspaces;
 
+use crate::agent::Agent;
 use crate::config::RepoPolicy;
-use crate::runtime::{AgentRuntime, ReplyVerifier};
+use crate::forge::Forge;
 use crate::store::Store;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -157,8 +158,8 @@ pub trait Workspaces: Send + Sync + 'static {
 /// What every actor needs.
 pub struct Deps {
     pub store: Store,
-    pub runtime: Arc<dyn AgentRuntime>,
-    pub verifier: Arc<dyn ReplyVerifier>,
+    pub runtime: Arc<dyn Agent>,
+    pub verifier: Arc<dyn Forge>,
     pub workspaces: Arc<dyn Workspaces>,
     pub settings: ActorSettings,
 }

@@ -3,7 +3,7 @@
 //! every request it makes of us, so no turn can hang on one.
 
 use super::rpc::{Incoming, RpcConnection, RpcError};
-use crate::runtime::TurnEvent;
+use crate::agent::TurnEvent;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! [`CodexRuntime`]: threads and turns on a real `codex app-server`.
+//! [`CodexAgent`]: threads and turns on a real `codex app-server`.
 //!
 //! One app-server process serves every session. It is started on first use,
 //! initialised once (`initialize` → `initialized` → best-effort capability
@@ -11,9 +11,7 @@
 use super::route::{audit_event, last_agent_text, route, McpStatus, Pending, Sink};
 use super::rpc::{RpcConnection, RpcError};
 use super::thread::{thread_params, ThreadPolicy};
-use crate::runtime::{
-    AgentRuntime, RuntimeError, ThreadRequest, TurnLookup, TurnRequest, TurnStarted,
-};
+use crate::agent::{Agent, AgentError, ThreadRequest, TurnLookup, TurnRequest, TurnStarted};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use serde_json::{json, Value};
@@ -120,27 +118,27 @@ struct Inner {
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     failures: Mutex<(u32, Option<Instant>)>,
     downgrades: Arc<Mutex<Vec<String>>>,
-    /// The audit log for the runtime's own events (set by [`CodexRuntime::audit_to`]).
+    /// The audit log for the runtime's own events (set by [`CodexAgent::audit_to`]).
     audit: Arc<std::sync::OnceLock<crate::store::Store>>,
 }
 
 /// The Codex runtime. Cloning shares the process.
 #[derive(Clone)]
-pub struct CodexRuntime {
+pub struct CodexAgent {
     inner: Arc<Inner>,
 }
 
-fn rpc_to_runtime(e: RpcError) -> RuntimeError {
+fn rpc_to_runtime(e: RpcError) -> AgentError {
     if e.is_ambiguous() {
-        RuntimeError::Uncertain(e.to_string())
+        AgentError::Uncertain(e.to_string())
     } else {
-        RuntimeError::Unavailable(e.to_string())
+        AgentError::Unavailable(e.to_string())
     }
 }
 
-impl CodexRuntime {
+impl CodexAgent {
     pub fn new(settings: CodexSettings) -> Self {
-        CodexRuntime {
+        CodexAgent {
             inner: Arc::new(Inner {
                 settings,
                 approvals: Arc::new(Mutex::new(HashMap::new())),
@@ -178,7 +176,7 @@ impl CodexRuntime {
         expected_turn_id: &str,
         text: &str,
         operation_id: &str,
-    ) -> Result<String, RuntimeError> {
+    ) -> Result<String, AgentError> {
         let (conn, _) = self.connection().await?;
         let result = conn
             .request(
@@ -202,7 +200,7 @@ impl CodexRuntime {
 
     /// Waits until the thread's MCP server `name` is ready. A server that
     /// fails to start is refused (retrying cannot fix a wrong command).
-    async fn wait_for_mcp(&self, thread: &str, name: &str) -> Result<(), RuntimeError> {
+    async fn wait_for_mcp(&self, thread: &str, name: &str) -> Result<(), AgentError> {
         let key = (thread.to_owned(), name.to_owned());
         let deadline = tokio::time::Instant::now() + self.inner.settings.request_timeout;
         loop {
@@ -217,7 +215,7 @@ impl CodexRuntime {
             match current {
                 Some((status, _)) if status == "ready" => return Ok(()),
                 Some((status, reason)) if status == "failed" || status == "error" => {
-                    return Err(RuntimeError::Refused(format!(
+                    return Err(AgentError::Refused(format!(
                         "the {name} MCP server failed to start: {} (check gitea_mcp_command and gitea_mcp_args)",
                         reason.unwrap_or_else(|| "no reason given".into())
                     )))
@@ -225,7 +223,7 @@ impl CodexRuntime {
                 _ => {}
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
-                return Err(RuntimeError::Unavailable(format!(
+                return Err(AgentError::Unavailable(format!(
                     "the {name} MCP server did not report ready within {} s",
                     self.inner.settings.request_timeout.as_secs()
                 )));
@@ -243,7 +241,7 @@ impl CodexRuntime {
     }
 
     /// The live connection, starting (or restarting) the app-server if needed.
-    async fn connection(&self) -> Result<(Arc<RpcConnection>, bool), RuntimeError> {
+    async fn connection(&self) -> Result<(Arc<RpcConnection>, bool), AgentError> {
         let mut live = self.inner.live.lock().await;
         if let Some(l) = live.as_ref() {
             if l.conn.is_open() {
@@ -257,7 +255,7 @@ impl CodexRuntime {
                 let backoff = Duration::from_millis(200u64.saturating_mul(1 << n.min(8)))
                     .min(Duration::from_secs(30));
                 if at.elapsed() < backoff {
-                    return Err(RuntimeError::Unavailable(format!(
+                    return Err(AgentError::Unavailable(format!(
                         "the codex app-server failed to start {n} time(s); retrying after {} ms",
                         backoff.as_millis()
                     )));
@@ -282,10 +280,10 @@ impl CodexRuntime {
         }
     }
 
-    async fn spawn(&self) -> Result<Live, RuntimeError> {
+    async fn spawn(&self) -> Result<Live, AgentError> {
         let s = &self.inner.settings;
         std::fs::create_dir_all(&s.codex_home).map_err(|e| {
-            RuntimeError::Unavailable(format!(
+            AgentError::Unavailable(format!(
                 "cannot create codex_home {}: {e}",
                 s.codex_home.display()
             ))
@@ -314,7 +312,7 @@ impl CodexRuntime {
             cmd.env(k, secrecy::ExposeSecret::expose_secret(v));
         }
         let mut child = cmd.spawn().map_err(|e| {
-            RuntimeError::Unavailable(format!(
+            AgentError::Unavailable(format!(
                 "cannot start {} app-server: {e} (check the config key `codex_bin`{})",
                 s.codex_bin.display(),
                 if s.nice > 0 {
@@ -325,7 +323,7 @@ impl CodexRuntime {
             ))
         })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(RuntimeError::Unavailable(
+            return Err(AgentError::Unavailable(
                 "the app-server's pipes are missing".into(),
             ));
         };
@@ -358,9 +356,9 @@ impl CodexRuntime {
             timeout,
         )
         .await
-        .map_err(|e| RuntimeError::Unavailable(format!("app-server initialize failed: {e}")))?;
+        .map_err(|e| AgentError::Unavailable(format!("app-server initialize failed: {e}")))?;
         conn.notify("initialized", None)
-            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+            .map_err(|e| AgentError::Unavailable(e.to_string()))?;
         // Best effort: a missing capability is a downgrade, never fatal.
         if let Err(e) = conn
             .request("collaborationMode/list", json!({}), timeout)
@@ -393,7 +391,7 @@ impl CodexRuntime {
         thread_id: Option<&str>,
         cwd: &std::path::Path,
         policy: Option<&ThreadPolicy>,
-    ) -> Result<(Arc<RpcConnection>, String), RuntimeError> {
+    ) -> Result<(Arc<RpcConnection>, String), AgentError> {
         let (conn, _) = self.connection().await?;
         let s = &self.inner.settings;
         let loaded = match thread_id {
@@ -414,7 +412,7 @@ impl CodexRuntime {
                 let params = thread_params(s, Some(id), cwd, policy);
                 conn.request("thread/resume", params, s.request_timeout)
                     .await
-                    .map_err(|e| RuntimeError::Unavailable(format!("thread/resume failed: {e}")))?;
+                    .map_err(|e| AgentError::Unavailable(format!("thread/resume failed: {e}")))?;
                 id.to_owned()
             }
             None => {
@@ -422,14 +420,12 @@ impl CodexRuntime {
                 let result = conn
                     .request("thread/start", params, s.request_timeout)
                     .await
-                    .map_err(|e| RuntimeError::Unavailable(format!("thread/start failed: {e}")))?;
+                    .map_err(|e| AgentError::Unavailable(format!("thread/start failed: {e}")))?;
                 result
                     .pointer("/thread/id")
                     .and_then(Value::as_str)
                     .ok_or_else(|| {
-                        RuntimeError::Unavailable(
-                            "thread/start answered without a thread id".into(),
-                        )
+                        AgentError::Unavailable("thread/start answered without a thread id".into())
                     })?
                     .to_owned()
             }
@@ -449,15 +445,12 @@ impl CodexRuntime {
     }
 }
 
-impl AgentRuntime for CodexRuntime {
+impl Agent for CodexAgent {
     fn name(&self) -> &'static str {
         "codex"
     }
 
-    fn ensure_thread(
-        &self,
-        req: ThreadRequest,
-    ) -> BoxFuture<'static, Result<String, RuntimeError>> {
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
         let this = self.clone();
         async move {
             let policy = ThreadPolicy {
@@ -472,10 +465,7 @@ impl AgentRuntime for CodexRuntime {
         .boxed()
     }
 
-    fn start_turn(
-        &self,
-        req: TurnRequest,
-    ) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let this = self.clone();
         async move {
             // A turn's request carries no policy. The session opens its thread
@@ -524,7 +514,7 @@ impl AgentRuntime for CodexRuntime {
                 .pointer("/turn/id")
                 .and_then(Value::as_str)
                 .ok_or_else(|| {
-                    RuntimeError::Uncertain("turn/start answered without a turn id".into())
+                    AgentError::Uncertain("turn/start answered without a turn id".into())
                 })?
                 .to_owned();
             let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
@@ -537,7 +527,7 @@ impl AgentRuntime for CodexRuntime {
         &self,
         thread_id: &str,
         turn_id: &str,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
         let (this, thread, turn) = (self.clone(), thread_id.to_owned(), turn_id.to_owned());
         async move {
             let (conn, _) = this.connection().await?;
@@ -557,7 +547,7 @@ impl AgentRuntime for CodexRuntime {
         &self,
         key: &str,
         accept: bool,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
         let (this, key) = (self.clone(), key.to_owned());
         async move {
             let Some((id, method)) = this
@@ -567,7 +557,7 @@ impl AgentRuntime for CodexRuntime {
                 .ok()
                 .and_then(|mut p| p.remove(&key))
             else {
-                return Err(RuntimeError::Unavailable(format!(
+                return Err(AgentError::Unavailable(format!(
                     "approval {key} is not pending (answered or expired)"
                 )));
             };
@@ -591,7 +581,7 @@ impl AgentRuntime for CodexRuntime {
         &self,
         thread_id: &str,
         operation_id: &str,
-    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>> {
+    ) -> BoxFuture<'static, Result<TurnLookup, AgentError>> {
         let (this, thread, op) = (self.clone(), thread_id.to_owned(), operation_id.to_owned());
         async move {
             let (conn, _) = this.connection().await?;
@@ -602,7 +592,7 @@ impl AgentRuntime for CodexRuntime {
                     this.inner.settings.request_timeout,
                 )
                 .await
-                .map_err(|e| RuntimeError::Unavailable(format!("thread/turns/list failed: {e}")))?;
+                .map_err(|e| AgentError::Unavailable(format!("thread/turns/list failed: {e}")))?;
             let turns = result
                 .get("data")
                 .and_then(Value::as_array)

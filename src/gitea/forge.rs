@@ -1,10 +1,10 @@
 //! The Gitea side of a task, as the actors see it: the verifier that proves a
 //! reply landed (bot author + marker + resource), the REST fallback post, and
-//! who may trigger work. Implements [`crate::runtime::ReplyVerifier`].
+//! who may trigger work. Implements [`crate::forge::Forge`].
 
 use super::client::{GiteaClient, GiteaError, Permission};
 use super::reply::{has_reply_marker, parse_resource_key};
-use crate::runtime::{ReplyCheck, ReplyQuery, ReplyVerifier, TriggerCheck};
+use crate::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use std::collections::BTreeSet;
@@ -65,7 +65,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
     })
 }
 
-impl ReplyVerifier for GiteaForge {
+impl Forge for GiteaForge {
     fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
         let this = self.clone();
         async move {
@@ -161,7 +161,7 @@ pub struct ForgeNotConfigured {
     pub reason: String,
 }
 
-impl ReplyVerifier for ForgeNotConfigured {
+impl Forge for ForgeNotConfigured {
     fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
         let reason = self.reason.clone();
         async move { ReplyCheck::Unknown(reason) }.boxed()

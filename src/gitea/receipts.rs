@@ -17,8 +17,8 @@
 use super::client::{GiteaClient, GiteaError};
 use super::forge::blocking;
 use super::reply::{parse_resource_key, receipt_marker};
+use crate::forge::{Forge, TriggerCheck};
 use crate::lifecycle::TaskState;
-use crate::runtime::{ReplyVerifier, TriggerCheck};
 use crate::store::audit::{self, Audit};
 use crate::store::comments::{self, DueReceipt, Outcome};
 use crate::store::tasks::TransitionOutcome;
@@ -50,7 +50,7 @@ const ERROR_PAUSE: Duration = Duration::from_secs(1);
 pub struct ReceiptWorker {
     pub store: Store,
     pub client: GiteaClient,
-    pub forge: Arc<dyn ReplyVerifier>,
+    pub forge: Arc<dyn Forge>,
     pub bot_login: String,
     pub mode: ReceiptMode,
     /// The longest the worker sleeps without looking at the store (normally

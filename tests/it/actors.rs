@@ -6,10 +6,9 @@ use actix::prelude::*;
 use codex_bridge::actors::health::RegistryHealth;
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::runtime::scripted::{
-    Script, ScriptedRuntime, ScriptedVerifier, StartBehaviour, Step,
-};
 use codex_bridge::store::ingest::{
     self, IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
 };
@@ -58,8 +57,8 @@ impl Workspaces for TestWorkspaces {
 
 pub struct Harness {
     pub store: Store,
-    pub runtime: ScriptedRuntime,
-    pub verifier: ScriptedVerifier,
+    pub runtime: ScriptedAgent,
+    pub verifier: ScriptedForge,
     pub workspaces: TestWorkspaces,
     pub registry: Addr<Registry>,
     _dir: tempfile::TempDir,
@@ -78,7 +77,7 @@ pub fn settings() -> ActorSettings {
 
 impl Harness {
     /// Must be called inside an actix System.
-    pub fn start(runtime: ScriptedRuntime, settings: ActorSettings) -> Harness {
+    pub fn start(runtime: ScriptedAgent, settings: ActorSettings) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&StoreSettings {
             url: DbUrl::Sqlite(dir.path().join("actors.db")),
@@ -95,7 +94,7 @@ impl Harness {
             root: dir.path().join("ws"),
             ..Default::default()
         };
-        let verifier = ScriptedVerifier::default();
+        let verifier = ScriptedForge::default();
         let deps = Arc::new(Deps {
             store: store.clone(),
             runtime: Arc::new(runtime.clone()),
@@ -239,7 +238,7 @@ fn run<F: std::future::Future<Output = ()>>(f: F) {
 #[test]
 fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let h = Harness::start(ScriptedAgent::new(), settings());
         let mut ids = Vec::new();
         for (i, (repo, number)) in [
             ("widgets", 1),
@@ -357,7 +356,7 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
 #[test]
 fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_history() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "panic",
             Script::steps(vec![
@@ -446,7 +445,7 @@ fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_histo
 #[test]
 fn uncertain_admission_blocks_the_repository_until_reconciled() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "uncertain",
             Script {
@@ -505,7 +504,7 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
 #[test]
 fn runtime_unavailable_retries_once_then_fails() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "down",
             Script {
@@ -538,7 +537,7 @@ fn runtime_unavailable_retries_once_then_fails() {
 #[test]
 fn workspace_failures_map_to_blocked_retry_and_failed() {
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let h = Harness::start(ScriptedAgent::new(), settings());
         h.workspaces.failures.lock().unwrap().insert(
             "dirty".into(),
             PrepareError::Dirty("src/lib.rs modified".into()),
@@ -581,7 +580,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
 #[test]
 fn abort_interrupts_a_hanging_turn() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on("hang", Script::steps(vec![Step::Progress("x"), Step::Hang]));
         let h = Harness::start(rt, settings());
         let id = h.comment("widgets", 1, 1, "@ccbot hang").await;
@@ -604,7 +603,7 @@ fn idle_sessions_stop_and_revive() {
     run(async {
         let mut s = settings();
         s.session_idle = Duration::from_millis(300);
-        let h = Harness::start(ScriptedRuntime::new(), s);
+        let h = Harness::start(ScriptedAgent::new(), s);
         let first = h.comment("widgets", 1, 1, "@ccbot one").await;
         h.wait_state(&first, TaskState::Succeeded).await;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -630,7 +629,7 @@ fn idle_sessions_stop_and_revive() {
 #[test]
 fn stress_no_repository_runs_two_tasks_at_once_repositories_run_in_parallel_fifo_holds() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         for ms in [5u64, 20, 40, 80] {
             rt.on(
                 &format!("sleep{ms}"),
@@ -698,9 +697,9 @@ fn stress_no_repository_runs_two_tasks_at_once_repositories_run_in_parallel_fifo
 #[test]
 fn a_missing_or_unverifiable_reply_is_failed_reply() {
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let h = Harness::start(ScriptedAgent::new(), settings());
         *h.verifier.answer.lock().unwrap() =
-            codex_bridge::runtime::ReplyCheck::Unknown("gitea answered 500".into());
+            codex_bridge::forge::ReplyCheck::Unknown("gitea answered 500".into());
         let id = h.comment("widgets", 1, 1, "@ccbot reply").await;
         h.wait_state(&id, TaskState::FailedReply).await;
         let i = id.clone();
@@ -720,7 +719,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::{self, ControlRequest};
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "risky",
             Script::steps(vec![
@@ -833,7 +832,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
 #[test]
 fn a_turn_past_its_deadline_is_interrupted_and_timed_out() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "slowpoke",
             Script::steps(vec![Step::Progress("x"), Step::Hang]),
@@ -854,7 +853,7 @@ fn a_turn_past_its_deadline_is_interrupted_and_timed_out() {
 #[test]
 fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "slowpoke",
             Script::steps(vec![
@@ -905,7 +904,7 @@ fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
 #[test]
 fn an_unconfirmed_interrupt_resets_the_runtime_and_needs_reconciliation() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "stubborn",
             Script::steps(vec![Step::Progress("x"), Step::Stubborn]),
@@ -933,7 +932,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::ControlRequest;
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "risky",
             Script::steps(vec![
@@ -992,7 +991,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         System::current().stop();
     });
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "risky",
             Script::steps(vec![

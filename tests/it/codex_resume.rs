@@ -7,8 +7,8 @@
 use crate::codex_runtime::with_mcp;
 use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
-use codex_bridge::codex::runtime::CodexRuntime;
-use codex_bridge::runtime::{AgentRuntime, ThreadRequest, TurnEvent, TurnRequest};
+use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
+use codex_bridge::codex::runtime::CodexAgent;
 use futures_util::StreamExt;
 use std::path::Path;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// one second slow to start, as a real one can be on a busy machine: Codex
 /// does not wait for it, so a turn started before it is ready reaches the
 /// model without its tools.
-fn runtime(home: &CodexHome, work: &Path) -> CodexRuntime {
+fn runtime(home: &CodexHome, work: &Path) -> CodexAgent {
     let stub = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp/gitea_stub.py");
     with_mcp(
         home,
@@ -46,7 +46,7 @@ fn thread_request(
 }
 
 /// Runs one turn to its end, declining every approval it asks for; its events.
-async fn run_turn(rt: &CodexRuntime, thread: &str, op: &str, cwd: &Path) -> Vec<TurnEvent> {
+async fn run_turn(rt: &CodexAgent, thread: &str, op: &str, cwd: &Path) -> Vec<TurnEvent> {
     let mut started = rt
         .start_turn(TurnRequest {
             thread_id: thread.into(),

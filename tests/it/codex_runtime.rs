@@ -5,13 +5,13 @@
 
 use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
-use codex_bridge::codex::runtime::{developer_instructions, CodexRuntime, CodexSettings};
-use codex_bridge::runtime::{AgentRuntime, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
+use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
+use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
 use futures_util::StreamExt;
 use std::time::Duration;
 
-fn runtime(home: &CodexHome) -> CodexRuntime {
-    CodexRuntime::new(CodexSettings {
+fn runtime(home: &CodexHome) -> CodexAgent {
+    CodexAgent::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
         developer_instructions: developer_instructions("ccbot"),
@@ -23,7 +23,7 @@ fn runtime(home: &CodexHome) -> CodexRuntime {
 }
 
 async fn turn(
-    rt: &CodexRuntime,
+    rt: &CodexAgent,
     thread: &str,
     op: &str,
     text: &str,
@@ -272,7 +272,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let home = CodexHome::new(&model);
     let work = tempfile::tempdir().unwrap();
     // Under `untrusted`, Codex asks before running a command that writes.
-    let rt = CodexRuntime::new(CodexSettings {
+    let rt = CodexAgent::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
         developer_instructions: developer_instructions("ccbot"),
@@ -352,7 +352,7 @@ pub fn with_mcp(
     command: &str,
     args: Vec<String>,
     log: &std::path::Path,
-) -> CodexRuntime {
+) -> CodexAgent {
     use codex_bridge::codex::runtime::GiteaMcp;
     let mcp = GiteaMcp {
         command: command.into(),
@@ -367,7 +367,7 @@ pub fn with_mcp(
         "mcp_servers.gitea.env".into(),
         serde_json::json!({ "GITEA_HOST": "http://gitea.invalid", "STUB_LOG": log }),
     );
-    CodexRuntime::new(CodexSettings {
+    CodexAgent::new(CodexSettings {
         codex_bin: codex_bin(),
         codex_home: home.path(),
         developer_instructions: developer_instructions("ccbot"),
@@ -446,7 +446,7 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, codex_bridge::runtime::RuntimeError::Refused(_)),
+        matches!(err, codex_bridge::agent::AgentError::Refused(_)),
         "{err:?}"
     );
 }
@@ -470,7 +470,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     .unwrap();
     let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/codex/old_app_server.py");
-    let rt = CodexRuntime::new(CodexSettings {
+    let rt = CodexAgent::new(CodexSettings {
         codex_bin: old,
         codex_home: dir.path().join("home"),
         developer_instructions: developer_instructions("ccbot"),

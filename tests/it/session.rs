@@ -7,8 +7,8 @@
 use super::actors::{settings, Harness};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
+use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::runtime::scripted::{Script, ScriptedRuntime, StartBehaviour, Step};
 use codex_bridge::store::control::{self, ControlRequest};
 use codex_bridge::store::{approvals, audit, comments, tasks};
 use std::time::Duration;
@@ -52,8 +52,8 @@ async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
 
 /// A runtime whose turn/start for "uncertain" answers that it may or may not
 /// have been admitted.
-fn uncertain_runtime() -> ScriptedRuntime {
-    let rt = ScriptedRuntime::new();
+fn uncertain_runtime() -> ScriptedAgent {
+    let rt = ScriptedAgent::new();
     rt.on(
         "uncertain",
         Script {
@@ -67,7 +67,7 @@ fn uncertain_runtime() -> ScriptedRuntime {
 #[test]
 fn a_task_whose_workspace_cannot_be_named_fails_and_starts_no_turn() {
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let h = Harness::start(ScriptedAgent::new(), settings());
         h.workspaces
             .unnamed
             .lock()
@@ -104,7 +104,7 @@ fn a_task_whose_workspace_cannot_be_named_fails_and_starts_no_turn() {
 #[test]
 fn a_decision_that_lost_its_compare_and_swap_is_audited_and_decided_again() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "risky",
             Script::steps(vec![Step::AskApproval("command"), Step::Hang]),
@@ -149,7 +149,7 @@ fn a_decision_that_lost_its_compare_and_swap_is_audited_and_decided_again() {
 #[test]
 fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
     run(async {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "risky",
             Script::steps(vec![
@@ -187,7 +187,7 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
 fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared() {
     use codex_bridge::actors::PrepareError;
     run(async {
-        let h = Harness::start(ScriptedRuntime::new(), settings());
+        let h = Harness::start(ScriptedAgent::new(), settings());
         let (open, gate) = std::sync::mpsc::channel();
         h.workspaces
             .gates

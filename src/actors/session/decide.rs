@@ -252,7 +252,7 @@ pub enum Effect {
     /// Sends turn/interrupt; confirmation arrives on the turn's events.
     Interrupt(Stop),
     /// Ends the runtime's process: an interrupt nobody confirmed.
-    ResetRuntime,
+    ResetAgent,
     /// Looks the task's operation up in the thread's history.
     LookUpHistory,
     /// Asks Gitea whether the reply is there.
@@ -439,7 +439,7 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
                 "interrupt not confirmed in time; the agent runtime is reset",
             )
             .ends(S::NeedsReconciliation, Some(Code::InterruptUnconfirmed))
-            .then(&[E::ResetRuntime]),
+            .then(&[E::ResetAgent]),
             _ => rules::ignored(snap),
         },
         Event::History(finding) => rules::history(snap, finding),

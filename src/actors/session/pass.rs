@@ -14,9 +14,9 @@ use super::decide::{
 use super::prompt::reply_retry_operation;
 use super::Signals;
 use crate::actors::Deps;
+use crate::agent::TurnEvent;
 use crate::config::RepoPolicy;
 use crate::lifecycle::TaskState;
-use crate::runtime::TurnEvent;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::tasks::TransitionOutcome;
@@ -385,7 +385,7 @@ impl Pass {
                     self.interrupt(stop).await;
                     None
                 }
-                Effect::ResetRuntime => {
+                Effect::ResetAgent => {
                     tracing::error!(task.id = %self.task.task_id, "interrupt not confirmed; resetting the agent runtime");
                     self.deps.runtime.reset().await;
                     None
@@ -633,7 +633,7 @@ impl CommitCtx {
 impl Pass {
     /// The commenter's permission, checked again now that the task starts.
     async fn check_permission(&mut self) -> Event {
-        use crate::runtime::TriggerCheck;
+        use crate::forge::TriggerCheck;
         let check = self
             .deps
             .verifier

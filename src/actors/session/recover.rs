@@ -4,7 +4,7 @@
 
 use super::decide::{Event, Finding};
 use super::pass::{Pass, PassError};
-use crate::runtime::TurnLookup;
+use crate::agent::TurnLookup;
 use crate::store::audit::{self, Audit};
 use std::time::{Duration, Instant};
 

@@ -6,8 +6,9 @@
 use super::decide::{Event, FallbackOutcome, Start, Verdict};
 use super::pass::{fallback_status, Pass, PassError};
 use super::prompt::{reply_retry_prompt, strip_markers};
+use crate::agent::{AgentError, ThreadRequest, TurnRequest};
+use crate::forge::{ReplyCheck, ReplyQuery};
 use crate::gitea::reply::reply_marker;
-use crate::runtime::{ReplyCheck, ReplyQuery, RuntimeError, ThreadRequest, TurnRequest};
 use crate::store::audit::{self, Audit};
 use crate::store::{comments, scheduling};
 
@@ -140,7 +141,7 @@ impl Pass {
         if let Err(e) = opened {
             self.retry_failure = Some(e.to_string());
             return Ok(Event::Started(Start::NotAdmitted {
-                retryable: !matches!(e, RuntimeError::Refused(_)),
+                retryable: !matches!(e, AgentError::Refused(_)),
             }));
         }
         let started = self

@@ -6,8 +6,8 @@
 use super::decide::{Event, Start, Stop, TurnEnd};
 use super::pass::{Pass, PassError, PendingApproval, Turn};
 use super::prompt::turn_prompt;
+use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::gitea::reply::{comment_call, has_reply_marker, parse_resource_key};
-use crate::runtime::{RuntimeError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::store::audit::{self, Audit};
 use crate::store::{ledger, scheduling, StoreError};
 use futures_util::StreamExt;
@@ -37,7 +37,7 @@ impl Pass {
         let thread = match thread {
             Ok(t) => t,
             Err(e) => {
-                let retryable = !matches!(e, RuntimeError::Refused(_));
+                let retryable = !matches!(e, AgentError::Refused(_));
                 self.detail = Some(e.to_string());
                 return Ok(Event::Started(Start::NotAdmitted { retryable }));
             }
@@ -79,7 +79,7 @@ impl Pass {
     /// What a turn/start answer means, and the turn it opened.
     pub(super) fn turn_started(
         &mut self,
-        started: Result<crate::runtime::TurnStarted, RuntimeError>,
+        started: Result<crate::agent::TurnStarted, AgentError>,
         timeout: std::time::Duration,
     ) -> Event {
         match started {
@@ -93,13 +93,13 @@ impl Pass {
                 };
                 Event::Started(Start::Admitted)
             }
-            Err(RuntimeError::Uncertain(e)) => {
+            Err(AgentError::Uncertain(e)) => {
                 tracing::warn!(task.id = %self.task.task_id, error = %e, "turn/start answer uncertain; looking in the thread's history");
                 self.detail = Some(e);
                 Event::Started(Start::Uncertain)
             }
             Err(e) => {
-                let retryable = matches!(e, RuntimeError::Unavailable(_));
+                let retryable = matches!(e, AgentError::Unavailable(_));
                 self.detail = Some(e.to_string());
                 Event::Started(Start::NotAdmitted { retryable })
             }

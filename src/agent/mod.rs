@@ -63,7 +63,7 @@ pub enum TurnEvent {
     /// The turn was interrupted (abort or deadline).
     Interrupted { seq: i64 },
     /// The agent asks to do something that needs a person's approval; the
-    /// turn waits until [`AgentRuntime::decide_approval`] answers `key`.
+    /// turn waits until [`Agent::decide_approval`] answers `key`.
     ApprovalRequested {
         seq: i64,
         key: String,
@@ -76,7 +76,7 @@ pub enum TurnEvent {
 
 /// A turn the runtime accepted. The turn runs in the runtime whether or not
 /// anyone consumes `events`: an actor that restarts finds it again through
-/// [`AgentRuntime::lookup_turn`].
+/// [`Agent::lookup_turn`].
 pub struct TurnStarted {
     pub turn_id: String,
     pub events: BoxStream<'static, TurnEvent>,
@@ -103,81 +103,9 @@ pub enum TurnLookup {
     },
 }
 
-/// Whether the agent's reply is really in Gitea: a comment by the bot that
-/// carries the task's marker on the task's Issue/PR.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplyCheck {
-    /// Found: bot author + marker + resource.
-    Confirmed { comment_id: Option<i64> },
-    /// Gitea said explicitly that it is not there.
-    Missing,
-    /// The query failed: nothing may be written on this basis.
-    Unknown(String),
-}
-
-/// What the verifier needs to find a reply.
-#[derive(Debug, Clone)]
-pub struct ReplyQuery {
-    pub task_id: String,
-    pub turn_id: String,
-    pub resource_key: String,
-    pub final_text: Option<String>,
-}
-
-/// Whether a commenter may trigger work (write permission by default,
-/// widened or narrowed by config).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TriggerCheck {
-    Allowed,
-    /// Not allowed; the reason goes into the rejection receipt.
-    Denied(String),
-    /// The question could not be answered now (Gitea unreachable).
-    Unknown(String),
-}
-
-/// The Gitea side the actors need (the Gitea client implements it): proving a
-/// reply landed, the one REST fallback post, and who may trigger work.
-pub trait ReplyVerifier: Send + Sync + 'static {
-    fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck>;
-
-    /// Posts `body` as a comment on the resource (the REST fallback); the new
-    /// comment's id. A write: the caller proves it missing first.
-    fn post_reply(
-        &self,
-        resource_key: String,
-        body: String,
-    ) -> BoxFuture<'static, Result<i64, String>> {
-        let _ = (resource_key, body);
-        Box::pin(async { Err("this verifier cannot post comments".to_owned()) })
-    }
-
-    /// Whether `author` may trigger work on the resource's repository.
-    ///
-    /// A verifier that cannot ask anyone must not let a turn start, so the
-    /// default fails closed. It answers `Unknown` rather than `Denied`: a
-    /// verifier without this check is a setup gap, not a verdict on the
-    /// commenter, and `Denied` would reject the task for good and tell them
-    /// they lack permission. `Unknown` keeps the task retryable and says why.
-    /// A verifier that really allows everyone says so in its own impl.
-    fn may_trigger(
-        &self,
-        resource_key: String,
-        author: String,
-    ) -> BoxFuture<'static, TriggerCheck> {
-        let _ = (resource_key, author);
-        Box::pin(async {
-            TriggerCheck::Unknown(
-                "this reply verifier cannot check a commenter's permission; configure \
-                 gitea_url and gitea_token"
-                    .into(),
-            )
-        })
-    }
-}
-
 /// Why a runtime call failed, split at the admission boundary.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum RuntimeError {
+pub enum AgentError {
     /// Nothing reached the agent: safe to retry.
     #[error("the agent runtime is unavailable: {0}")]
     Unavailable(String),
@@ -192,31 +120,29 @@ pub enum RuntimeError {
 }
 
 /// The agent runtime behind the session actors.
-pub trait AgentRuntime: Send + Sync + 'static {
+pub trait Agent: Send + Sync + 'static {
     /// A short name for logs and the health view (`codex`, `scripted`).
     fn name(&self) -> &'static str;
     /// Starts or resumes the session's thread with the repository's setup;
     /// returns its id.
-    fn ensure_thread(&self, req: ThreadRequest)
-        -> BoxFuture<'static, Result<String, RuntimeError>>;
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>>;
     /// Starts a turn; resolves once the runtime accepted it.
-    fn start_turn(&self, req: TurnRequest)
-        -> BoxFuture<'static, Result<TurnStarted, RuntimeError>>;
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>>;
     /// Asks the runtime to stop a turn; `Interrupted` follows on its events.
     fn interrupt(
         &self,
         thread_id: &str,
         turn_id: &str,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>>;
+    ) -> BoxFuture<'static, Result<(), AgentError>>;
     /// Answers a pending approval request.
     fn decide_approval(
         &self,
         key: &str,
         accept: bool,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
         let _ = (key, accept);
         Box::pin(async {
-            Err(RuntimeError::Unavailable(
+            Err(AgentError::Unavailable(
                 "this runtime asks for no approvals".into(),
             ))
         })
@@ -231,30 +157,5 @@ pub trait AgentRuntime: Send + Sync + 'static {
         &self,
         thread_id: &str,
         operation_id: &str,
-    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A verifier that implements only what the trait requires.
-    struct VerifyOnly;
-
-    impl ReplyVerifier for VerifyOnly {
-        fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
-            Box::pin(async { ReplyCheck::Missing })
-        }
-    }
-
-    #[tokio::test]
-    async fn a_verifier_that_does_not_check_permissions_lets_nobody_trigger() {
-        let check = VerifyOnly
-            .may_trigger("default:acme/widgets:issue:1".into(), "mallory".into())
-            .await;
-        assert!(
-            matches!(&check, TriggerCheck::Unknown(why) if why.contains("gitea_url")),
-            "{check:?}"
-        );
-    }
+    ) -> BoxFuture<'static, Result<TurnLookup, AgentError>>;
 }

@@ -3,11 +3,9 @@
 //! script is chosen by a word in the instruction text, so a test picks
 //! behaviour from the comment it posts. Like Codex, a turn runs on its own
 //! (here, a tokio task) whether or not its events are consumed, and its
-//! outcome is kept as history for [`AgentRuntime::lookup_turn`].
+//! outcome is kept as history for [`Agent::lookup_turn`].
 
-use super::{
-    AgentRuntime, RuntimeError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted,
-};
+use super::{Agent, AgentError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
@@ -194,7 +192,7 @@ fn lookup_from_json(v: &serde_json::Value) -> Option<TurnLookup> {
 }
 
 /// Reads `[name:arg:arg]` directives from an instruction.
-fn directive_args<'a>(text: &'a str, name: &str) -> Option<Vec<&'a str>> {
+pub(crate) fn directive_args<'a>(text: &'a str, name: &str) -> Option<Vec<&'a str>> {
     let open = format!("[{name}");
     let start = text.find(&open)?;
     let rest = &text[start + 1..];
@@ -243,11 +241,11 @@ pub fn script_from_directives(text: &str) -> Script {
 
 /// The scripted runtime. Cloning shares the script book and the recordings.
 #[derive(Clone, Default)]
-pub struct ScriptedRuntime {
+pub struct ScriptedAgent {
     inner: Arc<Mutex<Inner>>,
 }
 
-impl ScriptedRuntime {
+impl ScriptedAgent {
     pub fn new() -> Self {
         Self::default()
     }
@@ -325,7 +323,7 @@ impl ScriptedRuntime {
             }
         }
         inner.history_file = Some(history_file);
-        ScriptedRuntime {
+        ScriptedAgent {
             inner: Arc::new(Mutex::new(inner)),
         }
     }
@@ -462,15 +460,12 @@ async fn play(
     let _ = tx.send(Wire::Event(TurnEvent::Interrupted { seq: seq + 1 }));
 }
 
-impl AgentRuntime for ScriptedRuntime {
+impl Agent for ScriptedAgent {
     fn name(&self) -> &'static str {
         "scripted"
     }
 
-    fn ensure_thread(
-        &self,
-        req: ThreadRequest,
-    ) -> BoxFuture<'static, Result<String, RuntimeError>> {
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
         let id = match req.thread_id {
             Some(id) => id,
             None => {
@@ -488,22 +483,19 @@ impl AgentRuntime for ScriptedRuntime {
         async move { Ok(id) }.boxed()
     }
 
-    fn start_turn(
-        &self,
-        req: TurnRequest,
-    ) -> BoxFuture<'static, Result<TurnStarted, RuntimeError>> {
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let script = self.script_for(&req.text);
         let inner = self.inner.clone();
         async move {
             match script.start {
                 StartBehaviour::Accept => {}
                 StartBehaviour::Unavailable => {
-                    return Err(RuntimeError::Unavailable(
+                    return Err(AgentError::Unavailable(
                         "scripted: refused before sending".into(),
                     ))
                 }
                 StartBehaviour::Uncertain => {
-                    return Err(RuntimeError::Uncertain(
+                    return Err(AgentError::Uncertain(
                         "scripted: pipe closed after sending".into(),
                     ))
                 }
@@ -556,7 +548,7 @@ impl AgentRuntime for ScriptedRuntime {
         &self,
         _thread_id: &str,
         turn_id: &str,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
         let live = match self.inner.lock() {
             Ok(mut i) => {
                 i.interrupts.push(turn_id.to_owned());
@@ -574,7 +566,7 @@ impl AgentRuntime for ScriptedRuntime {
         &self,
         key: &str,
         accept: bool,
-    ) -> BoxFuture<'static, Result<(), RuntimeError>> {
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
         let pending = match self.inner.lock() {
             Ok(mut i) => {
                 i.decisions.push((key.to_owned(), accept));
@@ -588,7 +580,7 @@ impl AgentRuntime for ScriptedRuntime {
                     let _ = tx.send(accept);
                     Ok(())
                 }
-                None => Err(RuntimeError::Unavailable("no such pending approval".into())),
+                None => Err(AgentError::Unavailable("no such pending approval".into())),
             }
         }
         .boxed()
@@ -598,7 +590,7 @@ impl AgentRuntime for ScriptedRuntime {
         &self,
         _thread_id: &str,
         operation_id: &str,
-    ) -> BoxFuture<'static, Result<TurnLookup, RuntimeError>> {
+    ) -> BoxFuture<'static, Result<TurnLookup, AgentError>> {
         let found = self
             .inner
             .lock()
@@ -606,63 +598,6 @@ impl AgentRuntime for ScriptedRuntime {
             .and_then(|i| i.history.get(operation_id).cloned())
             .unwrap_or(TurnLookup::Missing);
         async move { Ok(found) }.boxed()
-    }
-}
-
-/// A verifier that confirms every reply (for actor tests before the Gitea
-/// verifier exists), or reports what the test sets.
-#[derive(Clone)]
-pub struct ScriptedVerifier {
-    pub answer: Arc<Mutex<super::ReplyCheck>>,
-}
-
-impl Default for ScriptedVerifier {
-    fn default() -> Self {
-        ScriptedVerifier {
-            answer: Arc::new(Mutex::new(super::ReplyCheck::Confirmed {
-                comment_id: None,
-            })),
-        }
-    }
-}
-
-impl super::ReplyVerifier for ScriptedVerifier {
-    /// Answers what the test set, unless the final text carries a
-    /// `[verify:slow:MS]`, `[verify:missing]` or `[verify:unknown]` directive.
-    fn verify(&self, query: super::ReplyQuery) -> BoxFuture<'static, super::ReplyCheck> {
-        let answer = self
-            .answer
-            .lock()
-            .map(|a| a.clone())
-            .unwrap_or_else(|_| super::ReplyCheck::Unknown("verifier poisoned".into()));
-        let text = query.final_text.unwrap_or_default();
-        let directive: Option<Vec<String>> =
-            directive_args(&text, "verify").map(|a| a.iter().map(|s| (*s).to_owned()).collect());
-        async move {
-            match directive.as_deref() {
-                Some([slow, ms, ..]) if slow == "slow" => {
-                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
-                    answer
-                }
-                Some([missing, ..]) if missing == "missing" => super::ReplyCheck::Missing,
-                Some([unknown, ..]) if unknown == "unknown" => {
-                    super::ReplyCheck::Unknown("scripted: query failed".into())
-                }
-                _ => answer,
-            }
-        }
-        .boxed()
-    }
-
-    /// Everyone may trigger: the scripted runtime is the test mode, where no
-    /// Gitea is asked and the tests drive permissions through the real forge.
-    fn may_trigger(
-        &self,
-        resource_key: String,
-        author: String,
-    ) -> BoxFuture<'static, super::TriggerCheck> {
-        let _ = (resource_key, author);
-        async { super::TriggerCheck::Allowed }.boxed()
     }
 }
 
@@ -701,7 +636,7 @@ mod tests {
     async fn history_survives_a_restart_and_running_turns_become_interrupted() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("h.json");
-        let rt = ScriptedRuntime::with_directives(file.clone());
+        let rt = ScriptedAgent::with_directives(file.clone());
         let done = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
@@ -721,7 +656,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let again = ScriptedRuntime::with_directives(file);
+        let again = ScriptedAgent::with_directives(file);
         assert!(matches!(
             again.lookup_turn("t", "op-a").await,
             Ok(TurnLookup::Completed { .. })
@@ -740,7 +675,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_turn_completes_and_is_found_in_history() {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         let started = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
@@ -761,7 +696,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_dropped_stream_leaves_the_turn_running_to_completion() {
-        let rt = ScriptedRuntime::new();
+        let rt = ScriptedAgent::new();
         rt.on(
             "drop",
             Script::steps(vec![

@@ -1,0 +1,104 @@
+//! What the actors need from the forge (Gitea): proving that a reply landed,
+//! the one REST fallback post, and who may trigger work. The Gitea client
+//! implements it; tests put stand-ins behind it.
+
+use futures_util::future::BoxFuture;
+
+pub mod scripted;
+
+/// Whether the agent's reply is really in Gitea: a comment by the bot that
+/// carries the task's marker on the task's Issue/PR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyCheck {
+    /// Found: bot author + marker + resource.
+    Confirmed { comment_id: Option<i64> },
+    /// Gitea said explicitly that it is not there.
+    Missing,
+    /// The query failed: nothing may be written on this basis.
+    Unknown(String),
+}
+
+/// What the verifier needs to find a reply.
+#[derive(Debug, Clone)]
+pub struct ReplyQuery {
+    pub task_id: String,
+    pub turn_id: String,
+    pub resource_key: String,
+    pub final_text: Option<String>,
+}
+
+/// Whether a commenter may trigger work (write permission by default,
+/// widened or narrowed by config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TriggerCheck {
+    Allowed,
+    /// Not allowed; the reason goes into the rejection receipt.
+    Denied(String),
+    /// The question could not be answered now (Gitea unreachable).
+    Unknown(String),
+}
+
+/// The Gitea side the actors need (the Gitea client implements it): proving a
+/// reply landed, the one REST fallback post, and who may trigger work.
+pub trait Forge: Send + Sync + 'static {
+    fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck>;
+
+    /// Posts `body` as a comment on the resource (the REST fallback); the new
+    /// comment's id. A write: the caller proves it missing first.
+    fn post_reply(
+        &self,
+        resource_key: String,
+        body: String,
+    ) -> BoxFuture<'static, Result<i64, String>> {
+        let _ = (resource_key, body);
+        Box::pin(async { Err("this forge cannot post comments".to_owned()) })
+    }
+
+    /// Whether `author` may trigger work on the resource's repository.
+    ///
+    /// A verifier that cannot ask anyone must not let a turn start, so the
+    /// default fails closed. It answers `Unknown` rather than `Denied`: a
+    /// verifier without this check is a setup gap, not a verdict on the
+    /// commenter, and `Denied` would reject the task for good and tell them
+    /// they lack permission. `Unknown` keeps the task retryable and says why.
+    /// A verifier that really allows everyone says so in its own impl.
+    fn may_trigger(
+        &self,
+        resource_key: String,
+        author: String,
+    ) -> BoxFuture<'static, TriggerCheck> {
+        let _ = (resource_key, author);
+        Box::pin(async {
+            TriggerCheck::Unknown(
+                "this forge cannot check a commenter's permission; configure \
+                 gitea_url and gitea_token"
+                    .into(),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A verifier that implements only what the trait requires.
+    struct VerifyOnly;
+
+    impl Forge for VerifyOnly {
+        fn verify(&self, _: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+            Box::pin(async { ReplyCheck::Missing })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_verifier_that_does_not_check_permissions_lets_nobody_trigger() {
+        let check = VerifyOnly
+            .may_trigger("default:acme/widgets:issue:1".into(), "mallory".into())
+            .await;
+        assert!(
+            matches!(&check, TriggerCheck::Unknown(why) if why.contains("gitea_url")),
+            "{check:?}"
+        );
+    }
+}

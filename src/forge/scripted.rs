@@ -1,0 +1,64 @@
+//! A forge stand-in for tests and the scripted agent: confirms every reply,
+//! or reports what the test sets.
+
+use super::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
+use crate::agent::scripted::directive_args;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A verifier that confirms every reply (for actor tests before the Gitea
+/// verifier exists), or reports what the test sets.
+#[derive(Clone)]
+pub struct ScriptedForge {
+    pub answer: Arc<Mutex<ReplyCheck>>,
+}
+
+impl Default for ScriptedForge {
+    fn default() -> Self {
+        ScriptedForge {
+            answer: Arc::new(Mutex::new(ReplyCheck::Confirmed { comment_id: None })),
+        }
+    }
+}
+
+impl Forge for ScriptedForge {
+    /// Answers what the test set, unless the final text carries a
+    /// `[verify:slow:MS]`, `[verify:missing]` or `[verify:unknown]` directive.
+    fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
+        let answer = self
+            .answer
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_else(|_| ReplyCheck::Unknown("verifier poisoned".into()));
+        let text = query.final_text.unwrap_or_default();
+        let directive: Option<Vec<String>> =
+            directive_args(&text, "verify").map(|a| a.iter().map(|s| (*s).to_owned()).collect());
+        async move {
+            match directive.as_deref() {
+                Some([slow, ms, ..]) if slow == "slow" => {
+                    tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(1000))).await;
+                    answer
+                }
+                Some([missing, ..]) if missing == "missing" => ReplyCheck::Missing,
+                Some([unknown, ..]) if unknown == "unknown" => {
+                    ReplyCheck::Unknown("scripted: query failed".into())
+                }
+                _ => answer,
+            }
+        }
+        .boxed()
+    }
+
+    /// Everyone may trigger: the scripted runtime is the test mode, where no
+    /// Gitea is asked and the tests drive permissions through the real forge.
+    fn may_trigger(
+        &self,
+        resource_key: String,
+        author: String,
+    ) -> BoxFuture<'static, TriggerCheck> {
+        let _ = (resource_key, author);
+        async { TriggerCheck::Allowed }.boxed()
+    }
+}
