@@ -20,6 +20,7 @@ pub mod app;
 pub mod cli;
 pub mod codex;
 pub mod config;
+pub mod domain;
 pub mod error;
 pub mod forge;
 pub mod gitea;
