@@ -15,8 +15,9 @@ use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::session::Lane;
 use codex_bridge::actors::{ActorSettings, Deps};
 use codex_bridge::agent::scripted::ScriptedAgent;
+use codex_bridge::domain::IngestRequest;
 use codex_bridge::forge::scripted::ScriptedForge;
-use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
+use codex_bridge::store::ingest::IngestOutcome;
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
 use std::collections::HashMap;
@@ -90,8 +91,8 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
     // Warm up the store and the runtime of actix before measuring.
     for i in 0..100 {
         rig.registry.do_send(DrainSession {
-            session_key: format!("warm:{i}"),
-            repo_key: "warm".into(),
+            session_key: format!("default:warm/w:issue:{}", i + 1).parse()?,
+            repo_key: "default:warm/w".parse()?,
             lane: Lane::Normal,
         });
     }
@@ -99,8 +100,8 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
     let before = rss_bytes()?;
     for i in 0..n {
         rig.registry.do_send(DrainSession {
-            session_key: format!("default:acme/r{}:issue:{i}", i % 500),
-            repo_key: format!("default:acme/r{}", i % 500),
+            session_key: format!("default:acme/r{}:issue:{}", i % 500, i + 1).parse()?,
+            repo_key: format!("default:acme/r{}", i % 500).parse()?,
             lane: Lane::Normal,
         });
         if i % 2000 == 0 {
@@ -148,7 +149,7 @@ async fn scheduling(repos: usize, pace: Duration) -> Result<Vec<f64>> {
             let out = store.ingest(request(r, 1)).await?;
             let at = Instant::now();
             registry.do_send(Notify {
-                repo_key: format!("default:acme/repo{r}"),
+                repo_key: format!("default:acme/repo{r}").parse()?,
             });
             match out {
                 IngestOutcome::Accepted { .. } => {

@@ -1660,7 +1660,7 @@ fn postgres_note(url: &str) -> String {
 /// that HTTP, signature checks and JSON parsing stand in front of.
 fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
     use codex_bridge::config::{env_name, Config};
-    use codex_bridge::store::ingest::IngestRequest;
+    use codex_bridge::domain::IngestRequest;
     use codex_bridge::store::Store;
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
     let env = BTreeMap::from([(

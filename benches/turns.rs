@@ -32,8 +32,10 @@ use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorSettings, Deps};
 use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::domain::{IngestRequest, ResourceKey};
 use codex_bridge::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
-use codex_bridge::store::ingest::{IngestOutcome, IngestRequest};
+use codex_bridge::lifecycle::TaskState;
+use codex_bridge::store::ingest::IngestOutcome;
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
 use futures_util::future::BoxFuture;
@@ -56,7 +58,7 @@ impl Forge for Instant200 {
     }
 
     /// The benchmark measures turns, not permission checks: everyone may trigger.
-    fn may_trigger(&self, _: String, _: String) -> BoxFuture<'static, TriggerCheck> {
+    fn may_trigger(&self, _: ResourceKey, _: String) -> BoxFuture<'static, TriggerCheck> {
         async { TriggerCheck::Allowed }.boxed()
     }
 }
@@ -225,8 +227,8 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
         let key = req
             .subject
             .as_ref()
-            .map(|s| s.repo.repo_key())
-            .unwrap_or_default();
+            .map(|s| s.repo.repo_key().clone())
+            .context("a bench request names its repository")?;
         let out = store
             .write(move |c| codex_bridge::store::ingest::ingest(c, &req))
             .await?;
@@ -244,7 +246,7 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
                 let mut done = 0;
                 for id in &ids2 {
                     if codex_bridge::store::tasks::find(c, id)?
-                        .is_some_and(|t| t.state == "succeeded")
+                        .is_some_and(|t| t.state == TaskState::Succeeded)
                     {
                         done += 1;
                     }

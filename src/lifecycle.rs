@@ -2,12 +2,16 @@
 //! pure `check` that the store calls before each compare-and-swap. Nothing here does
 //! I/O, so the table can be read, printed and property-tested on its own.
 
+use crate::domain::sql::text_column;
+use diesel::sql_types::Text;
+use diesel::{AsExpression, FromSqlRow};
 use std::fmt;
 use std::str::FromStr;
 
 /// Every state a task can be in. Names are the stable snake_case strings stored in
 /// the database and shown by the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
 pub enum TaskState {
     Received,
     Queued,
@@ -103,6 +107,21 @@ impl TaskState {
 
     pub fn is_terminal(self) -> bool {
         Self::TERMINAL.contains(&self)
+    }
+
+    /// Ends (and the one uncertain stop) that the thread is told about with a
+    /// receipt: the commenter would otherwise wait for an answer that never
+    /// comes. A success speaks for itself through the agent's reply.
+    pub fn gets_receipt(self) -> bool {
+        matches!(
+            self,
+            TaskState::Failed
+                | TaskState::TimedOut
+                | TaskState::Aborted
+                | TaskState::FailedReply
+                | TaskState::NeedsReconciliation
+                | TaskState::Rejected
+        )
     }
 
     /// The states this one may move to (empty for terminal states).
@@ -215,15 +234,37 @@ impl fmt::Display for TaskState {
 #[error("unknown task state `{0}` (expected a snake_case task state name such as queued)")]
 pub struct UnknownState(pub String);
 
-impl FromStr for TaskState {
-    type Err = UnknownState;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
+impl TaskState {
+    pub fn parse(s: &str) -> Result<TaskState, UnknownState> {
         TaskState::ALL
             .iter()
             .copied()
             .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownState(s.to_owned()))
+            .ok_or_else(|| UnknownState(s.chars().take(100).collect()))
+    }
+}
+
+impl FromStr for TaskState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskState::parse(s)
+    }
+}
+
+text_column!(TaskState);
+
+/// Serialised as its stored name: the admin API's shapes carry it.
+impl serde::Serialize for TaskState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for TaskState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        TaskState::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

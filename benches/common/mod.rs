@@ -3,7 +3,7 @@
 
 use anyhow::{Context as _, Result};
 use codex_bridge::actors::{PrepareError, PrepareRequest, Workspaces};
-use codex_bridge::store::ingest::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use std::path::PathBuf;
 
 /// Workspaces that need no git: the benchmarks measure the bridge, not clones.
@@ -28,6 +28,10 @@ impl Workspaces for Folders {
 
 /// A comment by bob on issue `number` of `acme/<repo>` that triggers a task;
 /// `key` makes its delivery, content and trigger keys unique.
+#[expect(
+    clippy::expect_used,
+    reason = "benchmarks name their repositories `r0`, `repo1`, …: a bad name is a bug in the bench"
+)]
 pub fn trigger_request(
     repo: &str,
     number: i64,
@@ -44,13 +48,7 @@ pub fn trigger_request(
         content_key: Some(format!("default:comment:{key}:created:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: repo.to_owned(),
-                clone_url: None,
-                default_branch: None,
-            },
+            repo: RepoRef::new("default", "acme", repo).expect("a valid repository name"),
             kind: ResourceKind::Issue,
             number,
             comment_id: Some(comment_id),

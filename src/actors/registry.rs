@@ -8,6 +8,7 @@ use super::health::{RegistryHealth, RepoHealth, SessionHealth};
 use super::repo::{RepoActor, Wake};
 use super::session::{Drain, Lane, SessionActor, StopIfIdle};
 use super::Deps;
+use crate::domain::{RepoKey, ResourceKey};
 use crate::store::leases;
 use crate::store::scheduling;
 use actix::prelude::*;
@@ -24,8 +25,8 @@ struct Child<A: Actor, H> {
 
 pub struct Registry {
     deps: Arc<Deps>,
-    repos: HashMap<String, Child<RepoActor, RepoHealth>>,
-    sessions: HashMap<String, (String, Child<SessionActor, SessionHealth>)>,
+    repos: HashMap<RepoKey, Child<RepoActor, RepoHealth>>,
+    sessions: HashMap<ResourceKey, (RepoKey, Child<SessionActor, SessionHealth>)>,
 }
 
 impl Registry {
@@ -37,12 +38,16 @@ impl Registry {
         }
     }
 
-    fn repo(&mut self, repo_key: &str, ctx: &mut Context<Self>) -> &Child<RepoActor, RepoHealth> {
+    fn repo(
+        &mut self,
+        repo_key: &RepoKey,
+        ctx: &mut Context<Self>,
+    ) -> &Child<RepoActor, RepoHealth> {
         let me = ctx.address();
         let deps = self.deps.clone();
         self.repos.entry(repo_key.to_owned()).or_insert_with(|| {
             let health = Arc::new(Mutex::new(RepoHealth {
-                repo_key: repo_key.to_owned(),
+                repo_key: repo_key.to_string(),
                 status: "starting".into(),
                 ..Default::default()
             }));
@@ -59,8 +64,8 @@ impl Registry {
 
     fn session(
         &mut self,
-        session_key: &str,
-        repo_key: &str,
+        session_key: &ResourceKey,
+        repo_key: &RepoKey,
         ctx: &mut Context<Self>,
     ) -> &Child<SessionActor, SessionHealth> {
         let me = ctx.address();
@@ -70,7 +75,7 @@ impl Registry {
             .entry(session_key.to_owned())
             .or_insert_with(|| {
                 let health = Arc::new(Mutex::new(SessionHealth {
-                    session_key: session_key.to_owned(),
+                    session_key: session_key.to_string(),
                     status: "starting".into(),
                     ..Default::default()
                 }));
@@ -90,7 +95,7 @@ impl Registry {
             .1
     }
 
-    fn wake_repo(&mut self, repo_key: &str, ctx: &mut Context<Self>) {
+    fn wake_repo(&mut self, repo_key: &RepoKey, ctx: &mut Context<Self>) {
         let child = self.repo(repo_key, ctx);
         child.backlog.fetch_add(1, Ordering::Relaxed);
         child.addr.do_send(Wake);
@@ -156,7 +161,7 @@ impl Actor for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct Notify {
-    pub repo_key: String,
+    pub repo_key: RepoKey,
 }
 
 impl Handler<Notify> for Registry {
@@ -172,8 +177,8 @@ impl Handler<Notify> for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct DrainSession {
-    pub session_key: String,
-    pub repo_key: String,
+    pub session_key: ResourceKey,
+    pub repo_key: RepoKey,
     pub lane: Lane,
 }
 
@@ -192,7 +197,7 @@ impl Handler<DrainSession> for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct SessionIdle {
-    pub session_key: String,
+    pub session_key: ResourceKey,
 }
 
 impl Handler<SessionIdle> for Registry {
@@ -211,7 +216,7 @@ impl Handler<SessionIdle> for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct TaskSettled {
-    pub repo_key: String,
+    pub repo_key: RepoKey,
 }
 
 impl Handler<TaskSettled> for Registry {
@@ -226,8 +231,8 @@ impl Handler<TaskSettled> for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct AbortTask {
-    pub session_key: String,
-    pub repo_key: String,
+    pub session_key: ResourceKey,
+    pub repo_key: RepoKey,
     pub task_id: String,
 }
 
@@ -248,8 +253,8 @@ impl Handler<AbortTask> for Registry {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct ApprovalDecided {
-    pub session_key: String,
-    pub repo_key: String,
+    pub session_key: ResourceKey,
+    pub repo_key: RepoKey,
     pub task_id: String,
 }
 
@@ -286,10 +291,10 @@ impl Handler<Snapshot> for Registry {
         for (repo_key, child) in self.sessions.values() {
             let mut h = child.health.lock().map(|h| h.clone()).unwrap_or_default();
             h.mailbox_backlog = child.backlog.load(Ordering::Relaxed).max(0);
-            match repos.iter_mut().find(|r| &r.repo_key == repo_key) {
+            match repos.iter_mut().find(|r| repo_key == &r.repo_key) {
                 Some(r) => r.sessions.push(h),
                 None => repos.push(RepoHealth {
-                    repo_key: repo_key.clone(),
+                    repo_key: repo_key.to_string(),
                     status: "unknown".into(),
                     sessions: vec![h],
                     ..Default::default()

@@ -8,6 +8,8 @@ use super::health::RepoHealth;
 use super::registry::{DrainSession, Registry};
 use super::session::Lane;
 use super::{catch_panic, Deps, PrepareError, PrepareRequest};
+use crate::domain::states::RepoStatus;
+use crate::domain::{RepoKey, ResourceKey};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
@@ -19,7 +21,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub struct RepoActor {
-    repo_key: String,
+    repo_key: RepoKey,
     deps: Arc<Deps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<RepoHealth>>,
@@ -41,7 +43,7 @@ pub struct Wake;
 struct Pass {
     lease: Option<Lease>,
     /// Session to hand a leased task to.
-    dispatch: Option<(String, String)>,
+    dispatch: Option<(ResourceKey, RepoKey)>,
     status: &'static str,
     running_task: Option<String>,
     /// Something changed: look again right away.
@@ -50,7 +52,7 @@ struct Pass {
 
 impl RepoActor {
     pub fn new(
-        repo_key: String,
+        repo_key: RepoKey,
         deps: Arc<Deps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<RepoHealth>>,
@@ -191,7 +193,7 @@ impl Handler<Wake> for RepoActor {
 /// One look at the store: decide, claim, prepare, dispatch.
 async fn schedule_pass(
     deps: Arc<Deps>,
-    repo_key: String,
+    repo_key: RepoKey,
     held: Option<Lease>,
 ) -> Result<Pass, StoreError> {
     if !deps.settings.hold.is_empty() {
@@ -232,10 +234,7 @@ async fn schedule_pass(
     };
 
     if let Some(task) = holding {
-        let state: TaskState = task
-            .state
-            .parse()
-            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        let state = task.state;
         match state {
             TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
                 // An operator decides; nothing else runs here until then.
@@ -264,7 +263,7 @@ async fn schedule_pass(
         }
     }
 
-    if paused || repo.status != "active" {
+    if paused || repo.status != RepoStatus::Active {
         pass.status = if paused { "paused" } else { "disabled" };
         pass.lease = release(&deps, held).await;
         return Ok(pass);
@@ -303,8 +302,8 @@ async fn schedule_pass(
         name: repo.name.clone(),
         clone_url: repo.clone_url.clone(),
         default_branch: repo.default_branch.clone(),
-        pull: match (next.resource_key.contains(":pull:"), &next.head_ref) {
-            (true, Some(head)) => Some((number_of(&next), head.clone())),
+        pull: match (next.resource_key.is_pull(), &next.head_ref) {
+            (true, Some(head)) => Some((next.resource_key.number(), head.clone())),
             _ => None,
         },
     };
@@ -329,17 +328,9 @@ async fn schedule_pass(
     Ok(pass)
 }
 
-fn number_of(task: &Task) -> i64 {
-    task.resource_key
-        .rsplit(':')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 async fn acquire(
     deps: &Arc<Deps>,
-    repo_key: &str,
+    repo_key: &RepoKey,
     owner: &str,
     ttl: std::time::Duration,
 ) -> Result<Option<Lease>, StoreError> {
@@ -419,7 +410,7 @@ async fn workspace_failed(
                     c,
                     &Audit::new("task.decision_stale", "system")
                         .task(&task_id)
-                        .states(Some(state.as_str()), Some(to.as_str()))
+                        .states(Some(state), Some(to))
                         .meta(serde_json::json!({
                             "decidedOnVersion": decided_on,
                             "stateVersion": version,

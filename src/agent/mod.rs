@@ -5,6 +5,7 @@
 
 pub mod scripted;
 
+use crate::domain::{OperationId, ResourceKey};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use std::path::PathBuf;
 /// Open (or resume) the session's thread.
 #[derive(Debug, Clone)]
 pub struct ThreadRequest {
-    pub session_key: String,
+    pub session_key: ResourceKey,
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
     pub cwd: PathBuf,
@@ -28,7 +29,7 @@ pub struct ThreadRequest {
 pub struct TurnRequest {
     pub thread_id: String,
     /// The outbox entry's operation id, sent as the user message's client id.
-    pub operation_id: String,
+    pub operation_id: OperationId,
     pub text: String,
     pub cwd: PathBuf,
 }

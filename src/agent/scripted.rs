@@ -506,14 +506,14 @@ impl Agent for ScriptedAgent {
             if let Ok(mut i) = inner.lock() {
                 i.calls.push(Call {
                     thread_id: req.thread_id.clone(),
-                    operation_id: req.operation_id.clone(),
+                    operation_id: req.operation_id.to_string(),
                     text: instruction(&req.text).to_owned(),
                     cwd: req.cwd.clone(),
                     at: Instant::now(),
                     turn_id: turn_id.clone(),
                 });
                 i.remember(
-                    &req.operation_id,
+                    req.operation_id.as_str(),
                     TurnLookup::Running {
                         turn_id: turn_id.clone(),
                     },
@@ -524,7 +524,7 @@ impl Agent for ScriptedAgent {
             tokio::spawn(play(
                 inner,
                 script.steps,
-                req.operation_id,
+                req.operation_id.to_string(),
                 turn_id.clone(),
                 tx,
                 stop_rx,
@@ -604,6 +604,11 @@ impl Agent for ScriptedAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::OperationId;
+
+    fn op(n: u8) -> OperationId {
+        OperationId::parse(&format!("op-{n:032x}")).unwrap()
+    }
 
     #[test]
     fn directives_choose_the_script() {
@@ -640,7 +645,7 @@ mod tests {
         let done = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
-                operation_id: "op-a".into(),
+                operation_id: op(0xa),
                 text: "x".into(),
                 cwd: ".".into(),
             })
@@ -650,7 +655,7 @@ mod tests {
         let _hanging = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
-                operation_id: "op-b".into(),
+                operation_id: op(0xb),
                 text: "[hang]".into(),
                 cwd: ".".into(),
             })
@@ -658,17 +663,17 @@ mod tests {
             .unwrap();
         let again = ScriptedAgent::with_directives(file);
         assert!(matches!(
-            again.lookup_turn("t", "op-a").await,
+            again.lookup_turn("t", op(0xa).as_str()).await,
             Ok(TurnLookup::Completed { .. })
         ));
-        let b = again.lookup_turn("t", "op-b").await;
+        let b = again.lookup_turn("t", op(0xb).as_str()).await;
         assert!(
             matches!(b, Ok(TurnLookup::Interrupted { .. })),
             "{b:?} {}",
             std::fs::read_to_string(dir.path().join("h.json")).unwrap_or_default()
         );
         assert_eq!(
-            again.lookup_turn("t", "op-c").await,
+            again.lookup_turn("t", op(0xc).as_str()).await,
             Ok(TurnLookup::Missing)
         );
     }
@@ -679,7 +684,7 @@ mod tests {
         let started = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
-                operation_id: "op-1".into(),
+                operation_id: op(0x1),
                 text: "hello".into(),
                 cwd: ".".into(),
             })
@@ -688,10 +693,13 @@ mod tests {
         let events: Vec<TurnEvent> = started.events.collect().await;
         assert!(matches!(events.last(), Some(TurnEvent::Completed { .. })));
         assert!(matches!(
-            rt.lookup_turn("t", "op-1").await,
+            rt.lookup_turn("t", op(0x1).as_str()).await,
             Ok(TurnLookup::Completed { .. })
         ));
-        assert_eq!(rt.lookup_turn("t", "op-2").await, Ok(TurnLookup::Missing));
+        assert_eq!(
+            rt.lookup_turn("t", op(0x2).as_str()).await,
+            Ok(TurnLookup::Missing)
+        );
     }
 
     #[tokio::test]
@@ -708,7 +716,7 @@ mod tests {
         let started = rt
             .start_turn(TurnRequest {
                 thread_id: "t".into(),
-                operation_id: "op-d".into(),
+                operation_id: op(0xd),
                 text: "drop it".into(),
                 cwd: ".".into(),
             })
@@ -717,12 +725,12 @@ mod tests {
         let events: Vec<TurnEvent> = started.events.collect().await;
         // Only the delivery of the user message came through before the drop.
         assert!(
-            matches!(events.as_slice(), [TurnEvent::Delivered { client_id: Some(op), .. }] if op == "op-d"),
+            matches!(events.as_slice(), [TurnEvent::Delivered { client_id: Some(id), .. }] if id == op(0xd).as_str()),
             "{events:?}"
         );
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert_eq!(
-            rt.lookup_turn("t", "op-d").await.unwrap(),
+            rt.lookup_turn("t", op(0xd).as_str()).await.unwrap(),
             TurnLookup::Completed {
                 turn_id: started.turn_id,
                 final_text: Some("late".into())

@@ -2,3 +2,12 @@
 //! tasks and operations, the states and modes stored in columns, and the
 //! requests the webhook hands to the store. Nothing here does I/O or imports a
 //! module above it; `store/` maps these types to columns.
+
+pub mod keys;
+pub(crate) mod sql;
+
+pub use keys::{KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
+pub mod request;
+
+pub use request::{IngestRequest, Intent, RepoRef, Subject};
+pub mod states;

@@ -2,6 +2,7 @@
 //! the one REST fallback post, and who may trigger work. The Gitea client
 //! implements it; tests put stand-ins behind it.
 
+use crate::domain::ResourceKey;
 use futures_util::future::BoxFuture;
 
 pub mod scripted;
@@ -23,7 +24,7 @@ pub enum ReplyCheck {
 pub struct ReplyQuery {
     pub task_id: String,
     pub turn_id: String,
-    pub resource_key: String,
+    pub resource_key: ResourceKey,
     pub final_text: Option<String>,
 }
 
@@ -47,7 +48,7 @@ pub trait Forge: Send + Sync + 'static {
     /// comment's id. A write: the caller proves it missing first.
     fn post_reply(
         &self,
-        resource_key: String,
+        resource_key: ResourceKey,
         body: String,
     ) -> BoxFuture<'static, Result<i64, String>> {
         let _ = (resource_key, body);
@@ -64,7 +65,7 @@ pub trait Forge: Send + Sync + 'static {
     /// A verifier that really allows everyone says so in its own impl.
     fn may_trigger(
         &self,
-        resource_key: String,
+        resource_key: ResourceKey,
         author: String,
     ) -> BoxFuture<'static, TriggerCheck> {
         let _ = (resource_key, author);
@@ -94,7 +95,10 @@ mod tests {
     #[tokio::test]
     async fn a_verifier_that_does_not_check_permissions_lets_nobody_trigger() {
         let check = VerifyOnly
-            .may_trigger("default:acme/widgets:issue:1".into(), "mallory".into())
+            .may_trigger(
+                ResourceKey::parse("default:acme/widgets:issue:1").unwrap(),
+                "mallory".into(),
+            )
             .await;
         assert!(
             matches!(&check, TriggerCheck::Unknown(why) if why.contains("gitea_url")),

@@ -3,6 +3,7 @@
 
 use super::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use crate::agent::scripted::directive_args;
+use crate::domain::ResourceKey;
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use std::sync::{Arc, Mutex};
@@ -55,7 +56,7 @@ impl Forge for ScriptedForge {
     /// Gitea is asked and the tests drive permissions through the real forge.
     fn may_trigger(
         &self,
-        resource_key: String,
+        resource_key: ResourceKey,
         author: String,
     ) -> BoxFuture<'static, TriggerCheck> {
         let _ = (resource_key, author);

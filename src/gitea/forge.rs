@@ -3,7 +3,8 @@
 //! who may trigger work. Implements [`crate::forge::Forge`].
 
 use super::client::{GiteaClient, GiteaError, Permission};
-use super::reply::{has_reply_marker, parse_resource_key};
+use super::reply::has_reply_marker;
+use crate::domain::ResourceKey;
 use crate::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -69,12 +70,12 @@ impl Forge for GiteaForge {
     fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck> {
         let this = self.clone();
         async move {
-            let Some((owner, repo, number)) = parse_resource_key(&query.resource_key) else {
-                return ReplyCheck::Unknown(format!(
-                    "the resource key {} names no Issue/PR",
-                    query.resource_key
-                ));
-            };
+            let key = &query.resource_key;
+            let (owner, repo, number) = (
+                key.repo().owner().to_owned(),
+                key.repo().name().to_owned(),
+                key.number(),
+            );
             let (client, bot, task) = (this.client.clone(), this.bot_login.clone(), query.task_id);
             let found = blocking(move || {
                 client.find_comment(&owner, &repo, number, &bot, |body| {
@@ -95,13 +96,14 @@ impl Forge for GiteaForge {
 
     fn post_reply(
         &self,
-        resource_key: String,
+        resource_key: ResourceKey,
         body: String,
     ) -> BoxFuture<'static, Result<i64, String>> {
         let client = self.client.clone();
         async move {
-            let (owner, repo, number) = parse_resource_key(&resource_key)
-                .ok_or_else(|| format!("the resource key {resource_key} names no Issue/PR"))?;
+            let owner = resource_key.repo().owner().to_owned();
+            let repo = resource_key.repo().name().to_owned();
+            let number = resource_key.number();
             blocking(move || client.create_comment(&owner, &repo, number, &body))
                 .await
                 .map(|c| c.id)
@@ -112,7 +114,7 @@ impl Forge for GiteaForge {
 
     fn may_trigger(
         &self,
-        resource_key: String,
+        resource_key: ResourceKey,
         author: String,
     ) -> BoxFuture<'static, TriggerCheck> {
         let this = self.clone();
@@ -127,9 +129,8 @@ impl Forge for GiteaForge {
             if this.policy.allow.contains(&login) {
                 return TriggerCheck::Allowed;
             }
-            let Some((owner, repo, _)) = parse_resource_key(&resource_key) else {
-                return TriggerCheck::Unknown(format!("bad resource key {resource_key}"));
-            };
+            let owner = resource_key.repo().owner().to_owned();
+            let repo = resource_key.repo().name().to_owned();
             let client = this.client.clone();
             let (o, r, a) = (owner.clone(), repo.clone(), author.clone());
             match blocking(move || client.permission(&o, &r, &a)).await {
@@ -167,12 +168,12 @@ impl Forge for ForgeNotConfigured {
         async move { ReplyCheck::Unknown(reason) }.boxed()
     }
 
-    fn post_reply(&self, _: String, _: String) -> BoxFuture<'static, Result<i64, String>> {
+    fn post_reply(&self, _: ResourceKey, _: String) -> BoxFuture<'static, Result<i64, String>> {
         let reason = self.reason.clone();
         async move { Err(reason) }.boxed()
     }
 
-    fn may_trigger(&self, _: String, _: String) -> BoxFuture<'static, TriggerCheck> {
+    fn may_trigger(&self, _: ResourceKey, _: String) -> BoxFuture<'static, TriggerCheck> {
         let reason = self.reason.clone();
         async move { TriggerCheck::Unknown(reason) }.boxed()
     }

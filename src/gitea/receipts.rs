@@ -16,7 +16,8 @@
 
 use super::client::{GiteaClient, GiteaError};
 use super::forge::blocking;
-use super::reply::{parse_resource_key, receipt_marker};
+use super::reply::receipt_marker;
+use crate::domain::states::CommentStatus;
 use crate::forge::{Forge, TriggerCheck};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
@@ -132,19 +133,19 @@ impl ReceiptWorker {
 
     async fn handle(&self, r: DueReceipt) -> Result<(), crate::store::StoreError> {
         let key = r.row.comment_key.clone();
-        let wanted = key
-            .rsplit_once(":status:")
-            .map(|(_, s)| s.to_owned())
-            .unwrap_or_default();
+        let wanted_state = comments::receipt_state(&key);
+        let wanted = wanted_state
+            .map(TaskState::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let task_id = r.row.task_id.clone();
-        if wanted == "received" {
-            let state: Option<TaskState> = r.state.parse().ok();
-            if state.is_some_and(|s| s.is_terminal()) {
+        if wanted_state == Some(TaskState::Received) {
+            if r.state.is_terminal() {
                 return self
                     .finish(
                         &key,
                         &task_id,
-                        "skipped",
+                        CommentStatus::Skipped,
                         None,
                         Some("the task ended before its receipt"),
                     )
@@ -171,7 +172,7 @@ impl ReceiptWorker {
                     c,
                     &k,
                     &Outcome {
-                        status: "posting",
+                        status: CommentStatus::Posting,
                         count_attempt: true,
                         ..Default::default()
                     },
@@ -185,33 +186,29 @@ impl ReceiptWorker {
                 .map(|_| ())
             })
             .await?;
-        let Some((owner, repo, number)) = parse_resource_key(&r.row.resource_key) else {
-            return self
-                .finish(
-                    &key,
-                    &task_id,
-                    "failed",
-                    None,
-                    Some("the task's resource key names no Issue/PR"),
-                )
-                .await;
-        };
-        let result = if wanted == "received" && self.mode == ReceiptMode::Reaction {
-            match r.trigger_comment_id {
-                Some(cid) => {
-                    let client = self.client.clone();
-                    blocking(move || client.add_reaction(&owner, &repo, cid, "eyes"))
-                        .await
-                        .map(|_| None)
+        let resource = &r.row.resource_key;
+        let (owner, repo, number) = (
+            resource.repo().owner().to_owned(),
+            resource.repo().name().to_owned(),
+            resource.number(),
+        );
+        let result =
+            if wanted_state == Some(TaskState::Received) && self.mode == ReceiptMode::Reaction {
+                match r.trigger_comment_id {
+                    Some(cid) => {
+                        let client = self.client.clone();
+                        blocking(move || client.add_reaction(&owner, &repo, cid, "eyes"))
+                            .await
+                            .map(|_| None)
+                    }
+                    None => self.post_comment(&r, &wanted, owner, repo, number).await,
                 }
-                None => self.post_comment(&r, &wanted, owner, repo, number).await,
-            }
-        } else {
-            self.post_comment(&r, &wanted, owner, repo, number).await
-        };
+            } else {
+                self.post_comment(&r, &wanted, owner, repo, number).await
+            };
         match result {
             Ok(comment_id) => {
-                self.finish(&key, &task_id, "posted", comment_id, None)
+                self.finish(&key, &task_id, CommentStatus::Posted, comment_id, None)
                     .await
             }
             Err(e) if e.is_transient() && r.row.attempts + 1 < MAX_ATTEMPTS => {
@@ -229,7 +226,7 @@ impl ReceiptWorker {
                             c,
                             &k,
                             &Outcome {
-                                status: "pending",
+                                status: CommentStatus::Pending,
                                 error: Some(&msg),
                                 retry_at: Some(&retry_at),
                                 ..Default::default()
@@ -247,8 +244,14 @@ impl ReceiptWorker {
                     .await
             }
             Err(e) => {
-                self.finish(&key, &task_id, "failed", None, Some(&e.to_string()))
-                    .await
+                self.finish(
+                    &key,
+                    &task_id,
+                    CommentStatus::Failed,
+                    None,
+                    Some(&e.to_string()),
+                )
+                .await
             }
         }
     }
@@ -286,12 +289,12 @@ impl ReceiptWorker {
         &self,
         key: &str,
         task_id: &str,
-        status: &'static str,
+        status: CommentStatus,
         comment_id: Option<i64>,
         error: Option<&str>,
     ) -> Result<(), crate::store::StoreError> {
         let (k, t, e) = (key.to_owned(), task_id.to_owned(), error.map(str::to_owned));
-        if status == "failed" {
+        if status == CommentStatus::Failed {
             tracing::error!(task.id = %task_id, comment_key = %key, error = ?error, "receipt could not be written");
         }
         self.store
@@ -346,7 +349,7 @@ impl ReceiptWorker {
                     c,
                     &k,
                     &Outcome {
-                        status: "skipped",
+                        status: CommentStatus::Skipped,
                         error: Some(&why),
                         ..Default::default()
                     },

@@ -61,17 +61,6 @@ pub fn comment_call(tool: &str, args: &Value) -> Option<CommentCall> {
     })
 }
 
-/// `<instance>:<owner>/<name>:<issue|pull>:<number>` → (owner, name, number).
-pub fn parse_resource_key(key: &str) -> Option<(String, String, i64)> {
-    let mut parts = key.rsplitn(3, ':');
-    let number = parts.next()?.parse().ok()?;
-    let _kind = parts.next()?;
-    let repo_key = parts.next()?;
-    let (_, full) = repo_key.split_once(':')?;
-    let (owner, name) = full.split_once('/')?;
-    Some((owner.to_owned(), name.to_owned(), number))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,16 +130,11 @@ mod tests {
     }
 
     #[test]
-    fn markers_and_resource_keys() {
+    fn markers() {
         let m = reply_marker("t-1", "op-2");
         assert_eq!(m, "<!-- codex-bridge task=t-1 turn=op-2 -->");
         assert!(has_reply_marker(&format!("done\n\n{m}"), "t-1"));
         assert!(!has_reply_marker(&m, "t-10"));
         assert!(!has_reply_marker("<!-- codex-bridge task=t-1 -->", "t-1"));
-        assert_eq!(
-            parse_resource_key("default:acme/widgets:pull:17"),
-            Some(("acme".into(), "widgets".into(), 17))
-        );
-        assert_eq!(parse_resource_key("acme/widgets:pull:x"), None);
     }
 }

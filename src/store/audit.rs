@@ -4,6 +4,7 @@
 use super::models::{AuditEvent, NewAuditEvent};
 use super::schema::audit_events;
 use super::{now, DbConn, StoreError};
+use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -14,8 +15,8 @@ pub struct Audit<'a> {
     pub task_id: Option<&'a str>,
     pub action: &'a str,
     pub actor: &'a str,
-    pub from_state: Option<&'a str>,
-    pub to_state: Option<&'a str>,
+    pub from_state: Option<TaskState>,
+    pub to_state: Option<TaskState>,
     pub delivery_id: Option<&'a str>,
     pub turn_id: Option<&'a str>,
     pub comment_id: Option<i64>,
@@ -35,7 +36,7 @@ impl<'a> Audit<'a> {
         self.task_id = Some(task_id);
         self
     }
-    pub fn states(mut self, from: Option<&'a str>, to: Option<&'a str>) -> Self {
+    pub fn states(mut self, from: Option<TaskState>, to: Option<TaskState>) -> Self {
         self.from_state = from;
         self.to_state = to;
         self
@@ -69,8 +70,8 @@ pub struct AuditView {
     pub task_id: Option<String>,
     pub action: String,
     pub actor: String,
-    pub from_state: Option<String>,
-    pub to_state: Option<String>,
+    pub from_state: Option<TaskState>,
+    pub to_state: Option<TaskState>,
     pub delivery_id: Option<String>,
     pub turn_id: Option<String>,
     pub comment_id: Option<i64>,
@@ -131,8 +132,8 @@ pub fn record(conn: &mut DbConn, event: &Audit<'_>) -> Result<AuditView, StoreEr
         task_id: event.task_id.map(str::to_owned),
         action: event.action.to_owned(),
         actor: event.actor.to_owned(),
-        from_state: event.from_state.map(str::to_owned),
-        to_state: event.to_state.map(str::to_owned),
+        from_state: event.from_state,
+        to_state: event.to_state,
         delivery_id: event.delivery_id.map(str::to_owned),
         turn_id: event.turn_id.map(str::to_owned),
         comment_id: event.comment_id,

@@ -10,30 +10,36 @@
 use super::models::Comment;
 use super::schema::{comments, tasks};
 use super::{now, DbConn, StoreError};
+use crate::domain::states::{CommentKind, CommentStatus};
+use crate::domain::ResourceKey;
+use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 
-/// Terminal states that get a receipt explaining what happened.
-pub const ABNORMAL_ENDS: &[&str] = &[
-    "failed",
-    "timed_out",
-    "aborted",
-    "failed_reply",
-    "needs_reconciliation",
-    "rejected",
-];
+/// The key of a task's reply row of `kind` (reply or REST fallback).
+pub fn reply_key(task_id: &str, kind: CommentKind) -> String {
+    format!("{task_id}:{kind}")
+}
 
 /// The key of a task's receipt for `state` (`received` for the accept).
-pub fn receipt_key(task_id: &str, state: &str) -> String {
-    format!("{task_id}:status:{state}")
+pub fn receipt_key(task_id: &str, state: TaskState) -> String {
+    format!("{task_id}:{RECEIPT_INFIX}{state}")
+}
+
+const RECEIPT_INFIX: &str = "status:";
+
+/// The state a receipt's key was made for (see [`receipt_key`]).
+pub fn receipt_state(comment_key: &str) -> Option<TaskState> {
+    let (_, state) = comment_key.rsplit_once(RECEIPT_INFIX)?;
+    TaskState::parse(state).ok()
 }
 
 /// Queues a receipt; a second call for the same key does nothing.
 pub fn enqueue_receipt(
     conn: &mut DbConn,
     task_id: &str,
-    resource_key: &str,
-    state: &str,
+    resource_key: &ResourceKey,
+    state: TaskState,
 ) -> Result<(), StoreError> {
     let at = now();
     let key = receipt_key(task_id, state);
@@ -41,9 +47,9 @@ pub fn enqueue_receipt(
         .values((
             comments::comment_key.eq(&key),
             comments::task_id.eq(task_id),
-            comments::kind.eq("receipt"),
+            comments::kind.eq(CommentKind::Receipt),
             comments::resource_key.eq(resource_key),
-            comments::status.eq("pending"),
+            comments::status.eq(CommentStatus::Pending),
             comments::created_at.eq(&at),
             comments::updated_at.eq(&at),
         ))
@@ -53,11 +59,15 @@ pub fn enqueue_receipt(
 }
 
 /// Queues the receipt of an abnormal end (called with every transition).
-pub fn on_transition(conn: &mut DbConn, task_id: &str, to_state: &str) -> Result<(), StoreError> {
-    if !ABNORMAL_ENDS.contains(&to_state) {
+pub fn on_transition(
+    conn: &mut DbConn,
+    task_id: &str,
+    to_state: TaskState,
+) -> Result<(), StoreError> {
+    if !to_state.gets_receipt() {
         return Ok(());
     }
-    let resource: Option<String> = with_conn!(conn, |c| tasks::table
+    let resource: Option<ResourceKey> = with_conn!(conn, |c| tasks::table
         .filter(tasks::task_id.eq(task_id))
         .select(tasks::resource_key)
         .first(c)
@@ -72,7 +82,7 @@ pub fn on_transition(conn: &mut DbConn, task_id: &str, to_state: &str) -> Result
 #[derive(Debug, Clone)]
 pub struct DueReceipt {
     pub row: Comment,
-    pub state: String,
+    pub state: TaskState,
     /// The task's `state_version` when the row was read: a decision about the
     /// task made on this row names it.
     pub state_version: i64,
@@ -86,6 +96,8 @@ pub struct DueReceipt {
 /// index only for a query that contains its condition, so this is never a
 /// bound parameter. With it the worker's queries read the unfinished rows
 /// only, not every receipt ever written.
+/// Kept as SQL text so that the query matches the partial index
+/// `comments_open`, whose predicate is this exact list.
 pub const OPEN: &str = "comments.status IN ('pending', 'posting')";
 
 fn open_rows() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
@@ -99,10 +111,10 @@ pub fn due_receipts(
     limit: i64,
 ) -> Result<Vec<DueReceipt>, StoreError> {
     /// A receipt row with its task's state, author, trigger comment and error code.
-    type Row = (Comment, String, i64, String, Option<i64>, Option<String>);
+    type Row = (Comment, TaskState, i64, String, Option<i64>, Option<String>);
     let rows: Vec<Row> = with_conn!(conn, |c| comments::table
         .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
-        .filter(comments::kind.eq("receipt"))
+        .filter(comments::kind.eq(CommentKind::Receipt))
         .filter(open_rows())
         .filter(
             comments::next_attempt_at
@@ -140,7 +152,7 @@ pub fn due_receipts(
 /// woke the worker.
 pub fn next_receipt_due(conn: &mut DbConn) -> Result<Option<String>, StoreError> {
     let next: Option<String> = with_conn!(conn, |c| comments::table
-        .filter(comments::kind.eq("receipt"))
+        .filter(comments::kind.eq(CommentKind::Receipt))
         .filter(open_rows())
         .filter(comments::next_attempt_at.is_not_null())
         .select(diesel::dsl::min(comments::next_attempt_at))
@@ -149,15 +161,29 @@ pub fn next_receipt_due(conn: &mut DbConn) -> Result<Option<String>, StoreError>
 }
 
 /// What became of one write into Gitea.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Outcome<'a> {
-    pub status: &'a str,
+    pub status: CommentStatus,
     pub comment_id: Option<i64>,
     pub html_url: Option<&'a str>,
     pub error: Option<&'a str>,
     /// When to try again (`pending` only).
     pub retry_at: Option<&'a str>,
     pub count_attempt: bool,
+}
+
+/// Back to `pending` with nothing else set: the worker tries again.
+impl Default for Outcome<'_> {
+    fn default() -> Self {
+        Outcome {
+            status: CommentStatus::Pending,
+            comment_id: None,
+            html_url: None,
+            error: None,
+            retry_at: None,
+            count_attempt: false,
+        }
+    }
 }
 
 /// Records the outcome of a receipt or reply write.
@@ -183,15 +209,15 @@ pub fn mark(conn: &mut DbConn, key: &str, o: &Outcome<'_>) -> Result<(), StoreEr
 pub fn record_reply(
     conn: &mut DbConn,
     task_id: &str,
-    kind: &str,
-    resource_key: &str,
+    kind: CommentKind,
+    resource_key: &ResourceKey,
     turn_id: Option<&str>,
-    status: &str,
+    status: CommentStatus,
     comment_id: Option<i64>,
     error: Option<&str>,
 ) -> Result<(), StoreError> {
     let at = now();
-    let key = format!("{task_id}:{kind}");
+    let key = reply_key(task_id, kind);
     with_conn!(conn, |c| diesel::insert_into(comments::table)
         .values((
             comments::comment_key.eq(&key),

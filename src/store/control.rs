@@ -6,6 +6,9 @@ use super::audit::{self, Audit, AuditView};
 use super::models::Control;
 use super::schema::{control, control_requests};
 use super::{now, DbConn, StoreError};
+use crate::domain::states::RepoStatus;
+use crate::domain::RepoKey;
+use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 
@@ -84,8 +87,8 @@ fn audit_view_from_json(v: &serde_json::Value) -> Result<AuditView, StoreError> 
         task_id: s("taskId"),
         action: s("action").unwrap_or_default(),
         actor: s("actor").unwrap_or_default(),
-        from_state: s("fromState"),
-        to_state: s("toState"),
+        from_state: s("fromState").and_then(|t| TaskState::parse(&t).ok()),
+        to_state: s("toState").and_then(|t| TaskState::parse(&t).ok()),
         delivery_id: s("deliveryId"),
         turn_id: s("turnId"),
         comment_id: v.get("commentId").and_then(|x| x.as_i64()),
@@ -144,7 +147,7 @@ pub fn set_paused(
 pub fn set_repository_enabled(
     conn: &mut DbConn,
     req: &ControlRequest,
-    repo_key: &str,
+    repo_key: &RepoKey,
     enabled: bool,
 ) -> Result<AuditView, StoreError> {
     let action = if enabled {
@@ -152,8 +155,12 @@ pub fn set_repository_enabled(
     } else {
         "repository.disable"
     };
-    idempotent(conn, req, action, repo_key, |conn| {
-        let status = if enabled { "active" } else { "disabled" };
+    idempotent(conn, req, action, repo_key.as_str(), |conn| {
+        let status = if enabled {
+            RepoStatus::Active
+        } else {
+            RepoStatus::Disabled
+        };
         let before = super::scheduling::set_repository_status(conn, repo_key, status)?
             .ok_or_else(|| StoreError::NotFound(format!("repository {repo_key}")))?;
         audit::record(
@@ -204,7 +211,7 @@ pub fn clear_workspace(
     idempotent(conn, req, "task.clear_workspace", task_id, |conn| {
         let task = super::tasks::find(conn, task_id)?
             .ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
-        if task.state != "blocked_workspace" {
+        if task.state != TaskState::BlockedWorkspace {
             return Err(StoreError::Refused {
                 code: "not_blocked",
                 message: format!(
@@ -275,7 +282,7 @@ fn transition_by_operator(
         conn,
         &Audit::new(action, &req.actor)
             .task(&task.task_id)
-            .states(Some(&task.state), Some(to.as_str()))
+            .states(Some(task.state), Some(to))
             .meta(serde_json::json!({ "requestId": req.request_id, "reason": req.reason })),
     )
 }

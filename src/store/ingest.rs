@@ -14,6 +14,10 @@ use super::schema::{
     webhook_deliveries,
 };
 use super::{now, sha256_hex, DbConn, StoreError};
+use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
+use crate::domain::{
+    IngestRequest, Intent, OperationId, RepoKey, ResourceKey, ResourceKind, Subject,
+};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -22,105 +26,6 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Most entries a session's outbox holds for unfinished tasks.
 pub const OUTBOX_CAPACITY: i64 = 256;
-
-/// A repository as the webhook names it. Names are validated by the webhook
-/// before they get here (no path tricks reach the store).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RepoRef {
-    pub instance_id: String,
-    pub owner: String,
-    pub name: String,
-    pub clone_url: Option<String>,
-    pub default_branch: Option<String>,
-}
-
-impl RepoRef {
-    /// `<instance>:<owner>/<repo>`, the unit of mutual exclusion.
-    pub fn repo_key(&self) -> String {
-        format!("{}:{}/{}", self.instance_id, self.owner, self.name)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResourceKind {
-    Issue,
-    Pull,
-}
-
-impl ResourceKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ResourceKind::Issue => "issue",
-            ResourceKind::Pull => "pull",
-        }
-    }
-}
-
-/// The Issue/PR (and comment) an event is about.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
-    pub repo: RepoRef,
-    pub kind: ResourceKind,
-    pub number: i64,
-    pub comment_id: Option<i64>,
-    /// Who wrote the triggering text.
-    pub author: String,
-    pub head_ref: Option<String>,
-    pub base_ref: Option<String>,
-}
-
-impl Subject {
-    /// `<repoKey>:<issue|pull>:<number>`: one Codex thread per resource.
-    pub fn resource_key(&self) -> String {
-        format!(
-            "{}:{}:{}",
-            self.repo.repo_key(),
-            self.kind.as_str(),
-            self.number
-        )
-    }
-}
-
-/// What the webhook decided the event means.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Intent {
-    /// Nothing to do (no mention, the bot's own comment, another event type...).
-    Ignore { reason: &'static str },
-    /// A new instruction for the agent.
-    Trigger {
-        /// One task per triggering comment or review, ever.
-        trigger_key: String,
-        text: String,
-        /// When the comment was written, as Gitea says (part of the fingerprint).
-        written_at: String,
-    },
-    /// A comment was edited. A task is created only if the edit added the first
-    /// mention to a comment that has none; otherwise it is recorded and linked.
-    Edit {
-        trigger_key: String,
-        text: String,
-        written_at: String,
-        mention_added: bool,
-    },
-    /// A comment was deleted: recorded and linked to its task, if any.
-    Delete { trigger_key: String },
-}
-
-/// One verified webhook request, normalised.
-#[derive(Debug, Clone)]
-pub struct IngestRequest {
-    pub delivery_key: String,
-    pub delivery_id: String,
-    pub event_type: String,
-    pub action: Option<String>,
-    pub payload_hash: String,
-    /// comment id + action + updated_at: Gitea's replay sends the same bytes
-    /// under a new delivery id, and this finds the original.
-    pub content_key: Option<String>,
-    pub sender: Option<String>,
-    pub subject: Option<Subject>,
-    pub intent: Intent,
-}
 
 /// What the transaction did; the webhook maps it to a status code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,10 +43,10 @@ pub enum IngestOutcome {
         task_id: Option<String>,
     },
     RepositoryDisabled {
-        repo_key: String,
+        repo_key: RepoKey,
     },
     OutboxFull {
-        session_key: String,
+        session_key: ResourceKey,
     },
 }
 
@@ -192,14 +97,14 @@ struct Known {
     /// content key → (delivery key, task id) of the delivery that claimed it.
     content: HashMap<String, (String, Option<String>)>,
     /// repository key → status
-    repos: HashMap<String, String>,
+    repos: HashMap<RepoKey, String>,
     /// trigger key → (task id, state, delivery key)
     triggers: HashMap<String, (String, String, String)>,
     /// task id → state, for the answers to repeated deliveries
     task_states: HashMap<String, String>,
     /// session key → unfinished outbox entries, for every session that
     /// exists (in the store or created earlier in the batch)
-    open_entries: HashMap<String, i64>,
+    open_entries: HashMap<ResourceKey, i64>,
 }
 
 fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
@@ -213,10 +118,10 @@ impl Known {
     fn load(conn: &mut DbConn, reqs: &[IngestRequest]) -> Result<Known, StoreError> {
         let delivery_keys = keys(reqs.iter().map(|r| &r.delivery_key));
         let content_keys = keys(reqs.iter().filter_map(|r| r.content_key.as_ref()));
-        let repo_keys: Vec<String> = {
-            let mut v: Vec<String> = reqs
+        let repo_keys: Vec<RepoKey> = {
+            let mut v: Vec<RepoKey> = reqs
                 .iter()
-                .filter_map(|r| r.subject.as_ref().map(|s| s.repo.repo_key()))
+                .filter_map(|r| r.subject.as_ref().map(|s| s.repo.repo_key().clone()))
                 .collect();
             v.sort_unstable();
             v.dedup();
@@ -228,8 +133,8 @@ impl Known {
             | Intent::Delete { trigger_key } => Some(trigger_key),
             Intent::Ignore { .. } => None,
         }));
-        let session_keys: Vec<String> = {
-            let mut v: Vec<String> = reqs
+        let session_keys: Vec<ResourceKey> = {
+            let mut v: Vec<ResourceKey> = reqs
                 .iter()
                 .filter(|r| matches!(r.intent, Intent::Trigger { .. } | Intent::Edit { .. }))
                 .filter_map(|r| r.subject.as_ref().map(Subject::resource_key))
@@ -239,8 +144,8 @@ impl Known {
             v
         };
 
-        let repo_keys: Vec<&str> = repo_keys.iter().map(String::as_str).collect();
-        let session_keys: Vec<&str> = session_keys.iter().map(String::as_str).collect();
+        let repo_keys: Vec<&str> = repo_keys.iter().map(RepoKey::as_str).collect();
+        let session_keys: Vec<&str> = session_keys.iter().map(ResourceKey::as_str).collect();
         let (deliveries, by_content, repos, triggers, open) = with_conn!(conn, |c| {
             let deliveries: Vec<Delivery> = each_64(&delivery_keys, |keys| {
                 webhook_deliveries::table
@@ -266,7 +171,7 @@ impl Known {
                         ))
                         .load(c)
                 })?;
-            let repos: Vec<(String, String)> = each_64(&repo_keys, |keys| {
+            let repos: Vec<(RepoKey, String)> = each_64(&repo_keys, |keys| {
                 repositories::table
                     .filter(InKeys {
                         column: repositories::repo_key,
@@ -290,7 +195,7 @@ impl Known {
                     .load(c)
             })?;
             // Existing sessions, with their count of unfinished outbox entries.
-            let open: Vec<(String, i64)> = each_64(&session_keys, |keys| {
+            let open: Vec<(ResourceKey, i64)> = each_64(&session_keys, |keys| {
                 sessions::table
                     .filter(InKeys {
                         column: sessions::session_key,
@@ -343,7 +248,7 @@ impl Known {
 #[derive(Insertable)]
 #[diesel(table_name = repositories)]
 struct RepoRow {
-    repo_key: String,
+    repo_key: RepoKey,
     instance_id: String,
     owner: String,
     name: String,
@@ -358,9 +263,9 @@ struct RepoRow {
 #[derive(Insertable)]
 #[diesel(table_name = sessions)]
 struct SessionRow {
-    session_key: String,
-    repo_key: String,
-    kind: String,
+    session_key: ResourceKey,
+    repo_key: RepoKey,
+    kind: ResourceKind,
     number: i64,
     status: String,
     created_at: String,
@@ -373,13 +278,13 @@ struct SessionRow {
 struct TaskRow {
     task_id: String,
     delivery_key: String,
-    repo_key: String,
-    session_key: String,
-    resource_key: String,
+    repo_key: RepoKey,
+    session_key: ResourceKey,
+    resource_key: ResourceKey,
     trigger_key: String,
     comment_id: Option<i64>,
     author: String,
-    state: String,
+    state: TaskState,
     state_version: i64,
     head_ref: Option<String>,
     base_ref: Option<String>,
@@ -391,8 +296,8 @@ struct TaskRow {
 #[diesel(table_name = task_transitions, treat_none_as_default_value = false)]
 struct TransitionRow {
     task_id: String,
-    from_state: Option<String>,
-    to_state: String,
+    from_state: Option<TaskState>,
+    to_state: TaskState,
     state_version: i64,
     actor: String,
     reason: Option<String>,
@@ -404,12 +309,12 @@ struct TransitionRow {
 #[diesel(table_name = outbox_entries, treat_none_as_default_value = false)]
 struct OutboxRow {
     queue_id: String,
-    session_key: String,
+    session_key: ResourceKey,
     task_id: String,
-    operation_id: String,
+    operation_id: OperationId,
     fingerprint: String,
-    mode: String,
-    status: String,
+    mode: SendMode,
+    status: OutboxStatus,
     auto_drain: bool,
     user_text: String,
     created_at: String,
@@ -424,8 +329,8 @@ struct AuditRow {
     task_id: Option<String>,
     action: String,
     actor: String,
-    from_state: Option<String>,
-    to_state: Option<String>,
+    from_state: Option<TaskState>,
+    to_state: Option<TaskState>,
     delivery_id: Option<String>,
     turn_id: Option<String>,
     comment_id: Option<i64>,
@@ -472,7 +377,7 @@ struct Plan {
     audits: Vec<AuditRow>,
     /// session key → outbox entries this batch opens (sorted: PostgreSQL
     /// writers that update the same sessions take their row locks in one order).
-    opened: BTreeMap<String, i64>,
+    opened: BTreeMap<ResourceKey, i64>,
 }
 
 /// The "received" receipt each accepted task gets, written by the receipts
@@ -482,9 +387,9 @@ struct Plan {
 struct ReceiptRow {
     comment_key: String,
     task_id: String,
-    kind: String,
-    resource_key: String,
-    status: String,
+    kind: CommentKind,
+    resource_key: ResourceKey,
+    status: CommentStatus,
     created_at: String,
     updated_at: String,
 }
@@ -494,7 +399,7 @@ struct Event<'a> {
     action: &'a str,
     actor: &'a str,
     task_id: Option<&'a str>,
-    states: (Option<&'a str>, Option<&'a str>),
+    states: (Option<TaskState>, Option<TaskState>),
     delivery_id: Option<&'a str>,
     comment_id: Option<i64>,
     error_code: Option<&'a str>,
@@ -523,8 +428,8 @@ impl Plan {
             task_id: e.task_id.map(str::to_owned),
             action: e.action.to_owned(),
             actor: e.actor.to_owned(),
-            from_state: e.states.0.map(str::to_owned),
-            to_state: e.states.1.map(str::to_owned),
+            from_state: e.states.0,
+            to_state: e.states.1,
             delivery_id: e.delivery_id.map(str::to_owned),
             turn_id: None,
             comment_id: e.comment_id,
@@ -539,7 +444,7 @@ impl Plan {
         let one_writer = matches!(conn, DbConn::Sqlite(_));
         // Repositories first: a concurrent first sighting (another writer)
         // inserts nothing here, and only real registrations are audited.
-        let mut registered: Vec<String> = Vec::new();
+        let mut registered: Vec<RepoKey> = Vec::new();
         // (Row by row: SQLite cannot combine multi-row inserts with ON
         // CONFLICT, and new repositories and sessions are few.)
         for repo in &self.repos {
@@ -572,13 +477,13 @@ impl Plan {
             insert_all!(c, tasks::table, &self.tasks);
             insert_all!(c, task_transitions::table, &self.transitions);
             for row in &self.transitions {
-                crate::metrics::transition_written(&row.to_state);
+                crate::metrics::transition_written(row.to_state.as_str());
             }
             insert_all!(c, outbox_entries::table, &self.outbox);
             if one_writer {
                 // diesel prepares every UPDATE afresh: one statement per
                 // increment rather than one per session (~50 a batch).
-                let mut by_increment: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+                let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
                 for (session, n) in &self.opened {
                     by_increment.entry(*n).or_default().push(session);
                 }
@@ -622,7 +527,7 @@ fn delivery_row(
         action: req.action.clone(),
         status: status.to_owned(),
         reason: reason.map(str::to_owned),
-        repo_key: req.subject.as_ref().map(|s| s.repo.repo_key()),
+        repo_key: req.subject.as_ref().map(|s| s.repo.repo_key().clone()),
         resource_key: req.subject.as_ref().map(Subject::resource_key),
         comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
         content_key: if claims_content {
@@ -744,16 +649,23 @@ fn decide(
 fn replay_answer(known: &Known, original: &Delivery) -> IngestOutcome {
     let state_of =
         |id: &Option<String>| id.as_ref().and_then(|t| known.task_states.get(t).cloned());
-    match (original.status.as_str(), original.reason.as_deref()) {
-        ("accepted" | "duplicate", _) => IngestOutcome::Duplicate {
+    match (
+        original.status.as_str(),
+        original.reason.as_deref(),
+        &original.repo_key,
+        &original.resource_key,
+    ) {
+        ("accepted" | "duplicate", ..) => IngestOutcome::Duplicate {
             task_id: original.task_id.clone(),
             state: state_of(&original.task_id),
         },
-        ("rejected", Some("repository_disabled")) => IngestOutcome::RepositoryDisabled {
-            repo_key: original.repo_key.clone().unwrap_or_default(),
-        },
-        ("rejected", Some("outbox_full")) => IngestOutcome::OutboxFull {
-            session_key: original.resource_key.clone().unwrap_or_default(),
+        ("rejected", Some("repository_disabled"), Some(repo_key), _) => {
+            IngestOutcome::RepositoryDisabled {
+                repo_key: repo_key.clone(),
+            }
+        }
+        ("rejected", Some("outbox_full"), _, Some(session_key)) => IngestOutcome::OutboxFull {
+            session_key: session_key.clone(),
         },
         _ => IngestOutcome::Ignored {
             reason: original
@@ -853,14 +765,14 @@ fn create_task(
         .subject
         .as_ref()
         .ok_or_else(|| StoreError::Query("a triggering event must name its Issue/PR".into()))?;
-    let repo_key = subject.repo.repo_key();
+    let repo_key = subject.repo.repo_key().clone();
     let status = match known.repos.get(&repo_key) {
         Some(status) => status.clone(),
         None => {
             // Registered on first sight (audited when the row is really written).
             plan.repos.push(RepoRow {
                 repo_key: repo_key.clone(),
-                instance_id: subject.repo.instance_id.clone(),
+                instance_id: repo_key.instance().to_owned(),
                 owner: subject.repo.owner.clone(),
                 name: subject.repo.name.clone(),
                 clone_url: subject.repo.clone_url.clone(),
@@ -913,7 +825,7 @@ fn create_task(
             plan.sessions.push(SessionRow {
                 session_key: session_key.clone(),
                 repo_key: repo_key.clone(),
-                kind: subject.kind.as_str().to_owned(),
+                kind: subject.kind,
                 number: subject.number,
                 status: "active".into(),
                 created_at: at.to_owned(),
@@ -961,7 +873,7 @@ fn create_task(
         trigger_key: trigger_key.to_owned(),
         comment_id: subject.comment_id,
         author: subject.author.clone(),
-        state: TaskState::Queued.as_str().to_owned(),
+        state: TaskState::Queued,
         state_version: 2,
         head_ref: subject.head_ref.clone(),
         base_ref: subject.base_ref.clone(),
@@ -975,8 +887,8 @@ fn create_task(
     // per state change). Nothing can read the task before.
     plan.transitions.push(TransitionRow {
         task_id: task_id.clone(),
-        from_state: Some(TaskState::Received.as_str().to_owned()),
-        to_state: TaskState::Queued.as_str().to_owned(),
+        from_state: Some(TaskState::Received),
+        to_state: TaskState::Queued,
         state_version: 2,
         actor: actor.clone(),
         reason: Some(ACCEPT_REASON.into()),
@@ -984,25 +896,25 @@ fn create_task(
         at: at.to_owned(),
     });
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
-    let operation_id = format!("op-{}", uuid::Uuid::now_v7().simple());
+    let operation_id = OperationId::mint();
     plan.receipts.push(ReceiptRow {
-        comment_key: super::comments::receipt_key(&task_id, "received"),
+        comment_key: super::comments::receipt_key(&task_id, TaskState::Received),
         task_id: task_id.clone(),
-        kind: "receipt".into(),
-        resource_key: subject.resource_key(),
-        status: "pending".into(),
+        kind: CommentKind::Receipt,
+        resource_key: session_key.clone(),
+        status: CommentStatus::Pending,
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
     });
     *plan.opened.entry(session_key.clone()).or_insert(0) += 1;
     plan.outbox.push(OutboxRow {
-        fingerprint: fingerprint(&session_key, &queue_id, text, subject, written_at),
+        fingerprint: fingerprint(session_key.as_str(), &queue_id, text, subject, written_at),
         queue_id: queue_id.clone(),
         session_key: session_key.clone(),
         task_id: task_id.clone(),
         operation_id: operation_id.clone(),
-        mode: "enqueue".into(),
-        status: "queued".into(),
+        mode: SendMode::Enqueue,
+        status: OutboxStatus::Queued,
         auto_drain: true,
         user_text: text.to_owned(),
         created_at: at.to_owned(),
@@ -1012,10 +924,7 @@ fn create_task(
     plan.audit(
         Event {
             task_id: Some(&task_id),
-            states: (
-                Some(TaskState::Received.as_str()),
-                Some(TaskState::Queued.as_str()),
-            ),
+            states: (Some(TaskState::Received), Some(TaskState::Queued)),
             delivery_id: Some(&req.delivery_id),
             comment_id: subject.comment_id,
             ..Event::new(

@@ -6,6 +6,7 @@
 use super::audit::{self, Audit};
 use super::schema::leases;
 use super::{format_time, now, DbConn, StoreError};
+use crate::domain::RepoKey;
 use crate::with_conn;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -15,7 +16,7 @@ use std::time::Duration;
 #[diesel(table_name = leases)]
 #[serde(rename_all = "camelCase")]
 pub struct Lease {
-    pub repo_key: String,
+    pub repo_key: RepoKey,
     pub lease_id: String,
     pub owner: String,
     pub acquired_at: String,
@@ -28,7 +29,7 @@ fn expiry(ttl: Duration) -> String {
     format_time(chrono::Utc::now() + ttl)
 }
 
-pub fn find(conn: &mut DbConn, repo_key: &str) -> Result<Option<Lease>, StoreError> {
+pub fn find(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Lease>, StoreError> {
     Ok(with_conn!(conn, |c| leases::table
         .find(repo_key)
         .select(Lease::as_select())
@@ -40,7 +41,7 @@ pub fn find(conn: &mut DbConn, repo_key: &str) -> Result<Option<Lease>, StoreErr
 /// it if `owner` already holds it. `None`: someone else holds a live lease.
 pub fn acquire(
     conn: &mut DbConn,
-    repo_key: &str,
+    repo_key: &RepoKey,
     owner: &str,
     ttl: Duration,
 ) -> Result<Option<Lease>, StoreError> {
@@ -86,7 +87,7 @@ pub fn acquire(
         }
         None => {
             let lease = Lease {
-                repo_key: repo_key.to_owned(),
+                repo_key: repo_key.clone(),
                 lease_id: new_lease_id(),
                 owner: owner.to_owned(),
                 acquired_at: at.clone(),
@@ -105,7 +106,7 @@ pub fn acquire(
 /// Extends a lease we hold. `None` if it is no longer ours.
 pub fn renew(
     conn: &mut DbConn,
-    repo_key: &str,
+    repo_key: &RepoKey,
     lease_id: &str,
     ttl: Duration,
 ) -> Result<Option<Lease>, StoreError> {
@@ -127,7 +128,7 @@ pub fn renew(
 }
 
 /// Gives a lease back. Only the holder of `lease_id` can: `false` otherwise.
-pub fn release(conn: &mut DbConn, repo_key: &str, lease_id: &str) -> Result<bool, StoreError> {
+pub fn release(conn: &mut DbConn, repo_key: &RepoKey, lease_id: &str) -> Result<bool, StoreError> {
     let n = with_conn!(conn, |c| diesel::delete(
         leases::table
             .filter(leases::repo_key.eq(repo_key))

@@ -7,6 +7,7 @@
 
 use super::schema::{operation_ledger, turn_events};
 use super::{now, DbConn, StoreError};
+use crate::domain::OperationId;
 use crate::with_conn;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -15,7 +16,7 @@ use serde::Serialize;
 #[diesel(table_name = operation_ledger)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntry {
-    pub operation_id: String,
+    pub operation_id: OperationId,
     pub task_id: String,
     pub queue_id: String,
     pub attempt_id: Option<String>,
@@ -32,7 +33,7 @@ pub struct LedgerEntry {
 /// send again, under a new decision).
 pub fn sending(
     conn: &mut DbConn,
-    operation_id: &str,
+    operation_id: &OperationId,
     task_id: &str,
     queue_id: &str,
     attempt_id: Option<&str>,
@@ -61,7 +62,11 @@ pub fn sending(
 }
 
 /// turn/start answered: the turn id and when.
-pub fn accepted(conn: &mut DbConn, operation_id: &str, turn_id: &str) -> Result<bool, StoreError> {
+pub fn accepted(
+    conn: &mut DbConn,
+    operation_id: &OperationId,
+    turn_id: &str,
+) -> Result<bool, StoreError> {
     let at = now();
     let n = with_conn!(conn, |c| diesel::update(
         operation_ledger::table
@@ -80,7 +85,7 @@ pub fn accepted(conn: &mut DbConn, operation_id: &str, turn_id: &str) -> Result<
 /// Codex recorded the user message with our operation id: delivery confirmed.
 pub fn sent(
     conn: &mut DbConn,
-    operation_id: &str,
+    operation_id: &OperationId,
     turn_id: Option<&str>,
 ) -> Result<bool, StoreError> {
     let at = now();
@@ -107,7 +112,10 @@ pub fn sent(
     Ok(n == 1)
 }
 
-pub fn find(conn: &mut DbConn, operation_id: &str) -> Result<Option<LedgerEntry>, StoreError> {
+pub fn find(
+    conn: &mut DbConn,
+    operation_id: &OperationId,
+) -> Result<Option<LedgerEntry>, StoreError> {
     Ok(with_conn!(conn, |c| operation_ledger::table
         .find(operation_id)
         .select(LedgerEntry::as_select())

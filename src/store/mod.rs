@@ -217,7 +217,7 @@ impl Store {
     /// committed as one batch. Resolves after the commit.
     pub async fn ingest(
         &self,
-        req: ingest::IngestRequest,
+        req: crate::domain::IngestRequest,
     ) -> Result<ingest::IngestOutcome, StoreError> {
         self.inner
             .writer

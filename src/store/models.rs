@@ -2,6 +2,9 @@
 //! the admin API's shapes, so field names here are a contract.
 
 use super::schema::*;
+use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode};
+use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind};
+use crate::lifecycle::TaskState;
 use diesel::prelude::*;
 use serde::Serialize;
 
@@ -9,30 +12,15 @@ use serde::Serialize;
 #[diesel(table_name = repositories)]
 #[serde(rename_all = "camelCase")]
 pub struct Repository {
-    pub repo_key: String,
+    pub repo_key: RepoKey,
     pub instance_id: String,
     pub owner: String,
     pub name: String,
     pub clone_url: Option<String>,
     pub default_branch: Option<String>,
-    pub status: String,
+    pub status: RepoStatus,
     pub registered_at: String,
     pub updated_at: String,
-    pub version: i64,
-}
-
-#[derive(Insertable, Debug, Clone)]
-#[diesel(table_name = repositories)]
-pub struct NewRepository<'a> {
-    pub repo_key: &'a str,
-    pub instance_id: &'a str,
-    pub owner: &'a str,
-    pub name: &'a str,
-    pub clone_url: Option<&'a str>,
-    pub default_branch: Option<&'a str>,
-    pub status: &'a str,
-    pub registered_at: &'a str,
-    pub updated_at: &'a str,
     pub version: i64,
 }
 
@@ -40,9 +28,9 @@ pub struct NewRepository<'a> {
 #[diesel(table_name = sessions)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
-    pub session_key: String,
-    pub repo_key: String,
-    pub kind: String,
+    pub session_key: ResourceKey,
+    pub repo_key: RepoKey,
+    pub kind: ResourceKind,
     pub number: i64,
     pub thread_id: Option<String>,
     pub status: String,
@@ -52,19 +40,6 @@ pub struct Session {
     pub version: i64,
     /// Outbox entries whose task has not ended (the capacity check's counter).
     pub open_entries: i64,
-}
-
-#[derive(Insertable, Debug, Clone)]
-#[diesel(table_name = sessions)]
-pub struct NewSession<'a> {
-    pub session_key: &'a str,
-    pub repo_key: &'a str,
-    pub kind: &'a str,
-    pub number: i64,
-    pub status: &'a str,
-    pub created_at: &'a str,
-    pub updated_at: &'a str,
-    pub version: i64,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]
@@ -77,8 +52,8 @@ pub struct Delivery {
     pub action: Option<String>,
     pub status: String,
     pub reason: Option<String>,
-    pub repo_key: Option<String>,
-    pub resource_key: Option<String>,
+    pub repo_key: Option<RepoKey>,
+    pub resource_key: Option<ResourceKey>,
     pub comment_id: Option<i64>,
     pub content_key: Option<String>,
     pub duplicate_of: Option<String>,
@@ -96,13 +71,13 @@ pub struct Task {
     pub id: i64,
     pub task_id: String,
     pub delivery_key: String,
-    pub repo_key: String,
-    pub session_key: String,
-    pub resource_key: String,
+    pub repo_key: RepoKey,
+    pub session_key: ResourceKey,
+    pub resource_key: ResourceKey,
     pub trigger_key: String,
     pub comment_id: Option<i64>,
     pub author: String,
-    pub state: String,
+    pub state: TaskState,
     pub state_version: i64,
     pub attempt: i64,
     pub reply_attempt: i64,
@@ -117,25 +92,6 @@ pub struct Task {
     pub updated_at: String,
 }
 
-#[derive(Insertable, Debug, Clone)]
-#[diesel(table_name = tasks)]
-pub struct NewTask<'a> {
-    pub task_id: &'a str,
-    pub delivery_key: &'a str,
-    pub repo_key: &'a str,
-    pub session_key: &'a str,
-    pub resource_key: &'a str,
-    pub trigger_key: &'a str,
-    pub comment_id: Option<i64>,
-    pub author: &'a str,
-    pub state: &'a str,
-    pub state_version: i64,
-    pub head_ref: Option<&'a str>,
-    pub base_ref: Option<&'a str>,
-    pub created_at: &'a str,
-    pub updated_at: &'a str,
-}
-
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
 #[diesel(table_name = task_transitions)]
 #[serde(rename_all = "camelCase")]
@@ -145,9 +101,9 @@ pub struct Transition {
     #[serde(skip)]
     pub task_id: String,
     #[serde(rename = "from")]
-    pub from_state: Option<String>,
+    pub from_state: Option<TaskState>,
     #[serde(rename = "to")]
-    pub to_state: String,
+    pub to_state: TaskState,
     pub state_version: i64,
     pub actor: String,
     pub reason: Option<String>,
@@ -159,8 +115,8 @@ pub struct Transition {
 #[diesel(table_name = task_transitions)]
 pub struct NewTransition<'a> {
     pub task_id: &'a str,
-    pub from_state: Option<&'a str>,
-    pub to_state: &'a str,
+    pub from_state: Option<TaskState>,
+    pub to_state: TaskState,
     pub state_version: i64,
     pub actor: &'a str,
     pub reason: Option<&'a str>,
@@ -190,35 +146,18 @@ pub struct OutboxEntry {
     #[serde(skip)]
     pub id: i64,
     pub queue_id: String,
-    pub session_key: String,
+    pub session_key: ResourceKey,
     pub task_id: String,
-    pub operation_id: String,
+    pub operation_id: OperationId,
     pub fingerprint: String,
-    pub mode: String,
-    pub status: String,
+    pub mode: SendMode,
+    pub status: OutboxStatus,
     pub auto_drain: bool,
     pub hold_reason: Option<String>,
     /// The comment's instruction: stored for the turn, never logged.
     pub user_text: String,
     pub created_at: String,
     pub updated_at: String,
-    pub version: i64,
-}
-
-#[derive(Insertable, Debug, Clone)]
-#[diesel(table_name = outbox_entries)]
-pub struct NewOutboxEntry<'a> {
-    pub queue_id: &'a str,
-    pub session_key: &'a str,
-    pub task_id: &'a str,
-    pub operation_id: &'a str,
-    pub fingerprint: &'a str,
-    pub mode: &'a str,
-    pub status: &'a str,
-    pub auto_drain: bool,
-    pub user_text: &'a str,
-    pub created_at: &'a str,
-    pub updated_at: &'a str,
     pub version: i64,
 }
 
@@ -243,13 +182,13 @@ pub struct Turn {
 pub struct Comment {
     pub comment_key: String,
     pub task_id: String,
-    pub kind: String,
-    pub resource_key: String,
+    pub kind: CommentKind,
+    pub resource_key: ResourceKey,
     pub turn_id: Option<String>,
     pub comment_id: Option<i64>,
     pub html_url: Option<String>,
     pub body_hash: Option<String>,
-    pub status: String,
+    pub status: CommentStatus,
     pub created_at: String,
     pub updated_at: String,
     pub attempts: i64,
@@ -282,8 +221,8 @@ pub struct AuditEvent {
     pub task_id: Option<String>,
     pub action: String,
     pub actor: String,
-    pub from_state: Option<String>,
-    pub to_state: Option<String>,
+    pub from_state: Option<TaskState>,
+    pub to_state: Option<TaskState>,
     pub delivery_id: Option<String>,
     pub turn_id: Option<String>,
     pub comment_id: Option<i64>,
@@ -299,8 +238,8 @@ pub struct NewAuditEvent<'a> {
     pub task_id: Option<&'a str>,
     pub action: &'a str,
     pub actor: &'a str,
-    pub from_state: Option<&'a str>,
-    pub to_state: Option<&'a str>,
+    pub from_state: Option<TaskState>,
+    pub to_state: Option<TaskState>,
     pub delivery_id: Option<&'a str>,
     pub turn_id: Option<&'a str>,
     pub comment_id: Option<i64>,

@@ -7,6 +7,8 @@ use super::models::{Attempt, OutboxEntry, Repository, Session, Task};
 use super::schema::{outbox_entries, repositories, sessions, tasks, turns};
 use super::tasks::{self as task_store, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
+use crate::domain::states::RepoStatus;
+use crate::domain::{OperationId, RepoKey, ResourceKey};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -28,7 +30,7 @@ fn names(states: &[TaskState]) -> Vec<&'static str> {
     states.iter().map(|s| s.as_str()).collect()
 }
 
-pub fn repository(conn: &mut DbConn, repo_key: &str) -> Result<Option<Repository>, StoreError> {
+pub fn repository(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Repository>, StoreError> {
     Ok(with_conn!(conn, |c| repositories::table
         .find(repo_key)
         .select(Repository::as_select())
@@ -36,7 +38,10 @@ pub fn repository(conn: &mut DbConn, repo_key: &str) -> Result<Option<Repository
         .optional())?)
 }
 
-pub fn session(conn: &mut DbConn, session_key: &str) -> Result<Option<Session>, StoreError> {
+pub fn session(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Option<Session>, StoreError> {
     Ok(with_conn!(conn, |c| sessions::table
         .find(session_key)
         .select(Session::as_select())
@@ -62,7 +67,7 @@ fn literal(condition: &'static str) -> diesel::expression::SqlLiteral<diesel::sq
 }
 
 /// The task currently holding the repository, if any (oldest first).
-pub fn holding_task(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
+pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::repo_key.eq(repo_key))
         .filter(literal(REPO_ACTIVE_STATES))
@@ -81,7 +86,7 @@ pub fn holding_task(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, S
 /// of other repositories that arrived before it (a covering index scan, tens
 /// of nanoseconds each), which is what keeps the accept from writing a page per
 /// repository.
-pub fn next_runnable(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, StoreError> {
+pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
     let at = now();
     let (queued, retry) = with_conn!(conn, |c| {
         let queued = tasks::table
@@ -116,7 +121,7 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &str) -> Result<Option<Task>, 
 /// `retry_wait`), or one holding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoWork {
-    pub repo_key: String,
+    pub repo_key: RepoKey,
     /// Tasks waiting in the repository's queue (`queued` and `retry_wait`).
     pub queue_depth: i64,
 }
@@ -127,21 +132,21 @@ pub struct RepoWork {
 /// repositories.
 pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<RepoWork>, StoreError> {
     let (queued, active) = with_conn!(conn, |c| {
-        let queued: Vec<(String, i64)> = tasks::table
+        let queued: Vec<(RepoKey, i64)> = tasks::table
             .filter(literal(QUEUED))
             .group_by(tasks::repo_key)
             .select((tasks::repo_key, diesel::dsl::count_star()))
             .load(c)?;
-        let active: Vec<(String, String)> = tasks::table
+        let active: Vec<(RepoKey, TaskState)> = tasks::table
             .filter(literal(REPO_ACTIVE_STATES))
             .select((tasks::repo_key, tasks::state))
             .load(c)?;
         Ok::<_, diesel::result::Error>((queued, active))
     })?;
-    let mut work: std::collections::BTreeMap<String, i64> = queued.into_iter().collect();
+    let mut work: std::collections::BTreeMap<RepoKey, i64> = queued.into_iter().collect();
     for (repo_key, state) in active {
         let waiting = work.entry(repo_key).or_insert(0);
-        if state == TaskState::RetryWait.as_str() {
+        if state == TaskState::RetryWait {
             *waiting += 1;
         }
     }
@@ -229,7 +234,7 @@ pub const SESSION_DRIVEN_STATES: &str =
 /// The session's tasks that hold a lease and wait for their turn, oldest first.
 pub fn leased_tasks_of_session(
     conn: &mut DbConn,
-    session_key: &str,
+    session_key: &ResourceKey,
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
@@ -249,7 +254,7 @@ pub fn outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<Option<OutboxEnt
 }
 
 /// Outbox entries of a session whose task has not ended (for the health view).
-pub fn outbox_depth(conn: &mut DbConn, session_key: &str) -> Result<i64, StoreError> {
+pub fn outbox_depth(conn: &mut DbConn, session_key: &ResourceKey) -> Result<i64, StoreError> {
     Ok(with_conn!(conn, |c| sessions::table
         .find(session_key)
         .select(sessions::open_entries)
@@ -262,7 +267,7 @@ pub fn outbox_depth(conn: &mut DbConn, session_key: &str) -> Result<i64, StoreEr
 /// returns the id that is stored afterwards.
 pub fn set_thread_once(
     conn: &mut DbConn,
-    session_key: &str,
+    session_key: &ResourceKey,
     thread_id: &str,
 ) -> Result<String, StoreError> {
     let at = now();
@@ -353,7 +358,7 @@ pub fn record_turn_admitted(
     thread_id: &str,
     turn_id: &str,
     kind: &str,
-    operation_id: &str,
+    operation_id: &OperationId,
 ) -> Result<(), StoreError> {
     super::ledger::accepted(conn, operation_id, turn_id)?;
     let at = now();
@@ -489,9 +494,9 @@ pub fn active_attempt(conn: &mut DbConn, task_id: &str) -> Result<Option<Attempt
 /// Sets a repository's status (`active` or `disabled`) by an operator.
 pub fn set_repository_status(
     conn: &mut DbConn,
-    repo_key: &str,
-    status: &str,
-) -> Result<Option<String>, StoreError> {
+    repo_key: &RepoKey,
+    status: RepoStatus,
+) -> Result<Option<RepoStatus>, StoreError> {
     let before = repository(conn, repo_key)?;
     let Some(before) = before else {
         return Ok(None);
@@ -539,7 +544,7 @@ pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError
 /// settled), oldest first.
 pub fn driven_tasks_of_session(
     conn: &mut DbConn,
-    session_key: &str,
+    session_key: &ResourceKey,
 ) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
@@ -589,7 +594,7 @@ pub fn reply_retry_finished(conn: &mut DbConn, task_id: &str) -> Result<bool, St
 pub fn begin_reply_retry(
     conn: &mut DbConn,
     task_id: &str,
-    operation_id: &str,
+    operation_id: &OperationId,
     queue_id: &str,
     thread_id: &str,
 ) -> Result<(), StoreError> {
@@ -623,7 +628,10 @@ pub fn begin_reply_retry(
 
 /// The reply-retry turn/start was not admitted: forget its intent (the
 /// attempt stays used).
-pub fn release_reply_retry(conn: &mut DbConn, operation_id: &str) -> Result<(), StoreError> {
+pub fn release_reply_retry(
+    conn: &mut DbConn,
+    operation_id: &OperationId,
+) -> Result<(), StoreError> {
     use super::schema::operation_ledger;
     with_conn!(conn, |c| diesel::delete(
         operation_ledger::table

@@ -105,7 +105,7 @@ pub fn transition(
             conn,
             &Audit::new("task.transition_refused", req.actor)
                 .task(req.task_id)
-                .states(Some(from.as_str()), Some(req.to.as_str()))
+                .states(Some(from), Some(req.to))
                 .error(refusal.code())
                 .meta(serde_json::json!({
                     "stateVersion": version,
@@ -169,8 +169,8 @@ pub fn transition(
         conn,
         &NewTransition {
             task_id: req.task_id,
-            from_state: Some(from.as_str()),
-            to_state: req.to.as_str(),
+            from_state: Some(from),
+            to_state: req.to,
             state_version: next,
             actor: req.actor,
             reason: req.reason,
@@ -220,7 +220,7 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
     event.error_code = row.error_code;
     audit::record(conn, &event)?;
     super::comments::on_transition(conn, row.task_id, row.to_state)?;
-    crate::metrics::transition_written(row.to_state);
+    crate::metrics::transition_written(row.to_state.as_str());
     Ok(())
 }
 
@@ -424,7 +424,7 @@ pub fn reconcile(
 ) -> Result<AuditView, StoreError> {
     let task =
         find(conn, task_id)?.ok_or_else(|| StoreError::NotFound(format!("task {task_id}")))?;
-    if task.state != TaskState::NeedsReconciliation.as_str() {
+    if task.state != TaskState::NeedsReconciliation {
         return Err(StoreError::Refused {
             code: "not_uncertain",
             message: format!(
@@ -497,7 +497,7 @@ pub fn reconcile(
         conn,
         &Audit::new("task.reconciled", actor)
             .task(task_id)
-            .states(Some("needs_reconciliation"), Some(verdict.state().as_str()))
+            .states(Some(TaskState::NeedsReconciliation), Some(verdict.state()))
             .meta(serde_json::json!({
                 "attemptId": attempt_id,
                 "verdict": outcome_name,

@@ -10,8 +10,9 @@
 //! and every operation is run again alone, retrying contention a few times, so
 //! one bad neighbour cannot fail the others.
 
-use super::ingest::{self, IngestOutcome, IngestRequest};
+use super::ingest::{self, IngestOutcome};
 use super::{DbConn, DbManager, StoreError};
+use crate::domain::IngestRequest;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::time::Duration;
 use tokio::sync::oneshot;

@@ -3,8 +3,8 @@
 //! else in Gitea's large payloads is skipped without being kept.
 
 use super::mention;
-use crate::config::is_gitea_name;
-use crate::store::ingest::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use crate::domain::keys::is_gitea_name;
+use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use crate::store::sha256_hex;
 use serde::Deserialize;
 
@@ -195,19 +195,22 @@ impl Normalizer {
     }
 
     fn repo(&self, r: Repository) -> Result<RepoRef, NormalizeError> {
-        if !is_gitea_name(&r.owner.login) || !is_gitea_name(&r.name) {
-            return Err(NormalizeError::InvalidRepositoryName(format!(
+        let invalid = || {
+            NormalizeError::InvalidRepositoryName(format!(
                 "{}/{}",
                 r.owner.login.escape_debug(),
                 r.name.escape_debug()
-            )));
+            ))
+        };
+        if !is_gitea_name(&r.owner.login) || !is_gitea_name(&r.name) {
+            return Err(invalid());
         }
+        let repo =
+            RepoRef::new(&self.instance_id, &r.owner.login, &r.name).map_err(|_| invalid())?;
         Ok(RepoRef {
-            instance_id: self.instance_id.clone(),
-            owner: r.owner.login,
-            name: r.name,
             clone_url: r.clone_url.filter(|u| !u.is_empty()),
             default_branch: r.default_branch.filter(|b| !b.is_empty()),
+            ..repo
         })
     }
 

@@ -126,7 +126,7 @@ async fn handle(
         }
     };
 
-    let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key());
+    let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key().clone());
     let outcome = state.store.ingest(request).await?;
     // After the commit, never before: the registry wakes the repository's actor.
     if let (Some(registry), Some(repo_key), IngestOutcome::Accepted { .. }) =

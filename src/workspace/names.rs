@@ -3,7 +3,7 @@
 //! the network.
 
 use super::WorkspaceError;
-use crate::config::is_gitea_name;
+use crate::domain::keys::is_gitea_name;
 use std::path::{Component, Path, PathBuf};
 
 /// The longest refused value we quote back in an error (enough to recognise it).

@@ -2,16 +2,16 @@
 //! runtime: scheduling, FIFO and mutual exclusion per repository, faults and
 //! supervision, uncertain admission, workspaces, abort, idle sessions, health.
 
+use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::health::RegistryHealth;
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::store::ingest::{
-    self, IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
-};
+use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::tasks::{self, Verdict};
 use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
 use std::collections::HashMap;
@@ -125,7 +125,7 @@ impl Harness {
             panic!("not accepted: {out:?}")
         };
         self.registry.do_send(Notify {
-            repo_key: format!("default:acme/{repo}"),
+            repo_key: format!("default:acme/{repo}").parse().unwrap(),
         });
         task_id
     }
@@ -138,7 +138,7 @@ impl Harness {
             .await
             .unwrap()
             .unwrap();
-        t.state.parse().unwrap()
+        t.state
     }
 
     pub async fn wait_state(&self, task_id: &str, want: TaskState) {
@@ -209,13 +209,7 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
         content_key: Some(format!("default:comment:{comment_id}:created:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: repo.into(),
-                clone_url: None,
-                default_branch: None,
-            },
+            repo: RepoRef::new("default", "acme", repo).unwrap(),
             kind: ResourceKind::Issue,
             number,
             comment_id: Some(comment_id),
@@ -300,7 +294,7 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
         let path: Vec<String> = detail
             .transitions
             .iter()
-            .map(|t| t.to_state.clone())
+            .map(|t| t.to_state.to_string())
             .collect();
         assert_eq!(
             path,
@@ -494,7 +488,7 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
             .await
             .unwrap();
         h.registry.do_send(Notify {
-            repo_key: "default:acme/widgets".into(),
+            repo_key: repo("default:acme/widgets"),
         });
         h.wait_state(&behind, TaskState::Succeeded).await;
         System::current().stop();
@@ -529,7 +523,11 @@ fn runtime_unavailable_retries_once_then_fails() {
             .collect();
         assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.attempts.len(), 2);
-        assert_eq!(detail.outbox.unwrap().status, "queued", "nothing was sent");
+        assert_eq!(
+            detail.outbox.unwrap().status.as_str(),
+            "queued",
+            "nothing was sent"
+        );
         System::current().stop();
     });
 }
@@ -586,8 +584,8 @@ fn abort_interrupts_a_hanging_turn() {
         let id = h.comment("widgets", 1, 1, "@ccbot hang").await;
         h.wait_state(&id, TaskState::Running).await;
         h.registry.do_send(AbortTask {
-            session_key: "default:acme/widgets:issue:1".into(),
-            repo_key: "default:acme/widgets".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
+            repo_key: repo("default:acme/widgets"),
             task_id: id.clone(),
         });
         h.wait_state(&id, TaskState::Aborted).await;
@@ -756,7 +754,9 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
 
         let r = req("d1");
         h.store
-            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", false))
+            .write(move |c| {
+                control::set_repository_enabled(c, &r, &repo("default:acme/widgets"), false)
+            })
             .await
             .unwrap();
         let refused = h
@@ -769,7 +769,9 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
         };
         let r = req("e1");
         h.store
-            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))
+            .write(move |c| {
+                control::set_repository_enabled(c, &r, &repo("default:acme/widgets"), true)
+            })
             .await
             .unwrap();
 
@@ -784,7 +786,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .store
             .write(move |c| {
                 let out = ingest::ingest(c, &request("widgets", 3, 4, "@ccbot queued"))?;
-                control::set_repository_enabled(c, &r, "default:acme/widgets", false)?;
+                control::set_repository_enabled(c, &r, &repo("default:acme/widgets"), false)?;
                 Ok(out)
             })
             .await
@@ -796,7 +798,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             panic!("accepted while the repository was active: {out:?}")
         };
         h.registry.do_send(Notify {
-            repo_key: "default:acme/widgets".into(),
+            repo_key: repo("default:acme/widgets"),
         });
         let pending = h.store.read(approvals::pending).await.unwrap();
         let (approval, r) = (pending[0].approval_id.clone(), req("ok-1"));
@@ -818,11 +820,13 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
 
         let r = req("e2");
         h.store
-            .write(move |c| control::set_repository_enabled(c, &r, "default:acme/widgets", true))
+            .write(move |c| {
+                control::set_repository_enabled(c, &r, &repo("default:acme/widgets"), true)
+            })
             .await
             .unwrap();
         h.registry.do_send(Notify {
-            repo_key: "default:acme/widgets".into(),
+            repo_key: repo("default:acme/widgets"),
         });
         h.wait_state(&queued, TaskState::Succeeded).await;
         System::current().stop();
@@ -951,7 +955,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         assert!(pending[0].detail.contains("touch approved.txt"));
         let tree = h.health().await;
         let session = &tree.repositories[0].sessions[0];
-        assert_eq!(session.status, "awaiting_approval");
+        assert_eq!(session.status.as_str(), "awaiting_approval");
         let (approval, req) = (
             pending[0].approval_id.clone(),
             ControlRequest {
@@ -974,7 +978,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
             .await
             .unwrap()
             .into_iter()
-            .map(|t| t.to_state)
+            .map(|t| t.to_state.to_string())
             .collect();
         assert_eq!(
             path,

@@ -206,7 +206,7 @@ fn reconcile_needs_the_flag_the_right_attempt_and_an_uncertain_task() {
 
     let mut c = connect(&url);
     let t = tasks::find(&mut c, &uncertain).unwrap().unwrap();
-    assert_eq!(t.state, "failed");
+    assert_eq!(t.state.as_str(), "failed");
     assert_eq!(t.error_code.as_deref(), Some("reconciled_failed"));
     assert_eq!(
         count_where(&mut c, "attempts", "outcome = 'reconciled_failed'"),

@@ -7,6 +7,7 @@
 use crate::codex_runtime::with_mcp;
 use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
+use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
 use codex_bridge::codex::runtime::CodexAgent;
 use futures_util::StreamExt;
@@ -37,7 +38,7 @@ fn thread_request(
     sandbox: &str,
 ) -> ThreadRequest {
     ThreadRequest {
-        session_key: "default:acme/widgets:issue:1".into(),
+        session_key: resource("default:acme/widgets:issue:1"),
         thread_id,
         cwd: cwd.into(),
         approval_policy: policy.into(),
@@ -50,7 +51,7 @@ async fn run_turn(rt: &CodexAgent, thread: &str, op: &str, cwd: &Path) -> Vec<Tu
     let mut started = rt
         .start_turn(TurnRequest {
             thread_id: thread.into(),
-            operation_id: op.into(),
+            operation_id: op_id(op),
             text: "touch the file, then answer".into(),
             cwd: cwd.into(),
         })

@@ -5,6 +5,7 @@
 
 use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
+use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
 use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
 use futures_util::StreamExt;
@@ -32,7 +33,7 @@ async fn turn(
     let started = rt
         .start_turn(TurnRequest {
             thread_id: thread.into(),
-            operation_id: op.into(),
+            operation_id: op_id(op),
             text: text.into(),
             cwd: cwd.into(),
         })
@@ -53,7 +54,7 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
     let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -85,14 +86,18 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
         .any(|t| t.contains("TestRetryBackoff")));
     assert!(body.to_string().contains("UNTRUSTED DATA"));
     assert_eq!(
-        rt.lookup_turn(&thread, "op-1").await.unwrap(),
+        rt.lookup_turn(&thread, op_id("op-1").as_str())
+            .await
+            .unwrap(),
         TurnLookup::Completed {
             turn_id,
             final_text: Some("The flaky test is a timer race.".into())
         }
     );
     assert_eq!(
-        rt.lookup_turn(&thread, "op-never-sent").await.unwrap(),
+        rt.lookup_turn(&thread, op_id("op-never-sent").as_str())
+            .await
+            .unwrap(),
         TurnLookup::Missing
     );
 }
@@ -106,7 +111,7 @@ async fn a_failed_model_call_fails_the_turn() {
     let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -120,7 +125,9 @@ async fn a_failed_model_call_fails_the_turn() {
         "{events:?}"
     );
     assert!(matches!(
-        rt.lookup_turn(&thread, "op-f").await.unwrap(),
+        rt.lookup_turn(&thread, op_id("op-f").as_str())
+            .await
+            .unwrap(),
         TurnLookup::Failed { .. }
     ));
 }
@@ -135,7 +142,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
     let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -149,7 +156,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
     // The stored thread id is used again, never replaced.
     let again = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -167,11 +174,15 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
     }
     // Both turns are in the thread's history, found by their operation ids.
     assert!(matches!(
-        rt.lookup_turn(&thread, "op-a").await.unwrap(),
+        rt.lookup_turn(&thread, op_id("op-a").as_str())
+            .await
+            .unwrap(),
         TurnLookup::Completed { .. }
     ));
     assert!(matches!(
-        rt.lookup_turn(&thread, "op-b").await.unwrap(),
+        rt.lookup_turn(&thread, op_id("op-b").as_str())
+            .await
+            .unwrap(),
         TurnLookup::Completed { .. }
     ));
     // The second model request carried the first turn's conversation.
@@ -188,7 +199,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
     let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -199,7 +210,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
     let started = rt
         .start_turn(TurnRequest {
             thread_id: thread.clone(),
-            operation_id: "op-h".into(),
+            operation_id: op_id("op-h"),
             text: "hang".into(),
             cwd: work.path().into(),
         })
@@ -225,7 +236,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
     let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -236,7 +247,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
     let started = rt
         .start_turn(TurnRequest {
             thread_id: thread.clone(),
-            operation_id: "op-s".into(),
+            operation_id: op_id("op-s"),
             text: "work".into(),
             cwd: work.path().into(),
         })
@@ -283,7 +294,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     });
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "untrusted".into(),
@@ -294,7 +305,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let mut started = rt
         .start_turn(TurnRequest {
             thread_id: thread.clone(),
-            operation_id: "op-ap".into(),
+            operation_id: op_id("op-ap"),
             text: "run it".into(),
             cwd: work.path().into(),
         })
@@ -394,7 +405,7 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
     let rt = with_mcp(&home, "python3", vec![stub.display().to_string()], &log);
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -437,7 +448,7 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
     );
     let err = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
             approval_policy: "never".into(),
@@ -482,7 +493,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     rt.audit_to(store.clone());
     let thread = rt
         .ensure_thread(ThreadRequest {
-            session_key: "s".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: dir.path().into(),
             approval_policy: "never".into(),

@@ -139,7 +139,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
     let ingest::IngestOutcome::Accepted { task_id, .. } = out else {
         panic!("{out:?}")
     };
-    let key = comments::receipt_key(&task_id, "received");
+    let key = comments::receipt_key(&task_id, "received".parse().unwrap());
     // The state a crash leaves: the intent recorded, the comment in Gitea,
     // the result never recorded.
     let k = key.clone();
@@ -149,7 +149,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
                 c,
                 &k,
                 &comments::Outcome {
-                    status: "posting",
+                    status: codex_bridge::domain::states::CommentStatus::Posting,
                     count_attempt: true,
                     ..Default::default()
                 },
@@ -186,7 +186,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
             .await
             .unwrap()
             .unwrap();
-        if row.status == "posted" {
+        if row.status.as_str() == "posted" {
             break row;
         }
         assert!(std::time::Instant::now() < deadline, "still {row:?}");

@@ -4,9 +4,8 @@
 //! cut into batches.
 
 use crate::support::*;
-use codex_bridge::store::ingest::{
-    self, IngestOutcome, IngestRequest, Intent, RepoRef, ResourceKind, Subject,
-};
+use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::{run_migrations, DbConn};
 use proptest::prelude::*;
 
@@ -53,13 +52,7 @@ fn request(e: &Event) -> IngestRequest {
         content_key: Some(format!("default:comment:{comment}:{action}:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {
-            repo: RepoRef {
-                instance_id: "default".into(),
-                owner: "acme".into(),
-                name: format!("r{}", e.repo),
-                clone_url: None,
-                default_branch: None,
-            },
+            repo: RepoRef::new("default", "acme", &format!("r{}", e.repo)).unwrap(),
             kind: ResourceKind::Issue,
             number: i64::from(e.comment % 3),
             comment_id: Some(comment),
@@ -324,4 +317,50 @@ fn a_full_outbox_refuses_until_a_task_ends_sqlite() {
 fn a_full_outbox_refuses_until_a_task_ends_postgres() {
     let db = PgDb::create();
     a_full_outbox_refuses_until_a_task_ends(&db.url);
+}
+
+/// Gitea's names are case-insensitive: comments on `ACME/Widgets` and on
+/// `acme/widgets` are one repository's and one Issue's, with one queue, one
+/// lease and one session; the row keeps the spelling Gitea showed first.
+#[test]
+fn two_spellings_of_one_repository_are_one_repository() {
+    let (_dir, mut c) = fresh();
+    let mut shouted = crate::actors::request("widgets", 7, 1, "@ccbot one");
+    shouted.subject.as_mut().unwrap().repo = RepoRef::new("default", "ACME", "Widgets").unwrap();
+    let quiet = crate::actors::request("widgets", 7, 2, "@ccbot two");
+    let outcomes = c
+        .write_transaction(|c| ingest::ingest_batch(c, &[shouted, quiet]))
+        .unwrap();
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, IngestOutcome::Accepted { .. })),
+        "{outcomes:?}"
+    );
+    // (`fresh` holds one other repository.)
+    assert_eq!(
+        count_where(
+            &mut c,
+            "repositories",
+            "lower(repo_key) = 'default:acme/widgets'"
+        ),
+        1
+    );
+    assert_eq!(
+        count_where(
+            &mut c,
+            "repositories",
+            "repo_key = 'default:acme/widgets' AND owner = 'ACME' AND name = 'Widgets'"
+        ),
+        1
+    );
+    assert_eq!(count(&mut c, "sessions"), 1);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "tasks",
+            "session_key = 'default:acme/widgets:issue:7'"
+        ),
+        2
+    );
 }

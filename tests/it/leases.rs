@@ -9,7 +9,7 @@ use std::time::Duration;
 fn lease_rules(mut c: DbConn) {
     run_migrations(&mut c).unwrap();
     exec(&mut c, "INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) VALUES ('default:acme/w', 'default', 'acme', 'w', 'active', 't', 't', 1)").unwrap();
-    let key = "default:acme/w";
+    let key = &codex_bridge::domain::RepoKey::parse("default:acme/w").unwrap();
     let a = c
         .write_transaction(|c| leases::acquire(c, key, "A", Duration::from_secs(60)))
         .unwrap()

@@ -45,7 +45,7 @@ fn seed(conn: &mut DbConn) -> Vec<String> {
 
 fn current(conn: &mut DbConn, task_id: &str) -> (TaskState, i64) {
     let t = tasks::find(conn, task_id).unwrap().unwrap();
-    (t.state.parse().unwrap(), t.state_version)
+    (t.state, t.state_version)
 }
 
 #[derive(Default, Debug)]
@@ -113,8 +113,8 @@ fn check_invariants(conn: &mut DbConn, ids: &[String], tallies: &[Tally]) {
         let mut state = TaskState::Received;
         for (i, row) in history.iter().enumerate() {
             assert_eq!(row.state_version, i as i64 + 2, "versions are contiguous");
-            let from: TaskState = row.from_state.as_deref().unwrap().parse().unwrap();
-            let to: TaskState = row.to_state.parse().unwrap();
+            let from: TaskState = row.from_state.unwrap();
+            let to: TaskState = row.to_state;
             assert_eq!(from, state, "each row starts where the previous ended");
             assert!(
                 lifecycle::check(from, to).is_ok(),

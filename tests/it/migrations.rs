@@ -275,3 +275,126 @@ fn open_entries_are_backfilled_postgres() {
     let db = PgDb::create();
     open_entries_are_backfilled(&db.url);
 }
+
+/// Rows that an older build stored under two spellings of one repository
+/// (`ACME/widgets` and `acme/widgets`) become one repository, one session per
+/// Issue, and tasks, entries, comments and deliveries under the folded keys,
+/// terminal tasks included; a disabled spelling keeps the merged one disabled.
+fn keys_that_differ_only_in_case_are_merged(url: &str) {
+    use codex_bridge::store::ingest::{self, IngestOutcome};
+    use codex_bridge::store::revert_last_migration;
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    // Issue 1 of acme/widgets gets two tasks and Issue 2 one, under the folded keys.
+    let comment = |n: i64, issue: i64| crate::actors::request("widgets", issue, n, "@ccbot go");
+    let outcomes = c
+        .write_transaction(|c| {
+            ingest::ingest_batch(c, &[comment(1, 1), comment(2, 1), comment(3, 2)])
+        })
+        .unwrap();
+    let ids: Vec<String> = outcomes
+        .iter()
+        .map(|o| match o {
+            IngestOutcome::Accepted { task_id, .. } => task_id.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261202000009");
+    // What an older build wrote for `ACME/Widgets`: its own repository (disabled
+    // by an operator), session and lease, holding the first task of Issue 1
+    // and all of Issue 2, Issue 2's task ended.
+    let old_repo = "default:ACME/Widgets";
+    for sql in [
+        format!("INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) VALUES ('{old_repo}', 'default', 'ACME', 'Widgets', 'disabled', '2000-01-01T00:00:00Z', 't', 1)"),
+        format!("INSERT INTO sessions (session_key, repo_key, kind, number, status, created_at, updated_at, version, open_entries) VALUES ('{old_repo}:issue:1', '{old_repo}', 'issue', 1, 'active', 't', 't', 1, 1)"),
+        format!("INSERT INTO sessions (session_key, repo_key, kind, number, thread_id, status, created_at, updated_at, version, open_entries) VALUES ('{old_repo}:issue:2', '{old_repo}', 'issue', 2, 'thread-2', 'active', '2000-01-01T00:00:00Z', 't', 1, 1)"),
+        format!("UPDATE tasks SET repo_key = '{old_repo}', session_key = '{old_repo}:issue:1', resource_key = '{old_repo}:issue:1' WHERE task_id = '{}'", ids[0]),
+        format!("UPDATE tasks SET repo_key = '{old_repo}', session_key = '{old_repo}:issue:2', resource_key = '{old_repo}:issue:2' WHERE task_id = '{}'", ids[2]),
+        format!("UPDATE outbox_entries SET session_key = '{old_repo}:issue:1' WHERE task_id = '{}'", ids[0]),
+        format!("UPDATE outbox_entries SET session_key = '{old_repo}:issue:2' WHERE task_id = '{}'", ids[2]),
+        format!("UPDATE comments SET resource_key = '{old_repo}:issue:2' WHERE task_id = '{}'", ids[2]),
+        format!("UPDATE webhook_deliveries SET repo_key = '{old_repo}', resource_key = '{old_repo}:issue:2' WHERE task_id = '{}'", ids[2]),
+        "UPDATE sessions SET open_entries = 1 WHERE session_key = 'default:acme/widgets:issue:1'".to_owned(),
+        "DELETE FROM sessions WHERE session_key = 'default:acme/widgets:issue:2'".to_owned(),
+        format!("UPDATE tasks SET state = 'cancelled' WHERE task_id = '{}'", ids[2]),
+        format!("INSERT INTO leases (repo_key, lease_id, owner, acquired_at, renewed_at, expires_at) VALUES ('{old_repo}', 'lease-old', 'gone', 't', 't', 't')"),
+    ] {
+        exec(&mut c, &sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+    run_migrations(&mut c).unwrap();
+
+    assert_eq!(count(&mut c, "repositories"), 1);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "repositories",
+            "repo_key = 'default:acme/widgets' AND status = 'disabled'"
+        ),
+        1,
+        "the disabled spelling keeps the merged repository disabled"
+    );
+    assert_eq!(count(&mut c, "sessions"), 2);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "sessions",
+            "session_key = 'default:acme/widgets:issue:1' AND open_entries = 2"
+        ),
+        1,
+        "both of Issue 1's unfinished tasks count against its one session"
+    );
+    assert_eq!(
+        count_where(&mut c, "sessions", "session_key = 'default:acme/widgets:issue:2' AND open_entries = 0 AND thread_id = 'thread-2'"),
+        1,
+        "a session that existed only under the old spelling keeps its thread"
+    );
+    for (table, column) in [
+        ("tasks", "repo_key"),
+        ("tasks", "session_key"),
+        ("tasks", "resource_key"),
+        ("outbox_entries", "session_key"),
+        ("comments", "resource_key"),
+        ("webhook_deliveries", "repo_key"),
+        ("webhook_deliveries", "resource_key"),
+    ] {
+        assert_eq!(
+            count_where(&mut c, table, &format!("{column} <> lower({column})")),
+            0,
+            "{table}.{column} still holds an unfolded key"
+        );
+    }
+    assert_eq!(
+        count_where(
+            &mut c,
+            "tasks",
+            &format!(
+                "task_id = '{}' AND state = 'cancelled' AND repo_key = 'default:acme/widgets'",
+                ids[2]
+            )
+        ),
+        1,
+        "a terminal task's keys are folded and its state is untouched"
+    );
+    assert_eq!(count(&mut c, "leases"), 0);
+    // The terminal-task guard is back in force.
+    assert!(exec(
+        &mut c,
+        &format!("UPDATE tasks SET author = 'x' WHERE task_id = '{}'", ids[2])
+    )
+    .is_err());
+}
+
+#[test]
+fn keys_that_differ_only_in_case_are_merged_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    keys_that_differ_only_in_case_are_merged(&format!(
+        "sqlite://{}",
+        dir.path().join("f.db").display()
+    ));
+}
+
+#[test]
+fn keys_that_differ_only_in_case_are_merged_postgres() {
+    let db = PgDb::create();
+    keys_that_differ_only_in_case_are_merged(&db.url);
+}

@@ -43,7 +43,7 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
     let history: Vec<String> = codex_bridge::store::tasks::history(&mut db, &task)
         .unwrap()
         .into_iter()
-        .map(|t| t.to_state)
+        .map(|t| t.to_state.to_string())
         .collect();
     assert_eq!(history, ["queued"], "the task never left the queue");
     assert_eq!(

@@ -93,7 +93,7 @@ async fn accept(s: &Setup, comment_id: i64) -> String {
 
 /// The comment POSTs that carry the marker of `task`'s receipt for `state`.
 fn receipt_posts(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
-    let marker = comments::receipt_key(task, state);
+    let marker = comments::receipt_key(task, state.parse().unwrap());
     sim.requests()
         .into_iter()
         .filter(|r| r.method == "POST" && r.path.ends_with("/comments"))
@@ -181,14 +181,14 @@ async fn a_failed_receipt_is_retried_when_its_backoff_ends_without_a_poll() {
     // Recorded once: two attempts, posted.
     let deadline = Instant::now() + Duration::from_secs(20);
     let row = loop {
-        let key = comments::receipt_key(&task, "received");
+        let key = comments::receipt_key(&task, "received".parse().unwrap());
         let row = s
             .store
             .read(move |c| comments::find(c, &key))
             .await
             .unwrap()
             .unwrap();
-        if row.status == "posted" || Instant::now() > deadline {
+        if row.status.as_str() == "posted" || Instant::now() > deadline {
             break row;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

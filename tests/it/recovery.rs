@@ -75,7 +75,7 @@ impl Rig {
         codex_bridge::store::tasks::history(&mut c, task_id)
             .unwrap()
             .into_iter()
-            .map(|t| t.to_state)
+            .map(|t| t.to_state.to_string())
             .collect()
     }
 

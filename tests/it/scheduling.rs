@@ -10,13 +10,13 @@ use codex_bridge::store::scheduling::{self, RepoWork};
 use codex_bridge::store::{run_migrations, DbConn};
 
 fn next(c: &mut DbConn, repo: &str) -> Option<String> {
-    scheduling::next_runnable(c, &format!("default:acme/{repo}"))
+    scheduling::next_runnable(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
 }
 
 fn holding(c: &mut DbConn, repo: &str) -> Option<String> {
-    scheduling::holding_task(c, &format!("default:acme/{repo}"))
+    scheduling::holding_task(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
 }
@@ -29,7 +29,7 @@ fn work(c: &mut DbConn) -> Vec<(String, i64)> {
             |RepoWork {
                  repo_key,
                  queue_depth,
-             }| (repo_key, queue_depth),
+             }| (repo_key.to_string(), queue_depth),
         )
         .collect()
 }

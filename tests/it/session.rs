@@ -5,6 +5,7 @@
 //! the waiting session at once.
 
 use super::actors::{settings, Harness};
+use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
@@ -90,7 +91,7 @@ fn a_task_whose_workspace_cannot_be_named_fails_and_starts_no_turn() {
             ["ghost"],
             "the repository actor prepared it; only naming it failed"
         );
-        let key = comments::receipt_key(&id, "failed");
+        let key = comments::receipt_key(&id, "failed".parse().unwrap());
         let receipt = h
             .store
             .read(move |c| comments::find(c, &key))
@@ -172,8 +173,8 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
             .await
             .unwrap();
         h.registry.do_send(ApprovalDecided {
-            session_key: "default:acme/widgets:issue:1".into(),
-            repo_key: "default:acme/widgets".into(),
+            session_key: resource("default:acme/widgets:issue:1"),
+            repo_key: repo("default:acme/widgets"),
             task_id: id.clone(),
         });
         h.wait_state(&id, TaskState::Succeeded).await;
@@ -240,7 +241,7 @@ fn audit_records_and_reasons_carry_stable_codes_not_debug_text() {
             .expect("the lookup is audited");
         assert_eq!(checked.metadata["found"], "missing", "{}", checked.metadata);
         let last = history.last().unwrap();
-        assert_eq!(last.to_state, "needs_reconciliation");
+        assert_eq!(last.to_state.as_str(), "needs_reconciliation");
         assert_eq!(last.error_code.as_deref(), Some("uncertain_admission"));
         // Rust's debug text names variants and braces (`Missing`, `Ok(`, `{`).
         for text in events

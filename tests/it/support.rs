@@ -465,7 +465,7 @@ pub fn exec(conn: &mut DbConn, sql: &str) -> Result<usize, diesel::result::Error
 pub fn task_state(conn: &mut DbConn, task_id: &str) -> Option<String> {
     codex_bridge::store::tasks::find(conn, task_id)
         .unwrap()
-        .map(|t| t.state)
+        .map(|t| t.state.to_string())
 }
 
 /// Waits until the task is in `state` (panics with the task's history otherwise).
@@ -477,7 +477,7 @@ pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Durati
         return;
     }
     let history = codex_bridge::store::tasks::history(&mut conn, task_id).unwrap();
-    let path: Vec<String> = history.iter().map(|t| t.to_state.clone()).collect();
+    let path: Vec<String> = history.iter().map(|t| t.to_state.to_string()).collect();
     panic!("task {task_id} did not reach {state}; its history: {path:?}");
 }
 
@@ -538,4 +538,22 @@ impl Drop for TestHttpServer {
             let _ = thread.join();
         }
     }
+}
+
+/// An operation id named by a test's label (`op-1`, `op-mcp`): the same label
+/// always gives the same id, so a test can look up what it sent.
+pub fn op_id(label: &str) -> codex_bridge::domain::OperationId {
+    let hex = codex_bridge::store::sha256_hex(label.as_bytes());
+    let hex = hex.trim_start_matches("sha256:");
+    codex_bridge::domain::OperationId::parse(&format!("op-{}", &hex[..32])).unwrap()
+}
+
+/// A resource key from its text (panics on a malformed one: test data).
+pub fn resource(key: &str) -> codex_bridge::domain::ResourceKey {
+    key.parse().unwrap()
+}
+
+/// A repository key from its text (panics on a malformed one: test data).
+pub fn repo(key: &str) -> codex_bridge::domain::RepoKey {
+    key.parse().unwrap()
 }

@@ -23,6 +23,7 @@ mod turn;
 use super::health::SessionHealth;
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, Deps};
+use crate::domain::{RepoKey, ResourceKey};
 use crate::store::models::Task;
 use crate::store::{now, scheduling};
 use actix::prelude::*;
@@ -31,8 +32,6 @@ use pass::PassError;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub use prompt::reply_retry_operation;
 
 /// The two drain lanes of a session's outbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,8 +148,8 @@ impl Signals {
 }
 
 pub struct SessionActor {
-    session_key: String,
-    repo_key: String,
+    session_key: ResourceKey,
+    repo_key: RepoKey,
     deps: Arc<Deps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<SessionHealth>>,
@@ -163,8 +162,8 @@ pub struct SessionActor {
 
 impl SessionActor {
     pub fn new(
-        session_key: String,
-        repo_key: String,
+        session_key: ResourceKey,
+        repo_key: RepoKey,
         deps: Arc<Deps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<SessionHealth>>,

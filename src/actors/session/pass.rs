@@ -11,11 +11,12 @@ use super::decide::{
     self, Admission, Code, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
     Stop, TurnEnd,
 };
-use super::prompt::reply_retry_operation;
 use super::Signals;
 use crate::actors::Deps;
 use crate::agent::TurnEvent;
 use crate::config::RepoPolicy;
+use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
+use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
@@ -78,8 +79,8 @@ pub(super) struct Pass {
     /// The session's thread, which a new task's turn resumes.
     pub session_thread: Option<String>,
     /// The operation the current turn carries: the entry's, or the
-    /// reply-retry turn's own once that was intended.
-    pub operation_id: String,
+    /// reply-retry turn's own once that was intended. None without an entry.
+    pub operation_id: Option<OperationId>,
     pub turn: Turn,
     pub approval: Option<PendingApproval>,
     /// What the verifier or the fallback found (a comment id).
@@ -97,7 +98,7 @@ pub(super) struct Pass {
 /// start its next one (`false` when the session had nothing to drive).
 pub(super) async fn run(
     deps: Arc<Deps>,
-    session_key: String,
+    session_key: ResourceKey,
     signals: Signals,
 ) -> Result<bool, PassError> {
     let Some(mut pass) = Pass::gather(deps, session_key, signals).await? else {
@@ -130,7 +131,7 @@ impl Pass {
     /// Reads the session's oldest driven task and what the decisions need.
     async fn gather(
         deps: Arc<Deps>,
-        session_key: String,
+        session_key: ResourceKey,
         signals: Signals,
     ) -> Result<Option<Pass>, PassError> {
         let key = session_key.clone();
@@ -152,7 +153,7 @@ impl Pass {
                 let (retry_finished, retry_intended) = match &entry {
                     Some(e) if task.reply_attempt > 0 => (
                         scheduling::reply_retry_finished(c, &task.task_id)?,
-                        ledger::find(c, &reply_retry_operation(&e.operation_id))?.is_some(),
+                        ledger::find(c, &e.operation_id.reply_retry())?.is_some(),
                     ),
                     _ => (false, false),
                 };
@@ -170,10 +171,7 @@ impl Pass {
         else {
             return Ok(None);
         };
-        let state: TaskState = task
-            .state
-            .parse()
-            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        let state = task.state;
         let workspace = repo
             .as_ref()
             .and_then(|r| deps.workspaces.path_for(&r.owner, &r.name).ok());
@@ -189,7 +187,7 @@ impl Pass {
             max_attempts: deps.settings.max_attempts,
             admission: match &entry {
                 None => Admission::NoEntry,
-                Some(e) if e.status == "sending" => Admission::Intended,
+                Some(e) if e.status == OutboxStatus::Sending => Admission::Intended,
                 Some(_) => Admission::NotSent,
             },
             attempt_is_ours,
@@ -206,9 +204,9 @@ impl Pass {
             stopping: None,
         };
         let operation_id = match &entry {
-            Some(e) if task.reply_attempt > 0 => reply_retry_operation(&e.operation_id),
-            Some(e) => e.operation_id.clone(),
-            None => String::new(),
+            Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),
+            Some(e) => Some(e.operation_id.clone()),
+            None => None,
         };
         signals.driving(&task);
         Ok(Some(Pass {
@@ -245,10 +243,7 @@ impl Pass {
             .read(move |c| crate::store::tasks::find(c, &id))
             .await?
             .ok_or_else(|| PassError::Fault(format!("task {} is gone", self.task.task_id)))?;
-        self.snap.state = task
-            .state
-            .parse()
-            .map_err(|e: crate::lifecycle::UnknownState| StoreError::Query(e.to_string()))?;
+        self.snap.state = task.state;
         self.snap.state_version = task.state_version;
         self.snap.attempt = task.attempt;
         self.snap.turn_recorded = task.turn_id.is_some();
@@ -279,11 +274,7 @@ impl Pass {
                 .as_ref()
                 .map(|e| e.queue_id.clone())
                 .unwrap_or_default(),
-            entry_operation: self
-                .entry
-                .as_ref()
-                .map(|e| e.operation_id.clone())
-                .unwrap_or_default(),
+            entry_operation: self.entry.as_ref().map(|e| e.operation_id.clone()),
             operation_id: self.operation_id.clone(),
             thread_id: self.turn.thread_id.clone(),
             turn_id: self.turn.turn_id.clone(),
@@ -357,7 +348,7 @@ impl Pass {
                 }
                 Effect::BeginReplyRetry => {
                     if let Some(e) = &self.entry {
-                        self.operation_id = reply_retry_operation(&e.operation_id);
+                        self.operation_id = Some(e.operation_id.reply_retry());
                     }
                     self.snap.reply_retry = ReplyRetry::Intended;
                 }
@@ -419,12 +410,12 @@ fn retry_at(d: &Decision, deps: &Deps) -> Option<String> {
 }
 
 /// A stored fallback row's status, as the decisions see it.
-pub(super) fn fallback_status(status: &str) -> Option<Fallback> {
+pub(super) fn fallback_status(status: CommentStatus) -> Option<Fallback> {
     match status {
-        "posting" => Some(Fallback::Posting),
+        CommentStatus::Posting => Some(Fallback::Posting),
         // A verified fallback was posted: only proof of it is wanted again.
-        "posted" | "verified" => Some(Fallback::Posted),
-        "failed" => Some(Fallback::Failed),
+        CommentStatus::Posted | CommentStatus::Verified => Some(Fallback::Posted),
+        CommentStatus::Failed => Some(Fallback::Failed),
         _ => None,
     }
 }
@@ -432,10 +423,10 @@ pub(super) fn fallback_status(status: &str) -> Option<Fallback> {
 /// What a commit needs, owned, so the writer may run it more than once.
 struct CommitCtx {
     task_id: String,
-    resource_key: String,
+    resource_key: ResourceKey,
     queue_id: String,
-    entry_operation: String,
-    operation_id: String,
+    entry_operation: Option<OperationId>,
+    operation_id: Option<OperationId>,
     thread_id: Option<String>,
     turn_id: Option<String>,
     final_text: Option<String>,
@@ -517,11 +508,11 @@ impl CommitCtx {
                         thread,
                         turn,
                         kind.as_str(),
-                        &self.operation_id,
+                        self.operation()?,
                     )?;
                 }
                 Effect::MarkSent => {
-                    ledger::sent(c, &self.operation_id, self.turn_id.as_deref())?;
+                    ledger::sent(c, self.operation()?, self.turn_id.as_deref())?;
                 }
                 Effect::RecordTurnEnd(end) => {
                     let (_, turn) = self.turn_ids()?;
@@ -547,26 +538,36 @@ impl CommitCtx {
                 }
                 Effect::RecordReplyConfirmed => self.record_confirmed(c)?,
                 Effect::BeginReplyRetry => {
-                    if let Some(thread) = &self.thread_id {
+                    if let (Some(thread), Some(op)) = (&self.thread_id, &self.entry_operation) {
                         scheduling::begin_reply_retry(
                             c,
                             &self.task_id,
-                            &reply_retry_operation(&self.entry_operation),
+                            &op.reply_retry(),
                             &self.queue_id,
                             thread,
                         )?;
                     }
                 }
-                Effect::ReleaseReplyRetry => scheduling::release_reply_retry(
-                    c,
-                    &reply_retry_operation(&self.entry_operation),
-                )?,
+                Effect::ReleaseReplyRetry => {
+                    if let Some(op) = &self.entry_operation {
+                        scheduling::release_reply_retry(c, &op.reply_retry())?;
+                    }
+                }
                 _ => {}
             }
         }
         Ok(Committed::Applied {
             version,
             approval_id,
+        })
+    }
+
+    fn operation(&self) -> Result<&OperationId, StoreError> {
+        self.operation_id.as_ref().ok_or_else(|| {
+            StoreError::Query(format!(
+                "task {}: a turn was recorded without the operation it carries",
+                self.task_id
+            ))
         })
     }
 
@@ -593,7 +594,7 @@ impl CommitCtx {
             c,
             &Audit::new("task.decision_stale", "system")
                 .task(&self.task_id)
-                .states(Some(state.as_str()), d.to.map(TaskState::as_str))
+                .states(Some(state), d.to)
                 .meta(serde_json::json!({
                     "decidedOnVersion": d.expected_version,
                     "stateVersion": version,
@@ -605,9 +606,9 @@ impl CommitCtx {
 
     fn record_confirmed(&self, c: &mut crate::store::DbConn) -> Result<(), StoreError> {
         let kind = if self.by_fallback {
-            "rest_fallback"
+            CommentKind::RestFallback
         } else {
-            "reply"
+            CommentKind::Reply
         };
         comments::record_reply(
             c,
@@ -615,7 +616,7 @@ impl CommitCtx {
             kind,
             &self.resource_key,
             self.turn_id.as_deref(),
-            "verified",
+            CommentStatus::Verified,
             self.reply_comment,
             self.by_fallback.then_some(self.mcp_reason.as_str()),
         )?;

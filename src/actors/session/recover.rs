@@ -5,6 +5,7 @@
 use super::decide::{Event, Finding};
 use super::pass::{Pass, PassError};
 use crate::agent::TurnLookup;
+use crate::domain::OperationId;
 use crate::store::audit::{self, Audit};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,12 @@ impl Pass {
             match self
                 .deps
                 .runtime
-                .lookup_turn(&thread, &self.operation_id)
+                // Without an operation nothing of this task can be in the
+                // history: the empty id finds nothing.
+                .lookup_turn(
+                    &thread,
+                    self.operation_id.as_ref().map_or("", OperationId::as_str),
+                )
                 .await
             {
                 Ok(TurnLookup::Running { turn_id }) if Instant::now() < deadline => {

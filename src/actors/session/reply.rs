@@ -7,6 +7,7 @@ use super::decide::{Event, FallbackOutcome, Start, Verdict};
 use super::pass::{fallback_status, Pass, PassError};
 use super::prompt::{reply_retry_prompt, strip_markers};
 use crate::agent::{AgentError, ThreadRequest, TurnRequest};
+use crate::domain::states::{CommentKind, CommentStatus};
 use crate::forge::{ReplyCheck, ReplyQuery};
 use crate::gitea::reply::reply_marker;
 use crate::store::audit::{self, Audit};
@@ -22,15 +23,15 @@ impl Pass {
             .read(move |c| {
                 Ok((
                     scheduling::original_final_text(c, &id)?,
-                    comments::find(c, &format!("{id}:rest_fallback"))?,
-                    comments::find(c, &format!("{id}:reply"))?,
+                    comments::find(c, &comments::reply_key(&id, CommentKind::RestFallback))?,
+                    comments::find(c, &comments::reply_key(&id, CommentKind::Reply))?,
                 ))
             })
             .await?;
         // What a reply publishes is the task's own turn's final text.
         let text = original.or(self.turn.final_text.clone());
         self.snap.final_text = text.is_some();
-        self.snap.fallback = fallback.as_ref().and_then(|f| fallback_status(&f.status));
+        self.snap.fallback = fallback.as_ref().and_then(|f| fallback_status(f.status));
         self.mcp_reason = reply
             .as_ref()
             .and_then(|r| r.last_error.clone())
@@ -123,7 +124,7 @@ impl Pass {
             self.detail = Some("the reply-retry turn has no thread or workspace to run in".into());
             return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
         };
-        let marker = reply_marker(&self.task.task_id, &entry.operation_id);
+        let marker = reply_marker(&self.task.task_id, entry.operation_id.as_str());
         self.turn.thread_id = Some(thread.clone());
         // The thread may not be loaded in this app-server (a restart since the
         // task's turn): it is opened with the repository's policy as it is now.
@@ -149,7 +150,7 @@ impl Pass {
             .runtime
             .start_turn(TurnRequest {
                 thread_id: thread,
-                operation_id: self.operation_id.clone(),
+                operation_id: entry.operation_id.reply_retry(),
                 text: reply_retry_prompt(&self.task, &text, &marker),
                 cwd,
             })
@@ -174,21 +175,26 @@ impl Pass {
         let operation = self
             .entry
             .as_ref()
-            .map(|e| e.operation_id.clone())
+            .map(|e| e.operation_id.to_string())
             .unwrap_or_default();
         let body = format!(
             "{}\n\n{}",
             strip_markers(&text),
             reply_marker(&self.task.task_id, &operation)
         );
-        self.record_fallback("posting", "reply.rest_fallback.intent", None, None)
-            .await?;
+        self.record_fallback(
+            CommentStatus::Posting,
+            "reply.rest_fallback.intent",
+            None,
+            None,
+        )
+        .await?;
         self.snap.fallback = Some(super::decide::Fallback::Posting);
         let resource = self.task.resource_key.clone();
         match self.deps.verifier.post_reply(resource.clone(), body).await {
             Ok(comment_id) => {
                 self.record_fallback(
-                    "posted",
+                    CommentStatus::Posted,
                     "reply.rest_fallback.posted",
                     Some(comment_id),
                     None,
@@ -220,7 +226,7 @@ impl Pass {
             }
             Err(e) => {
                 self.record_fallback(
-                    "failed",
+                    CommentStatus::Failed,
                     "reply.rest_fallback.failed",
                     None,
                     Some(e.clone()),
@@ -237,7 +243,7 @@ impl Pass {
     /// intent is written before the post: if it cannot be, nothing is posted.
     async fn record_fallback(
         &self,
-        status: &'static str,
+        status: CommentStatus,
         action: &'static str,
         comment: Option<i64>,
         error: Option<String>,
@@ -254,7 +260,7 @@ impl Pass {
                 comments::record_reply(
                     c,
                     &id,
-                    "rest_fallback",
+                    CommentKind::RestFallback,
                     &res,
                     None,
                     status,

@@ -7,7 +7,8 @@ use super::decide::{Event, Start, Stop, TurnEnd};
 use super::pass::{Pass, PassError, PendingApproval, Turn};
 use super::prompt::turn_prompt;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
-use crate::gitea::reply::{comment_call, has_reply_marker, parse_resource_key};
+use crate::domain::states::{CommentKind, CommentStatus};
+use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
 use crate::store::{ledger, scheduling, StoreError};
 use futures_util::StreamExt;
@@ -183,13 +184,16 @@ impl Pass {
                 TurnEvent::Delivered { seq, client_id } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
                     let (tu, op) = (turn_id.to_owned(), self.operation_id.clone());
-                    let ours = client_id.as_deref() == Some(op.as_str());
+                    let ours = op
+                        .as_ref()
+                        .filter(|op| client_id.as_deref() == Some(op.as_str()))
+                        .cloned();
                     self.deps
                         .store
                         .write(move |c| {
                             ledger::record_event(c, &tu, seq, "userMessage")?;
-                            if ours {
-                                ledger::sent(c, &op, Some(&tu))?;
+                            if let Some(op) = &ours {
+                                ledger::sent(c, op, Some(&tu))?;
                             }
                             Ok(())
                         })
@@ -300,9 +304,9 @@ impl Pass {
         );
         let event = format!("mcpToolCall:{phase}");
         let meta = comment.as_ref().map(|c| {
-            let here = parse_resource_key(&resource).is_some_and(|(o, r, n)| {
-                o.eq_ignore_ascii_case(&c.owner) && r.eq_ignore_ascii_case(&c.repo) && n == c.number
-            });
+            let here = resource.repo().owner().eq_ignore_ascii_case(&c.owner)
+                && resource.repo().name().eq_ignore_ascii_case(&c.repo)
+                && resource.number() == c.number;
             serde_json::json!({
                 "server": server,
                 "tool": tool,
@@ -325,14 +329,14 @@ impl Pass {
                     return Ok(());
                 };
                 let reply_status = match (phase.as_str(), failed) {
-                    ("started", _) => "mcp_started",
-                    (_, true) => "mcp_failed",
-                    _ => "mcp_completed",
+                    ("started", _) => CommentStatus::McpStarted,
+                    (_, true) => CommentStatus::McpFailed,
+                    _ => CommentStatus::McpCompleted,
                 };
                 crate::store::comments::record_reply(
                     c,
                     &task_id,
-                    "reply",
+                    CommentKind::Reply,
                     &resource,
                     Some(&tu),
                     reply_status,

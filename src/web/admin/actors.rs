@@ -5,6 +5,7 @@ use super::ControlBody;
 use crate::actors::health::RegistryHealth;
 use crate::actors::registry::{AbortTask, Notify, Snapshot};
 use crate::app::AppState;
+use crate::domain::RepoKey;
 use crate::error::ApiError;
 use crate::store::audit::AuditView;
 use crate::store::control;
@@ -49,10 +50,10 @@ fn decode_key(raw: &str) -> String {
         .replace("%3a", ":")
 }
 
-fn notify(state: &AppState, repo_key: &str) {
+fn notify(state: &AppState, repo_key: &RepoKey) {
     if let Some(registry) = &state.registry {
         registry.do_send(Notify {
-            repo_key: repo_key.to_owned(),
+            repo_key: repo_key.clone(),
         });
     }
 }
@@ -64,7 +65,8 @@ async fn set_repo(
     enabled: bool,
 ) -> Result<HttpResponse, ApiError> {
     let req = body.into_request()?;
-    let repo_key = decode_key(&key);
+    let repo_key = RepoKey::parse(&decode_key(&key))
+        .map_err(|e| ApiError::bad_request("invalid_repo_key", e.to_string()))?;
     let k = repo_key.clone();
     let event = state
         .store

@@ -1,0 +1,451 @@
+//! The keys that name what the bridge works on. Each is parsed once, where it
+//! enters (a webhook, a query string, a column), so no caller takes a key
+//! apart by hand.
+//!
+//! Gitea compares owner and repository names without regard to case (`ACME`
+//! and `acme` are one account), so the keys fold them to lower case: two
+//! spellings of one repository share its lease, queue and sessions. The name
+//! as Gitea displays it is kept in the repository's row.
+
+use super::sql::text_column;
+use diesel::sql_types::Text;
+use diesel::{AsExpression, FromSqlRow};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Why a key could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {text:?} is not valid: {why}")]
+pub struct KeyError {
+    what: &'static str,
+    text: String,
+    why: &'static str,
+}
+
+fn key_error(what: &'static str, text: &str, why: &'static str) -> KeyError {
+    // A key never holds a secret, but a caller may hand over anything: keep
+    // the message short.
+    let text: String = text.chars().take(200).collect();
+    KeyError { what, text, why }
+}
+
+/// A name as Gitea allows it for an owner or a repository.
+pub fn is_gitea_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 100
+        && s != "."
+        && s != ".."
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+/// An instance id as the configuration allows it (it is part of every key).
+pub fn is_instance_id(s: &str) -> bool {
+    s.len() <= 64
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
+/// `<instance>:<owner>/<name>`, owner and name folded to lower case: the unit
+/// of mutual exclusion (one lease, one queue, one clone per key).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+pub struct RepoKey {
+    text: String,
+    /// Where the `:` after the instance id is.
+    colon: usize,
+    /// Where the `/` between owner and name is.
+    slash: usize,
+}
+
+impl RepoKey {
+    /// The key of `owner/name` on this instance. The names must be Gitea
+    /// names (the webhook checks them before any key is made).
+    pub fn new(instance: &str, owner: &str, name: &str) -> Result<RepoKey, KeyError> {
+        RepoKey::parse(&format!("{instance}:{owner}/{name}"))
+    }
+
+    pub fn parse(text: &str) -> Result<RepoKey, KeyError> {
+        const WHAT: &str = "the repository key";
+        let (instance, path) = text
+            .split_once(':')
+            .ok_or_else(|| key_error(WHAT, text, "expected <instance>:<owner>/<name>"))?;
+        let (owner, name) = path
+            .split_once('/')
+            .ok_or_else(|| key_error(WHAT, text, "expected <instance>:<owner>/<name>"))?;
+        if !is_instance_id(instance) {
+            return Err(key_error(WHAT, text, "the instance id is not valid"));
+        }
+        if !is_gitea_name(owner) || !is_gitea_name(name) {
+            return Err(key_error(
+                WHAT,
+                text,
+                "owner and name use only letters, digits, '-', '_' and '.'",
+            ));
+        }
+        Ok(RepoKey {
+            colon: instance.len(),
+            slash: instance.len() + 1 + owner.len(),
+            text: text.to_ascii_lowercase(),
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.text[..self.colon]
+    }
+
+    /// The owner, folded to lower case.
+    pub fn owner(&self) -> &str {
+        &self.text[self.colon + 1..self.slash]
+    }
+
+    /// The repository's name, folded to lower case.
+    pub fn name(&self) -> &str {
+        &self.text[self.slash + 1..]
+    }
+}
+
+/// Whether an event is about an Issue or a Pull Request.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    AsExpression,
+    FromSqlRow,
+)]
+#[diesel(sql_type = Text)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceKind {
+    Issue,
+    Pull,
+}
+
+impl ResourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Issue => "issue",
+            ResourceKind::Pull => "pull",
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ResourceKind, KeyError> {
+        match text {
+            "issue" => Ok(ResourceKind::Issue),
+            "pull" => Ok(ResourceKind::Pull),
+            _ => Err(key_error(
+                "the resource kind",
+                text,
+                "expected issue or pull",
+            )),
+        }
+    }
+}
+
+/// `<repoKey>:<issue|pull>:<number>`: one Issue or Pull Request, and so one
+/// session and one Codex thread.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+#[diesel(sql_type = Text)]
+pub struct ResourceKey {
+    text: String,
+    repo: RepoKey,
+    kind: ResourceKind,
+    number: i64,
+}
+
+impl ResourceKey {
+    pub fn new(repo: RepoKey, kind: ResourceKind, number: i64) -> ResourceKey {
+        ResourceKey {
+            text: format!("{}:{}:{number}", repo.as_str(), kind.as_str()),
+            repo,
+            kind,
+            number,
+        }
+    }
+
+    pub fn parse(text: &str) -> Result<ResourceKey, KeyError> {
+        const WHAT: &str = "the resource key";
+        let mut parts = text.rsplitn(3, ':');
+        let (Some(number), Some(kind), Some(repo)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(key_error(
+                WHAT,
+                text,
+                "expected <instance>:<owner>/<name>:<issue|pull>:<number>",
+            ));
+        };
+        let number = number
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| key_error(WHAT, text, "the number is not a positive integer"))?;
+        Ok(ResourceKey::new(
+            RepoKey::parse(repo)?,
+            ResourceKind::parse(kind)?,
+            number,
+        ))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn repo(&self) -> &RepoKey {
+        &self.repo
+    }
+
+    pub fn kind(&self) -> ResourceKind {
+        self.kind
+    }
+
+    pub fn is_pull(&self) -> bool {
+        self.kind == ResourceKind::Pull
+    }
+
+    /// The Issue's or Pull Request's number in its repository.
+    pub fn number(&self) -> i64 {
+        self.number
+    }
+}
+
+/// Keys made by the bridge: a fixed prefix and the 32 hex digits of a
+/// time-ordered UUID (v7).
+macro_rules! minted_id {
+    ($(#[$doc:meta])* $ty:ident, $prefix:literal, $what:literal, $suffixes:expr) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+        #[diesel(sql_type = Text)]
+        pub struct $ty(String);
+
+        impl $ty {
+            /// A new id. Time order keeps the rows keyed by it appending to
+            /// their indexes instead of dirtying a random page per insert.
+            pub fn mint() -> $ty {
+                $ty(format!(concat!($prefix, "{}"), uuid::Uuid::now_v7().simple()))
+            }
+
+            pub fn parse(text: &str) -> Result<$ty, KeyError> {
+                let hex = text
+                    .strip_prefix($prefix)
+                    .ok_or_else(|| key_error($what, text, concat!("expected ", $prefix, "<32 hex digits>")))?;
+                let suffix = hex.get(32..).unwrap_or_default();
+                let hex = hex.get(..32).unwrap_or_default();
+                let suffix_ok = suffix.is_empty() || $suffixes.contains(&suffix);
+                if suffix_ok && hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                    Ok($ty(text.to_owned()))
+                } else {
+                    Err(key_error($what, text, concat!("expected ", $prefix, "<32 lower-case hex digits>")))
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+minted_id!(
+    /// `task-<32 hex>`: one task per triggering comment.
+    TaskId,
+    "task-",
+    "the task id",
+    NO_SUFFIX
+);
+minted_id!(
+    /// `op-<32 hex>`: the idempotency key of one message to the agent, sent
+    /// along with the turn so the thread's history can say whether it arrived.
+    OperationId,
+    "op-",
+    "the operation id",
+    [REPLY_RETRY]
+);
+
+const NO_SUFFIX: [&str; 0] = [];
+const REPLY_RETRY: &str = "-reply-retry";
+
+impl OperationId {
+    /// The operation of the one turn that asks the agent again for a reply
+    /// that did not land: derived from the task's operation, so a restart
+    /// finds it in the ledger instead of sending it twice.
+    pub fn reply_retry(&self) -> OperationId {
+        match self.0.strip_suffix(REPLY_RETRY) {
+            Some(_) => self.clone(),
+            None => OperationId(format!("{}{REPLY_RETRY}", self.0)),
+        }
+    }
+}
+
+/// What every key shares: its text on the wire and in columns, and serde and
+/// comparison by that text.
+macro_rules! key_text {
+    ($($ty:ty),*) => {$(
+        text_column!($ty);
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(self.as_str(), f)
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = KeyError;
+            fn from_str(text: &str) -> Result<Self, KeyError> {
+                <$ty>::parse(text)
+            }
+        }
+
+        impl AsRef<str> for $ty {
+            fn as_ref(&self) -> &str {
+                self.as_str()
+            }
+        }
+
+        impl PartialEq<str> for $ty {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl PartialEq<&str> for $ty {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl PartialEq<String> for $ty {
+            fn eq(&self, other: &String) -> bool {
+                self.as_str() == other
+            }
+        }
+
+        impl Serialize for $ty {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                <$ty>::parse(&text).map_err(serde::de::Error::custom)
+            }
+        }
+    )*};
+}
+
+key_text!(RepoKey, ResourceKey, TaskId, OperationId);
+text_column!(ResourceKind);
+
+impl fmt::Display for ResourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_repository_key_folds_case_and_names_its_parts() {
+        let key = RepoKey::parse("default:ACME/Widgets.rs").unwrap();
+        assert_eq!(key.as_str(), "default:acme/widgets.rs");
+        assert_eq!(key.instance(), "default");
+        assert_eq!(key.owner(), "acme");
+        assert_eq!(key.name(), "widgets.rs");
+        assert_eq!(key, RepoKey::new("default", "acme", "WIDGETS.rs").unwrap());
+    }
+
+    #[test]
+    fn keys_refuse_path_tricks_and_malformed_text() {
+        for bad in [
+            "default:acme",
+            "default:acme/..",
+            "default:../widgets",
+            "default:acme/wid/gets",
+            "Default:acme/widgets",
+            ":acme/widgets",
+            "default:acme/wid gets",
+        ] {
+            assert!(RepoKey::parse(bad).is_err(), "{bad}");
+        }
+        for bad in [
+            "default:acme/widgets:issue:0",
+            "default:acme/widgets:issue:-3",
+            "default:acme/widgets:merge:3",
+            "default:acme/widgets:issue:x",
+            "default:acme/widgets:3",
+            "acme/widgets:pull:3",
+        ] {
+            assert!(ResourceKey::parse(bad).is_err(), "{bad}");
+        }
+        assert!(TaskId::parse("task-0123").is_err());
+        assert!(TaskId::parse("op-0190a2b4c5d6e7f8a9b0c1d2e3f4a5b6").is_err());
+        assert!(OperationId::parse("op-0190A2B4C5D6E7F8A9B0C1D2E3F4A5B6").is_err());
+    }
+
+    #[test]
+    fn a_resource_key_names_its_repository_kind_and_number() {
+        let key = ResourceKey::parse("default:Acme/widgets:pull:23").unwrap();
+        assert_eq!(key.as_str(), "default:acme/widgets:pull:23");
+        assert_eq!(key.repo().as_str(), "default:acme/widgets");
+        assert!(key.is_pull());
+        assert_eq!(key.number(), 23);
+    }
+
+    #[test]
+    fn minted_ids_parse_back() {
+        let task = TaskId::mint();
+        assert_eq!(TaskId::parse(task.as_str()).unwrap(), task);
+        let op = OperationId::mint();
+        assert_eq!(OperationId::parse(op.as_str()).unwrap(), op);
+        let retry = op.reply_retry();
+        assert_eq!(OperationId::parse(retry.as_str()).unwrap(), retry);
+        assert_ne!(retry, op);
+        assert!(TaskId::parse(&format!("{}-reply-retry", TaskId::mint())).is_err());
+        assert!(TaskId::mint() > task, "ids are time-ordered");
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        "[A-Za-z0-9_][A-Za-z0-9._-]{0,20}".prop_filter("not a dot path", |s| s != "." && s != "..")
+    }
+
+    proptest! {
+        /// Any two spellings of one repository that differ in case are one
+        /// key, and a key's text parses back to the same key.
+        #[test]
+        fn keys_round_trip_and_fold_case(owner in name(), repo in name(), number in 1i64..1_000_000, pull: bool) {
+            let key = RepoKey::new("default", &owner, &repo).unwrap();
+            prop_assert_eq!(&RepoKey::new("default", &owner.to_uppercase(), &repo.to_lowercase()).unwrap(), &key);
+            prop_assert_eq!(&RepoKey::parse(key.as_str()).unwrap(), &key);
+            let kind = if pull { ResourceKind::Pull } else { ResourceKind::Issue };
+            let resource = ResourceKey::new(key.clone(), kind, number);
+            let again = ResourceKey::parse(resource.as_str()).unwrap();
+            prop_assert_eq!(again.repo(), &key);
+            prop_assert_eq!(again.kind(), kind);
+            prop_assert_eq!(again.number(), number);
+            prop_assert_eq!(again, resource);
+        }
+    }
+}

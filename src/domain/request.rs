@@ -1,0 +1,94 @@
+//! What the webhook hands to the store: a verified delivery, normalised into
+//! the repository, the Issue/PR and what the event means.
+
+use super::keys::{KeyError, RepoKey, ResourceKey, ResourceKind};
+
+/// A repository as the webhook names it. The key folds case; `owner` and
+/// `name` keep the spelling Gitea displays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoRef {
+    pub key: RepoKey,
+    pub owner: String,
+    pub name: String,
+    pub clone_url: Option<String>,
+    pub default_branch: Option<String>,
+}
+
+impl RepoRef {
+    /// Refuses names Gitea would not allow, so no path trick reaches a key.
+    pub fn new(instance_id: &str, owner: &str, name: &str) -> Result<RepoRef, KeyError> {
+        Ok(RepoRef {
+            key: RepoKey::new(instance_id, owner, name)?,
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+            clone_url: None,
+            default_branch: None,
+        })
+    }
+
+    /// `<instance>:<owner>/<repo>`, the unit of mutual exclusion.
+    pub fn repo_key(&self) -> &RepoKey {
+        &self.key
+    }
+}
+
+/// The Issue/PR (and comment) an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub repo: RepoRef,
+    pub kind: ResourceKind,
+    pub number: i64,
+    pub comment_id: Option<i64>,
+    /// Who wrote the triggering text.
+    pub author: String,
+    pub head_ref: Option<String>,
+    pub base_ref: Option<String>,
+}
+
+impl Subject {
+    /// `<repoKey>:<issue|pull>:<number>`: one Codex thread per resource.
+    pub fn resource_key(&self) -> ResourceKey {
+        ResourceKey::new(self.repo.key.clone(), self.kind, self.number)
+    }
+}
+
+/// What the webhook decided the event means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Intent {
+    /// Nothing to do (no mention, the bot's own comment, another event type...).
+    Ignore { reason: &'static str },
+    /// A new instruction for the agent.
+    Trigger {
+        /// One task per triggering comment or review, ever.
+        trigger_key: String,
+        text: String,
+        /// When the comment was written, as Gitea says (part of the fingerprint).
+        written_at: String,
+    },
+    /// A comment was edited. A task is created only if the edit added the first
+    /// mention to a comment that has none; otherwise it is recorded and linked.
+    Edit {
+        trigger_key: String,
+        text: String,
+        written_at: String,
+        mention_added: bool,
+    },
+    /// A comment was deleted: recorded and linked to its task, if any.
+    Delete { trigger_key: String },
+}
+
+/// One verified webhook request, normalised.
+#[derive(Debug, Clone)]
+pub struct IngestRequest {
+    pub delivery_key: String,
+    pub delivery_id: String,
+    pub event_type: String,
+    pub action: Option<String>,
+    pub payload_hash: String,
+    /// comment id + action + updated_at: Gitea's replay sends the same bytes
+    /// under a new delivery id, and this finds the original.
+    pub content_key: Option<String>,
+    pub sender: Option<String>,
+    pub subject: Option<Subject>,
+    pub intent: Intent,
+}

@@ -1,0 +1,146 @@
+//! The states and modes stored in columns besides a task's own state (which
+//! is the lifecycle's): each is an enum whose text is what the column and the
+//! admin API hold.
+
+use super::sql::text_column;
+use diesel::sql_types::Text;
+use diesel::{AsExpression, FromSqlRow};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A column value the enum does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not a {what}")]
+pub struct UnknownValue {
+    what: &'static str,
+    text: String,
+}
+
+/// An enum stored as text: `as_str`, `parse`, `ALL`, Display, serde and the
+/// column mapping, from one list of (variant, text) pairs.
+macro_rules! text_enum {
+    ($(#[$doc:meta])* $ty:ident, $what:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow, Serialize, Deserialize)]
+        #[diesel(sql_type = Text)]
+        pub enum $ty {
+            $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
+        }
+
+        impl $ty {
+            pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($ty::$variant => $text),+
+                }
+            }
+
+            pub fn parse(text: &str) -> Result<$ty, UnknownValue> {
+                match text {
+                    $($text => Ok($ty::$variant),)+
+                    _ => Err(UnknownValue { what: $what, text: text.chars().take(100).collect() }),
+                }
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = UnknownValue;
+            fn from_str(text: &str) -> Result<$ty, UnknownValue> {
+                <$ty>::parse(text)
+            }
+        }
+
+        text_column!($ty);
+    };
+}
+
+text_enum!(
+    /// Whether a repository takes new work.
+    RepoStatus, "repository status" {
+        Active = "active",
+        /// Webhooks for it are refused (an operator's control).
+        Disabled = "disabled",
+        Blocked = "blocked",
+    }
+);
+
+text_enum!(
+    /// How a comment's message reaches the agent.
+    SendMode, "send mode" {
+        /// Queued behind the session's running turn; starts the next turn.
+        Enqueue = "enqueue",
+    }
+);
+
+text_enum!(
+    /// Where an outbox entry is on its way to the agent.
+    OutboxStatus, "outbox status" {
+        Queued = "queued",
+        /// Handed to a turn; the ledger knows whether the agent accepted it.
+        Sending = "sending",
+    }
+);
+
+text_enum!(
+    /// What a comment row is about.
+    CommentKind, "comment kind" {
+        /// A status receipt on the triggering comment's thread.
+        Receipt = "receipt",
+        /// The agent's answer, posted by the agent through gitea-mcp.
+        Reply = "reply",
+        /// The bridge's one REST post of the answer when the agent's is missing.
+        RestFallback = "rest_fallback",
+    }
+);
+
+text_enum!(
+    /// Where a comment row is on its way into Gitea.
+    CommentStatus, "comment status" {
+        Pending = "pending",
+        /// Being posted: a crash here leaves it uncertain, and the worker
+        /// looks for it in Gitea before posting again.
+        Posting = "posting",
+        Posted = "posted",
+        /// Found in Gitea by the reply check.
+        Verified = "verified",
+        /// Not posted on purpose (nothing to say, or said already).
+        Skipped = "skipped",
+        Failed = "failed",
+        /// The agent's gitea-mcp call that posts the answer, as it was seen.
+        McpStarted = "mcp_started",
+        McpCompleted = "mcp_completed",
+        McpFailed = "mcp_failed",
+    }
+);
+
+impl CommentStatus {
+    /// Rows the receipts worker still has to finish.
+    pub const OPEN: [CommentStatus; 2] = [CommentStatus::Pending, CommentStatus::Posting];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_value_parses_back_from_its_text() {
+        for s in CommentStatus::ALL {
+            assert_eq!(CommentStatus::parse(s.as_str()), Ok(*s));
+        }
+        for k in CommentKind::ALL {
+            assert_eq!(CommentKind::parse(k.as_str()), Ok(*k));
+        }
+        assert!(OutboxStatus::parse("Queued").is_err());
+        assert_eq!(
+            serde_json::to_string(&CommentKind::RestFallback).unwrap(),
+            "\"rest_fallback\""
+        );
+    }
+}
