@@ -2,3 +2,5 @@
 //! tasks and operations, the states and modes stored in columns, and the
 //! requests the webhook hands to the store. Nothing here does I/O or imports a
 //! module above it; `store/` maps these types to columns.
+
+pub mod policy;
