@@ -9,6 +9,7 @@ use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
 use codex_bridge::codex::runtime::CodexAgent;
+use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::path::Path;
 use std::time::Duration;
@@ -33,15 +34,15 @@ fn runtime(home: &CodexHome, work: &Path) -> CodexAgent {
 fn thread_request(
     thread_id: Option<String>,
     cwd: &Path,
-    policy: &str,
-    sandbox: &str,
+    policy: ApprovalPolicy,
+    sandbox: Sandbox,
 ) -> ThreadRequest {
     ThreadRequest {
         session_key: "default:acme/widgets:issue:1".into(),
         thread_id,
         cwd: cwd.into(),
-        approval_policy: policy.into(),
-        sandbox: sandbox.into(),
+        approval_policy: policy,
+        sandbox,
     }
 }
 
@@ -97,8 +98,8 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
         .ensure_thread(thread_request(
             None,
             work.path(),
-            "never",
-            "danger-full-access",
+            ApprovalPolicy::Never,
+            Sandbox::DangerFullAccess,
         ))
         .await
         .unwrap();
@@ -114,8 +115,8 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
         .ensure_thread(thread_request(
             Some(thread.clone()),
             work.path(),
-            "untrusted",
-            "read-only",
+            ApprovalPolicy::Untrusted,
+            Sandbox::ReadOnly,
         ))
         .await
         .unwrap();
@@ -157,8 +158,8 @@ async fn a_turn_on_a_thread_not_loaded_resumes_it_with_the_gitea_tools() {
         .ensure_thread(thread_request(
             None,
             work.path(),
-            "untrusted",
-            "workspace-write",
+            ApprovalPolicy::Untrusted,
+            Sandbox::WorkspaceWrite,
         ))
         .await
         .unwrap();

@@ -7,6 +7,7 @@ use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
 use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::time::Duration;
 
@@ -56,8 +57,8 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -109,8 +110,8 @@ async fn a_failed_model_call_fails_the_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -138,8 +139,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -152,8 +153,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: "s".into(),
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -191,8 +192,8 @@ async fn an_interrupt_ends_a_hanging_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -228,8 +229,8 @@ async fn steering_reaches_only_the_expected_active_turn() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -286,8 +287,8 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "untrusted".into(),
-            sandbox: "workspace-write".into(),
+            approval_policy: ApprovalPolicy::Untrusted,
+            sandbox: Sandbox::WorkspaceWrite,
         })
         .await
         .unwrap();
@@ -397,8 +398,8 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::DangerFullAccess,
         })
         .await
         .unwrap();
@@ -440,8 +441,8 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
             session_key: "s".into(),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::DangerFullAccess,
         })
         .await
         .unwrap_err();
@@ -485,8 +486,8 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             session_key: "s".into(),
             thread_id: None,
             cwd: dir.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();

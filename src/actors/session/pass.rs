@@ -15,7 +15,7 @@ use super::prompt::reply_retry_operation;
 use super::Signals;
 use crate::actors::Deps;
 use crate::agent::TurnEvent;
-use crate::config::RepoPolicy;
+use crate::domain::policy::RepoPolicy;
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
