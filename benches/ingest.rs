@@ -1661,7 +1661,7 @@ fn postgres_note(url: &str) -> String {
 fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
     use codex_bridge::config::{env_name, Config};
     use codex_bridge::domain::IngestRequest;
-    use codex_bridge::store::Store;
+    use codex_bridge::store::{Store, StoreSettings};
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
     let env = BTreeMap::from([(
         env_name("database_url"),
@@ -1669,7 +1669,7 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
     )]);
     let config = Config::from_sources(None, &env)
         .map_err(|e| anyhow::anyhow!("the default configuration: {e}"))?;
-    let store = Store::open(&config.store_settings())
+    let store = Store::open(&StoreSettings::from_config(&config))
         .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
     // Like the server scenarios' deliveries: a random delivery id (as Gitea's),
     // comment ids in order, 50 repositories × 40 Issues.

@@ -174,7 +174,7 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
     let mut settings = ActorSettings::new("default");
     settings.sweep = Duration::from_millis(200);
     settings.session_idle = Duration::from_secs(3600);
-    settings.sandbox = "read-only".into();
+    settings.sandbox = codex_bridge::domain::policy::Sandbox::ReadOnly;
     let deps = Arc::new(Deps {
         store: store.clone(),
         runtime: Arc::new(codex.clone()),

@@ -94,7 +94,7 @@ fn start_actors(
                 Some(client) => Arc::new(crate::gitea::GiteaForge::new(
                     client,
                     &config.bot_login,
-                    config.trigger_policy.clone(),
+                    crate::gitea::TriggerPolicy::from_config(config),
                 )),
                 // The scheduler holds every task (see `hold` below), and says why.
                 None => Arc::new(crate::gitea::ForgeNotConfigured {
@@ -135,12 +135,12 @@ fn start_actors(
             client,
             forge: verifier.clone(),
             bot_login: config.bot_login.clone(),
-            mode: config.receipt_mode,
+            mode: config.receipt_mode.into(),
             safety_interval: crate::gitea::receipts::ReceiptWorker::SAFETY_INTERVAL,
         };
         actix::spawn(worker.run());
     }
-    let mut settings = config.actor_settings();
+    let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
     let deps = Arc::new(Deps {
         store: store.clone(),
@@ -163,7 +163,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
              (set them in the config to choose your own)"
         );
     }
-    let settings = config.store_settings();
+    let settings = crate::store::StoreSettings::from_config(&config);
     let store = tokio::task::spawn_blocking(move || Store::open(&settings))
         .await
         .context("opening the store")??;

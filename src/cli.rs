@@ -1,13 +1,12 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`.
 
-use crate::config::Config;
+use crate::config::{Config, DatabaseUrl};
 use crate::lifecycle::TaskState;
 use crate::store::tasks::{self, TaskFilter, Verdict};
 use crate::store::{self, ConnSettings, DbConn, StoreError};
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(name = "codex-bridge", version, about = "Turns Gitea comments into Codex work.", long_about = None)]
@@ -116,7 +115,7 @@ pub struct ReconcileArgs {
 /// Opens a direct connection for a one-off command, refusing a database whose
 /// schema is behind this binary.
 fn connect(config: &Config) -> anyhow::Result<DbConn> {
-    if let store::DbUrl::Sqlite(path) = &config.database_url {
+    if let DatabaseUrl::Sqlite(path) = &config.database_url {
         if !path.exists() {
             bail!(
                 "the database {} does not exist: run `codex-bridge migrate` (or start the server) first, \
@@ -125,12 +124,8 @@ fn connect(config: &Config) -> anyhow::Result<DbConn> {
             );
         }
     }
-    let mut conn = DbConn::establish(&ConnSettings {
-        url: config.database_url.clone(),
-        sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
-        read_only: false,
-    })
-    .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
+    let mut conn = DbConn::establish(&ConnSettings::from_config(config))
+        .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
     let pending = match &mut conn {
         DbConn::Sqlite(c) => {
             diesel_migrations::MigrationHarness::has_pending_migration(c, store::SQLITE_MIGRATIONS)
@@ -148,18 +143,14 @@ fn connect(config: &Config) -> anyhow::Result<DbConn> {
 }
 
 pub fn migrate(config: &Config) -> anyhow::Result<()> {
-    if let store::DbUrl::Sqlite(path) = &config.database_url {
+    if let DatabaseUrl::Sqlite(path) = &config.database_url {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("cannot create {}", parent.display()))?;
         }
     }
-    let mut conn = DbConn::establish(&ConnSettings {
-        url: config.database_url.clone(),
-        sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
-        read_only: false,
-    })
-    .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
+    let mut conn = DbConn::establish(&ConnSettings::from_config(config))
+        .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
     let applied = store::run_migrations(&mut conn)?;
     if applied.is_empty() {
         println!("database {} is up to date", config.database_url.redacted());

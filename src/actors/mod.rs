@@ -15,7 +15,8 @@ pub mod timing;
 mod workspaces;
 
 use crate::agent::Agent;
-use crate::config::RepoPolicy;
+use crate::config::Config;
+use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use crate::forge::Forge;
 use crate::store::Store;
 use std::collections::BTreeMap;
@@ -48,9 +49,9 @@ pub struct ActorSettings {
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
-    pub approval_policy: String,
+    pub approval_policy: ApprovalPolicy,
     /// The thread's sandbox where no repository override says otherwise.
-    pub sandbox: String,
+    pub sandbox: Sandbox,
     /// Per-repository policies by lower-case `owner/name` (config `repositories`).
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
     /// The bot's Gitea login (named in the turn's prompt).
@@ -81,8 +82,8 @@ impl ActorSettings {
             turn_timeout: Duration::from_secs(1800),
             interrupt_grace: Duration::from_secs(15),
             approval_timeout: Duration::from_secs(600),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::DangerFullAccess,
             repositories: Arc::new(BTreeMap::new()),
             bot_login: "codex-bot".into(),
             hold: Vec::new(),
@@ -92,14 +93,30 @@ impl ActorSettings {
     /// How Codex works in `owner/name`: its override, else the defaults.
     pub fn policy_for(&self, owner: &str, name: &str) -> RepoPolicy {
         let key = format!("{owner}/{name}").to_ascii_lowercase();
-        self.repositories
-            .get(&key)
-            .cloned()
-            .unwrap_or_else(|| RepoPolicy {
-                approval_policy: self.approval_policy.clone(),
-                sandbox: self.sandbox.clone(),
-                turn_timeout: self.turn_timeout,
-            })
+        self.repositories.get(&key).cloned().unwrap_or(RepoPolicy {
+            approval_policy: self.approval_policy,
+            sandbox: self.sandbox,
+            turn_timeout: self.turn_timeout,
+        })
+    }
+
+    /// The configured timings, identity and thread policies (`hold` is left
+    /// empty: readiness decides it).
+    pub fn from_config(config: &Config) -> Self {
+        let mut s = ActorSettings::new(&config.instance_id);
+        s.lease_ttl = Duration::from_secs(config.lease_ttl_secs);
+        s.heartbeat = Duration::from_secs(config.lease_heartbeat_secs);
+        s.session_idle = Duration::from_secs(config.session_idle_secs);
+        s.retry_backoff = Duration::from_secs(config.retry_backoff_secs);
+        s.max_attempts = config.max_attempts;
+        s.sweep = Duration::from_millis(config.scheduler_sweep_ms);
+        s.approval_timeout = Duration::from_secs(config.approval_timeout_secs);
+        s.turn_timeout = config.default_policy.turn_timeout;
+        s.approval_policy = config.default_policy.approval_policy;
+        s.sandbox = config.default_policy.sandbox;
+        s.repositories = Arc::new(config.repositories.clone());
+        s.bot_login = config.bot_login.clone();
+        s
     }
 }
 
@@ -177,4 +194,35 @@ pub(crate) async fn catch_panic<T>(fut: impl std::future::Future<Output = T>) ->
                 .or_else(|| p.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".into())
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repositories_get_their_override_and_the_rest_the_configured_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "sandbox = \"workspace-write\"\nturn_timeout_secs = 100\napproval_timeout_secs = 9\n\
+             scheduler_sweep_ms = 150\n[repositories.\"Acme/Payments\"]\n\
+             approval_policy = \"untrusted\"\nturn_timeout_secs = 7\n",
+        )
+        .unwrap();
+        let config = Config::from_sources(Some(&path), &Default::default()).unwrap();
+        let s = ActorSettings::from_config(&config);
+        assert_eq!(s.sweep, Duration::from_millis(150));
+        assert_eq!(s.approval_timeout, Duration::from_secs(9));
+        // Matched case-insensitively, as Gitea matches names.
+        let strict = s.policy_for("ACME", "payments");
+        assert_eq!(strict.approval_policy, ApprovalPolicy::Untrusted);
+        assert_eq!(strict.sandbox, Sandbox::WorkspaceWrite);
+        assert_eq!(strict.turn_timeout, Duration::from_secs(7));
+        let other = s.policy_for("acme", "web");
+        assert_eq!(other.approval_policy, ApprovalPolicy::Never);
+        assert_eq!(other.sandbox, Sandbox::WorkspaceWrite);
+        assert_eq!(other.turn_timeout, Duration::from_secs(100));
+    }
 }

@@ -5,6 +5,7 @@
 
 pub mod scripted;
 
+use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use crate::domain::{OperationId, ResourceKey};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
@@ -17,11 +18,11 @@ pub struct ThreadRequest {
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
     pub cwd: PathBuf,
-    /// The repository's approval policy (`never`, `untrusted`, …), for a new
-    /// thread and for one resumed in a new runtime process alike.
-    pub approval_policy: String,
+    /// The repository's approval policy, for a new thread and for one
+    /// resumed in a new runtime process alike.
+    pub approval_policy: ApprovalPolicy,
     /// The repository's sandbox, likewise.
-    pub sandbox: String,
+    pub sandbox: Sandbox,
 }
 
 /// One turn: only this turn's input and its correlation id.

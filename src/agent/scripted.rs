@@ -6,6 +6,7 @@
 //! outcome is kept as history for [`Agent::lookup_turn`].
 
 use super::{Agent, AgentError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted};
+use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use std::collections::HashMap;
@@ -112,7 +113,7 @@ struct Inner {
     calls: Vec<Call>,
     threads_started: usize,
     /// Every `ensure_thread` that started a thread: (cwd, approval policy, sandbox).
-    thread_requests: Vec<(std::path::PathBuf, String, String)>,
+    thread_requests: Vec<(std::path::PathBuf, ApprovalPolicy, Sandbox)>,
     interrupts: Vec<String>,
     ends: Vec<(String, Instant)>,
     /// operation id → what the "thread history" says.
@@ -280,7 +281,7 @@ impl ScriptedAgent {
 
     /// Approval decisions the runtime received: (key, accepted).
     /// The threads started: (cwd, approval policy, sandbox) each.
-    pub fn thread_requests(&self) -> Vec<(std::path::PathBuf, String, String)> {
+    pub fn thread_requests(&self) -> Vec<(std::path::PathBuf, ApprovalPolicy, Sandbox)> {
         self.inner
             .lock()
             .map(|i| i.thread_requests.clone())
@@ -471,11 +472,9 @@ impl Agent for ScriptedAgent {
             None => {
                 if let Ok(mut inner) = self.inner.lock() {
                     inner.threads_started += 1;
-                    inner.thread_requests.push((
-                        req.cwd.clone(),
-                        req.approval_policy.clone(),
-                        req.sandbox.clone(),
-                    ));
+                    inner
+                        .thread_requests
+                        .push((req.cwd.clone(), req.approval_policy, req.sandbox));
                 }
                 format!("thread-{}", uuid::Uuid::new_v4().simple())
             }

@@ -5,16 +5,15 @@
 //! both are built here.
 
 use super::runtime::CodexSettings;
+use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use serde_json::{json, Value};
 use std::path::Path;
 
 /// The repository's approval policy and sandbox for a thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct ThreadPolicy {
-    /// `never`, `untrusted`, `on-request`, …
-    pub(super) approval_policy: String,
-    /// `read-only`, `workspace-write` or `danger-full-access`.
-    pub(super) sandbox: String,
+    pub(super) approval_policy: ApprovalPolicy,
+    pub(super) sandbox: Sandbox,
 }
 
 /// The params of `thread/start` (no `thread_id`) or of `thread/resume`
@@ -34,8 +33,10 @@ pub(super) fn thread_params(
         params["threadId"] = json!(id);
     }
     if let Some(policy) = policy {
-        params["approvalPolicy"] = json!(policy.approval_policy);
-        params["sandbox"] = json!(policy.sandbox);
+        // The app-server takes the names the config uses (`on-request`,
+        // `workspace-write`), which `as_str` gives.
+        params["approvalPolicy"] = json!(policy.approval_policy.as_str());
+        params["sandbox"] = json!(policy.sandbox.as_str());
     }
     if !settings.thread_config.is_empty() {
         params["config"] = Value::Object(settings.thread_config.clone());
@@ -72,8 +73,8 @@ mod tests {
     fn a_resume_carries_everything_a_start_does_plus_the_thread_id() {
         let s = settings();
         let policy = ThreadPolicy {
-            approval_policy: "untrusted".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Untrusted,
+            sandbox: Sandbox::ReadOnly,
         };
         let cwd = Path::new("/srv/ws/acme/widgets");
         let start = thread_params(&s, None, cwd, Some(&policy));
@@ -83,6 +84,13 @@ mod tests {
         assert_eq!(start, resume);
         assert_eq!(start["approvalPolicy"], "untrusted");
         assert_eq!(start["sandbox"], "read-only");
+        let policy = ThreadPolicy {
+            approval_policy: ApprovalPolicy::OnRequest,
+            sandbox: Sandbox::WorkspaceWrite,
+        };
+        let start = thread_params(&s, None, cwd, Some(&policy));
+        assert_eq!(start["approvalPolicy"], "on-request");
+        assert_eq!(start["sandbox"], "workspace-write");
         assert_eq!(start["developerInstructions"], "be careful");
         assert_eq!(start["config"]["mcp_servers.gitea.command"], "gitea-mcp");
     }

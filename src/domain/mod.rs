@@ -10,4 +10,5 @@ pub use keys::{KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId
 pub mod request;
 
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
+pub mod policy;
 pub mod states;

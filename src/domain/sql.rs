@@ -33,9 +33,9 @@ macro_rules! text_column {
         {
             fn from_sql(bytes: DB::RawValue<'_>) -> diesel::deserialize::Result<Self> {
                 let text = <String as diesel::deserialize::FromSql<
-                                                                    diesel::sql_types::Text,
-                                                                    DB,
-                                                                >>::from_sql(bytes)?;
+                                                                            diesel::sql_types::Text,
+                                                                            DB,
+                                                                        >>::from_sql(bytes)?;
                 <$ty>::parse(&text).map_err(|e| {
                     format!(
                         "the store holds {text:?}, which is not a valid {}: {e}",

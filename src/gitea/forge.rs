@@ -23,6 +23,22 @@ pub struct TriggerPolicy {
     pub deny: BTreeSet<String>,
 }
 
+impl TriggerPolicy {
+    /// `trigger_permission`, `trigger_allow` and `trigger_deny` as configured.
+    pub fn from_config(config: &crate::config::Config) -> TriggerPolicy {
+        use crate::config::TriggerPermission;
+        TriggerPolicy {
+            min: match config.trigger_permission {
+                TriggerPermission::Read => Permission::Read,
+                TriggerPermission::Write => Permission::Write,
+                TriggerPermission::Admin => Permission::Admin,
+            },
+            allow: config.trigger_allow.clone(),
+            deny: config.trigger_deny.clone(),
+        }
+    }
+}
+
 impl Default for TriggerPolicy {
     fn default() -> Self {
         TriggerPolicy {

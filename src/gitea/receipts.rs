@@ -37,6 +37,15 @@ pub enum ReceiptMode {
     Reaction,
 }
 
+impl From<crate::config::ReceiptMode> for ReceiptMode {
+    fn from(mode: crate::config::ReceiptMode) -> ReceiptMode {
+        match mode {
+            crate::config::ReceiptMode::Comment => ReceiptMode::Comment,
+            crate::config::ReceiptMode::Reaction => ReceiptMode::Reaction,
+        }
+    }
+}
+
 /// Gives up on a receipt after this many failed attempts.
 const MAX_ATTEMPTS: i64 = 12;
 

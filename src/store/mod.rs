@@ -8,6 +8,7 @@
 mod conn;
 pub mod models;
 pub mod schema;
+mod settings;
 pub mod writer;
 
 pub mod approvals;

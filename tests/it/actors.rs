@@ -8,6 +8,7 @@ use codex_bridge::actors::health::RegistryHealth;
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::lifecycle::TaskState;
@@ -868,9 +869,9 @@ fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
         );
         let mut s = settings();
         s.turn_timeout = Duration::from_secs(30);
-        let strict = codex_bridge::config::RepoPolicy {
-            approval_policy: "untrusted".into(),
-            sandbox: "workspace-write".into(),
+        let strict = RepoPolicy {
+            approval_policy: ApprovalPolicy::Untrusted,
+            sandbox: Sandbox::WorkspaceWrite,
             turn_timeout: Duration::from_millis(300),
         };
         // Keys are matched case-insensitively, as Gitea matches names.
@@ -880,7 +881,7 @@ fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
         let slow_lax = h.comment("lax", 1, 2, "@ccbot slowpoke").await;
         h.wait_state(&slow_strict, TaskState::TimedOut).await;
         h.wait_state(&slow_lax, TaskState::Succeeded).await;
-        let mut threads: Vec<(String, String, String)> = h
+        let mut threads: Vec<(String, ApprovalPolicy, Sandbox)> = h
             .runtime
             .thread_requests()
             .into_iter()
@@ -895,10 +896,14 @@ fn each_repository_gets_its_own_approval_policy_sandbox_and_deadline() {
             vec![
                 (
                     "Strict".into(),
-                    "untrusted".into(),
-                    "workspace-write".into()
+                    ApprovalPolicy::Untrusted,
+                    Sandbox::WorkspaceWrite
                 ),
-                ("lax".into(), "never".into(), "danger-full-access".into()),
+                (
+                    "lax".into(),
+                    ApprovalPolicy::Never,
+                    Sandbox::DangerFullAccess
+                ),
             ]
         );
         System::current().stop();

@@ -10,6 +10,7 @@ use crate::fakemodel::{tool_names, FakeModel, Step};
 use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
 use codex_bridge::codex::runtime::CodexAgent;
+use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::path::Path;
 use std::time::Duration;
@@ -34,15 +35,15 @@ fn runtime(home: &CodexHome, work: &Path) -> CodexAgent {
 fn thread_request(
     thread_id: Option<String>,
     cwd: &Path,
-    policy: &str,
-    sandbox: &str,
+    policy: ApprovalPolicy,
+    sandbox: Sandbox,
 ) -> ThreadRequest {
     ThreadRequest {
         session_key: resource("default:acme/widgets:issue:1"),
         thread_id,
         cwd: cwd.into(),
-        approval_policy: policy.into(),
-        sandbox: sandbox.into(),
+        approval_policy: policy,
+        sandbox,
     }
 }
 
@@ -98,8 +99,8 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
         .ensure_thread(thread_request(
             None,
             work.path(),
-            "never",
-            "danger-full-access",
+            ApprovalPolicy::Never,
+            Sandbox::DangerFullAccess,
         ))
         .await
         .unwrap();
@@ -115,8 +116,8 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
         .ensure_thread(thread_request(
             Some(thread.clone()),
             work.path(),
-            "untrusted",
-            "read-only",
+            ApprovalPolicy::Untrusted,
+            Sandbox::ReadOnly,
         ))
         .await
         .unwrap();
@@ -158,8 +159,8 @@ async fn a_turn_on_a_thread_not_loaded_resumes_it_with_the_gitea_tools() {
         .ensure_thread(thread_request(
             None,
             work.path(),
-            "untrusted",
-            "workspace-write",
+            ApprovalPolicy::Untrusted,
+            Sandbox::WorkspaceWrite,
         ))
         .await
         .unwrap();

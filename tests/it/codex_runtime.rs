@@ -8,6 +8,7 @@ use crate::fakemodel::{FakeModel, Step};
 use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
 use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::time::Duration;
 
@@ -57,8 +58,8 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -114,8 +115,8 @@ async fn a_failed_model_call_fails_the_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -145,8 +146,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -159,8 +160,8 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -202,8 +203,8 @@ async fn an_interrupt_ends_a_hanging_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -239,8 +240,8 @@ async fn steering_reaches_only_the_expected_active_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();
@@ -297,8 +298,8 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "untrusted".into(),
-            sandbox: "workspace-write".into(),
+            approval_policy: ApprovalPolicy::Untrusted,
+            sandbox: Sandbox::WorkspaceWrite,
         })
         .await
         .unwrap();
@@ -408,8 +409,8 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::DangerFullAccess,
         })
         .await
         .unwrap();
@@ -451,8 +452,8 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "danger-full-access".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::DangerFullAccess,
         })
         .await
         .unwrap_err();
@@ -496,8 +497,8 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: dir.path().into(),
-            approval_policy: "never".into(),
-            sandbox: "read-only".into(),
+            approval_policy: ApprovalPolicy::Never,
+            sandbox: Sandbox::ReadOnly,
         })
         .await
         .unwrap();

@@ -320,7 +320,7 @@ fn the_deploy_files_agree_with_each_other() {
     // Everything the example config writes is inside the unit's writable path.
     let writable = Path::new("/var/lib/codex-bridge");
     let db = match &example.database_url {
-        codex_bridge::store::DbUrl::Sqlite(p) => p.clone(),
+        codex_bridge::config::DatabaseUrl::Sqlite(p) => p.clone(),
         other => panic!("the example uses SQLite: {other:?}"),
     };
     for path in [

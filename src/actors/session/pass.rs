@@ -14,7 +14,7 @@ use super::decide::{
 use super::Signals;
 use crate::actors::Deps;
 use crate::agent::TurnEvent;
-use crate::config::RepoPolicy;
+use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
 use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;

@@ -117,7 +117,7 @@ impl Pass {
         let (Some(thread), Some(cwd), Some(policy), Some(text), Some(entry)) = (
             thread,
             self.workspace.clone(),
-            self.policy.clone(),
+            self.policy,
             self.turn.final_text.clone(),
             self.entry.clone(),
         ) else {
@@ -135,8 +135,8 @@ impl Pass {
                 session_key: self.task.session_key.clone(),
                 thread_id: Some(thread.clone()),
                 cwd: cwd.clone(),
-                approval_policy: policy.approval_policy.clone(),
-                sandbox: policy.sandbox.clone(),
+                approval_policy: policy.approval_policy,
+                sandbox: policy.sandbox,
             })
             .await;
         if let Err(e) = opened {

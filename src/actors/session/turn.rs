@@ -16,11 +16,9 @@ use futures_util::StreamExt;
 impl Pass {
     /// Before admission: the thread, the intent (one commit), turn/start.
     pub(super) async fn start_turn(&mut self) -> Result<Event, PassError> {
-        let (Some(cwd), Some(policy), Some(entry)) = (
-            self.workspace.clone(),
-            self.policy.clone(),
-            self.entry.clone(),
-        ) else {
+        let (Some(cwd), Some(policy), Some(entry)) =
+            (self.workspace.clone(), self.policy, self.entry.clone())
+        else {
             // The decision checked both; a snapshot without them starts nothing.
             return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
         };
@@ -31,8 +29,8 @@ impl Pass {
                 session_key: self.task.session_key.clone(),
                 thread_id: self.session_thread.clone(),
                 cwd: cwd.clone(),
-                approval_policy: policy.approval_policy.clone(),
-                sandbox: policy.sandbox.clone(),
+                approval_policy: policy.approval_policy,
+                sandbox: policy.sandbox,
             })
             .await;
         let thread = match thread {
