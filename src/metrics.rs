@@ -1,19 +1,23 @@
-//! Process-wide metrics and their Prometheus text encoding (`GET /metrics`,
-//! served by `web/metrics.rs`).
+//! Process-wide metrics and their Prometheus text exposition (`GET /metrics`,
+//! served by `web/metrics.rs`), kept and encoded by the `prometheus` crate.
 //!
-//! Counters and histograms live in one global registry because they are
-//! incremented where things happen (the webhook handler, the store's writer
-//! thread, the actors), far from any shared state; gauges (queue depth, running
-//! turns) are read from the store and the actor tree at scrape time instead.
-//! Everything is plain atomics and short mutexes: a scrape or an increment never
-//! waits on I/O. This module imports nothing of the crate, so every floor may
-//! call it.
+//! Counters, histograms and the turns-in-progress gauge live in one registry
+//! per process because they are incremented where things happen (the webhook
+//! handler, the store's writer threads, the actors), far from any shared state.
+//! Gauges read from the store and the actor tree at scrape time go into a
+//! registry made for that one scrape: two scrapes never share them, and a gauge
+//! the scrape could not read is absent instead of stale. An increment or a
+//! scrape never waits on I/O. This module imports nothing of the crate, so
+//! every floor may call it.
 
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Webhook outcomes, pre-registered at 0 so a dashboard sees every series
@@ -34,6 +38,9 @@ pub const WEBHOOK_OUTCOMES: &[&str] = &[
 /// Reply verification outcomes.
 pub const VERIFICATION_OUTCOMES: &[&str] = &["confirmed", "missing", "unknown"];
 
+/// Actor kinds whose restarts are counted.
+const ACTOR_KINDS: &[&str] = &["repo", "session"];
+
 /// Buckets of the webhook accept time: the hot path answers in milliseconds.
 const ACCEPT_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -46,107 +53,6 @@ const SETTLE_BUCKETS: &[f64] = &[
 const TURN_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
 ];
-
-/// A counter with one label.
-struct LabelledCounter {
-    values: Mutex<BTreeMap<String, u64>>,
-}
-
-impl LabelledCounter {
-    fn new(known: &[&str]) -> Self {
-        LabelledCounter {
-            values: Mutex::new(known.iter().map(|k| ((*k).to_owned(), 0)).collect()),
-        }
-    }
-
-    fn add(&self, label: &str, n: u64) {
-        if let Ok(mut v) = self.values.lock() {
-            match v.get_mut(label) {
-                Some(c) => *c += n,
-                None => {
-                    v.insert(label.to_owned(), n);
-                }
-            }
-        }
-    }
-
-    fn snapshot(&self) -> Vec<(String, u64)> {
-        self.values
-            .lock()
-            .map(|v| v.iter().map(|(k, n)| (k.clone(), *n)).collect())
-            .unwrap_or_default()
-    }
-}
-
-/// A histogram with fixed upper bounds (seconds).
-struct Histogram {
-    bounds: &'static [f64],
-    state: Mutex<HistogramState>,
-}
-
-#[derive(Clone, Default)]
-struct HistogramState {
-    /// Per bucket, not cumulative; the encoder accumulates.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            state: Mutex::new(HistogramState {
-                counts: vec![0; bounds.len()],
-                ..Default::default()
-            }),
-        }
-    }
-
-    fn observe(&self, seconds: f64) {
-        if let Ok(mut s) = self.state.lock() {
-            if let Some(i) = self.bounds.iter().position(|b| seconds <= *b) {
-                s.counts[i] += 1;
-            }
-            s.sum += seconds;
-            s.count += 1;
-        }
-    }
-
-    fn snapshot(&self) -> HistogramState {
-        self.state.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-}
-
-struct Registry {
-    webhooks: LabelledCounter,
-    transitions: LabelledCounter,
-    restarts: LabelledCounter,
-    verifications: LabelledCounter,
-    accept: Histogram,
-    turn: Histogram,
-    settle: Histogram,
-    turns_in_progress: AtomicU64,
-    started_at: f64,
-}
-
-fn registry() -> &'static Registry {
-    static REGISTRY: OnceLock<Registry> = OnceLock::new();
-    REGISTRY.get_or_init(|| Registry {
-        webhooks: LabelledCounter::new(WEBHOOK_OUTCOMES),
-        transitions: LabelledCounter::new(TASK_STATES),
-        restarts: LabelledCounter::new(&["repo", "session"]),
-        verifications: LabelledCounter::new(VERIFICATION_OUTCOMES),
-        accept: Histogram::new(ACCEPT_BUCKETS),
-        turn: Histogram::new(TURN_BUCKETS),
-        settle: Histogram::new(SETTLE_BUCKETS),
-        turns_in_progress: AtomicU64::new(0),
-        started_at: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs_f64())
-            .unwrap_or(0.0),
-    })
-}
 
 /// The task states of the lifecycle (kept here as names so this module stays a leaf;
 /// a unit test checks them against `lifecycle`).
@@ -174,28 +80,180 @@ const TASK_STATES: &[&str] = &[
     "rejected",
 ];
 
+/// The metrics this process keeps between scrapes, and the registry that
+/// gathers them.
+struct Process {
+    registry: Registry,
+    webhooks: IntCounterVec,
+    accept: Histogram,
+    transitions: IntCounterVec,
+    restarts: IntCounterVec,
+    verifications: IntCounterVec,
+    turn: Histogram,
+    settle: Histogram,
+    turns_in_progress: IntGauge,
+}
+
+impl Process {
+    fn new() -> prometheus::Result<Process> {
+        let registry = Registry::new();
+        let r = &registry;
+        let process = Process {
+            webhooks: counter(
+                r,
+                "codex_bridge_webhooks_total",
+                "Webhook requests answered, by outcome.",
+                "outcome",
+                WEBHOOK_OUTCOMES,
+            )?,
+            accept: histogram(
+                r,
+                "codex_bridge_webhook_accept_duration_seconds",
+                "Time the webhook handler took, from request to answer, whatever the outcome.",
+                ACCEPT_BUCKETS,
+            )?,
+            transitions: counter(
+                r,
+                "codex_bridge_task_transitions_total",
+                "Task state changes committed by this process, by target state.",
+                "state",
+                TASK_STATES,
+            )?,
+            restarts: counter(
+                r,
+                "codex_bridge_actor_restarts_total",
+                "Actors restarted by their supervisor after a fault, by kind.",
+                "kind",
+                ACTOR_KINDS,
+            )?,
+            verifications: counter(
+                r,
+                "codex_bridge_reply_verifications_total",
+                "Replies checked in Gitea, by outcome.",
+                "outcome",
+                VERIFICATION_OUTCOMES,
+            )?,
+            turn: histogram(
+                r,
+                "codex_bridge_turn_duration_seconds",
+                "Time from a turn's start until its task settled.",
+                TURN_BUCKETS,
+            )?,
+            settle: histogram(
+                r,
+                "codex_bridge_turn_settle_seconds",
+                "The bridge's own time from a turn's completion event to its result being committed.",
+                SETTLE_BUCKETS,
+            )?,
+            turns_in_progress: int_gauge(
+                r,
+                "codex_bridge_turns_in_progress",
+                "Turns this process is running now.",
+            )?,
+            registry: registry.clone(),
+        };
+        let started_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let start_time = Gauge::with_opts(Opts::new(
+            "codex_bridge_start_time_seconds",
+            "Start time of the process since the Unix epoch, in seconds.",
+        ))?;
+        start_time.set(started_at);
+        registry.register(Box::new(start_time))?;
+        int_gauge_vec(
+            r,
+            "codex_bridge_build_info",
+            "Always 1; the version is in the label.",
+            "version",
+        )?
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+        Ok(process)
+    }
+}
+
+/// The process's metrics, built on first use; the error if they could not be
+/// (a unit test builds them, so that would be a bug of this module).
+fn process() -> Result<&'static Process, &'static prometheus::Error> {
+    static PROCESS: OnceLock<prometheus::Result<Process>> = OnceLock::new();
+    PROCESS.get_or_init(Process::new).as_ref()
+}
+
+/// A counter with one label, its `known` values pre-registered at 0.
+fn counter(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    known: &[&str],
+) -> prometheus::Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), &[label])?;
+    for value in known {
+        c.get_metric_with_label_values(&[value])?;
+    }
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
+/// A histogram with fixed upper bounds (seconds).
+fn histogram(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+) -> prometheus::Result<Histogram> {
+    let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))?;
+    r.register(Box::new(h.clone()))?;
+    Ok(h)
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+    let g = IntGauge::with_opts(Opts::new(name, help))?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
+fn int_gauge_vec(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+) -> prometheus::Result<IntGaugeVec> {
+    let g = IntGaugeVec::new(Opts::new(name, help), &[label])?;
+    r.register(Box::new(g.clone()))?;
+    Ok(g)
+}
+
 /// One webhook answered, with its outcome (one of [`WEBHOOK_OUTCOMES`]) and
 /// the time the handler took.
 pub fn webhook(outcome: &str, took: Duration) {
-    let r = registry();
-    r.webhooks.add(outcome, 1);
-    r.accept.observe(took.as_secs_f64());
+    if let Ok(p) = process() {
+        p.webhooks.with_label_values(&[outcome]).inc();
+        p.accept.observe(took.as_secs_f64());
+    }
 }
 
 /// An actor was restarted by its supervisor (`kind`: `repo` or `session`).
 pub fn actor_restart(kind: &str) {
-    registry().restarts.add(kind, 1);
+    if let Ok(p) = process() {
+        p.restarts.with_label_values(&[kind]).inc();
+    }
 }
 
 /// A reply was verified in Gitea (`outcome`: one of [`VERIFICATION_OUTCOMES`]).
 pub fn reply_verification(outcome: &str) {
-    registry().verifications.add(outcome, 1);
+    if let Ok(p) = process() {
+        p.verifications.with_label_values(&[outcome]).inc();
+    }
 }
 
 /// The bridge's own cost of one finished turn: from the runtime's completion
 /// reaching the session actor to the result being committed.
 pub fn turn_settle(took: Duration) {
-    registry().settle.observe(took.as_secs_f64());
+    if let Ok(p) = process() {
+        p.settle.observe(took.as_secs_f64());
+    }
 }
 
 /// Times one turn from its start until it settles (or its pass ends): drop it
@@ -206,7 +264,9 @@ pub struct TurnTimer {
 
 impl TurnTimer {
     pub fn start() -> TurnTimer {
-        registry().turns_in_progress.fetch_add(1, Ordering::Relaxed);
+        if let Ok(p) = process() {
+            p.turns_in_progress.inc();
+        }
         TurnTimer {
             started: std::time::Instant::now(),
         }
@@ -215,9 +275,10 @@ impl TurnTimer {
 
 impl Drop for TurnTimer {
     fn drop(&mut self) {
-        let r = registry();
-        r.turns_in_progress.fetch_sub(1, Ordering::Relaxed);
-        r.turn.observe(self.started.elapsed().as_secs_f64());
+        if let Ok(p) = process() {
+            p.turns_in_progress.dec();
+            p.turn.observe(self.started.elapsed().as_secs_f64());
+        }
     }
 }
 
@@ -260,10 +321,9 @@ pub fn rollback_to(mark: usize) {
 /// Writer side: the transaction ended; count its transitions if it committed.
 pub fn transaction_finished(committed: bool) {
     let done = PENDING.with(|p| p.borrow_mut().as_mut().map(std::mem::take));
-    if let (true, Some(done)) = (committed, done) {
-        let r = registry();
+    if let (true, Some(done), Ok(p)) = (committed, done, process()) {
         for to in done {
-            r.transitions.add(&to, 1);
+            p.transitions.with_label_values(&[&to]).inc();
         }
     }
 }
@@ -283,117 +343,34 @@ pub struct Gauges {
     pub actors: Vec<(&'static str, i64)>,
 }
 
-/// The Prometheus text exposition (format 0.0.4) of every metric.
-pub fn render(g: &Gauges) -> String {
-    let r = registry();
-    let mut out = String::with_capacity(8192);
-    let mut e = Encoder { out: &mut out };
-
-    e.head(
-        "codex_bridge_webhooks_total",
-        "counter",
-        "Webhook requests answered, by outcome.",
-    );
-    for (label, n) in r.webhooks.snapshot() {
-        e.sample(
-            "codex_bridge_webhooks_total",
-            &[("outcome", &label)],
-            n as f64,
-        );
-    }
-    e.histogram(
-        "codex_bridge_webhook_accept_duration_seconds",
-        "Time the webhook handler took, from request to answer, whatever the outcome.",
-        ACCEPT_BUCKETS,
-        &r.accept.snapshot(),
-    );
-    e.head(
-        "codex_bridge_task_transitions_total",
-        "counter",
-        "Task state changes committed by this process, by target state.",
-    );
-    for (label, n) in r.transitions.snapshot() {
-        e.sample(
-            "codex_bridge_task_transitions_total",
-            &[("state", &label)],
-            n as f64,
-        );
-    }
-    e.head(
-        "codex_bridge_actor_restarts_total",
-        "counter",
-        "Actors restarted by their supervisor after a fault, by kind.",
-    );
-    for (label, n) in r.restarts.snapshot() {
-        e.sample(
-            "codex_bridge_actor_restarts_total",
-            &[("kind", &label)],
-            n as f64,
-        );
-    }
-    e.head(
-        "codex_bridge_reply_verifications_total",
-        "counter",
-        "Replies checked in Gitea, by outcome.",
-    );
-    for (label, n) in r.verifications.snapshot() {
-        e.sample(
-            "codex_bridge_reply_verifications_total",
-            &[("outcome", &label)],
-            n as f64,
-        );
-    }
-    e.histogram(
-        "codex_bridge_turn_duration_seconds",
-        "Time from a turn's start until its task settled.",
-        TURN_BUCKETS,
-        &r.turn.snapshot(),
-    );
-    e.histogram(
-        "codex_bridge_turn_settle_seconds",
-        "The bridge's own time from a turn's completion event to its result being committed.",
-        SETTLE_BUCKETS,
-        &r.settle.snapshot(),
-    );
-    e.head(
-        "codex_bridge_turns_in_progress",
-        "gauge",
-        "Turns this process is running now.",
-    );
-    e.sample(
-        "codex_bridge_turns_in_progress",
-        &[],
-        r.turns_in_progress.load(Ordering::Relaxed) as f64,
-    );
-
-    e.head(
+/// The scrape-time gauges as metric families of their own registry.
+fn scrape_families(g: &Gauges) -> prometheus::Result<Vec<MetricFamily>> {
+    let r = Registry::new();
+    int_gauge(
+        &r,
         "codex_bridge_store_up",
-        "gauge",
         "1 when the store answered this scrape's queries, else 0 (and the task gauges are missing).",
-    );
-    e.sample(
-        "codex_bridge_store_up",
-        &[],
-        if g.store_up { 1.0 } else { 0.0 },
-    );
+    )?
+    .set(i64::from(g.store_up));
     if g.store_up {
-        e.head(
+        int_gauge(
+            &r,
             "codex_bridge_queue_depth",
-            "gauge",
             "Tasks waiting in state queued (all instances sharing the database).",
-        );
-        e.sample("codex_bridge_queue_depth", &[], g.queue_depth as f64);
-        e.head(
+        )?
+        .set(g.queue_depth);
+        int_gauge(
+            &r,
             "codex_bridge_running_turns",
-            "gauge",
             "Tasks with an open turn: running, awaiting_approval or cancel_requested (all instances).",
-        );
-        e.sample("codex_bridge_running_turns", &[], g.running_turns as f64);
-        e.head(
+        )?
+        .set(g.running_turns);
+        let tasks = int_gauge_vec(
+            &r,
             "codex_bridge_tasks",
-            "gauge",
             "Tasks per state (all instances sharing the database).",
-        );
+            "state",
+        )?;
         let by_state: BTreeMap<&str, i64> = g
             .tasks_by_state
             .iter()
@@ -401,96 +378,37 @@ pub fn render(g: &Gauges) -> String {
             .collect();
         for state in TASK_STATES {
             let n = by_state.get(state).copied().unwrap_or(0);
-            e.sample("codex_bridge_tasks", &[("state", state)], n as f64);
+            tasks.with_label_values(&[state]).set(n);
         }
     }
     if !g.actors.is_empty() {
-        e.head(
+        let actors = int_gauge_vec(
+            &r,
             "codex_bridge_actors",
-            "gauge",
             "Live actors of this process, by kind.",
-        );
+            "kind",
+        )?;
         for (kind, n) in &g.actors {
-            e.sample("codex_bridge_actors", &[("kind", kind)], *n as f64);
+            actors.with_label_values(&[kind]).set(*n);
         }
     }
-    e.head(
-        "codex_bridge_start_time_seconds",
-        "gauge",
-        "Start time of the process since the Unix epoch, in seconds.",
-    );
-    e.sample("codex_bridge_start_time_seconds", &[], r.started_at);
-    e.head(
-        "codex_bridge_build_info",
-        "gauge",
-        "Always 1; the version is in the label.",
-    );
-    e.sample(
-        "codex_bridge_build_info",
-        &[("version", env!("CARGO_PKG_VERSION"))],
-        1.0,
-    );
-    out
+    Ok(r.gather())
+}
+
+/// The Prometheus text exposition (format 0.0.4) of every metric: this
+/// process's and the scrape-time gauges `g`, families sorted by name.
+pub fn render(g: &Gauges) -> prometheus::Result<String> {
+    let process = process().map_err(|e| {
+        prometheus::Error::Msg(format!("the process metrics could not be registered: {e}"))
+    })?;
+    let mut families = process.registry.gather();
+    families.extend(scrape_families(g)?);
+    families.sort_by(|a, b| a.name().cmp(b.name()));
+    TextEncoder::new().encode_to_string(&families)
 }
 
 /// The media type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-struct Encoder<'a> {
-    out: &'a mut String,
-}
-
-impl Encoder<'_> {
-    fn head(&mut self, name: &str, kind: &str, help: &str) {
-        // HELP text escapes backslash and newline; label values also escape quotes.
-        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-        let _ = writeln!(self.out, "# HELP {name} {help}");
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let v = v
-                    .replace('\\', "\\\\")
-                    .replace('"', "\\\"")
-                    .replace('\n', "\\n");
-                let _ = write!(self.out, "{k}=\"{v}\"");
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {}", number(value));
-    }
-
-    fn histogram(&mut self, name: &str, help: &str, bounds: &[f64], s: &HistogramState) {
-        self.head(name, "histogram", help);
-        let bucket = format!("{name}_bucket");
-        let mut cumulative = 0u64;
-        for (i, b) in bounds.iter().enumerate() {
-            cumulative += s.counts.get(i).copied().unwrap_or(0);
-            self.sample(&bucket, &[("le", &number(*b))], cumulative as f64);
-        }
-        self.sample(&bucket, &[("le", "+Inf")], s.count as f64);
-        self.sample(&format!("{name}_sum"), &[], s.sum);
-        self.sample(&format!("{name}_count"), &[], s.count as f64);
-    }
-}
-
-/// A sample value as Prometheus writes it (`+Inf`, `NaN`, shortest decimal).
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v.is_infinite() {
-        if v > 0.0 { "+Inf" } else { "-Inf" }.into()
-    } else {
-        format!("{v}")
-    }
-}
 
 #[cfg(test)]
 mod tests {
@@ -505,43 +423,85 @@ mod tests {
         assert_eq!(names, TASK_STATES);
     }
 
+    /// Operators' dashboards and alerts name these series: the set of families,
+    /// their types and labels must not change by accident.
     #[test]
-    fn histograms_are_cumulative_and_end_in_inf() {
-        let h = Histogram::new(&[0.1, 1.0]);
-        h.observe(0.05);
-        h.observe(0.5);
-        h.observe(7.0);
-        let mut out = String::new();
-        Encoder { out: &mut out }.histogram("x_seconds", "help", &[0.1, 1.0], &h.snapshot());
-        assert!(out.contains("# TYPE x_seconds histogram\n"), "{out}");
-        assert!(out.contains("x_seconds_bucket{le=\"0.1\"} 1\n"), "{out}");
-        assert!(out.contains("x_seconds_bucket{le=\"1\"} 2\n"), "{out}");
-        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 3\n"), "{out}");
-        assert!(out.contains("x_seconds_sum 7.55\n"), "{out}");
-        assert!(out.contains("x_seconds_count 3\n"), "{out}");
-    }
+    fn the_exposition_keeps_its_families_types_and_labels() {
+        let everything = Gauges {
+            store_up: true,
+            tasks_by_state: vec![("queued".into(), 2)],
+            queue_depth: 2,
+            running_turns: 0,
+            actors: vec![("repo", 1), ("session", 0)],
+        };
+        let text = render(&everything).unwrap();
+        let types: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                "codex_bridge_actor_restarts_total counter",
+                "codex_bridge_actors gauge",
+                "codex_bridge_build_info gauge",
+                "codex_bridge_queue_depth gauge",
+                "codex_bridge_reply_verifications_total counter",
+                "codex_bridge_running_turns gauge",
+                "codex_bridge_start_time_seconds gauge",
+                "codex_bridge_store_up gauge",
+                "codex_bridge_task_transitions_total counter",
+                "codex_bridge_tasks gauge",
+                "codex_bridge_turn_duration_seconds histogram",
+                "codex_bridge_turn_settle_seconds histogram",
+                "codex_bridge_turns_in_progress gauge",
+                "codex_bridge_webhook_accept_duration_seconds histogram",
+                "codex_bridge_webhooks_total counter",
+            ]
+        );
+        for line in [
+            "codex_bridge_webhooks_total{outcome=\"outbox_full\"} ",
+            "codex_bridge_task_transitions_total{state=\"rejected\"} ",
+            "codex_bridge_actor_restarts_total{kind=\"session\"} ",
+            "codex_bridge_reply_verifications_total{outcome=\"unknown\"} ",
+            "codex_bridge_webhook_accept_duration_seconds_bucket{le=\"0.0025\"} ",
+            "codex_bridge_turn_settle_seconds_bucket{le=\"0.0005\"} ",
+            "codex_bridge_turn_duration_seconds_bucket{le=\"3600\"} ",
+            "codex_bridge_turn_duration_seconds_bucket{le=\"+Inf\"} ",
+            "codex_bridge_tasks{state=\"queued\"} 2\n",
+            "codex_bridge_tasks{state=\"running\"} 0\n",
+            "codex_bridge_actors{kind=\"repo\"} 1\n",
+            "codex_bridge_store_up 1\n",
+            "codex_bridge_build_info{version=\"",
+        ] {
+            assert!(text.contains(line), "{line:?} in\n{text}");
+        }
 
-    #[test]
-    fn label_values_are_escaped() {
-        let mut out = String::new();
-        Encoder { out: &mut out }.sample("m", &[("l", "a\"b\\c\nd")], 1.0);
-        assert_eq!(out, "m{l=\"a\\\"b\\\\c\\nd\"} 1\n");
+        // Without the store and the actors those gauges are missing, not zero.
+        let text = render(&Gauges::default()).unwrap();
+        assert!(text.contains("codex_bridge_store_up 0\n"), "{text}");
+        for absent in [
+            "codex_bridge_queue_depth",
+            "codex_bridge_tasks",
+            "codex_bridge_actors",
+        ] {
+            assert!(!text.contains(&format!("# TYPE {absent} ")), "{absent}");
+        }
     }
 
     #[test]
     fn transitions_count_only_after_commit_and_not_after_a_rollback() {
-        let before = |s: &str| {
-            registry()
+        let count = || {
+            process()
+                .unwrap()
                 .transitions
-                .snapshot()
-                .into_iter()
-                .find(|(k, _)| k == s)
-                .map_or(0, |(_, n)| n)
+                .with_label_values(&["test_only_state"])
+                .get()
         };
         // Not collecting on this thread: nothing is counted.
         transition_written("test_only_state");
         transaction_finished(true);
-        let start = before("test_only_state");
+        let start = count();
         collect_transitions_on_this_thread();
         transition_written("test_only_state");
         let mark = pending_mark();
@@ -550,7 +510,7 @@ mod tests {
         transaction_finished(true);
         transition_written("test_only_state");
         transaction_finished(false);
-        assert_eq!(before("test_only_state"), start + 1);
+        assert_eq!(count(), start + 1);
         PENDING.with(|p| *p.borrow_mut() = None);
     }
 }

@@ -5,15 +5,16 @@
 //! - the web view's session cookie `cb_admin`, issued by `POST /admin/login`
 //!   after the same token was typed in.
 //!
-//! The cookie is signed, not stored: `v1.<id>.<expiry>.<hmac>` with HMAC-SHA256
-//! under a key derived from the admin token. So sessions survive a restart, work
-//! on every instance that shares the token, and changing the token signs
-//! everybody out — what an operator expects from "rotate the admin token".
-//! Signing out revokes the id in this process (until it would have expired)
-//! and clears the cookie in the browser. The cookie is `HttpOnly`,
-//! `SameSite=Strict`, `Path=/`, and `Secure` when the request came over TLS
-//! (as a proxy in `trusted_proxies` reports it with `X-Forwarded-Proto:
-//! https`; the binary itself speaks plain HTTP).
+//! The cookie is signed, not stored: the `cookie` crate's signed jar
+//! (HMAC-SHA256) over `<id>.<expiry>`, under a key derived from the admin
+//! token. So sessions survive a restart, work on every instance that shares
+//! the token, and changing the token signs everybody out — what an operator
+//! expects from "rotate the admin token". The expiry inside the signed value
+//! is checked here, not left to the browser. Signing out revokes the id in
+//! this process (until it would have expired) and clears the cookie in the
+//! browser. The cookie is `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure`
+//! when the request came over TLS (as a proxy in `trusted_proxies` reports it
+//! with `X-Forwarded-Proto: https`; the binary itself speaks plain HTTP).
 //!
 //! Cross-site requests: besides `SameSite=Strict`, a state-changing request
 //! (anything but GET/HEAD/OPTIONS) that authenticates with the cookie must carry
@@ -29,12 +30,13 @@ use crate::error::ApiError;
 use actix_web::dev::Payload;
 use actix_web::http::{header, Method};
 use actix_web::{web, FromRequest, HttpRequest};
-use hmac::{Hmac, Mac};
+use cookie::{Cookie, CookieJar, Key};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::future::{ready, Ready};
 use std::sync::Mutex;
+use uuid::Uuid;
 
 /// Name of the web view's session cookie.
 pub const COOKIE: &str = "cb_admin";
@@ -64,82 +66,93 @@ pub fn is_admin_token(state: &AppState, presented: &str) -> bool {
     )
 }
 
+/// What a valid session cookie says, once its signature checked out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim {
+    /// Names the sign-in, so that signing out can revoke it.
+    pub id: Uuid,
+    /// Unix seconds after which the cookie is refused.
+    pub expires: i64,
+}
+
+impl Claim {
+    /// The signed part of the cookie: `<id>.<expiry>`.
+    fn encode(&self) -> String {
+        format!("{}.{}", self.id.simple(), self.expires)
+    }
+
+    fn decode(value: &str) -> Option<Claim> {
+        let (id, expires) = value.split_once('.')?;
+        Some(Claim {
+            id: Uuid::try_parse(id).ok()?,
+            expires: expires.parse().ok()?,
+        })
+    }
+}
+
 /// Issues and checks the signed session cookies of this process.
 pub struct Sessions {
-    key: Vec<u8>,
+    key: Key,
     /// Signed-out ids → their expiry (unix seconds); pruned as they expire.
-    revoked: Mutex<HashMap<String, i64>>,
+    revoked: Mutex<HashMap<Uuid, i64>>,
 }
 
 impl Sessions {
     pub fn new(admin_token: &SecretString) -> Sessions {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(admin_token.expose_secret().as_bytes())
-            .unwrap_or_else(|_| unreachable_hmac());
-        mac.update(b"codex-bridge admin session cookie v1");
+        // The admin token is a high-entropy secret (at least 16 characters);
+        // its hash, under a context of its own, is the 32-byte master key that
+        // `derive_from` expands (HKDF) into the signing key. Exactly 32 bytes,
+        // so `derive_from`'s length check always holds.
+        let master: [u8; 32] = Sha256::new()
+            .chain_update(b"codex-bridge admin session cookie\0")
+            .chain_update(admin_token.expose_secret().as_bytes())
+            .finalize()
+            .into();
         Sessions {
-            key: mac.finalize().into_bytes().to_vec(),
+            key: Key::derive_from(&master),
             revoked: Mutex::new(HashMap::new()),
         }
     }
 
-    fn mac(&self, payload: &str) -> String {
-        let mut mac =
-            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable_hmac());
-        mac.update(payload.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
-    }
-
-    /// A fresh cookie value valid until `now + SESSION_SECS`.
-    pub fn issue(&self, now: i64) -> String {
-        let id = uuid::Uuid::new_v4().simple().to_string();
-        let payload = format!("v1.{id}.{}", now + SESSION_SECS);
-        let mac = self.mac(&payload);
-        format!("{payload}.{mac}")
-    }
-
-    /// The session id and expiry of a valid, unexpired, not revoked cookie.
-    pub fn verify(&self, value: &str, now: i64) -> Option<(String, i64)> {
-        let (payload, mac) = value.rsplit_once('.')?;
-        if !constant_time_eq(self.mac(payload).as_bytes(), mac.as_bytes()) {
-            return None;
-        }
-        let mut parts = payload.split('.');
-        let (Some("v1"), Some(id), Some(exp), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return None;
+    /// Signs a fresh session valid until `now + SESSION_SECS` into `cookie`
+    /// (which carries the attributes); send the returned jar's `delta()`.
+    pub fn issue(&self, mut cookie: Cookie<'static>, now: i64) -> CookieJar {
+        let claim = Claim {
+            id: Uuid::new_v4(),
+            expires: now + SESSION_SECS,
         };
-        let exp: i64 = exp.parse().ok()?;
-        if exp <= now {
+        cookie.set_value(claim.encode());
+        let mut jar = CookieJar::new();
+        jar.signed_mut(&self.key).add(cookie);
+        jar
+    }
+
+    /// The claim of a cookie signed under this admin token, unexpired and not
+    /// revoked.
+    pub fn verify(&self, cookie: &Cookie<'_>, now: i64) -> Option<Claim> {
+        let verified = CookieJar::new()
+            .signed(&self.key)
+            .verify(cookie.clone().into_owned())?;
+        let claim = Claim::decode(verified.value())?;
+        if claim.expires <= now {
             return None;
         }
         let revoked = self
             .revoked
             .lock()
-            .map(|r| r.contains_key(id))
+            .map(|r| r.contains_key(&claim.id))
             .unwrap_or(true);
-        (!revoked).then(|| (id.to_owned(), exp))
+        (!revoked).then_some(claim)
     }
 
     /// Signs a cookie out in this process.
-    pub fn revoke(&self, value: &str, now: i64) {
-        if let Some((id, exp)) = self.verify(value, now) {
+    pub fn revoke(&self, cookie: &Cookie<'_>, now: i64) {
+        if let Some(claim) = self.verify(cookie, now) {
             if let Ok(mut r) = self.revoked.lock() {
                 r.retain(|_, e| *e > now);
-                r.insert(id, exp);
+                r.insert(claim.id, claim.expires);
             }
         }
-    }
-}
-
-#[cold]
-fn unreachable_hmac() -> Hmac<Sha256> {
-    // HMAC takes keys of any length; this cannot happen. Fall back to a key
-    // nobody knows rather than panicking.
-    let random = uuid::Uuid::new_v4();
-    match <Hmac<Sha256> as Mac>::new_from_slice(random.as_bytes()) {
-        Ok(m) => m,
-        Err(_) => std::process::abort(),
     }
 }
 
@@ -205,7 +218,7 @@ fn check(req: &HttpRequest) -> Result<Admin, ApiError> {
     let cookie = req.cookie(COOKIE).ok_or(ApiError::Unauthorized)?;
     state
         .sessions
-        .verify(cookie.value(), unix_now())
+        .verify(&cookie, unix_now())
         .ok_or(ApiError::Unauthorized)?;
     let safe = [Method::GET, Method::HEAD, Method::OPTIONS].contains(req.method());
     if !safe && !same_origin(req) {
@@ -226,7 +239,7 @@ impl FromRequest for Admin {
 /// Whether the request carries a valid session cookie (for the page itself).
 pub fn has_session(req: &HttpRequest, state: &AppState) -> bool {
     req.cookie(COOKIE)
-        .is_some_and(|c| state.sessions.verify(c.value(), unix_now()).is_some())
+        .is_some_and(|c| state.sessions.verify(&c, unix_now()).is_some())
 }
 
 /// The same-origin check for the sign-in and sign-out forms.
@@ -242,30 +255,82 @@ pub fn require_same_origin(req: &HttpRequest) -> Result<(), ApiError> {
 mod tests {
     use super::*;
 
+    fn sessions(token: &str) -> Sessions {
+        Sessions::new(&SecretString::from(token))
+    }
+
+    /// The cookie as the browser sends it back: name and signed value only.
+    fn issued(s: &Sessions, now: i64) -> Cookie<'static> {
+        let jar = s.issue(Cookie::new(COOKIE, ""), now);
+        let sent = jar.delta().next().unwrap();
+        Cookie::new(COOKIE, sent.value().to_owned())
+    }
+
+    fn with_value(value: String) -> Cookie<'static> {
+        Cookie::new(COOKIE, value)
+    }
+
     #[test]
     fn cookies_are_signed_expire_and_can_be_revoked() {
-        let s = Sessions::new(&SecretString::from("admin-token-0123456789"));
+        let s = sessions("admin-token-0123456789");
         let now = 1_800_000_000;
-        let c = s.issue(now);
-        assert!(s.verify(&c, now + 10).is_some());
+        let c = issued(&s, now);
+        let claim = s.verify(&c, now + 10).unwrap();
+        assert_eq!(claim.expires, now + SESSION_SECS);
         assert!(s.verify(&c, now + SESSION_SECS).is_none(), "expired");
-        let mut forged = c.clone();
-        forged.replace_range(4..5, if &c[4..5] == "a" { "b" } else { "a" });
-        assert!(s.verify(&forged, now).is_none(), "id changed");
-        let longer = c.replacen(
-            &format!(".{}.", now + SESSION_SECS),
-            &format!(".{}.", now + 10 * SESSION_SECS),
-            1,
-        );
-        assert!(s.verify(&longer, now).is_none(), "expiry changed");
-        let other = Sessions::new(&SecretString::from("another-token-0123456789"));
+        let unsigned = with_value(claim.encode());
         assert!(
-            other.verify(&c, now).is_none(),
-            "a new token signs everyone out"
+            s.verify(&unsigned, now).is_none(),
+            "the claim without its signature"
         );
-        assert!(!c.contains("admin-token"), "the token is not in the cookie");
+        assert!(
+            !c.value().contains("admin-token"),
+            "the token is not in the cookie"
+        );
         s.revoke(&c, now);
         assert!(s.verify(&c, now + 1).is_none(), "signed out");
-        assert!(s.verify(&s.issue(now), now).is_some());
+        assert!(s.verify(&issued(&s, now), now).is_some());
+    }
+
+    #[test]
+    fn a_tampered_cookie_is_refused() {
+        let s = sessions("admin-token-0123456789");
+        let now = 1_800_000_000;
+        let c = issued(&s, now);
+        let value = c.value();
+        let longer = value.replacen(
+            &format!(".{}", now + SESSION_SECS),
+            &format!(".{}", now + 10 * SESSION_SECS),
+            1,
+        );
+        assert_ne!(longer, value);
+        assert!(
+            s.verify(&with_value(longer), now).is_none(),
+            "expiry changed"
+        );
+        // Every single character changed, the signature's and the claim's.
+        for i in 0..value.len() {
+            let mut forged = value.to_owned();
+            let flip = if &value[i..=i] == "A" { "B" } else { "A" };
+            forged.replace_range(i..=i, flip);
+            assert!(
+                s.verify(&with_value(forged), now).is_none(),
+                "character {i}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_cookie_signed_under_another_admin_token_is_refused() {
+        let now = 1_800_000_000;
+        let c = issued(&sessions("admin-token-0123456789"), now);
+        assert!(
+            sessions("another-token-0123456789")
+                .verify(&c, now)
+                .is_none(),
+            "a new token signs everyone out"
+        );
+        // The same token on another instance or after a restart: still valid.
+        assert!(sessions("admin-token-0123456789").verify(&c, now).is_some());
     }
 }

@@ -63,8 +63,16 @@ async fn scrape(state: &AppState) -> HttpResponse {
             ];
         }
     }
-    HttpResponse::Ok()
-        .content_type(metrics::CONTENT_TYPE)
-        .insert_header(("Cache-Control", "no-store"))
-        .body(metrics::render(&gauges))
+    match metrics::render(&gauges) {
+        Ok(text) => HttpResponse::Ok()
+            .content_type(metrics::CONTENT_TYPE)
+            .insert_header(("Cache-Control", "no-store"))
+            .body(text),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics: the exposition could not be encoded");
+            HttpResponse::InternalServerError()
+                .insert_header(("Cache-Control", "no-store"))
+                .finish()
+        }
+    }
 }

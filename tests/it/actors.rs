@@ -371,14 +371,12 @@ fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_histo
         );
         // The process-wide counter /metrics shows (other tests may add to it).
         let session_restarts = || -> u64 {
-            let text = codex_bridge::metrics::render(&Default::default());
-            text.lines()
-                .find_map(|l| {
-                    l.strip_prefix("codex_bridge_actor_restarts_total{kind=\"session\"} ")
-                })
-                .unwrap()
-                .parse()
-                .unwrap()
+            let text = codex_bridge::metrics::render(&Default::default()).unwrap();
+            let samples = crate::metrics::parse_exposition(&text);
+            crate::metrics::get(
+                &samples,
+                "codex_bridge_actor_restarts_total{kind=\"session\"}",
+            ) as u64
         };
         let restarts_before = session_restarts();
         let h = Harness::start(rt, settings());

@@ -691,6 +691,48 @@ fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
     assert_eq!(pause(Some(&s.base), &cookie), 401);
 }
 
+#[test]
+fn the_session_cookie_holds_on_every_instance_of_the_token_and_nowhere_else() {
+    let s = TestServer::start(Db::Sqlite);
+    let cookie = cookie_sign_in(&s);
+    let overview = |server: &TestServer, cookie: &str| {
+        status_of(
+            ureq::get(&server.url("/api/gitea-workflow/overview"))
+                .set("Cookie", &format!("cb_admin={cookie}"))
+                .call(),
+        )
+    };
+    assert_eq!(overview(&s, &cookie), 200);
+    // Another instance (or this one restarted) with the same admin token.
+    let same_token = TestServer::start(Db::Sqlite);
+    assert_eq!(overview(&same_token, &cookie), 200);
+    // A changed admin token signs everybody out.
+    let new_token = ServerBuilder::new(Db::Sqlite)
+        .env(
+            "CODEX_BRIDGE_ADMIN_TOKEN",
+            "a-rotated-admin-token-0123456789",
+        )
+        .start();
+    assert_eq!(overview(&new_token, &cookie), 401);
+    // Tampered: a longer expiry, or any changed character of the signature.
+    let (signature, claim) = cookie.split_at(cookie.len() - claim_len(&cookie));
+    let (id, expires) = claim.split_once('.').unwrap();
+    let later: i64 = expires.parse::<i64>().unwrap() + 3600;
+    assert_eq!(overview(&s, &format!("{signature}{id}.{later}")), 401);
+    let mut forged = signature.to_owned().into_bytes();
+    forged[0] = if forged[0] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    assert_eq!(overview(&s, &format!("{forged}{claim}")), 401);
+    assert_eq!(overview(&s, &cookie), 200, "the real one still works");
+}
+
+/// The length of the signed claim (`<32 hex id>.<unix seconds>`) at the end of
+/// a session cookie's value.
+fn claim_len(value: &str) -> usize {
+    let dot = value.rfind('.').unwrap();
+    value.len() - dot + 32
+}
+
 /// The admin event stream's lines, read on a thread of their own.
 fn open_events(s: &TestServer) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;

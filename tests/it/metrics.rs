@@ -1,189 +1,146 @@
-//! `GET /metrics` on the real server: the Prometheus text format (checked by a
-//! small parser), counters and histograms that move with the traffic, gauges
-//! read from the store, the admin token on the main listener and the open
-//! `metrics_listen` address.
+//! `GET /metrics` on the real server: the Prometheus text format (read back
+//! with `prometheus-parse`, plus the checks it leaves out), counters and
+//! histograms that move with the traffic, gauges read from the store, the admin
+//! token on the main listener and the open `metrics_listen` address.
 
 use crate::gitsim::GitSim;
 use crate::support::*;
+use prometheus_parse::{LineInfo, Scrape, Value as Series};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// Samples by `name{label="value",...}` (labels sorted).
-type Samples = BTreeMap<String, f64>;
+/// Samples by `name{label="value",...}` (labels sorted); a histogram's buckets
+/// as `name_bucket{...,le="..."}`.
+pub type Samples = BTreeMap<String, f64>;
 
-fn valid_name(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-fn parse_value(s: &str) -> Option<f64> {
-    match s {
-        "+Inf" => Some(f64::INFINITY),
-        "-Inf" => Some(f64::NEG_INFINITY),
-        "NaN" => Some(f64::NAN),
-        _ => s.parse().ok(),
-    }
-}
-
-type Labels = Vec<(String, String)>;
-
-/// Parses `{a="x",b="y"}` at the start of `s`; returns the labels and the rest.
-fn parse_labels(s: &str) -> Result<(Labels, &str), String> {
-    let mut labels = Vec::new();
-    let mut rest = s.strip_prefix('{').ok_or("no {")?;
-    loop {
-        if let Some(r) = rest.strip_prefix('}') {
-            return Ok((labels, r));
-        }
-        let eq = rest.find('=').ok_or("label without =")?;
-        let name = &rest[..eq];
-        if !valid_name(name) || name.starts_with("__") {
-            return Err(format!("bad label name {name:?}"));
-        }
-        rest = rest[eq + 1..]
-            .strip_prefix('"')
-            .ok_or("label value not quoted")?;
-        let mut value = String::new();
-        let mut chars = rest.char_indices();
-        let end = loop {
-            match chars.next() {
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, '\\')) => value.push('\\'),
-                    Some((_, '"')) => value.push('"'),
-                    Some((_, 'n')) => value.push('\n'),
-                    other => return Err(format!("bad escape {other:?}")),
-                },
-                Some((i, '"')) => break i,
-                Some((_, c)) => value.push(c),
-                None => return Err("unterminated label value".into()),
-            }
+fn key(name: &str, labels: &prometheus_parse::Labels, le: Option<f64>) -> String {
+    let mut pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    if let Some(le) = le {
+        let le = if le.is_infinite() {
+            "+Inf".to_owned()
+        } else {
+            le.to_string()
         };
-        labels.push((name.to_owned(), value));
-        rest = &rest[end + 1..];
-        if let Some(r) = rest.strip_prefix(',') {
-            rest = r;
-        } else if !rest.starts_with('}') {
-            return Err("expected , or } after a label".into());
-        }
+        pairs.push(format!("le=\"{le}\""));
+    }
+    pairs.sort();
+    if pairs.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name}{{{}}}", pairs.join(","))
     }
 }
 
-/// Checks the whole exposition and returns its samples. Panics naming the line
-/// on anything Prometheus would refuse, and on samples without HELP and TYPE.
-fn parse_exposition(text: &str) -> Samples {
-    let mut help = BTreeSet::new();
-    let mut types: BTreeMap<String, String> = BTreeMap::new();
-    let mut samples = Samples::new();
-    let mut histograms: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+/// Reads the exposition with `prometheus-parse` and checks what that lenient
+/// parser lets through but a dashboard would miss: a line it did not
+/// understand (it skips those), a repeated series, a sample without HELP and
+/// TYPE, a counter not named `_total`, histogram buckets that do not grow or
+/// do not end in `+Inf` = `_count`. Panics naming the problem.
+pub fn parse_exposition(text: &str) -> Samples {
     assert!(text.ends_with('\n'), "the exposition ends with a newline");
+    let mut sample_lines = 0;
     for line in text.lines() {
-        let fail = |why: &str| -> ! { panic!("{why}: {line:?}\n{text}") };
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let name = rest.split(' ').next().unwrap();
-            if !valid_name(name) || !help.insert(name.to_owned()) {
-                fail("bad or repeated HELP");
+        match LineInfo::parse(line) {
+            LineInfo::Sample { .. } => sample_lines += 1,
+            LineInfo::Ignored if !line.starts_with('#') => {
+                panic!("not understood: {line:?}\n{text}")
             }
-            continue;
-        }
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let mut parts = rest.split(' ');
-            let (name, kind) = (parts.next().unwrap(), parts.next().unwrap_or(""));
-            if !valid_name(name)
-                || !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind)
-                || parts.next().is_some()
-                || types.insert(name.to_owned(), kind.to_owned()).is_some()
-            {
-                fail("bad or repeated TYPE");
-            }
-            continue;
-        }
-        if line.starts_with('#') {
-            continue;
-        }
-        let name_end = line.find(['{', ' ']).unwrap_or_else(|| fail("no value"));
-        let name = &line[..name_end];
-        if !valid_name(name) {
-            fail("bad metric name");
-        }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            parse_labels(&line[name_end..]).unwrap_or_else(|e| fail(&e))
-        } else {
-            (Vec::new(), &line[name_end..])
-        };
-        let mut fields = rest.trim_start_matches(' ').split(' ');
-        let value = fields
-            .next()
-            .and_then(parse_value)
-            .unwrap_or_else(|| fail("bad value"));
-        if let Some(ts) = fields.next() {
-            ts.parse::<i64>().unwrap_or_else(|_| fail("bad timestamp"));
-        }
-        if !rest.starts_with(' ') || fields.next().is_some() {
-            fail("bad sample layout");
-        }
-        // The family: a histogram's samples carry suffixes.
-        let family = ["_bucket", "_sum", "_count"]
-            .iter()
-            .find_map(|suffix| {
-                name.strip_suffix(suffix)
-                    .filter(|base| types.get(*base).is_some_and(|t| t == "histogram"))
-            })
-            .unwrap_or(name);
-        if !help.contains(family) || !types.contains_key(family) {
-            fail("sample before its HELP and TYPE");
-        }
-        if types[family] == "counter" && !name.ends_with("_total") {
-            fail("a counter's name should end in _total");
-        }
-        if name.ends_with("_bucket") && family != name {
-            let le = labels
-                .iter()
-                .find(|(k, _)| k == "le")
-                .and_then(|(_, v)| parse_value(v))
-                .unwrap_or_else(|| fail("bucket without le"));
-            histograms
-                .entry(family.to_owned())
-                .or_default()
-                .push((le, value));
-        }
-        let mut labels = labels;
-        labels.sort();
-        let key = if labels.is_empty() {
-            name.to_owned()
-        } else {
-            let inner: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
-            format!("{name}{{{}}}", inner.join(","))
-        };
-        if samples.insert(key.clone(), value).is_some() {
-            fail("repeated series");
+            _ => {}
         }
     }
-    for (family, buckets) in &histograms {
+    let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let histograms: BTreeSet<&str> = scrape
+        .samples
+        .iter()
+        .filter(|s| matches!(s.value, Series::Histogram(_)))
+        .map(|s| s.metric.as_str())
+        .collect();
+    let mut samples = Samples::new();
+    let mut insert = |key: String, value: f64| {
         assert!(
-            buckets
-                .windows(2)
-                .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1),
-            "{family}: buckets must grow in le and count"
+            samples.insert(key.clone(), value).is_none(),
+            "repeated series {key}\n{text}"
         );
-        let last = buckets.last().unwrap();
-        assert!(last.0.is_infinite(), "{family}: the last bucket is +Inf");
-        assert_eq!(
-            Some(&last.1),
-            samples.get(&format!("{family}_count")),
-            "{family}: +Inf bucket equals _count"
-        );
+    };
+    for s in &scrape.samples {
+        let family = match &s.value {
+            Series::Counter(v) => {
+                assert!(
+                    s.metric.ends_with("_total"),
+                    "a counter's name should end in _total: {}",
+                    s.metric
+                );
+                insert(key(&s.metric, &s.labels, None), *v);
+                s.metric.as_str()
+            }
+            Series::Gauge(v) => {
+                insert(key(&s.metric, &s.labels, None), *v);
+                s.metric.as_str()
+            }
+            Series::Histogram(buckets) => {
+                assert!(
+                    buckets
+                        .windows(2)
+                        .all(|w| w[0].less_than < w[1].less_than && w[0].count <= w[1].count),
+                    "{}: buckets must grow in le and count\n{text}",
+                    s.metric
+                );
+                let last = buckets.last().unwrap();
+                assert!(
+                    last.less_than.is_infinite(),
+                    "{}: the last bucket is +Inf",
+                    s.metric
+                );
+                let count = scrape
+                    .samples
+                    .iter()
+                    .find(|c| c.metric == format!("{}_count", s.metric));
+                assert_eq!(
+                    count.map(|c| &c.value),
+                    Some(&Series::Untyped(last.count)),
+                    "{}: +Inf bucket equals _count",
+                    s.metric
+                );
+                for b in buckets {
+                    insert(
+                        key(
+                            &format!("{}_bucket", s.metric),
+                            &s.labels,
+                            Some(b.less_than),
+                        ),
+                        b.count,
+                    );
+                }
+                s.metric.as_str()
+            }
+            // The parser types a histogram's `_sum` and `_count` as nothing.
+            Series::Untyped(v) => {
+                let family = ["_sum", "_count"]
+                    .iter()
+                    .find_map(|suffix| {
+                        s.metric
+                            .strip_suffix(suffix)
+                            .filter(|f| histograms.contains(f))
+                    })
+                    .unwrap_or_else(|| panic!("a sample without TYPE: {}\n{text}", s.metric));
+                insert(key(&s.metric, &s.labels, None), *v);
+                family
+            }
+            Series::Summary(_) => panic!("no summaries here: {}", s.metric),
+        };
         assert!(
-            samples.contains_key(&format!("{family}_sum")),
-            "{family}_sum"
+            scrape.docs.contains_key(family),
+            "a sample without HELP: {}\n{text}",
+            s.metric
         );
     }
+    // The parser skips a sample whose value it cannot read.
+    assert_eq!(
+        samples.len(),
+        sample_lines,
+        "every sample line was read\n{text}"
+    );
     samples
 }
 
@@ -201,23 +158,29 @@ fn scrape(url: &str, token: Option<&str>) -> Samples {
     parse_exposition(&resp.into_string().unwrap())
 }
 
-fn get(samples: &Samples, key: &str) -> f64 {
+pub fn get(samples: &Samples, key: &str) -> f64 {
     *samples
         .get(key)
         .unwrap_or_else(|| panic!("no sample {key} in {samples:#?}"))
 }
 
 #[test]
-fn the_parser_refuses_what_prometheus_would() {
-    let ok = "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\\\"\"} 2\n";
-    assert_eq!(get(&parse_exposition(ok), "a_total{x=\"1\"\"}"), 2.0);
+fn the_exposition_checks_refuse_what_a_dashboard_would_miss() {
+    let ok = "# HELP a_total A.\n# TYPE a_total counter\na_total{x=\"1\"} 2\n\
+              # HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 3\nh_count 2\n";
+    let samples = parse_exposition(ok);
+    assert_eq!(get(&samples, "a_total{x=\"1\"}"), 2.0);
+    assert_eq!(get(&samples, "h_bucket{le=\"1\"}"), 1.0);
+    assert_eq!(get(&samples, "h_count"), 2.0);
     for bad in [
-        "a_total 1\n",                                              // no HELP/TYPE
-        "# HELP a A.\n# TYPE a gauge\na{x=1} 2\n",                  // unquoted
-        "# HELP a A.\n# TYPE a gauge\na 2 3 4\n",                   // extra field
-        "# HELP a A.\n# TYPE a counter\na 2\n",                     // counter without _total
-        "# HELP a A.\n# TYPE a gauge\na one\n",                     // value
+        "a_total 1\n",                                  // no HELP/TYPE
+        "# TYPE a gauge\na 1\n",                       // no HELP
+        "# HELP a A.\n# TYPE a counter\na 2\n",         // counter without _total
+        "# HELP a A.\n# TYPE a gauge\na one\n",         // value
+        "# HELP a A.\n# TYPE a gauge\na 1\na 2\n",      // repeated series
+        "# HELP a A.\n# TYPE a gauge\na{x=\"1\"}\n",   // no value
         "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+        "# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_sum 1\nh_count 1\n",
     ] {
         let r = std::panic::catch_unwind(|| parse_exposition(bad));
         assert!(r.is_err(), "accepted: {bad}");

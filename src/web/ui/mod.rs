@@ -83,8 +83,9 @@ struct LoginForm {
     token: String,
 }
 
-fn session_cookie(req: &HttpRequest, value: String, max_age: i64) -> Cookie<'static> {
-    Cookie::build(COOKIE, value)
+/// The session cookie's attributes, with an empty value (the sign-in signs one in).
+fn session_cookie(req: &HttpRequest, max_age: i64) -> Cookie<'static> {
+    Cookie::build(COOKIE, "")
         .path("/")
         .http_only(true)
         .same_site(SameSite::Strict)
@@ -109,24 +110,28 @@ async fn login(
             r#"<p class="error" id="login-error" role="alert">That token was refused. Use the admin_token of this server.</p>"#,
         ));
     }
-    let value = state.sessions.issue(auth::unix_now());
+    let jar = state
+        .sessions
+        .issue(session_cookie(&req, SESSION_SECS), auth::unix_now());
     tracing::info!("admin signed in to the web view");
-    Ok(HttpResponse::SeeOther()
-        .insert_header((header::LOCATION, "/admin"))
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .cookie(session_cookie(&req, value, SESSION_SECS))
-        .finish())
+    let mut resp = HttpResponse::SeeOther();
+    resp.insert_header((header::LOCATION, "/admin"))
+        .insert_header((header::CACHE_CONTROL, "no-store"));
+    for cookie in jar.delta() {
+        resp.cookie(cookie.clone());
+    }
+    Ok(resp.finish())
 }
 
 /// `POST /admin/logout`: revokes the session and clears the cookie.
 async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     auth::require_same_origin(&req)?;
     if let Some(c) = req.cookie(COOKIE) {
-        state.sessions.revoke(c.value(), auth::unix_now());
+        state.sessions.revoke(&c, auth::unix_now());
     }
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/admin"))
-        .cookie(session_cookie(&req, String::new(), 0))
+        .cookie(session_cookie(&req, 0))
         .finish())
 }
 
