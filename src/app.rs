@@ -130,13 +130,13 @@ fn start_actors(
             .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
     }
     if let Some(client) = gitea_client(config) {
-        let worker = crate::gitea::receipts::ReceiptWorker {
+        let worker = crate::jobs::receipts::ReceiptWorker {
             store: store.clone(),
             client,
             forge: verifier.clone(),
             bot_login: config.bot_login.clone(),
             mode: config.receipt_mode,
-            safety_interval: crate::gitea::receipts::ReceiptWorker::SAFETY_INTERVAL,
+            safety_interval: crate::jobs::receipts::ReceiptWorker::SAFETY_INTERVAL,
         };
         actix::spawn(worker.run());
     }
