@@ -8,7 +8,7 @@ use crate::codex_runtime::with_mcp;
 use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
-use codex_bridge::codex::runtime::CodexAgent;
+use codex_bridge::codex::CodexAgent;
 use futures_util::StreamExt;
 use std::path::Path;
 use std::time::Duration;
