@@ -31,7 +31,7 @@ use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorSettings, Deps};
-use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
 use codex_bridge::domain::{IngestRequest, ResourceKey};
 use codex_bridge::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use codex_bridge::lifecycle::TaskState;
@@ -159,18 +159,24 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
     let store = open_store(dir.path().join("turns.db"))?;
     let raw = raw_commits(&store, 200).await?;
 
-    let codex = CodexAgent::new(CodexSettings {
-        codex_bin: bin,
-        codex_home: home.path(),
-        developer_instructions: developer_instructions("ccbot"),
-        thread_config: serde_json::Map::new(),
-        env: Vec::new(),
-        request_timeout: Duration::from_secs(30),
-        nice: std::env::var("BENCH_CODEX_NICE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10),
-    });
+    // As the server wires it: the client's notices go to the audit log.
+    let (notices, notice_rx) = notice_channel();
+    tokio::spawn(codex_bridge::app::record_notices(store.clone(), notice_rx));
+    let codex = CodexAgent::new(
+        CodexSettings {
+            codex_bin: bin,
+            codex_home: home.path(),
+            developer_instructions: developer_instructions("ccbot"),
+            thread_config: serde_json::Map::new(),
+            env: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            nice: std::env::var("BENCH_CODEX_NICE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(10),
+        },
+        notices,
+    );
     let mut settings = ActorSettings::new("default");
     settings.sweep = Duration::from_millis(200);
     settings.session_idle = Duration::from_secs(3600);

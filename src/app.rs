@@ -55,9 +55,7 @@ fn start_actors(
             return Ok(None);
         }
         AgentRuntimeKind::Codex => {
-            use crate::codex::runtime::{
-                developer_instructions, CodexAgent, CodexSettings, GiteaMcp,
-            };
+            use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
             // The thread-level Gitea MCP server: its URL in thread config, its
             // token only in the app-server's environment, by reference.
             let mut thread_config = serde_json::Map::new();
@@ -80,16 +78,20 @@ fn start_actors(
                     env.push((config.gitea_mcp_token_env.clone(), token.clone()));
                 }
             }
-            let codex = CodexAgent::new(CodexSettings {
-                codex_bin: config.codex_bin.clone(),
-                codex_home: config.codex_home.clone(),
-                developer_instructions: developer_instructions(&config.bot_login),
-                thread_config,
-                env,
-                request_timeout: std::time::Duration::from_secs(30),
-                nice: config.codex_nice,
-            });
-            codex.audit_to(store.clone());
+            let (notices, notice_rx) = crate::codex::notice_channel();
+            actix::spawn(record_notices(store.clone(), notice_rx));
+            let codex = CodexAgent::new(
+                CodexSettings {
+                    codex_bin: config.codex_bin.clone(),
+                    codex_home: config.codex_home.clone(),
+                    developer_instructions: developer_instructions(&config.bot_login),
+                    thread_config,
+                    env,
+                    request_timeout: std::time::Duration::from_secs(30),
+                    nice: config.codex_nice,
+                },
+                notices,
+            );
             let verifier: Arc<dyn Forge> = match gitea_client(config) {
                 Some(client) => Arc::new(crate::gitea::GiteaForge::new(
                     client,
@@ -130,13 +132,13 @@ fn start_actors(
             .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
     }
     if let Some(client) = gitea_client(config) {
-        let worker = crate::gitea::receipts::ReceiptWorker {
+        let worker = crate::jobs::receipts::ReceiptWorker {
             store: store.clone(),
             client,
             forge: verifier.clone(),
             bot_login: config.bot_login.clone(),
             mode: config.receipt_mode.into(),
-            safety_interval: crate::gitea::receipts::ReceiptWorker::SAFETY_INTERVAL,
+            safety_interval: crate::jobs::receipts::ReceiptWorker::SAFETY_INTERVAL,
         };
         actix::spawn(worker.run());
     }
@@ -150,6 +152,30 @@ fn start_actors(
         settings,
     });
     Ok(Some(Registry::new(deps).start()))
+}
+
+/// Records what the Codex client reports about itself ([`CodexNotice`]s) in
+/// the audit log, until the client is gone. A notice the store refuses is
+/// only logged: the client logged it as well when it arose.
+///
+/// [`CodexNotice`]: crate::codex::CodexNotice
+pub async fn record_notices(
+    store: Store,
+    mut notices: tokio::sync::mpsc::Receiver<crate::codex::CodexNotice>,
+) {
+    use crate::store::audit::{self, Audit};
+    while let Some(notice) = notices.recv().await {
+        let action = notice.action();
+        let meta = notice.meta();
+        let written = store
+            .write(move |c| {
+                audit::record(c, &Audit::new(action, "codex").meta(meta.clone())).map(|_| ())
+            })
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(action, error = %e, "could not audit a codex client notice");
+        }
+    }
 }
 
 /// Opens the store, binds `listen` and serves until SIGINT/SIGTERM (graceful:

@@ -6,6 +6,7 @@
 //! - [`webhook`]: `POST /api/gitea/webhook`: signature ([`webhook::verify`]),
 //!   normalisation ([`webhook::event`]), Gitea's mention rules ([`webhook::mention`]).
 //! - [`web`]: the admin API and health endpoints.
+//! - [`jobs`]: background jobs above the actors (the receipts worker).
 //! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
 //!   ingest transaction, tasks, audit, control.
 //! - [`lifecycle`]: the task state machine, as data.
@@ -24,6 +25,7 @@ pub mod domain;
 pub mod error;
 pub mod forge;
 pub mod gitea;
+pub mod jobs;
 pub mod lifecycle;
 pub mod metrics;
 pub mod readiness;

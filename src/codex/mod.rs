@@ -1,11 +1,22 @@
-//! The Codex app-server client: one long-lived `codex app-server` process,
-//! JSON-RPC over its stdio ([`rpc`]), and the [`Agent`] the session
-//! actors drive ([`runtime::CodexAgent`]). It speaks the protocol and returns
-//! typed events; it knows nothing of the store or the actors.
+//! The Codex app-server client: one long-lived `codex app-server` process
+//! (`process`), JSON-RPC over its stdio ([`rpc`]) in the protocol's own
+//! types ([`protocol`]), what the server sends routed to the turns (`route`),
+//! and the [`Agent`] the session actors drive ([`CodexAgent`]). It speaks the
+//! protocol and returns typed events; it knows nothing of the store or the
+//! actors: what the audit log should hold about it leaves as
+//! [`CodexNotice`]s for the app to record.
 //!
 //! [`Agent`]: crate::agent::Agent
 
+mod agent;
+mod notice;
+mod process;
+pub mod protocol;
 mod route;
 pub mod rpc;
-pub mod runtime;
+mod settings;
 mod thread;
+
+pub use agent::CodexAgent;
+pub use notice::{notice_channel, CodexNotice, NoticeSender, NOTICE_BACKLOG};
+pub use settings::{developer_instructions, CodexSettings, GiteaMcp};

@@ -1,465 +1,561 @@
 //! What the app-server sends us: notifications routed to the turn running on
 //! their thread (or to the MCP start-up status), and an explicit answer to
-//! every request it makes of us, so no turn can hang on one.
+//! every request it makes of us, so no turn can hang on one. What the router
+//! cannot read or will not grant is logged and reported as a [`CodexNotice`].
 
-use super::rpc::{Incoming, RpcConnection, RpcError};
-use crate::agent::TurnEvent;
-use serde_json::{json, Value};
+use super::notice::{CodexNotice, NoticeSender};
+use super::protocol::{
+    ApprovalKind, ApprovalRequest, McpServerStartupState, McpToolCallItem, Refusal, RequestId,
+    ServerNotification, ThreadItem, ThreadScoped, TurnStatus, Unreadable,
+};
+use super::rpc::{Incoming, RpcConnection};
+use crate::agent::{AgentError, TurnEvent};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// The turn running on a thread, and what its events need.
-pub(super) struct Sink {
-    pub(super) tx: mpsc::UnboundedSender<TurnEvent>,
-    pub(super) seq: i64,
-    pub(super) last_agent_text: Option<String>,
-    pub(super) last_error: Option<String>,
+struct Sink {
+    tx: mpsc::UnboundedSender<TurnEvent>,
+    seq: i64,
+    last_agent_text: Option<String>,
+    last_error: Option<String>,
 }
 
-/// Approval requests waiting for a decision: key → (JSON-RPC id, method).
-pub(super) type Pending = Arc<Mutex<HashMap<String, (Value, String)>>>;
+/// Start-up status of a thread's MCP server, and why it failed.
+type StartupStatus = (McpServerStartupState, Option<String>);
 
-/// Start-up status of each thread's MCP servers: (thread, server) → (status,
-/// failure reason), and a signal when it changes.
-pub(super) type StartupStatus = HashMap<(String, String), (String, Option<String>)>;
-
-#[derive(Default)]
-pub(super) struct McpStatus {
-    pub(super) status: Mutex<StartupStatus>,
-    pub(super) changed: tokio::sync::Notify,
-}
-/// Routes what the app-server sends: notifications to the turn on their
-/// thread, and an explicit answer to every request it makes of us.
-pub(super) async fn route(
-    conn: Arc<RpcConnection>,
-    mut incoming: mpsc::UnboundedReceiver<Incoming>,
+/// The router's shared state: the turns by thread, the approvals waiting for
+/// a decision, the MCP servers' start-up status. Cloning shares it; it
+/// outlives app-server processes (a new process gets a new routing task).
+#[derive(Clone)]
+pub(super) struct Router {
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
-    approvals: Pending,
-    mcp: Arc<McpStatus>,
-    audit: Arc<std::sync::OnceLock<crate::store::Store>>,
-) {
-    while let Some(msg) = incoming.recv().await {
-        match msg {
-            Incoming::Notification { method, params }
-                if method == "mcpServer/startupStatus/updated" =>
-            {
-                let field = |k: &str| params.get(k).and_then(Value::as_str).map(str::to_owned);
-                if let (Some(thread), Some(name), Some(status)) =
-                    (field("threadId"), field("name"), field("status"))
-                {
-                    let reason = field("failureReason").or_else(|| {
-                        params
-                            .get("error")
-                            .filter(|e| !e.is_null())
-                            .map(|e| e.to_string())
-                    });
-                    if let Ok(mut m) = mcp.status.lock() {
-                        m.insert((thread, name), (status, reason));
+    /// Approval requests waiting for a decision: key → (request id, kind).
+    approvals: Arc<Mutex<HashMap<String, (RequestId, ApprovalKind)>>>,
+    /// (thread, server) → start-up status.
+    mcp: Arc<Mutex<HashMap<(String, String), StartupStatus>>>,
+    mcp_changed: Arc<tokio::sync::Notify>,
+    notices: NoticeSender,
+}
+
+impl Router {
+    pub(super) fn new(notices: NoticeSender) -> Router {
+        Router {
+            sinks: Arc::default(),
+            approvals: Arc::default(),
+            mcp: Arc::default(),
+            mcp_changed: Arc::default(),
+            notices,
+        }
+    }
+
+    pub(super) fn notices(&self) -> &NoticeSender {
+        &self.notices
+    }
+
+    /// Routes what `conn` receives until its connection closes.
+    pub(super) fn start(
+        &self,
+        conn: Arc<RpcConnection>,
+        incoming: mpsc::UnboundedReceiver<Incoming>,
+    ) {
+        tokio::spawn(self.clone().run(conn, incoming));
+    }
+
+    /// The events of the turn about to start on `thread`, from now on.
+    pub(super) fn open_turn(&self, thread: &str) -> mpsc::UnboundedReceiver<TurnEvent> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        if let Ok(mut sinks) = self.sinks.lock() {
+            sinks.insert(
+                thread.to_owned(),
+                Sink {
+                    tx,
+                    seq: 0,
+                    last_agent_text: None,
+                    last_error: None,
+                },
+            );
+        }
+        rx
+    }
+
+    /// Stops routing to `thread`'s turn (it was never admitted).
+    pub(super) fn close_turn(&self, thread: &str) {
+        if let Ok(mut sinks) = self.sinks.lock() {
+            sinks.remove(thread);
+        }
+    }
+
+    /// Takes the approval `key` out of the waiting ones.
+    pub(super) fn take_approval(&self, key: &str) -> Option<(RequestId, ApprovalKind)> {
+        self.approvals.lock().ok().and_then(|mut p| p.remove(key))
+    }
+
+    /// Forgets what an earlier process reported of `thread`'s MCP servers:
+    /// it says nothing about the ones a resume starts.
+    pub(super) fn forget_mcp(&self, thread: &str) {
+        if let Ok(mut m) = self.mcp.lock() {
+            m.retain(|(t, _), _| t != thread);
+        }
+    }
+
+    /// Waits until `thread`'s MCP server `name` is ready. A server that
+    /// fails to start is refused (retrying cannot fix a wrong command).
+    pub(super) async fn wait_for_mcp(
+        &self,
+        thread: &str,
+        name: &str,
+        within: Duration,
+    ) -> Result<(), AgentError> {
+        let key = (thread.to_owned(), name.to_owned());
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let changed = self.mcp_changed.notified();
+            let current = self.mcp.lock().ok().and_then(|m| m.get(&key).cloned());
+            match current {
+                Some((McpServerStartupState::Ready, _)) => return Ok(()),
+                Some((McpServerStartupState::Failed, reason)) => {
+                    return Err(AgentError::Refused(format!(
+                        "the {name} MCP server failed to start: {} (check gitea_mcp_command and gitea_mcp_args)",
+                        reason.unwrap_or_else(|| "no reason given".into())
+                    )))
+                }
+                _ => {}
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(AgentError::Unavailable(format!(
+                    "the {name} MCP server did not report ready within {} s",
+                    within.as_secs()
+                )));
+            }
+        }
+    }
+
+    async fn run(self, conn: Arc<RpcConnection>, mut incoming: mpsc::UnboundedReceiver<Incoming>) {
+        while let Some(msg) = incoming.recv().await {
+            match msg {
+                Incoming::Notification { method, params } => self.notification(&method, params),
+                Incoming::Request { id, method, params } => {
+                    self.request(&conn, id, &method, params)
+                }
+                Incoming::Closed => {
+                    // The streams end without an end event: the session actors
+                    // see it and recover by history against the next process.
+                    if let Ok(mut sinks) = self.sinks.lock() {
+                        sinks.clear();
                     }
-                    mcp.changed.notify_waiters();
+                    break;
                 }
             }
-            Incoming::Notification { method, params } => {
-                let Some(thread) = params
-                    .get("threadId")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                else {
-                    continue;
-                };
-                let Ok(mut sinks) = sinks.lock() else {
-                    continue;
-                };
-                let Some(sink) = sinks.get_mut(&thread) else {
-                    continue;
-                };
-                sink.seq += 1;
-                let seq = sink.seq;
-                let done = match method.as_str() {
-                    "item/started" | "item/completed"
-                        if params.pointer("/item/type").and_then(Value::as_str)
-                            == Some("mcpToolCall") =>
-                    {
-                        let item = params.get("item").cloned().unwrap_or(Value::Null);
-                        let text = |k: &str| {
-                            item.get(k)
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_owned()
-                        };
-                        let error =
-                            item.get("error")
-                                .filter(|e| !e.is_null())
-                                .map(|e| {
-                                    e.get("message")
-                                        .and_then(Value::as_str)
-                                        .map(str::to_owned)
-                                        .unwrap_or_else(|| e.to_string())
-                                })
-                                .or_else(|| {
-                                    // A tool that answered with isError failed too.
-                                    (item.pointer("/result/isError") == Some(&Value::Bool(true)))
-                                        .then(|| {
-                                            item.pointer("/result/content/0/text")
-                                                .and_then(Value::as_str)
-                                                .unwrap_or("the tool reported an error")
-                                                .to_owned()
-                                        })
-                                });
-                        let _ = sink.tx.send(TurnEvent::ToolCall {
+        }
+    }
+
+    fn unreadable(&self, e: Unreadable) {
+        tracing::warn!(method = %e.method, error = %e.error, "could not read a message of the app-server; skipped");
+        self.notices.send(CodexNotice::UnreadableMessage {
+            method: e.method,
+            error: e.error,
+        });
+    }
+
+    fn notification(&self, method: &str, params: Value) {
+        let thread_id = ThreadScoped::of(&params);
+        let notification = match ServerNotification::parse(method, params) {
+            Ok(n) => n,
+            Err(e) => {
+                // A turn whose end cannot be read still ends, or it would
+                // wait forever for an event already sent.
+                if method == ServerNotification::TURN_COMPLETED {
+                    if let Some(thread) = &thread_id {
+                        self.end_turn(thread, |seq, _| TurnEvent::Failed {
                             seq,
-                            phase: if method == "item/started" {
-                                "started".into()
-                            } else {
-                                "completed".into()
-                            },
-                            server: text("server"),
-                            tool: text("tool"),
-                            arguments: item.get("arguments").cloned().unwrap_or(Value::Null),
-                            status: text("status"),
-                            error,
+                            error: e.to_string(),
                         });
-                        false
                     }
-                    "item/completed" => {
-                        let item = params.get("item").cloned().unwrap_or(Value::Null);
-                        let kind = item
-                            .get("type")
-                            .and_then(Value::as_str)
-                            .unwrap_or("item")
-                            .to_owned();
-                        if kind == "agentMessage" {
-                            sink.last_agent_text =
-                                item.get("text").and_then(Value::as_str).map(str::to_owned);
-                        }
-                        let event = if kind == "userMessage" {
-                            TurnEvent::Delivered {
+                }
+                self.unreadable(e);
+                return;
+            }
+        };
+        match notification {
+            ServerNotification::McpServerStatusUpdated(n) => {
+                let Some(thread) = n.thread_id else {
+                    return;
+                };
+                let reason = n.error.or(n.failure_reason);
+                if let Ok(mut m) = self.mcp.lock() {
+                    m.insert((thread, n.name), (n.status, reason));
+                }
+                self.mcp_changed.notify_waiters();
+            }
+            ServerNotification::ItemStarted(n) => {
+                self.on_turn(&n.thread_id, |seq, _| match n.item {
+                    ThreadItem::McpToolCall(call) => Some(tool_call(seq, "started", call)),
+                    _ => None,
+                });
+            }
+            ServerNotification::ItemCompleted(n) => {
+                self.on_turn(&n.thread_id, |seq, sink| {
+                    Some(match n.item {
+                        ThreadItem::McpToolCall(call) => tool_call(seq, "completed", call),
+                        ThreadItem::UserMessage(m) => TurnEvent::Delivered {
+                            seq,
+                            client_id: m.client_id,
+                        },
+                        ThreadItem::AgentMessage(m) => {
+                            sink.last_agent_text = Some(m.text);
+                            TurnEvent::Progress {
                                 seq,
-                                client_id: item
-                                    .get("clientId")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned),
+                                kind: "agentMessage".into(),
                             }
-                        } else {
-                            TurnEvent::Progress { seq, kind }
-                        };
-                        let _ = sink.tx.send(event);
-                        false
-                    }
-                    "error" => {
-                        sink.last_error = params
-                            .pointer("/error/message")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned);
-                        false
-                    }
-                    "turn/completed" => {
-                        let turn = params.get("turn").cloned().unwrap_or(Value::Null);
-                        let status = turn.get("status").and_then(Value::as_str).unwrap_or("");
-                        let event = match status {
-                            "completed" => TurnEvent::Completed {
-                                seq,
-                                final_text: last_agent_text(&turn)
-                                    .or_else(|| sink.last_agent_text.clone()),
-                            },
-                            "interrupted" => TurnEvent::Interrupted { seq },
-                            _ => TurnEvent::Failed {
-                                seq,
-                                error: turn
-                                    .pointer("/error/message")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned)
-                                    .or_else(|| sink.last_error.clone())
-                                    .unwrap_or_else(|| format!("turn ended {status}")),
-                            },
-                        };
-                        let _ = sink.tx.send(event);
-                        true
-                    }
-                    _ => false,
-                };
-                if done {
-                    sinks.remove(&thread);
-                }
-            }
-            Incoming::Request { id, method, params } => {
-                let kind = match method.as_str() {
-                    "item/commandExecution/requestApproval" => Some("command"),
-                    "item/fileChange/requestApproval" => Some("file_change"),
-                    "mcpServer/elicitation/request" => Some("mcp_tool"),
-                    _ => None,
-                };
-                let thread = params
-                    .get("threadId")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                // An approval for a turn someone is driving waits for an
-                // operator's decision; anything else gets an explicit answer
-                // now, so no turn can hang on it.
-                let routed = match (kind, &thread) {
-                    (Some(kind), Some(thread)) => sinks.lock().ok().and_then(|mut sinks| {
-                        let sink = sinks.get_mut(thread)?;
-                        sink.seq += 1;
-                        let key = format!("approval-{}", uuid::Uuid::now_v7().simple());
-                        let detail = json!({
-                            "command": params.get("command"),
-                            "cwd": params.get("cwd"),
-                            "reason": params.get("reason"),
-                            "grantRoot": params.get("grantRoot"),
-                            "itemId": params.get("itemId"),
-                            "message": params.get("message"),
-                            "serverName": params.get("serverName"),
-                            "tool": params.pointer("/_meta/tool_name"),
-                        });
-                        let event = TurnEvent::ApprovalRequested {
-                            seq: sink.seq,
-                            key: key.clone(),
-                            kind: kind.to_owned(),
-                            detail,
-                        };
-                        // Pending before the turn hears of it: the decision may
-                        // come back at once.
-                        if let Ok(mut pending) = approvals.lock() {
-                            pending.insert(key.clone(), (id.clone(), method.clone()));
                         }
-                        if sink.tx.send(event).is_ok() {
-                            Some(key)
-                        } else {
-                            approvals.lock().ok().and_then(|mut p| p.remove(&key));
-                            None
-                        }
-                    }),
-                    _ => None,
-                };
-                if routed.is_none() {
-                    let (answer, why) = decline(&conn, &id, &method, kind.is_some());
-                    tracing::warn!(method = %method, why, "declined a request from the app-server");
-                    if let Err(e) = answer {
-                        tracing::warn!(error = %e, "could not answer the app-server");
-                    }
-                    audit_event(
-                        &audit,
-                        "codex.server_request_declined",
-                        json!({ "method": method, "threadId": thread, "why": why }),
-                    );
+                        ThreadItem::Other { kind } => TurnEvent::Progress { seq, kind },
+                    })
+                });
+            }
+            ServerNotification::Error(n) => {
+                self.on_turn(&n.thread_id, |_, sink| {
+                    sink.last_error = Some(n.error.message);
+                    None
+                });
+            }
+            ServerNotification::TurnCompleted(n) => {
+                let turn = n.turn;
+                self.end_turn(&n.thread_id, |seq, sink| match turn.status {
+                    TurnStatus::Completed => TurnEvent::Completed {
+                        seq,
+                        final_text: turn
+                            .last_agent_text()
+                            .or_else(|| sink.last_agent_text.clone()),
+                    },
+                    TurnStatus::Interrupted => TurnEvent::Interrupted { seq },
+                    status => TurnEvent::Failed {
+                        seq,
+                        error: turn
+                            .error
+                            .map(|e| e.message)
+                            .or_else(|| sink.last_error.clone())
+                            .unwrap_or_else(|| format!("turn ended {}", status.as_str())),
+                    },
+                });
+            }
+            ServerNotification::Unused { method, thread_id } => {
+                tracing::trace!(%method, "app-server notification codex-bridge does not use");
+                // Counted all the same: `seq` orders everything seen on the turn.
+                if let Some(thread) = thread_id {
+                    self.on_turn(&thread, |_, _| None);
                 }
             }
-            Incoming::Closed => {
-                // The streams end without an end event: the session actors see
-                // it and recover by history against the next process.
-                if let Ok(mut sinks) = sinks.lock() {
-                    sinks.clear();
-                }
-                break;
+        }
+    }
+
+    /// Gives the turn on `thread` (if one is routed) its next sequence
+    /// number, and sends the event `f` makes of it.
+    fn on_turn(&self, thread: &str, f: impl FnOnce(i64, &mut Sink) -> Option<TurnEvent>) {
+        let Ok(mut sinks) = self.sinks.lock() else {
+            return;
+        };
+        let Some(sink) = sinks.get_mut(thread) else {
+            return;
+        };
+        sink.seq += 1;
+        if let Some(event) = f(sink.seq, sink) {
+            let _ = sink.tx.send(event);
+        }
+    }
+
+    /// Like [`Router::on_turn`], with the turn's last event: the thread's
+    /// events stop being routed.
+    fn end_turn(&self, thread: &str, f: impl FnOnce(i64, &mut Sink) -> TurnEvent) {
+        let Ok(mut sinks) = self.sinks.lock() else {
+            return;
+        };
+        let Some(mut sink) = sinks.remove(thread) else {
+            return;
+        };
+        sink.seq += 1;
+        let event = f(sink.seq, &mut sink);
+        let _ = sink.tx.send(event);
+    }
+
+    /// An approval for a turn someone is driving waits for an operator's
+    /// decision; anything else gets an explicit answer now, so no turn can
+    /// hang on it.
+    fn request(&self, conn: &RpcConnection, id: RequestId, method: &str, params: Value) {
+        let thread_id = ThreadScoped::of(&params);
+        let routed = match ApprovalRequest::parse(method, params) {
+            Some(Ok(approval)) => self.route_approval(&id, approval),
+            Some(Err(e)) => {
+                self.unreadable(e);
+                false
             }
+            None => false,
+        };
+        if routed {
+            return;
+        }
+        let refusal = Refusal::of(method);
+        let answer = match &refusal.answer {
+            Ok(answer) => conn.respond(&id, answer),
+            Err(error) => conn.respond_error(&id, error.clone()),
+        };
+        tracing::warn!(%method, why = refusal.why, "declined a request from the app-server");
+        if let Err(e) = answer {
+            tracing::warn!(error = %e, "could not answer the app-server");
+        }
+        self.notices.send(CodexNotice::ServerRequestDeclined {
+            method: method.to_owned(),
+            thread_id,
+            why: refusal.why.to_owned(),
+        });
+    }
+
+    /// Hands an approval to the turn on its thread; false if none is routed.
+    fn route_approval(&self, id: &RequestId, approval: ApprovalRequest) -> bool {
+        let Ok(mut sinks) = self.sinks.lock() else {
+            return false;
+        };
+        let Some(sink) = sinks.get_mut(&approval.thread_id) else {
+            return false;
+        };
+        sink.seq += 1;
+        let key = format!("approval-{}", uuid::Uuid::now_v7().simple());
+        // Pending before the turn hears of it: the decision may come back at once.
+        if let Ok(mut pending) = self.approvals.lock() {
+            pending.insert(key.clone(), (id.clone(), approval.kind));
+        }
+        let event = TurnEvent::ApprovalRequested {
+            seq: sink.seq,
+            key: key.clone(),
+            kind: approval.kind.as_str().to_owned(),
+            detail: serde_json::to_value(&approval.detail).unwrap_or(Value::Null),
+        };
+        if sink.tx.send(event).is_ok() {
+            true
+        } else {
+            self.take_approval(&key);
+            false
         }
     }
 }
 
-/// Answers a server request codex-bridge will not grant, explicitly, so no
-/// turn waits on it: each known type gets its own "no" in its own shape, and
-/// anything else a JSON-RPC error. Returns the send result and why.
-fn decline(
-    conn: &RpcConnection,
-    id: &Value,
-    method: &str,
-    approval: bool,
-) -> (Result<(), RpcError>, &'static str) {
-    let no_turn = "no turn of codex-bridge is waiting for it";
-    match method {
-        "mcpServer/elicitation/request" => (
-            conn.respond(id, json!({ "action": "decline", "content": null })),
-            no_turn,
-        ),
-        _ if approval => (conn.respond(id, json!({ "decision": "decline" })), no_turn),
-        // Legacy approval shapes (v1): the review decision is `denied`.
-        "execCommandApproval" | "applyPatchApproval" => (
-            conn.respond(id, json!({ "decision": "denied" })),
-            "legacy approval request; codex-bridge answers the v2 ones",
-        ),
-        "item/permissions/requestApproval" => (
-            conn.respond(id, json!({ "permissions": {}, "scope": "turn" })),
-            "extra permissions are not granted from a comment",
-        ),
-        "item/tool/requestUserInput" => (
-            conn.respond(id, json!({ "answers": {} })),
-            "no person answers questions inside a turn; ask in the reply instead",
-        ),
-        "item/tool/call" => (
-            conn.respond(
-                id,
-                json!({
-                    "contentItems": [{ "type": "inputText", "text": "codex-bridge offers no dynamic tools" }],
-                    "success": false,
-                }),
-            ),
-            "codex-bridge registers no dynamic tools",
-        ),
-        "account/chatgptAuthTokens/refresh" | "attestation/generate" => (
-            conn.respond_error(id, -32601, "codex-bridge does not provide this"),
-            "codex-bridge does not provide account tokens or attestations",
-        ),
-        _ => (
-            conn.respond_error(id, -32601, "codex-bridge does not handle this request"),
-            "unknown request type",
-        ),
+/// The turn event of an MCP tool call.
+fn tool_call(seq: i64, phase: &str, call: McpToolCallItem) -> TurnEvent {
+    TurnEvent::ToolCall {
+        seq,
+        phase: phase.to_owned(),
+        error: call.failure(),
+        status: call.status.as_str().to_owned(),
+        server: call.server,
+        tool: call.tool,
+        arguments: call.arguments,
     }
-}
-
-/// Appends one of the runtime's own events to the audit log, if one is set,
-/// without holding up the caller.
-pub(super) fn audit_event(
-    audit: &std::sync::OnceLock<crate::store::Store>,
-    action: &'static str,
-    meta: Value,
-) {
-    let Some(store) = audit.get().cloned() else {
-        return;
-    };
-    tokio::spawn(async move {
-        let written = store
-            .write(move |c| {
-                crate::store::audit::record(
-                    c,
-                    &crate::store::audit::Audit::new(action, "codex").meta(meta.clone()),
-                )
-                .map(|_| ())
-            })
-            .await;
-        if let Err(e) = written {
-            tracing::warn!(action, error = %e, "could not audit a codex runtime event");
-        }
-    });
-}
-
-/// The last agent message among a turn's items.
-pub(super) fn last_agent_text(turn: &Value) -> Option<String> {
-    turn.get("items")?
-        .as_array()?
-        .iter()
-        .rev()
-        .find(|i| i.get("type").and_then(Value::as_str) == Some("agentMessage"))
-        .and_then(|i| i.get("text").and_then(Value::as_str))
-        .map(str::to_owned)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::notice::notice_channel;
     use super::*;
-    use std::time::Duration;
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    /// The "app-server" side of a connection whose client end is routed.
+    struct Peer {
+        router: Router,
+        notices: mpsc::Receiver<CodexNotice>,
+        write: tokio::io::DuplexStream,
+        lines: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
+    }
+
+    impl Peer {
+        fn start() -> Peer {
+            let (ours_w, theirs_r) = tokio::io::duplex(1 << 16);
+            let (theirs_w, ours_r) = tokio::io::duplex(1 << 16);
+            let (conn, incoming) = RpcConnection::start(ours_w, ours_r);
+            let (tx, notices) = notice_channel();
+            let router = Router::new(tx);
+            router.start(conn, incoming);
+            Peer {
+                router,
+                notices,
+                write: theirs_w,
+                lines: BufReader::new(theirs_r).lines(),
+            }
+        }
+
+        async fn send(&mut self, msg: Value) {
+            self.write
+                .write_all(format!("{msg}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+
+        async fn answer(&mut self) -> Value {
+            let line = tokio::time::timeout(Duration::from_secs(5), self.lines.next_line())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            serde_json::from_str(&line).unwrap()
+        }
+
+        async fn notice(&mut self) -> CodexNotice {
+            tokio::time::timeout(Duration::from_secs(5), self.notices.recv())
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    }
 
     /// Every server request codex-bridge does not route to a turn gets an
-    /// answer in its own shape (or a JSON-RPC error), and an audit event.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn every_unrouted_server_request_is_answered_and_audited() {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::Store::open(&crate::store::StoreSettings {
-            url: crate::store::DbUrl::Sqlite(dir.path().join("a.db")),
-            read_pool_size: 2,
-            sqlite_busy_timeout: Duration::from_secs(5),
-            writer: crate::store::WriterSettings {
-                batch_max: 8,
-                threads: 1,
-                queue_capacity: 64,
-            },
-        })
-        .unwrap();
-        // The "app-server" side of two pipes.
-        let (ours_w, mut theirs_r) = tokio::io::duplex(1 << 16);
-        let (mut theirs_w, ours_r) = tokio::io::duplex(1 << 16);
-        let (conn, incoming) = RpcConnection::start(ours_w, ours_r);
-        let audit = Arc::new(std::sync::OnceLock::new());
-        audit.set(store.clone()).ok().unwrap();
-        tokio::spawn(route(
-            conn,
-            incoming,
-            Arc::new(Mutex::new(HashMap::new())),
-            Arc::new(Mutex::new(HashMap::new())),
-            Arc::new(McpStatus::default()),
-            audit,
-        ));
+    /// answer in its own shape (or a JSON-RPC error), and a notice.
+    #[tokio::test]
+    async fn every_unrouted_server_request_is_answered_and_noticed() {
+        let mut peer = Peer::start();
+        let approval =
+            json!({"threadId": "t-none", "turnId": "u", "itemId": "i", "startedAtMs": 1});
+        let elicitation = json!({"threadId": "t-none", "serverName": "gitea", "mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}});
+        let other = json!({"threadId": "t-none"});
         let cases = [
             (
                 "item/commandExecution/requestApproval",
+                &approval,
                 json!({"decision": "decline"}),
             ),
             (
                 "item/fileChange/requestApproval",
+                &approval,
                 json!({"decision": "decline"}),
             ),
             (
                 "mcpServer/elicitation/request",
+                &elicitation,
                 json!({"action": "decline", "content": null}),
             ),
-            ("execCommandApproval", json!({"decision": "denied"})),
-            ("applyPatchApproval", json!({"decision": "denied"})),
+            (
+                "execCommandApproval",
+                &other,
+                json!({"decision": {"denied": {"rejection": "codex-bridge answers only the v2 approval requests"}}}),
+            ),
+            (
+                "applyPatchApproval",
+                &other,
+                json!({"decision": {"denied": {"rejection": "codex-bridge answers only the v2 approval requests"}}}),
+            ),
             (
                 "item/permissions/requestApproval",
+                &other,
                 json!({"permissions": {}, "scope": "turn"}),
             ),
-            ("item/tool/requestUserInput", json!({"answers": {}})),
+            ("item/tool/requestUserInput", &other, json!({"answers": {}})),
             (
                 "item/tool/call",
+                &other,
                 json!({"contentItems": [{"type": "inputText", "text": "codex-bridge offers no dynamic tools"}], "success": false}),
             ),
-            ("account/chatgptAuthTokens/refresh", Value::Null),
-            ("attestation/generate", Value::Null),
-            ("something/new", Value::Null),
+            ("account/chatgptAuthTokens/refresh", &other, Value::Null),
+            ("attestation/generate", &other, Value::Null),
+            ("something/new", &other, Value::Null),
         ];
-        let mut lines = BufReader::new(&mut theirs_r).lines();
-        for (i, (method, want)) in cases.iter().enumerate() {
-            let req = json!({"jsonrpc": "2.0", "id": 100 + i, "method": method, "params": {"threadId": "t-none"}});
-            theirs_w
-                .write_all(format!("{req}\n").as_bytes())
-                .await
-                .unwrap();
-            let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            let answer: Value = serde_json::from_str(&line).unwrap();
-            assert_eq!(answer["id"], json!(100 + i), "{method}: {answer}");
+        for (i, (method, params, want)) in cases.iter().enumerate() {
+            let id = 100 + i;
+            peer.send(json!({"id": id, "method": method, "params": params}))
+                .await;
+            let answer = peer.answer().await;
+            assert_eq!(answer["id"], json!(id), "{method}: {answer}");
             if want.is_null() {
                 assert_eq!(answer["error"]["code"], json!(-32601), "{method}: {answer}");
             } else {
                 assert_eq!(&answer["result"], want, "{method}: {answer}");
             }
-        }
-        // One audit event per declined request, naming the method.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let events = store
-                .read(|c| {
-                    crate::store::audit::list(
-                        c,
-                        &crate::store::audit::AuditFilter {
-                            limit: 1000,
-                            ..Default::default()
-                        },
-                    )
-                })
-                .await
-                .unwrap()
-                .into_iter()
-                .filter(|e| e.action == "codex.server_request_declined")
-                .collect::<Vec<_>>();
-            if events.len() == cases.len() {
-                let text = serde_json::to_string(&events).unwrap();
-                for (method, _) in &cases {
-                    assert!(text.contains(method), "{method} not audited: {text}");
+            match peer.notice().await {
+                CodexNotice::ServerRequestDeclined {
+                    method: m,
+                    thread_id,
+                    ..
+                } => {
+                    assert_eq!(&m, method);
+                    assert_eq!(thread_id.as_deref(), Some("t-none"));
                 }
-                break;
+                other => panic!("{method}: {other:?}"),
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "audited {} of {}",
-                events.len(),
-                cases.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// An approval that cannot be read is declined all the same, and both
+    /// the unreadable message and the refusal are noticed.
+    #[tokio::test]
+    async fn an_unreadable_approval_is_declined_and_noticed() {
+        let mut peer = Peer::start();
+        let _events = peer.router.open_turn("t1");
+        peer.send(json!({"id": 7, "method": "item/commandExecution/requestApproval", "params": {"threadId": "t1"}}))
+            .await;
+        let answer = peer.answer().await;
+        assert_eq!(answer["result"], json!({"decision": "decline"}));
+        assert!(matches!(
+            peer.notice().await,
+            CodexNotice::UnreadableMessage { method, .. } if method == "item/commandExecution/requestApproval"
+        ));
+        assert!(matches!(
+            peer.notice().await,
+            CodexNotice::ServerRequestDeclined { .. }
+        ));
+    }
+
+    /// A turn's notifications become its events in order; an unreadable
+    /// `turn/completed` still ends the turn (as failed) and is noticed.
+    #[tokio::test]
+    async fn notifications_become_turn_events_and_an_unreadable_end_still_ends_the_turn() {
+        let mut peer = Peer::start();
+        let mut events = peer.router.open_turn("t1");
+        for msg in [
+            json!({"method": "turn/started", "params": {"threadId": "t1", "turn": {}}}),
+            json!({"method": "item/completed", "params": {"threadId": "t1", "item": {"type": "userMessage", "id": "u", "clientId": "op-1", "content": []}}}),
+            json!({"method": "item/started", "params": {"threadId": "t1", "item": {"type": "mcpToolCall", "id": "c", "server": "gitea", "tool": "add_comment", "status": "inProgress", "arguments": {"issue_number": 3}}}}),
+            json!({"method": "item/completed", "params": {"threadId": "t1", "item": {"type": "mcpToolCall", "id": "c", "server": "gitea", "tool": "add_comment", "status": "failed", "arguments": {}, "result": {"content": [{"type": "text", "text": "404 not found"}]}}}}),
+            json!({"method": "item/completed", "params": {"threadId": "t1", "item": {"type": "reasoning", "id": "r"}}}),
+            json!({"method": "turn/completed", "params": {"threadId": "t1", "turn": {"id": "turn-1"}}}),
+        ] {
+            peer.send(msg).await;
+        }
+        let mut seen = Vec::new();
+        while let Some(e) = events.recv().await {
+            seen.push(e);
+        }
+        assert_eq!(seen.len(), 5, "{seen:?}");
+        assert_eq!(
+            seen[0],
+            TurnEvent::Delivered {
+                seq: 2,
+                client_id: Some("op-1".into())
+            }
+        );
+        assert!(
+            matches!(&seen[1], TurnEvent::ToolCall { phase, error: None, .. } if phase == "started")
+        );
+        assert!(
+            matches!(&seen[2], TurnEvent::ToolCall { status, error: Some(e), .. } if status == "failed" && e == "404 not found"),
+            "{:?}",
+            seen[2]
+        );
+        assert_eq!(
+            seen[3],
+            TurnEvent::Progress {
+                seq: 5,
+                kind: "reasoning".into()
+            }
+        );
+        assert!(
+            matches!(&seen[4], TurnEvent::Failed { seq: 6, error } if error.contains("turn/completed")),
+            "{:?}",
+            seen[4]
+        );
+        assert!(matches!(
+            peer.notice().await,
+            CodexNotice::UnreadableMessage { method, .. } if method == "turn/completed"
+        ));
     }
 }

@@ -4,7 +4,12 @@
 //! connection. A line that is not JSON, or a message of no known shape, is
 //! logged and skipped: it never takes the connection down.
 
-use serde_json::{json, Value};
+use super::protocol::{
+    ErrorBody, IncomingMessage, OutgoingError, OutgoingNotification, OutgoingRequest,
+    OutgoingResponse, Request, RequestId,
+};
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +36,10 @@ pub enum RpcError {
         code: i64,
         message: String,
     },
+    /// The app-server answered, but not in the shape codex-bridge reads: the
+    /// request ran, and what it did is not known.
+    #[error("the answer to {method} is not what codex-bridge reads: {error}")]
+    Unreadable { method: String, error: String },
 }
 
 impl RpcError {
@@ -38,7 +47,9 @@ impl RpcError {
     pub fn is_ambiguous(&self) -> bool {
         matches!(
             self,
-            RpcError::ClosedAfterSend { .. } | RpcError::Timeout { .. }
+            RpcError::ClosedAfterSend { .. }
+                | RpcError::Timeout { .. }
+                | RpcError::Unreadable { .. }
         )
     }
 }
@@ -52,7 +63,7 @@ pub enum Incoming {
     },
     /// A request from the server (approvals, elicitations): must be answered.
     Request {
-        id: Value,
+        id: RequestId,
         method: String,
         params: Value,
     },
@@ -137,11 +148,24 @@ impl RpcConnection {
         self.open.load(Ordering::SeqCst)
     }
 
+    /// Sends a typed request and reads its answer.
+    pub async fn call<R: Request>(
+        &self,
+        params: &R,
+        deadline: Duration,
+    ) -> Result<R::Response, RpcError> {
+        let answer = self.request(R::METHOD, params, deadline).await?;
+        serde_json::from_value(answer).map_err(|e| RpcError::Unreadable {
+            method: R::METHOD.to_owned(),
+            error: e.to_string(),
+        })
+    }
+
     /// Sends a request and waits for its answer until `deadline`.
-    pub async fn request(
+    pub async fn request<P: Serialize>(
         &self,
         method: &str,
-        params: Value,
+        params: &P,
         deadline: Duration,
     ) -> Result<Value, RpcError> {
         if !self.is_open() {
@@ -152,8 +176,8 @@ impl RpcConnection {
         if let Ok(mut p) = self.pending.lock() {
             p.insert(id, (method.to_owned(), tx));
         }
-        let line = json!({ "id": id, "method": method, "params": params }).to_string();
-        if self.out.send(line).is_err() {
+        let line = serde_json::to_string(&OutgoingRequest { id, method, params });
+        if line.map(|l| self.out.send(l).is_err()).unwrap_or(true) {
             if let Ok(mut p) = self.pending.lock() {
                 p.remove(&id);
             }
@@ -176,53 +200,54 @@ impl RpcConnection {
         }
     }
 
-    /// Sends a notification (no answer expected).
-    pub fn notify(&self, method: &str, params: Option<Value>) -> Result<(), RpcError> {
-        let msg = match params {
-            Some(p) => json!({ "method": method, "params": p }),
-            None => json!({ "method": method }),
-        };
-        self.out
-            .send(msg.to_string())
-            .map_err(|_| RpcError::NotSent)
+    /// Sends a notification without params (no answer expected).
+    pub fn notify(&self, method: &str) -> Result<(), RpcError> {
+        self.send(&OutgoingNotification { method })
     }
 
     /// Answers a request from the server.
-    pub fn respond(&self, id: &Value, result: Value) -> Result<(), RpcError> {
-        self.out
-            .send(json!({ "id": id, "result": result }).to_string())
-            .map_err(|_| RpcError::NotSent)
+    pub fn respond<R: Serialize>(&self, id: &RequestId, result: &R) -> Result<(), RpcError> {
+        self.send(&OutgoingResponse { id, result })
     }
 
     /// Refuses a request from the server.
-    pub fn respond_error(&self, id: &Value, code: i64, message: &str) -> Result<(), RpcError> {
-        self.out
-            .send(json!({ "id": id, "error": { "code": code, "message": message } }).to_string())
-            .map_err(|_| RpcError::NotSent)
+    pub fn respond_error(&self, id: &RequestId, error: ErrorBody) -> Result<(), RpcError> {
+        self.send(&OutgoingError { id, error })
+    }
+
+    fn send<M: Serialize>(&self, message: &M) -> Result<(), RpcError> {
+        let line = serde_json::to_string(message).map_err(|_| RpcError::NotSent)?;
+        self.out.send(line).map_err(|_| RpcError::NotSent)
     }
 }
 
 fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Incoming>) {
-    let Ok(msg) = serde_json::from_str::<Value>(line) else {
+    let Ok(msg) = serde_json::from_str::<IncomingMessage>(line) else {
         tracing::warn!(
             bytes = line.len(),
-            "app-server sent a line that is not JSON; skipped"
+            "app-server sent a line that is not a JSON-RPC message; skipped"
         );
         return;
     };
-    let method = msg.get("method").and_then(Value::as_str).map(str::to_owned);
-    let id = msg.get("id").cloned();
-    match (method, id) {
+    match (msg.method, msg.id) {
         (Some(method), Some(id)) => {
-            let params = msg.get("params").cloned().unwrap_or(Value::Null);
-            let _ = incoming.send(Incoming::Request { id, method, params });
+            let _ = incoming.send(Incoming::Request {
+                id,
+                method,
+                params: msg.params,
+            });
         }
         (Some(method), None) => {
-            let params = msg.get("params").cloned().unwrap_or(Value::Null);
-            let _ = incoming.send(Incoming::Notification { method, params });
+            let _ = incoming.send(Incoming::Notification {
+                method,
+                params: msg.params,
+            });
         }
         (None, Some(id)) => {
-            let Some(id) = id.as_u64() else {
+            let Some(id) = (match id {
+                RequestId::Integer(n) => u64::try_from(n).ok(),
+                RequestId::String(_) => None,
+            }) else {
                 tracing::warn!("app-server answered with an id we never used; skipped");
                 return;
             };
@@ -233,17 +258,13 @@ fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Inco
                 );
                 return;
             };
-            let result = match (msg.get("result"), msg.get("error")) {
+            let result = match (msg.result, msg.error) {
                 (_, Some(err)) => Err(RpcError::Server {
                     method,
-                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                    message: err
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned(),
+                    code: err.code,
+                    message: err.message,
                 }),
-                (Some(result), None) => Ok(result.clone()),
+                (Some(result), None) => Ok(result),
                 (None, None) => Ok(Value::Null),
             };
             let _ = tx.send(result);
@@ -255,6 +276,7 @@ fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Inco
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
     use tokio::io::{duplex, AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     #[tokio::test]
@@ -296,12 +318,12 @@ mod tests {
             assert_eq!(answer["result"]["decision"], "decline");
         });
         let ok = conn
-            .request("thread/start", json!({}), Duration::from_secs(5))
+            .request("thread/start", &json!({}), Duration::from_secs(5))
             .await
             .unwrap();
         assert_eq!(ok["thread"]["id"], "t1");
         let err = conn
-            .request("turn/start", json!({}), Duration::from_secs(5))
+            .request("turn/start", &json!({}), Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(matches!(err, RpcError::Server { code: -32600, .. }));
@@ -313,7 +335,8 @@ mod tests {
         match incoming.recv().await.unwrap() {
             Incoming::Request { id, method, .. } => {
                 assert_eq!(method, "item/commandExecution/requestApproval");
-                conn.respond(&id, json!({ "decision": "decline" })).unwrap();
+                conn.respond(&id, &json!({ "decision": "decline" }))
+                    .unwrap();
             }
             other => panic!("{other:?}"),
         }
@@ -326,14 +349,14 @@ mod tests {
         let (read, write) = tokio::io::split(client_side);
         let (conn, mut incoming) = RpcConnection::start(write, read);
         let silent = conn
-            .request("turn/start", json!({}), Duration::from_millis(100))
+            .request("turn/start", &json!({}), Duration::from_millis(100))
             .await
             .unwrap_err();
         assert!(matches!(silent, RpcError::Timeout { .. }) && silent.is_ambiguous());
         let waiting = {
             let conn = conn.clone();
             tokio::spawn(async move {
-                conn.request("turn/start", json!({}), Duration::from_secs(5))
+                conn.request("turn/start", &json!({}), Duration::from_secs(5))
                     .await
             })
         };
@@ -343,7 +366,7 @@ mod tests {
         assert!(matches!(err, RpcError::ClosedAfterSend { .. }), "{err:?}");
         assert!(matches!(incoming.recv().await, Some(Incoming::Closed)));
         assert_eq!(
-            conn.request("x", json!({}), Duration::from_secs(1))
+            conn.request("x", &json!({}), Duration::from_secs(1))
                 .await
                 .unwrap_err(),
             RpcError::NotSent

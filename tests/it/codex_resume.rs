@@ -9,7 +9,7 @@ use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
 use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
-use codex_bridge::codex::runtime::CodexAgent;
+use codex_bridge::codex::CodexAgent;
 use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::path::Path;

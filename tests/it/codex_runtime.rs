@@ -7,21 +7,29 @@ use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
 use crate::support::{op_id, resource};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
-use codex_bridge::codex::runtime::{developer_instructions, CodexAgent, CodexSettings};
+use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
 use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
 use std::time::Duration;
 
+/// Where a runtime whose notices no test looks at sends them.
+fn unaudited() -> codex_bridge::codex::NoticeSender {
+    notice_channel().0
+}
+
 fn runtime(home: &CodexHome) -> CodexAgent {
-    CodexAgent::new(CodexSettings {
-        codex_bin: codex_bin(),
-        codex_home: home.path(),
-        developer_instructions: developer_instructions("ccbot"),
-        thread_config: serde_json::Map::new(),
-        env: Vec::new(),
-        request_timeout: Duration::from_secs(30),
-        nice: 0,
-    })
+    CodexAgent::new(
+        CodexSettings {
+            codex_bin: codex_bin(),
+            codex_home: home.path(),
+            developer_instructions: developer_instructions("ccbot"),
+            thread_config: serde_json::Map::new(),
+            env: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            nice: 0,
+        },
+        unaudited(),
+    )
 }
 
 async fn turn(
@@ -284,15 +292,18 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let home = CodexHome::new(&model);
     let work = tempfile::tempdir().unwrap();
     // Under `untrusted`, Codex asks before running a command that writes.
-    let rt = CodexAgent::new(CodexSettings {
-        codex_bin: codex_bin(),
-        codex_home: home.path(),
-        developer_instructions: developer_instructions("ccbot"),
-        thread_config: serde_json::Map::new(),
-        env: Vec::new(),
-        request_timeout: Duration::from_secs(30),
-        nice: 0,
-    });
+    let rt = CodexAgent::new(
+        CodexSettings {
+            codex_bin: codex_bin(),
+            codex_home: home.path(),
+            developer_instructions: developer_instructions("ccbot"),
+            thread_config: serde_json::Map::new(),
+            env: Vec::new(),
+            request_timeout: Duration::from_secs(30),
+            nice: 0,
+        },
+        unaudited(),
+    );
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
@@ -365,7 +376,7 @@ pub fn with_mcp(
     args: Vec<String>,
     log: &std::path::Path,
 ) -> CodexAgent {
-    use codex_bridge::codex::runtime::GiteaMcp;
+    use codex_bridge::codex::GiteaMcp;
     let mcp = GiteaMcp {
         command: command.into(),
         args,
@@ -379,18 +390,21 @@ pub fn with_mcp(
         "mcp_servers.gitea.env".into(),
         serde_json::json!({ "GITEA_HOST": "http://gitea.invalid", "STUB_LOG": log }),
     );
-    CodexAgent::new(CodexSettings {
-        codex_bin: codex_bin(),
-        codex_home: home.path(),
-        developer_instructions: developer_instructions("ccbot"),
-        thread_config,
-        env: vec![(
-            "GITEA_ACCESS_TOKEN".into(),
-            secrecy::SecretString::from("mcp-token-0123456789".to_owned()),
-        )],
-        request_timeout: Duration::from_secs(30),
-        nice: 0,
-    })
+    CodexAgent::new(
+        CodexSettings {
+            codex_bin: codex_bin(),
+            codex_home: home.path(),
+            developer_instructions: developer_instructions("ccbot"),
+            thread_config,
+            env: vec![(
+                "GITEA_ACCESS_TOKEN".into(),
+                secrecy::SecretString::from("mcp-token-0123456789".to_owned()),
+            )],
+            request_timeout: Duration::from_secs(30),
+            nice: 0,
+        },
+        unaudited(),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,8 +477,9 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
     );
 }
 
-/// An app-server without an optional method: the probe fails, the failure is
-/// audited as `capability_downgrade`, and threads still start.
+/// An app-server without an optional method: the probe fails, the client's
+/// notice of it ends up in the audit log as `capability_downgrade`, and
+/// threads still start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
@@ -482,16 +497,21 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     .unwrap();
     let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/codex/old_app_server.py");
-    let rt = CodexAgent::new(CodexSettings {
-        codex_bin: old,
-        codex_home: dir.path().join("home"),
-        developer_instructions: developer_instructions("ccbot"),
-        thread_config: serde_json::Map::new(),
-        env: Vec::new(),
-        request_timeout: Duration::from_secs(10),
-        nice: 0,
-    });
-    rt.audit_to(store.clone());
+    // Wired as the server wires it: the client's notices, recorded by the app.
+    let (notices, notice_rx) = notice_channel();
+    tokio::spawn(codex_bridge::app::record_notices(store.clone(), notice_rx));
+    let rt = CodexAgent::new(
+        CodexSettings {
+            codex_bin: old,
+            codex_home: dir.path().join("home"),
+            developer_instructions: developer_instructions("ccbot"),
+            thread_config: serde_json::Map::new(),
+            env: Vec::new(),
+            request_timeout: Duration::from_secs(10),
+            nice: 0,
+        },
+        notices,
+    );
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),

@@ -5,8 +5,9 @@
 
 use crate::giteasim::{GiteaSim, Perm};
 use crate::support::{BOT, GITEA_TOKEN};
-use codex_bridge::gitea::receipts::{ReceiptMode, ReceiptWorker};
+use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaError, GiteaForge, Permission, TriggerPolicy};
+use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::store::{comments, ingest, DbUrl, Store, StoreSettings, WriterSettings};
 use std::sync::Arc;
 use std::time::Duration;

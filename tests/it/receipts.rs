@@ -6,8 +6,9 @@
 
 use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
 use crate::support::{BOT, GITEA_TOKEN};
-use codex_bridge::gitea::receipts::{ReceiptMode, ReceiptWorker};
+use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
+use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{
     comments, ingest, scheduling, DbUrl, Store, StoreSettings, WriterSettings,

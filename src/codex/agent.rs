@@ -1,0 +1,294 @@
+//! [`CodexAgent`]: the [`Agent`] the session actors drive, as threads and
+//! turns on the one app-server [`Process`]. Threads are resumed in a new
+//! process before their next turn, with the setup a new thread gets
+//! (`thread.rs`); a turn's events come from the [`Router`].
+
+use super::notice::NoticeSender;
+use super::process::Process;
+use super::protocol::{
+    ThreadItem, ThreadResume, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView,
+    TurnStart, TurnStatus, TurnSteer, UserInput,
+};
+use super::route::Router;
+use super::rpc::{RpcConnection, RpcError};
+use super::settings::CodexSettings;
+use super::thread::{thread_setup, ThreadPolicy};
+use crate::agent::{Agent, AgentError, ThreadRequest, TurnLookup, TurnRequest, TurnStarted};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt, StreamExt};
+use std::path::Path;
+use std::sync::Arc;
+
+struct Inner {
+    process: Process,
+    router: Router,
+}
+
+/// The Codex runtime. Cloning shares the process.
+#[derive(Clone)]
+pub struct CodexAgent {
+    inner: Arc<Inner>,
+}
+
+fn rpc_to_runtime(e: RpcError) -> AgentError {
+    if e.is_ambiguous() {
+        AgentError::Uncertain(e.to_string())
+    } else {
+        AgentError::Unavailable(e.to_string())
+    }
+}
+
+impl CodexAgent {
+    /// A runtime that starts its app-server on first use; what the audit log
+    /// should hold about it goes to `notices` (see [`super::notice_channel`]).
+    pub fn new(settings: CodexSettings, notices: NoticeSender) -> Self {
+        let router = Router::new(notices);
+        CodexAgent {
+            inner: Arc::new(Inner {
+                process: Process::new(settings, router.clone()),
+                router,
+            }),
+        }
+    }
+
+    fn settings(&self) -> &CodexSettings {
+        self.inner.process.settings()
+    }
+
+    async fn connection(&self) -> Result<Arc<RpcConnection>, AgentError> {
+        self.inner.process.connection().await
+    }
+
+    /// Ends the app-server process (an interrupt that was never confirmed,
+    /// or shutdown). The next call starts a new one and resumes threads.
+    pub async fn kill_process(&self) {
+        self.inner.process.kill().await
+    }
+
+    /// Capability probes that failed (each is a `capability_downgrade`).
+    pub fn downgrades(&self) -> Vec<String> {
+        self.inner.process.downgrades()
+    }
+
+    /// `turn/steer`: adds input to the active turn `expected_turn_id` (for the
+    /// steer send mode). Fails if that turn is not the one running.
+    pub async fn steer(
+        &self,
+        thread_id: &str,
+        expected_turn_id: &str,
+        text: &str,
+        operation_id: &str,
+    ) -> Result<String, AgentError> {
+        let conn = self.connection().await?;
+        let steer = TurnSteer {
+            thread_id: thread_id.to_owned(),
+            expected_turn_id: expected_turn_id.to_owned(),
+            input: vec![UserInput::text(text)],
+            client_user_message_id: operation_id.to_owned(),
+        };
+        let answer = conn
+            .call(&steer, self.settings().request_timeout)
+            .await
+            .map_err(rpc_to_runtime)?;
+        Ok(answer.turn_id)
+    }
+
+    /// Opens a thread in the current app-server process with the whole setup
+    /// ([`thread_setup`]): `thread/start` without an id, `thread/resume` for
+    /// one this process has not loaded (a new process, or a new bridge), then
+    /// waits for its Gitea MCP server. The connection and the thread's id.
+    async fn open_thread(
+        &self,
+        thread_id: Option<&str>,
+        cwd: &Path,
+        policy: Option<ThreadPolicy>,
+    ) -> Result<(Arc<RpcConnection>, String), AgentError> {
+        let conn = self.connection().await?;
+        let s = self.settings();
+        let loaded = match thread_id {
+            Some(id) => self.inner.process.has_loaded(id).await,
+            None => false,
+        };
+        let id = match thread_id {
+            Some(id) if loaded => id.to_owned(),
+            Some(id) => {
+                self.inner.router.forget_mcp(id);
+                let resume = ThreadResume {
+                    thread_id: id.to_owned(),
+                    setup: thread_setup(s, cwd, policy),
+                };
+                conn.call(&resume, s.request_timeout)
+                    .await
+                    .map_err(|e| AgentError::Unavailable(format!("thread/resume failed: {e}")))?;
+                id.to_owned()
+            }
+            None => {
+                let start = ThreadStart {
+                    setup: thread_setup(s, cwd, policy),
+                };
+                conn.call(&start, s.request_timeout)
+                    .await
+                    .map_err(|e| AgentError::Unavailable(format!("thread/start failed: {e}")))?
+                    .thread
+                    .id
+            }
+        };
+        if !loaded {
+            self.inner.process.mark_loaded(&id).await;
+        }
+        // Codex does not wait for a thread's MCP servers: a turn sent too
+        // early reaches the model without the Gitea tools. On a thread loaded
+        // before, this returns at once (or refuses again if the server failed).
+        if s.thread_config.contains_key("mcp_servers.gitea.command") {
+            self.inner
+                .router
+                .wait_for_mcp(&id, "gitea", s.request_timeout)
+                .await?;
+        }
+        Ok((conn, id))
+    }
+}
+
+impl Agent for CodexAgent {
+    fn name(&self) -> &'static str {
+        "codex"
+    }
+
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let this = self.clone();
+        async move {
+            let policy = ThreadPolicy::parse(req.approval_policy.as_str(), req.sandbox.as_str())?;
+            let (_, id) = this
+                .open_thread(req.thread_id.as_deref(), &req.cwd, Some(policy))
+                .await?;
+            Ok(id)
+        }
+        .boxed()
+    }
+
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let this = self.clone();
+        async move {
+            // A turn's request carries no policy. The session opens its thread
+            // through `ensure_thread` first, which gives a thread loaded here
+            // the repository's policy; a thread not loaded here yet (a turn of
+            // a task recovered after the bridge restarted, such as its
+            // reply-retry turn) is resumed with everything else and keeps
+            // the approval policy and sandbox it last ran under, which may be
+            // older than the configuration this process read.
+            let (conn, _) = this
+                .open_thread(Some(&req.thread_id), &req.cwd, None)
+                .await?;
+            let mut rx = this.inner.router.open_turn(&req.thread_id);
+            let start = TurnStart {
+                thread_id: req.thread_id.clone(),
+                input: vec![UserInput::text(req.text)],
+                client_user_message_id: req.operation_id.to_string(),
+            };
+            let answer = match conn.call(&start, this.settings().request_timeout).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    // Never admitted: nothing will come for it. Admitted but
+                    // unreadable (no turn id): the session looks it up by history.
+                    this.inner.router.close_turn(&req.thread_id);
+                    return Err(rpc_to_runtime(e));
+                }
+            };
+            let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+            Ok(TurnStarted {
+                turn_id: answer.turn.id,
+                events,
+            })
+        }
+        .boxed()
+    }
+
+    fn interrupt(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let (this, thread, turn) = (self.clone(), thread_id.to_owned(), turn_id.to_owned());
+        async move {
+            let conn = this.connection().await?;
+            let interrupt = TurnInterrupt {
+                thread_id: thread,
+                turn_id: turn,
+            };
+            conn.call(&interrupt, this.settings().request_timeout)
+                .await
+                .map(|_| ())
+                .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn decide_approval(
+        &self,
+        key: &str,
+        accept: bool,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let (this, key) = (self.clone(), key.to_owned());
+        async move {
+            let Some((id, kind)) = this.inner.router.take_approval(&key) else {
+                return Err(AgentError::Unavailable(format!(
+                    "approval {key} is not pending (answered or expired)"
+                )));
+            };
+            let conn = this.connection().await?;
+            conn.respond(&id, &kind.answer(accept))
+                .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn reset(&self) -> BoxFuture<'static, ()> {
+        let this = self.clone();
+        async move { this.kill_process().await }.boxed()
+    }
+
+    fn lookup_turn(
+        &self,
+        thread_id: &str,
+        operation_id: &str,
+    ) -> BoxFuture<'static, Result<TurnLookup, AgentError>> {
+        let (this, thread, op) = (self.clone(), thread_id.to_owned(), operation_id.to_owned());
+        async move {
+            let conn = this.connection().await?;
+            let list = ThreadTurnsList {
+                thread_id: thread,
+                items_view: TurnItemsView::Full,
+            };
+            let history = conn
+                .call(&list, this.settings().request_timeout)
+                .await
+                .map_err(|e| AgentError::Unavailable(format!("thread/turns/list failed: {e}")))?;
+            let ours = history.data.into_iter().find(|turn| {
+                turn.items.iter().any(|i| {
+                    matches!(i, ThreadItem::UserMessage(m)
+                        if m.client_id.as_deref() == Some(op.as_str()))
+                })
+            });
+            let Some(turn) = ours else {
+                return Ok(TurnLookup::Missing);
+            };
+            let turn_id = turn.id.clone();
+            Ok(match turn.status {
+                TurnStatus::Completed => TurnLookup::Completed {
+                    final_text: turn.last_agent_text(),
+                    turn_id,
+                },
+                TurnStatus::Interrupted => TurnLookup::Interrupted { turn_id },
+                TurnStatus::InProgress => TurnLookup::Running { turn_id },
+                TurnStatus::Failed | TurnStatus::Unknown => TurnLookup::Failed {
+                    error: turn
+                        .error
+                        .map(|e| e.message)
+                        .unwrap_or_else(|| "failed".to_owned()),
+                    turn_id,
+                },
+            })
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,116 @@
+//! The notifications the bridge reads: a turn's items, errors and end, and
+//! the start-up status of a thread's MCP servers.
+
+use super::{parse, ThreadItem, Turn, TurnError, Unreadable};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// A notification from the app-server, by method.
+#[derive(Debug, Clone)]
+pub enum ServerNotification {
+    McpServerStatusUpdated(McpServerStatusUpdatedNotification),
+    ItemStarted(ItemNotification),
+    ItemCompleted(ItemNotification),
+    Error(ErrorNotification),
+    TurnCompleted(TurnCompletedNotification),
+    /// A method the bridge does not use (deltas, token usage, warnings, …).
+    Unused {
+        method: String,
+        thread_id: Option<String>,
+    },
+}
+
+impl ServerNotification {
+    pub const MCP_SERVER_STATUS_UPDATED: &'static str = "mcpServer/startupStatus/updated";
+    pub const ITEM_STARTED: &'static str = "item/started";
+    pub const ITEM_COMPLETED: &'static str = "item/completed";
+    pub const ERROR: &'static str = "error";
+    pub const TURN_COMPLETED: &'static str = "turn/completed";
+
+    /// Reads a notification of `method`.
+    pub fn parse(method: &str, params: Value) -> Result<ServerNotification, Unreadable> {
+        Ok(match method {
+            Self::MCP_SERVER_STATUS_UPDATED => {
+                ServerNotification::McpServerStatusUpdated(parse(method, params)?)
+            }
+            Self::ITEM_STARTED => ServerNotification::ItemStarted(parse(method, params)?),
+            Self::ITEM_COMPLETED => ServerNotification::ItemCompleted(parse(method, params)?),
+            Self::ERROR => ServerNotification::Error(parse(method, params)?),
+            Self::TURN_COMPLETED => ServerNotification::TurnCompleted(parse(method, params)?),
+            _ => ServerNotification::Unused {
+                method: method.to_owned(),
+                thread_id: ThreadScoped::of(&params),
+            },
+        })
+    }
+}
+
+/// The thread a message is about, for any method that names one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadScoped {
+    #[serde(default)]
+    pub thread_id: Option<String>,
+}
+
+impl ThreadScoped {
+    pub fn of(params: &Value) -> Option<String> {
+        ThreadScoped::deserialize(params)
+            .ok()
+            .and_then(|t| t.thread_id)
+    }
+}
+
+/// `mcpServer/startupStatus/updated` (`v2/McpServerStatusUpdatedNotification`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerStatusUpdatedNotification {
+    #[serde(default)]
+    pub thread_id: Option<String>,
+    pub name: String,
+    pub status: McpServerStartupState,
+    /// What went wrong, in words.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// What went wrong, as a code (`reauthenticationRequired`).
+    #[serde(default)]
+    pub failure_reason: Option<String>,
+}
+
+/// `v2/McpServerStartupState`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum McpServerStartupState {
+    Starting,
+    Ready,
+    Failed,
+    Cancelled,
+    #[serde(other)]
+    Unknown,
+}
+
+/// `item/started` and `item/completed` (`v2/ItemStartedNotification`,
+/// `v2/ItemCompletedNotification`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ItemNotification {
+    pub thread_id: String,
+    pub item: ThreadItem,
+}
+
+/// `error` (`v2/ErrorNotification`): the turn's failure, before its
+/// `turn/completed`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorNotification {
+    pub thread_id: String,
+    pub error: TurnError,
+}
+
+/// `turn/completed` (`v2/TurnCompletedNotification`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnCompletedNotification {
+    pub thread_id: String,
+    pub turn: Turn,
+}

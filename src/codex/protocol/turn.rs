@@ -1,0 +1,400 @@
+//! Threads and turns: the requests that open threads, start, steer and stop
+//! turns and read a thread's history, and the turns and items they answer with.
+
+use super::Request;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// When Codex asks before acting (`AskForApproval`, the plain values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AskForApproval {
+    Untrusted,
+    OnRequest,
+    Never,
+}
+
+impl std::str::FromStr for AskForApproval {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+            format!(
+                "`{s}` is not an approval policy this codex accepts (untrusted, on-request, never)"
+            )
+        })
+    }
+}
+
+/// What a thread's commands may touch (`SandboxMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    ReadOnly,
+    WorkspaceWrite,
+    DangerFullAccess,
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        serde_json::from_value(Value::String(s.to_owned())).map_err(|_| {
+            format!(
+                "`{s}` is not a sandbox mode this codex accepts \
+                 (read-only, workspace-write, danger-full-access)"
+            )
+        })
+    }
+}
+
+/// What `thread/start` and `thread/resume` share: a thread resumed in a new
+/// process gets its MCP servers from the request that loads it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadSetup {
+    pub cwd: PathBuf,
+    pub developer_instructions: String,
+    /// `None`: the thread keeps the policy it last ran under.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<AskForApproval>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxMode>,
+    /// Dotted config keys (`mcp_servers.gitea.command`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config: Option<serde_json::Map<String, Value>>,
+}
+
+/// `thread/start` (`v2/ThreadStartParams`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadStart {
+    #[serde(flatten)]
+    pub setup: ThreadSetup,
+}
+
+impl Request for ThreadStart {
+    const METHOD: &'static str = "thread/start";
+    type Response = ThreadStartResponse;
+}
+
+/// The answer to `thread/start` (`v2/ThreadStartResponse`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ThreadStartResponse {
+    pub thread: ThreadSummary,
+}
+
+/// A thread (`v2/Thread`): its id.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ThreadSummary {
+    pub id: String,
+}
+
+/// `thread/resume` (`v2/ThreadResumeParams`); its answer (the thread's
+/// turns) is not read: history is looked up with [`ThreadTurnsList`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadResume {
+    pub thread_id: String,
+    #[serde(flatten)]
+    pub setup: ThreadSetup,
+}
+
+impl Request for ThreadResume {
+    const METHOD: &'static str = "thread/resume";
+    type Response = IgnoredAny;
+}
+
+/// How much of each turn's items a history page carries (`v2/TurnItemsView`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnItemsView {
+    /// Every item: the user message carries our client id.
+    Full,
+}
+
+/// `thread/turns/list` (`v2/ThreadTurnsListParams`): a thread's history,
+/// newest turn first.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsList {
+    pub thread_id: String,
+    pub items_view: TurnItemsView,
+}
+
+impl Request for ThreadTurnsList {
+    const METHOD: &'static str = "thread/turns/list";
+    type Response = ThreadTurnsListResponse;
+}
+
+/// The answer to `thread/turns/list` (`v2/ThreadTurnsListResponse`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ThreadTurnsListResponse {
+    pub data: Vec<Turn>,
+}
+
+/// One piece of user input (`v2/UserInput`); the bridge sends plain text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum UserInput {
+    Text {
+        text: String,
+        /// Rich-text spans inside `text`; plain text has none.
+        text_elements: Vec<Value>,
+    },
+}
+
+impl UserInput {
+    pub fn text(text: impl Into<String>) -> UserInput {
+        UserInput::Text {
+            text: text.into(),
+            text_elements: Vec::new(),
+        }
+    }
+}
+
+/// `turn/start` (`v2/TurnStartParams`): only this turn's input and our id of
+/// the user message, which Codex keeps in the thread's history.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStart {
+    pub thread_id: String,
+    pub input: Vec<UserInput>,
+    pub client_user_message_id: String,
+}
+
+impl Request for TurnStart {
+    const METHOD: &'static str = "turn/start";
+    type Response = TurnStartResponse;
+}
+
+/// The answer to `turn/start` (`v2/TurnStartResponse`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TurnStartResponse {
+    pub turn: Turn,
+}
+
+/// `turn/steer` (`v2/TurnSteerParams`): more input for the active turn,
+/// refused unless it is `expected_turn_id`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteer {
+    pub thread_id: String,
+    pub expected_turn_id: String,
+    pub input: Vec<UserInput>,
+    pub client_user_message_id: String,
+}
+
+impl Request for TurnSteer {
+    const METHOD: &'static str = "turn/steer";
+    type Response = TurnSteerResponse;
+}
+
+/// The answer to `turn/steer` (`v2/TurnSteerResponse`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSteerResponse {
+    pub turn_id: String,
+}
+
+/// `turn/interrupt` (`v2/TurnInterruptParams`); `turn/completed` with
+/// `interrupted` follows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnInterrupt {
+    pub thread_id: String,
+    pub turn_id: String,
+}
+
+impl Request for TurnInterrupt {
+    const METHOD: &'static str = "turn/interrupt";
+    type Response = IgnoredAny;
+}
+
+/// A turn (`v2/Turn`), live or from history.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Turn {
+    pub id: String,
+    pub status: TurnStatus,
+    #[serde(default)]
+    pub items: Vec<ThreadItem>,
+    #[serde(default)]
+    pub error: Option<TurnError>,
+}
+
+impl Turn {
+    /// The last agent message among the turn's items.
+    pub fn last_agent_text(&self) -> Option<String> {
+        self.items.iter().rev().find_map(|i| match i {
+            ThreadItem::AgentMessage(m) => Some(m.text.clone()),
+            _ => None,
+        })
+    }
+}
+
+/// `v2/TurnStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnStatus {
+    Completed,
+    Interrupted,
+    Failed,
+    InProgress,
+    /// A status this bridge does not know: treated as a failure.
+    #[serde(other)]
+    Unknown,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnStatus::Completed => "completed",
+            TurnStatus::Interrupted => "interrupted",
+            TurnStatus::Failed => "failed",
+            TurnStatus::InProgress => "inProgress",
+            TurnStatus::Unknown => "unknown",
+        }
+    }
+}
+
+/// Why a turn failed (`v2/TurnError`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TurnError {
+    pub message: String,
+}
+
+/// An item of a turn (`v2/ThreadItem`), by its `type`: the three the bridge
+/// reads, and the type name of any other.
+#[derive(Debug, Clone)]
+pub enum ThreadItem {
+    UserMessage(UserMessageItem),
+    AgentMessage(AgentMessageItem),
+    McpToolCall(McpToolCallItem),
+    Other { kind: String },
+}
+
+impl ThreadItem {
+    /// The item's `type`.
+    pub fn kind(&self) -> &str {
+        match self {
+            ThreadItem::UserMessage(_) => "userMessage",
+            ThreadItem::AgentMessage(_) => "agentMessage",
+            ThreadItem::McpToolCall(_) => "mcpToolCall",
+            ThreadItem::Other { kind } => kind,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ThreadItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        struct Kind {
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        let value = Value::deserialize(d)?;
+        let Kind { kind } = Kind::deserialize(&value).map_err(D::Error::custom)?;
+        let item = match kind.as_str() {
+            "userMessage" => ThreadItem::UserMessage(
+                UserMessageItem::deserialize(&value).map_err(D::Error::custom)?,
+            ),
+            "agentMessage" => ThreadItem::AgentMessage(
+                AgentMessageItem::deserialize(&value).map_err(D::Error::custom)?,
+            ),
+            "mcpToolCall" => ThreadItem::McpToolCall(
+                McpToolCallItem::deserialize(&value).map_err(D::Error::custom)?,
+            ),
+            _ => ThreadItem::Other { kind },
+        };
+        Ok(item)
+    }
+}
+
+/// `v2/ThreadItem` `userMessage`: `clientId` is our operation id, the proof
+/// that Codex recorded our message.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserMessageItem {
+    #[serde(default)]
+    pub client_id: Option<String>,
+}
+
+/// `v2/ThreadItem` `agentMessage`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentMessageItem {
+    pub text: String,
+}
+
+/// `v2/ThreadItem` `mcpToolCall`: how the agent posts its answer.
+#[derive(Debug, Clone, Deserialize)]
+pub struct McpToolCallItem {
+    pub server: String,
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: Value,
+    pub status: McpToolCallStatus,
+    #[serde(default)]
+    pub error: Option<McpToolCallError>,
+    #[serde(default)]
+    pub result: Option<McpToolCallResult>,
+}
+
+impl McpToolCallItem {
+    /// Why the call failed, if it did: the call's error, or for a tool that
+    /// answered with an error result (Codex marks that `failed` and keeps
+    /// the tool's own words in the result), the result's first text.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(e.message.clone());
+        }
+        (self.status == McpToolCallStatus::Failed).then(|| {
+            self.result
+                .as_ref()
+                .and_then(|r| r.content.iter().find_map(|c| c.text.clone()))
+                .unwrap_or_else(|| "the tool reported an error".to_owned())
+        })
+    }
+}
+
+/// `v2/McpToolCallStatus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum McpToolCallStatus {
+    InProgress,
+    Completed,
+    Failed,
+    #[serde(other)]
+    Unknown,
+}
+
+impl McpToolCallStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpToolCallStatus::InProgress => "inProgress",
+            McpToolCallStatus::Completed => "completed",
+            McpToolCallStatus::Failed => "failed",
+            McpToolCallStatus::Unknown => "unknown",
+        }
+    }
+}
+
+/// `v2/McpToolCallError`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct McpToolCallError {
+    pub message: String,
+}
+
+/// `v2/McpToolCallResult`: the tool's MCP content blocks.
+#[derive(Debug, Clone, Deserialize)]
+pub struct McpToolCallResult {
+    #[serde(default)]
+    pub content: Vec<McpContentBlock>,
+}
+
+/// An MCP content block (Codex passes them through untyped): its text, if
+/// it is a text block.
+#[derive(Debug, Clone, Deserialize)]
+pub struct McpContentBlock {
+    #[serde(default)]
+    pub text: Option<String>,
+}

@@ -1,0 +1,375 @@
+//! The receipts worker: one receipt per task when it is
+//! queued — a comment, or a reaction on the triggering comment by config — and
+//! one per abnormal end, each exactly once.
+//!
+//! Rows are queued in the store by the commit that causes them (the accept,
+//! the transition), and that commit wakes the worker through the store's
+//! change signal; a receipt waiting for a retry wakes it with a timer. The
+//! worker marks a row `posting` before it writes (the intent), looks for the
+//! receipt's marker in the thread before posting (a crash between the POST
+//! and its record never yields a second receipt), and records the result. Transient failures retry with backoff; Gitea's refusals
+//! end the row `failed` with Gitea's message.
+//!
+//! Before the "received" receipt it asks whether the commenter may trigger
+//! work at all: if not, the task is `rejected` and only the rejection receipt
+//! is written.
+
+use crate::domain::states::CommentStatus;
+use crate::forge::{Forge, TriggerCheck};
+use crate::gitea::receipts::{add_reaction, post_once, receipt_text, ReceiptMode};
+use crate::gitea::reply::receipt_marker;
+use crate::gitea::{GiteaClient, GiteaError};
+use crate::lifecycle::TaskState;
+use crate::store::audit::{self, Audit};
+use crate::store::comments::{self, DueReceipt, Outcome};
+use crate::store::tasks::TransitionOutcome;
+use crate::store::{format_time, scheduling, Store};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Gives up on a receipt after this many failed attempts.
+const MAX_ATTEMPTS: i64 = 12;
+
+/// Receipts read at a time; a pass reads again until nothing is due.
+const BATCH: i64 = 32;
+
+/// After a store error the worker waits this long before it looks again,
+/// whatever commits meanwhile: a store that fails every read must not be
+/// asked again at the rate of the commits.
+const ERROR_PAUSE: Duration = Duration::from_secs(1);
+
+pub struct ReceiptWorker {
+    pub store: Store,
+    pub client: GiteaClient,
+    pub forge: Arc<dyn Forge>,
+    pub bot_login: String,
+    pub mode: ReceiptMode,
+    /// The longest the worker sleeps without looking at the store (normally
+    /// [`ReceiptWorker::SAFETY_INTERVAL`]).
+    pub safety_interval: Duration,
+}
+
+impl ReceiptWorker {
+    /// The worker is woken by every commit of this process and by the
+    /// earliest retry falling due; it also looks this often in case neither
+    /// happens: receipts queued by another instance on a shared PostgreSQL,
+    /// whose commits this process does not see, or a wake-up missed.
+    pub const SAFETY_INTERVAL: Duration = Duration::from_secs(30);
+
+    /// Runs until the process ends: a pass over every receipt due, then sleep
+    /// until the next commit, the next retry or the safety interval,
+    /// whichever comes first. Commits during a pass coalesce into one more
+    /// pass, so a store that changes constantly costs one read per wake-up,
+    /// never a spin.
+    pub async fn run(self) {
+        let mut changes = self.store.changes();
+        loop {
+            let wait = match self.pass(&mut changes).await {
+                Ok(Some(next)) => next.min(self.safety_interval),
+                Ok(None) => self.safety_interval,
+                Err(e) => {
+                    tracing::warn!(error = %e, "receipt worker: store error; trying again in a second");
+                    tokio::time::sleep(ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            tokio::select! {
+                changed = changes.changed() => {
+                    // Only if the store is gone, which `self.store` prevents;
+                    // fall back to the timer rather than spin on the error.
+                    if changed.is_err() {
+                        tokio::time::sleep(wait).await;
+                    }
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+
+    /// Writes every receipt due now; then how long until the earliest one
+    /// waiting for a retry falls due (`None`: none waits).
+    async fn pass(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<Option<Duration>, crate::store::StoreError> {
+        loop {
+            // Seen before the read: whatever commits after it wakes the next
+            // pass, and the worker's own writes before it do not.
+            changes.borrow_and_update();
+            let at = crate::store::now();
+            let (rows, next) = self
+                .store
+                .read(move |c| {
+                    let rows = comments::due_receipts(c, &at, BATCH)?;
+                    let next = if rows.is_empty() {
+                        comments::next_receipt_due(c)?
+                    } else {
+                        None
+                    };
+                    Ok((rows, next))
+                })
+                .await?;
+            if rows.is_empty() {
+                return Ok(next.as_deref().and_then(until));
+            }
+            // Every way through `handle` that succeeds takes its row out of
+            // the due ones (posted, skipped, failed, or pending with a later
+            // retry), so this loop ends.
+            for r in rows {
+                self.handle(r).await?;
+            }
+        }
+    }
+
+    async fn handle(&self, r: DueReceipt) -> Result<(), crate::store::StoreError> {
+        let key = r.row.comment_key.clone();
+        let wanted_state = comments::receipt_state(&key);
+        let wanted = wanted_state
+            .map(TaskState::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let task_id = r.row.task_id.clone();
+        if wanted_state == Some(TaskState::Received) {
+            if r.state.is_terminal() {
+                return self
+                    .finish(
+                        &key,
+                        &task_id,
+                        CommentStatus::Skipped,
+                        None,
+                        Some("the task ended before its receipt"),
+                    )
+                    .await;
+            }
+            match self
+                .forge
+                .may_trigger(r.row.resource_key.clone(), r.author.clone())
+                .await
+            {
+                TriggerCheck::Denied(why) => return self.reject(&r, &key, why).await,
+                TriggerCheck::Unknown(e) => {
+                    // The session checks again before the turn starts.
+                    tracing::info!(task.id = %task_id, error = %e, "permission unknown at accept; checked again at start");
+                }
+                TriggerCheck::Allowed => {}
+            }
+        }
+        // The intent, before anything is written into Gitea.
+        let (k, t, w) = (key.clone(), task_id.clone(), wanted.clone());
+        self.store
+            .write(move |c| {
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status: CommentStatus::Posting,
+                        count_attempt: true,
+                        ..Default::default()
+                    },
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new("receipt.intent", "system")
+                        .task(&t)
+                        .meta(serde_json::json!({ "commentKey": k, "receipt": w })),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        let resource = &r.row.resource_key;
+        let (owner, repo, number) = (
+            resource.repo().owner().to_owned(),
+            resource.repo().name().to_owned(),
+            resource.number(),
+        );
+        let result =
+            if wanted_state == Some(TaskState::Received) && self.mode == ReceiptMode::Reaction {
+                match r.trigger_comment_id {
+                    Some(cid) => add_reaction(&self.client, owner, repo, cid, "eyes")
+                        .await
+                        .map(|()| None),
+                    None => self.post_comment(&r, &wanted, owner, repo, number).await,
+                }
+            } else {
+                self.post_comment(&r, &wanted, owner, repo, number).await
+            };
+        match result {
+            Ok(comment_id) => {
+                self.finish(&key, &task_id, CommentStatus::Posted, comment_id, None)
+                    .await
+            }
+            Err(e) if e.is_transient() && r.row.attempts + 1 < MAX_ATTEMPTS => {
+                let wait = Duration::from_secs(2u64.pow(r.row.attempts.clamp(0, 9) as u32));
+                let retry_at = format_time(
+                    chrono::Utc::now()
+                        + chrono::Duration::from_std(wait)
+                            .unwrap_or_else(|_| chrono::Duration::seconds(60)),
+                );
+                let (k, t, msg) = (key.clone(), task_id.clone(), e.to_string());
+                tracing::warn!(task.id = %task_id, error = %msg, "receipt not written yet; will try again");
+                self.store
+                    .write(move |c| {
+                        comments::mark(
+                            c,
+                            &k,
+                            &Outcome {
+                                status: CommentStatus::Pending,
+                                error: Some(&msg),
+                                retry_at: Some(&retry_at),
+                                ..Default::default()
+                            },
+                        )?;
+                        audit::record(
+                            c,
+                            &Audit::new("receipt.retry", "system")
+                                .task(&t)
+                                .error("gitea_unavailable")
+                                .meta(serde_json::json!({ "commentKey": k, "error": msg })),
+                        )
+                        .map(|_| ())
+                    })
+                    .await
+            }
+            Err(e) => {
+                self.finish(
+                    &key,
+                    &task_id,
+                    CommentStatus::Failed,
+                    None,
+                    Some(&e.to_string()),
+                )
+                .await
+            }
+        }
+    }
+
+    /// Posts the receipt comment unless its marker is already in the thread.
+    async fn post_comment(
+        &self,
+        r: &DueReceipt,
+        wanted: &str,
+        owner: String,
+        repo: String,
+        number: i64,
+    ) -> Result<Option<i64>, GiteaError> {
+        let marker = receipt_marker(&r.row.comment_key);
+        let body = format!(
+            "{}\n\n{marker}",
+            receipt_text(wanted, &r.row.task_id, r.error_code.as_deref())
+        );
+        post_once(
+            &self.client,
+            owner,
+            repo,
+            number,
+            &self.bot_login,
+            marker,
+            body,
+        )
+        .await
+        .map(Some)
+    }
+
+    async fn finish(
+        &self,
+        key: &str,
+        task_id: &str,
+        status: CommentStatus,
+        comment_id: Option<i64>,
+        error: Option<&str>,
+    ) -> Result<(), crate::store::StoreError> {
+        let (k, t, e) = (key.to_owned(), task_id.to_owned(), error.map(str::to_owned));
+        if status == CommentStatus::Failed {
+            tracing::error!(task.id = %task_id, comment_key = %key, error = ?error, "receipt could not be written");
+        }
+        self.store
+            .write(move |c| {
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status,
+                        comment_id,
+                        error: e.as_deref(),
+                        ..Default::default()
+                    },
+                )?;
+                audit::record(
+                    c,
+                    &Audit::new(&format!("receipt.{status}"), "system")
+                        .task(&t)
+                        .comment(comment_id)
+                        .meta(serde_json::json!({ "commentKey": k, "error": e })),
+                )
+                .map(|_| ())
+            })
+            .await
+    }
+
+    /// The commenter may not trigger work: the task is rejected (its own
+    /// receipt says why) and the "received" receipt is not written.
+    async fn reject(
+        &self,
+        r: &DueReceipt,
+        key: &str,
+        why: String,
+    ) -> Result<(), crate::store::StoreError> {
+        let (k, t, version) = (key.to_owned(), r.row.task_id.clone(), r.state_version);
+        tracing::info!(task.id = %t, why = %why, "commenter may not trigger work; rejecting");
+        self.store
+            .write(move |c| {
+                // Decided on the version this row was read with. If the task
+                // moved since (a scheduler leased it), its session checks the
+                // permission again before any turn and rejects it there.
+                let moved = scheduling::decide_move(
+                    c,
+                    &t,
+                    version,
+                    TaskState::Rejected,
+                    &why,
+                    Some("permission_denied"),
+                    None,
+                )?;
+                comments::mark(
+                    c,
+                    &k,
+                    &Outcome {
+                        status: CommentStatus::Skipped,
+                        error: Some(&why),
+                        ..Default::default()
+                    },
+                )?;
+                let outcome = match moved {
+                    TransitionOutcome::Applied { .. } => "rejected",
+                    TransitionOutcome::Stale { .. } => "stale",
+                    TransitionOutcome::Refused { .. } => "refused",
+                };
+                audit::record(
+                    c,
+                    &Audit::new("trigger.rejected", "system")
+                        .task(&t)
+                        .error("permission_denied")
+                        .meta(serde_json::json!({
+                            "why": why,
+                            "outcome": outcome,
+                            "decidedOnVersion": version,
+                        })),
+                )
+                .map(|_| ())
+            })
+            .await
+    }
+}
+
+/// How long from now until the stored time `t`: zero if it is past (the
+/// next pass finds that row due), `None` if it cannot be read (left to the
+/// safety interval, rather than a wake-up that finds nothing, again and again).
+fn until(t: &str) -> Option<Duration> {
+    let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
+    Some(
+        (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
