@@ -1,29 +1,16 @@
 //! Wiring: the store, the shared state and the HTTP server. `serve` is what the
 //! binary runs; tests start the real binary on 127.0.0.1:0.
 
-use crate::config::{Config, ServerSecrets};
+use crate::config::Config;
 use crate::store::Store;
 use crate::telemetry::BridgeRootSpan;
+use crate::web::state::AppState;
 use crate::webhook::event::Normalizer;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
 use std::net::TcpListener;
 use std::sync::Arc;
 use tracing_actix_web::TracingLogger;
-
-/// What every handler can reach.
-pub struct AppState {
-    pub config: Arc<Config>,
-    /// The actor tree; `None` when no agent runtime is configured (intake only).
-    pub registry: Option<actix::Addr<crate::actors::registry::Registry>>,
-    pub secrets: ServerSecrets,
-    pub store: Store,
-    pub normalizer: Normalizer,
-    /// The web view's signed session cookies.
-    pub sessions: crate::web::auth::Sessions,
-    /// Live updates for `GET /api/gitea-workflow/events`.
-    pub live: crate::web::live::Hub,
-}
 
 /// The Gitea REST client, when `gitea_url` and `gitea_token` are both set.
 fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
@@ -229,11 +216,12 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
                 web::JsonConfig::default()
                     .limit(64 * 1024)
                     .error_handler(|err, _| {
-                        crate::error::ApiError::bad_request("invalid_json", err.to_string()).into()
+                        crate::web::error::ApiError::bad_request("invalid_json", err.to_string())
+                            .into()
                     }),
             )
             .app_data(web::QueryConfig::default().error_handler(|err, _| {
-                crate::error::ApiError::bad_request("invalid_query", err.to_string()).into()
+                crate::web::error::ApiError::bad_request("invalid_query", err.to_string()).into()
             }))
             .wrap(TracingLogger::<BridgeRootSpan>::new())
             .configure(crate::webhook::config)

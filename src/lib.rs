@@ -22,7 +22,6 @@ pub mod cli;
 pub mod codex;
 pub mod config;
 pub mod domain;
-pub mod error;
 pub mod forge;
 pub mod gitea;
 pub mod jobs;

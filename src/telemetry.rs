@@ -38,7 +38,7 @@ pub struct BridgeRootSpan;
 impl RootSpanBuilder for BridgeRootSpan {
     fn on_request_start(request: &ServiceRequest) -> Span {
         let none = crate::config::TrustedProxies::default();
-        let state = request.app_data::<actix_web::web::Data<crate::app::AppState>>();
+        let state = request.app_data::<actix_web::web::Data<crate::web::state::AppState>>();
         let trusted = state.map_or(&none, |s| &s.config.trusted_proxies);
         let client = crate::web::client::ClientInfo::resolve(
             request.peer_addr(),

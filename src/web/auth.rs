@@ -25,8 +25,8 @@
 //!
 //! A missing or wrong credential is a 401 that says nothing more.
 
-use crate::app::AppState;
-use crate::error::ApiError;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::{header, Method};
 use actix_web::{web, FromRequest, HttpRequest};

@@ -11,8 +11,8 @@
 //! Use [`ClientInfo::of`] in handlers (for instance `secure` decides a cookie's
 //! `Secure` flag); the request log's root span uses [`ClientInfo::resolve`].
 
-use crate::app::AppState;
 use crate::config::TrustedProxies;
+use crate::web::state::AppState;
 use actix_web::http::header::HeaderMap;
 use actix_web::{web, HttpRequest};
 use std::net::{IpAddr, SocketAddr};

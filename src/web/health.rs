@@ -10,8 +10,8 @@
 //! `gitea.state` `ok` means configured: Gitea is not asked on each probe, so an
 //! unreachable Gitea shows in the tasks (retries, receipts), not here.
 
-use crate::app::AppState;
 use crate::config::Config;
+use crate::web::state::AppState;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpResponse};
 use serde_json::{json, Value};

@@ -25,8 +25,6 @@
 //! events on at once. On shutdown every stream ends, so open pages do not hold
 //! up a graceful stop.
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::lifecycle::TaskState;
 use crate::store::audit::AuditView;
 use crate::store::models::AuditEvent;
@@ -34,6 +32,8 @@ use crate::store::schema::{audit_events, task_transitions};
 use crate::store::{approvals, tasks, DbConn, StoreError};
 use crate::web::admin::{actors, overview};
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use crate::with_conn;
 use actix_web::web::{self, Bytes};
 use actix_web::HttpResponse;

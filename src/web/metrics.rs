@@ -5,10 +5,10 @@
 //! is also served without a token on that separate address, which is meant for a
 //! loopback or private network where the Prometheus server scrapes it.
 
-use crate::app::AppState;
 use crate::metrics::{self, Gauges};
 use crate::store::tasks;
 use crate::web::auth::Admin;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use std::time::Duration;
 

@@ -6,9 +6,11 @@
 pub mod admin;
 pub mod auth;
 pub mod client;
+pub mod error;
 pub mod health;
 pub mod live;
 pub mod metrics;
+pub mod state;
 pub mod ui;
 
 use actix_web::web;

@@ -6,11 +6,11 @@ pub mod event;
 pub mod mention;
 pub mod verify;
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::store::audit::Audit;
 use crate::store::ingest::{self, IngestOutcome};
 use crate::store::{audit, sha256_hex};
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{web, HttpRequest, HttpResponse};
 use event::DeliveryHeaders;

@@ -16,6 +16,7 @@ mod codexhome;
 mod deploy;
 mod e2e;
 mod fakemodel;
+mod floors;
 mod gitea_client;
 mod giteasim;
 mod giteasim_selftest;

@@ -4,13 +4,13 @@
 use super::ControlBody;
 use crate::actors::health::RegistryHealth;
 use crate::actors::registry::{AbortTask, Notify, Snapshot};
-use crate::app::AppState;
 use crate::domain::RepoKey;
-use crate::error::ApiError;
 use crate::store::audit::AuditView;
 use crate::store::control;
 use crate::store::tasks::{self, Verdict};
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 

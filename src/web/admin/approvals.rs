@@ -3,10 +3,10 @@
 //! `{"decision":"accept"|"decline","requestId","reason"}`, idempotent.
 
 use super::ControlBody;
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::store::approvals;
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 

@@ -1,10 +1,10 @@
 //! `GET /api/gitea-workflow/audit?taskId=&since=&limit=&cursor=`: the append-only log.
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::store::audit::{self, AuditFilter};
 use crate::store::normalize_time;
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 

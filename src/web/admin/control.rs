@@ -2,10 +2,10 @@
 //! idempotent on requestId; the answer is the resulting audit event.
 
 use super::ControlBody;
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::store::control;
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 
 pub async fn pause(

@@ -7,7 +7,7 @@ mod control;
 pub(crate) mod overview;
 mod tasks;
 
-use crate::error::ApiError;
+use crate::web::error::ApiError;
 use actix_web::web;
 use serde::Deserialize;
 

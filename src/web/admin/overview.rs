@@ -2,11 +2,11 @@
 //! per state, the last hour of webhooks, and `blockers`: why no task runs
 //! (`[{code, message}]`, empty when tasks run).
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::store::schema::{repositories, webhook_deliveries};
 use crate::store::{control, format_time, tasks};
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use crate::with_conn;
 use actix_web::{web, HttpResponse};
 use diesel::prelude::*;

@@ -1,10 +1,10 @@
 //! `GET /api/gitea-workflow/tasks` (filtered, paginated) and `/tasks/{taskId}`.
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::lifecycle::TaskState;
 use crate::store::tasks::{self, TaskFilter};
 use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 

@@ -4,9 +4,9 @@
 //! cookie and follows `/api/gitea-workflow/events` for live updates. See
 //! web/auth.rs for the cookie and the cross-site rules.
 
-use crate::app::AppState;
-use crate::error::ApiError;
 use crate::web::auth::{self, COOKIE, SESSION_SECS};
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
 use actix_web::cookie::{time, Cookie, SameSite};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};

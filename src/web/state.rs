@@ -1,0 +1,21 @@
+//! What every HTTP handler can reach: built once by `app.rs` and shared by the
+//! web view, the admin API and the webhook.
+
+use crate::config::{Config, ServerSecrets};
+use crate::store::Store;
+use crate::webhook::event::Normalizer;
+use std::sync::Arc;
+
+/// What every handler can reach.
+pub struct AppState {
+    pub config: Arc<Config>,
+    /// The actor tree; `None` when no agent runtime is configured (intake only).
+    pub registry: Option<actix::Addr<crate::actors::registry::Registry>>,
+    pub secrets: ServerSecrets,
+    pub store: Store,
+    pub normalizer: Normalizer,
+    /// The web view's signed session cookies.
+    pub sessions: crate::web::auth::Sessions,
+    /// Live updates for `GET /api/gitea-workflow/events`.
+    pub live: crate::web::live::Hub,
+}
