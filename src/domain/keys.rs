@@ -187,11 +187,12 @@ impl ResourceKey {
                 "expected <instance>:<owner>/<name>:<issue|pull>:<number>",
             ));
         };
+        // Gitea numbers from 1; 0 is allowed so that no stored key is unreadable.
         let number = number
             .parse::<i64>()
             .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| key_error(WHAT, text, "the number is not a positive integer"))?;
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| key_error(WHAT, text, "the number is not a non-negative integer"))?;
         Ok(ResourceKey::new(
             RepoKey::parse(repo)?,
             ResourceKind::parse(kind)?,
@@ -391,7 +392,6 @@ mod tests {
             assert!(RepoKey::parse(bad).is_err(), "{bad}");
         }
         for bad in [
-            "default:acme/widgets:issue:0",
             "default:acme/widgets:issue:-3",
             "default:acme/widgets:merge:3",
             "default:acme/widgets:issue:x",

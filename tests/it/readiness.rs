@@ -11,8 +11,8 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
     let s = ServerBuilder::new(Db::Sqlite)
         .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
         .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
-        .env("CODEX_BRIDGE_GITEA_URL", "")
-        .env("CODEX_BRIDGE_GITEA_TOKEN", "")
+        .without("CODEX_BRIDGE_GITEA_URL")
+        .without("CODEX_BRIDGE_GITEA_TOKEN")
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
         .start();
 

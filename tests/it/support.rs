@@ -144,6 +144,8 @@ pub struct TestServer {
 pub struct ServerBuilder {
     db: Db,
     env: Vec<(String, String)>,
+    /// Variables the server must not see at all (a key left out, not empty).
+    unset: Vec<String>,
     db_url: Option<String>,
 }
 
@@ -152,8 +154,15 @@ impl ServerBuilder {
         ServerBuilder {
             db,
             env: Vec::new(),
+            unset: Vec::new(),
             db_url: None,
         }
+    }
+
+    /// Leaves `key` out of the server's environment (the rig sets some keys).
+    pub fn without(mut self, key: &str) -> Self {
+        self.unset.push(key.into());
+        self
     }
 
     pub fn env(mut self, key: &str, value: &str) -> Self {
@@ -199,6 +208,9 @@ impl ServerBuilder {
             .env("CODEX_BRIDGE_LOG_FILTER", "info");
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        for k in &self.unset {
+            cmd.env_remove(k);
         }
         cmd.stdout(Stdio::piped())
             .stderr(Stdio::piped())
