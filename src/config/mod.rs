@@ -167,16 +167,6 @@ impl Config {
     }
 }
 
-/// Gitea's user/org/repo name alphabet.
-pub fn is_gitea_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 100
-        && s != "."
-        && s != ".."
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-}
-
 /// Implements `as_str`, `Display` and `FromStr` (whose error lists the
 /// accepted words, for the key's message) for a config word enum.
 macro_rules! words {

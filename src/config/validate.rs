@@ -6,9 +6,9 @@ use super::database::DatabaseUrl;
 use super::proxies::TrustedProxies;
 use super::raw::{Raw, RawRepo, TIMEOUT};
 use super::{
-    invalid, is_gitea_name, AgentRuntimeKind, Config, ConfigError, LogFormat, ReceiptMode,
-    TriggerPermission,
+    invalid, AgentRuntimeKind, Config, ConfigError, LogFormat, ReceiptMode, TriggerPermission,
 };
+use crate::domain::keys::is_gitea_name;
 use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::{BTreeMap, BTreeSet};
