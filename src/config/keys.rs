@@ -146,7 +146,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "approval_policy",
-        "when Codex asks before acting: never, on-request, on-failure or untrusted (default never)",
+        "when Codex asks before acting: never, on-request or untrusted (default never)",
     ),
     (
         "sandbox",

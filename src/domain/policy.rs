@@ -18,17 +18,17 @@ pub enum ApprovalPolicy {
     Never,
     /// Asks when the model decides it should.
     OnRequest,
-    /// Asks to retry outside the sandbox when a sandboxed command fails.
-    OnFailure,
     /// Asks before anything but known-safe read-only commands.
     Untrusted,
 }
 
 impl ApprovalPolicy {
-    pub const ALL: [ApprovalPolicy; 4] = [
+    /// What the pinned Codex app-server accepts: it refuses `on-failure`
+    /// (deprecated upstream), so the configuration refuses it at start rather
+    /// than every thread failing later.
+    pub const ALL: [ApprovalPolicy; 3] = [
         ApprovalPolicy::Never,
         ApprovalPolicy::OnRequest,
-        ApprovalPolicy::OnFailure,
         ApprovalPolicy::Untrusted,
     ];
 
@@ -37,7 +37,6 @@ impl ApprovalPolicy {
         match self {
             ApprovalPolicy::Never => "never",
             ApprovalPolicy::OnRequest => "on-request",
-            ApprovalPolicy::OnFailure => "on-failure",
             ApprovalPolicy::Untrusted => "untrusted",
         }
     }
@@ -56,7 +55,7 @@ impl FromStr for ApprovalPolicy {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
             format!(
-                "`{s}` is not an approval policy; expected never, on-request, on-failure or untrusted"
+                "`{s}` is not an approval policy; expected never, on-request or untrusted"
             )
         })
     }
@@ -137,7 +136,9 @@ mod tests {
         }
         // The names the app-server accepts, spelled out once.
         let names: Vec<_> = ApprovalPolicy::ALL.iter().map(|p| p.as_str()).collect();
-        assert_eq!(names, ["never", "on-request", "on-failure", "untrusted"]);
+        assert_eq!(names, ["never", "on-request", "untrusted"]);
+        let refused = "on-failure".parse::<ApprovalPolicy>().unwrap_err();
+        assert!(refused.contains("expected never, on-request or untrusted"), "{refused}");
         let names: Vec<_> = Sandbox::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             names,
