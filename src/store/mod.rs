@@ -7,6 +7,11 @@
 
 mod conn;
 pub mod models;
+/// Diesel's view of the tables: exactly what `diesel print-schema` prints for a
+/// database migrated with `migrations/postgres` (tests/it/schema.rs fails when
+/// they drift). Its types are diesel's generic ones (`Int8` is `BigInt`), so
+/// the one definition serves SQLite too, whose migrations keep the same shape;
+/// times are RFC 3339 text on both.
 pub mod schema;
 mod settings;
 pub mod writer;

@@ -1,164 +1,4 @@
-//! Diesel's view of the tables in `migrations/`. Written by hand (not by
-//! `diesel print-schema`) so that one definition serves SQLite and PostgreSQL:
-//! ids are `BigInt` on both, times are RFC 3339 text.
-
-diesel::table! {
-    repositories (repo_key) {
-        repo_key -> Text,
-        instance_id -> Text,
-        owner -> Text,
-        name -> Text,
-        clone_url -> Nullable<Text>,
-        default_branch -> Nullable<Text>,
-        status -> Text,
-        registered_at -> Text,
-        updated_at -> Text,
-        version -> BigInt,
-    }
-}
-
-diesel::table! {
-    sessions (session_key) {
-        session_key -> Text,
-        repo_key -> Text,
-        kind -> Text,
-        number -> BigInt,
-        thread_id -> Nullable<Text>,
-        status -> Text,
-        last_task_id -> Nullable<Text>,
-        created_at -> Text,
-        updated_at -> Text,
-        version -> BigInt,
-        open_entries -> BigInt,
-    }
-}
-
-diesel::table! {
-    webhook_deliveries (delivery_key) {
-        delivery_key -> Text,
-        delivery_id -> Text,
-        event_type -> Text,
-        action -> Nullable<Text>,
-        status -> Text,
-        reason -> Nullable<Text>,
-        repo_key -> Nullable<Text>,
-        resource_key -> Nullable<Text>,
-        comment_id -> Nullable<BigInt>,
-        content_key -> Nullable<Text>,
-        duplicate_of -> Nullable<Text>,
-        task_id -> Nullable<Text>,
-        sender -> Nullable<Text>,
-        payload_hash -> Text,
-        received_at -> Text,
-    }
-}
-
-diesel::table! {
-    tasks (id) {
-        id -> BigInt,
-        task_id -> Text,
-        delivery_key -> Text,
-        repo_key -> Text,
-        session_key -> Text,
-        resource_key -> Text,
-        trigger_key -> Text,
-        comment_id -> Nullable<BigInt>,
-        author -> Text,
-        state -> Text,
-        state_version -> BigInt,
-        attempt -> BigInt,
-        reply_attempt -> BigInt,
-        thread_id -> Nullable<Text>,
-        turn_id -> Nullable<Text>,
-        lease_id -> Nullable<Text>,
-        next_retry_at -> Nullable<Text>,
-        error_code -> Nullable<Text>,
-        head_ref -> Nullable<Text>,
-        base_ref -> Nullable<Text>,
-        created_at -> Text,
-        updated_at -> Text,
-    }
-}
-
-diesel::table! {
-    task_transitions (id) {
-        id -> BigInt,
-        task_id -> Text,
-        from_state -> Nullable<Text>,
-        to_state -> Text,
-        state_version -> BigInt,
-        actor -> Text,
-        reason -> Nullable<Text>,
-        error_code -> Nullable<Text>,
-        at -> Text,
-    }
-}
-
-diesel::table! {
-    attempts (attempt_id) {
-        attempt_id -> Text,
-        task_id -> Text,
-        number -> BigInt,
-        lease_id -> Nullable<Text>,
-        owner -> Nullable<Text>,
-        status -> Text,
-        outcome -> Nullable<Text>,
-        started_at -> Text,
-        ended_at -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
-    outbox_entries (id) {
-        id -> BigInt,
-        queue_id -> Text,
-        session_key -> Text,
-        task_id -> Text,
-        operation_id -> Text,
-        fingerprint -> Text,
-        mode -> Text,
-        status -> Text,
-        auto_drain -> Bool,
-        hold_reason -> Nullable<Text>,
-        user_text -> Text,
-        created_at -> Text,
-        updated_at -> Text,
-        version -> BigInt,
-    }
-}
-
-diesel::table! {
-    turns (turn_id) {
-        turn_id -> Text,
-        task_id -> Text,
-        thread_id -> Text,
-        kind -> Text,
-        status -> Text,
-        event_seq -> BigInt,
-        final_text -> Nullable<Text>,
-        started_at -> Text,
-        completed_at -> Nullable<Text>,
-    }
-}
-
-diesel::table! {
-    comments (comment_key) {
-        comment_key -> Text,
-        task_id -> Text,
-        kind -> Text,
-        resource_key -> Text,
-        turn_id -> Nullable<Text>,
-        comment_id -> Nullable<BigInt>,
-        html_url -> Nullable<Text>,
-        body_hash -> Nullable<Text>,
-        status -> Text,
-        created_at -> Text,
-        updated_at -> Text,
-        attempts -> BigInt,
-        next_attempt_at -> Nullable<Text>,
-        last_error -> Nullable<Text>,
-    }
-}
+// @generated automatically by Diesel CLI.
 
 diesel::table! {
     approvals (approval_id) {
@@ -176,8 +16,22 @@ diesel::table! {
 }
 
 diesel::table! {
+    attempts (attempt_id) {
+        attempt_id -> Text,
+        task_id -> Text,
+        number -> Int8,
+        lease_id -> Nullable<Text>,
+        owner -> Nullable<Text>,
+        status -> Text,
+        outcome -> Nullable<Text>,
+        started_at -> Text,
+        ended_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     audit_events (id) {
-        id -> BigInt,
+        id -> Int8,
         event_id -> Text,
         task_id -> Nullable<Text>,
         action -> Text,
@@ -186,7 +40,7 @@ diesel::table! {
         to_state -> Nullable<Text>,
         delivery_id -> Nullable<Text>,
         turn_id -> Nullable<Text>,
-        comment_id -> Nullable<BigInt>,
+        comment_id -> Nullable<Int8>,
         error_code -> Nullable<Text>,
         metadata -> Text,
         at -> Text,
@@ -194,13 +48,32 @@ diesel::table! {
 }
 
 diesel::table! {
+    comments (comment_key) {
+        comment_key -> Text,
+        task_id -> Text,
+        kind -> Text,
+        resource_key -> Text,
+        turn_id -> Nullable<Text>,
+        comment_id -> Nullable<Int8>,
+        html_url -> Nullable<Text>,
+        body_hash -> Nullable<Text>,
+        status -> Text,
+        created_at -> Text,
+        updated_at -> Text,
+        attempts -> Int8,
+        next_attempt_at -> Nullable<Text>,
+        last_error -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     control (id) {
-        id -> BigInt,
+        id -> Int8,
         global_paused -> Bool,
         pause_reason -> Nullable<Text>,
         updated_by -> Nullable<Text>,
         updated_at -> Text,
-        version -> BigInt,
+        version -> Int8,
     }
 }
 
@@ -241,29 +114,161 @@ diesel::table! {
 }
 
 diesel::table! {
+    outbox_entries (id) {
+        id -> Int8,
+        queue_id -> Text,
+        session_key -> Text,
+        task_id -> Text,
+        operation_id -> Text,
+        fingerprint -> Text,
+        mode -> Text,
+        status -> Text,
+        auto_drain -> Bool,
+        hold_reason -> Nullable<Text>,
+        user_text -> Text,
+        created_at -> Text,
+        updated_at -> Text,
+        version -> Int8,
+    }
+}
+
+diesel::table! {
+    repositories (repo_key) {
+        repo_key -> Text,
+        instance_id -> Text,
+        owner -> Text,
+        name -> Text,
+        clone_url -> Nullable<Text>,
+        default_branch -> Nullable<Text>,
+        status -> Text,
+        registered_at -> Text,
+        updated_at -> Text,
+        version -> Int8,
+    }
+}
+
+diesel::table! {
+    sessions (session_key) {
+        session_key -> Text,
+        repo_key -> Text,
+        kind -> Text,
+        number -> Int8,
+        thread_id -> Nullable<Text>,
+        status -> Text,
+        last_task_id -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+        version -> Int8,
+        open_entries -> Int8,
+    }
+}
+
+diesel::table! {
+    task_transitions (id) {
+        id -> Int8,
+        task_id -> Text,
+        from_state -> Nullable<Text>,
+        to_state -> Text,
+        state_version -> Int8,
+        actor -> Text,
+        reason -> Nullable<Text>,
+        error_code -> Nullable<Text>,
+        at -> Text,
+    }
+}
+
+diesel::table! {
+    tasks (id) {
+        id -> Int8,
+        task_id -> Text,
+        delivery_key -> Text,
+        repo_key -> Text,
+        session_key -> Text,
+        resource_key -> Text,
+        trigger_key -> Text,
+        comment_id -> Nullable<Int8>,
+        author -> Text,
+        state -> Text,
+        state_version -> Int8,
+        attempt -> Int8,
+        reply_attempt -> Int8,
+        thread_id -> Nullable<Text>,
+        turn_id -> Nullable<Text>,
+        lease_id -> Nullable<Text>,
+        next_retry_at -> Nullable<Text>,
+        error_code -> Nullable<Text>,
+        head_ref -> Nullable<Text>,
+        base_ref -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+    }
+}
+
+diesel::table! {
     turn_events (turn_id, seq) {
         turn_id -> Text,
-        seq -> BigInt,
+        seq -> Int8,
         kind -> Text,
         at -> Text,
     }
 }
 
+diesel::table! {
+    turns (turn_id) {
+        turn_id -> Text,
+        task_id -> Text,
+        thread_id -> Text,
+        kind -> Text,
+        status -> Text,
+        event_seq -> Int8,
+        final_text -> Nullable<Text>,
+        started_at -> Text,
+        completed_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    webhook_deliveries (delivery_key) {
+        delivery_key -> Text,
+        delivery_id -> Text,
+        event_type -> Text,
+        action -> Nullable<Text>,
+        status -> Text,
+        reason -> Nullable<Text>,
+        repo_key -> Nullable<Text>,
+        resource_key -> Nullable<Text>,
+        comment_id -> Nullable<Int8>,
+        content_key -> Nullable<Text>,
+        duplicate_of -> Nullable<Text>,
+        task_id -> Nullable<Text>,
+        sender -> Nullable<Text>,
+        payload_hash -> Text,
+        received_at -> Text,
+    }
+}
+
+diesel::joinable!(leases -> repositories (repo_key));
+diesel::joinable!(outbox_entries -> sessions (session_key));
+diesel::joinable!(sessions -> repositories (repo_key));
+diesel::joinable!(tasks -> repositories (repo_key));
+diesel::joinable!(tasks -> sessions (session_key));
+diesel::joinable!(tasks -> webhook_deliveries (delivery_key));
+
 diesel::allow_tables_to_appear_in_same_query!(
-    repositories,
-    sessions,
-    webhook_deliveries,
-    tasks,
-    task_transitions,
-    attempts,
-    outbox_entries,
-    turns,
-    comments,
     approvals,
+    attempts,
     audit_events,
+    comments,
     control,
     control_requests,
     leases,
     operation_ledger,
+    outbox_entries,
+    repositories,
+    sessions,
+    task_transitions,
+    tasks,
     turn_events,
+    turns,
+    webhook_deliveries,
 );

@@ -32,6 +32,7 @@ mod readiness;
 mod receipts;
 mod recovery;
 mod scheduling;
+mod schema;
 mod session;
 mod support;
 mod walvfs;
