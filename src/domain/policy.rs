@@ -53,11 +53,12 @@ impl FromStr for ApprovalPolicy {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|p| p.as_str() == s).ok_or_else(|| {
-            format!(
-                "`{s}` is not an approval policy; expected never, on-request or untrusted"
-            )
-        })
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                format!("`{s}` is not an approval policy; expected never, on-request or untrusted")
+            })
     }
 }
 
@@ -138,7 +139,10 @@ mod tests {
         let names: Vec<_> = ApprovalPolicy::ALL.iter().map(|p| p.as_str()).collect();
         assert_eq!(names, ["never", "on-request", "untrusted"]);
         let refused = "on-failure".parse::<ApprovalPolicy>().unwrap_err();
-        assert!(refused.contains("expected never, on-request or untrusted"), "{refused}");
+        assert!(
+            refused.contains("expected never, on-request or untrusted"),
+            "{refused}"
+        );
         let names: Vec<_> = Sandbox::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(
             names,
