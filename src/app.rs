@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::store::Store;
-use crate::telemetry::BridgeRootSpan;
+use crate::web::span::BridgeRootSpan;
 use crate::web::state::AppState;
 use crate::webhook::event::Normalizer;
 use actix_web::{web, App, HttpServer};

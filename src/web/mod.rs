@@ -10,6 +10,7 @@ pub mod error;
 pub mod health;
 pub mod live;
 pub mod metrics;
+pub mod span;
 pub mod state;
 pub mod ui;
 

@@ -22,7 +22,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("app", 7),
     ("web", 6),
     ("webhook", 6),
-    ("telemetry", 6),
+    ("telemetry", 1),
     ("jobs", 5),
     ("actors", 4),
     ("codex", 3),
