@@ -12,14 +12,17 @@ mod settings;
 pub mod writer;
 
 pub mod approvals;
+pub mod attempts;
 pub mod audit;
 pub mod comments;
 pub mod control;
 pub mod ingest;
 pub mod leases;
 pub mod ledger;
-pub mod scheduling;
+pub mod queue;
+pub mod sessions;
 pub mod tasks;
+pub mod turns;
 pub mod walvfs;
 
 pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};

@@ -471,7 +471,7 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let id = uncertain.clone();
         h.store
             .write(move |c| {
-                let attempt = codex_bridge::store::scheduling::active_attempt(c, &id)?;
+                let attempt = codex_bridge::store::attempts::active_attempt(c, &id)?;
                 let attempt = match attempt {
                     Some(a) => a.attempt_id,
                     None => tasks::detail(c, &id)?

@@ -11,7 +11,7 @@ use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{
-    comments, ingest, scheduling, DbUrl, Store, StoreSettings, WriterSettings,
+    attempts, comments, ingest, DbUrl, Store, StoreSettings, WriterSettings,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -141,11 +141,12 @@ async fn the_commit_that_queues_a_receipt_wakes_the_worker() {
     let t = second.clone();
     s.store
         .write(move |c| {
-            scheduling::move_task(
+            let (_, version) = attempts::task_version(c, &t)?.expect("the task exists");
+            attempts::decide_move(
                 c,
                 &t,
+                version,
                 TaskState::Rejected,
-                "system",
                 "a test ends it",
                 Some("permission_denied"),
                 None,
