@@ -208,7 +208,7 @@ fn close_outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError
 }
 
 /// Writes one history row and its audit event (`task.transition`). A task's
-/// first row, `received` → `queued`, is written by the accept (ingest.rs).
+/// first row, `received` → `queued`, is written by the accept (store/ingest/).
 pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Result<(), StoreError> {
     with_conn!(conn, |c| diesel::insert_into(task_transitions::table)
         .values(row)
