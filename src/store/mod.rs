@@ -23,6 +23,7 @@ pub mod queue;
 pub mod sessions;
 pub mod tasks;
 pub mod turns;
+pub mod views;
 pub mod walvfs;
 
 pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};
