@@ -15,10 +15,11 @@ use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::session::Lane;
 use codex_bridge::actors::{ActorSettings, Deps};
 use codex_bridge::agent::scripted::ScriptedAgent;
+use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::IngestRequest;
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::store::ingest::IngestOutcome;
-use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -52,7 +53,7 @@ struct Rig {
 fn rig() -> Result<Rig> {
     let dir = tempfile::tempdir()?;
     let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(dir.path().join("actors.db")),
+        url: DatabaseUrl::Sqlite(dir.path().join("actors.db")),
         read_pool_size: 8,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {

@@ -37,7 +37,8 @@ mod giteasim;
 mod common;
 
 use anyhow::{bail, Context as _, Result};
-use codex_bridge::store::{audit, DbUrl, Store, StoreSettings, WriterSettings};
+use codex_bridge::config::DatabaseUrl;
+use codex_bridge::store::{audit, Store, StoreSettings, WriterSettings};
 use common::percentile;
 use giteasim::{GiteaSim, Perm};
 use std::collections::HashMap;
@@ -218,7 +219,7 @@ fn wait_receipts(
 fn commit_probe(path: PathBuf, on: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<f64>> {
     std::thread::spawn(move || {
         let store = Store::open(&StoreSettings {
-            url: DbUrl::Sqlite(path),
+            url: DatabaseUrl::Sqlite(path),
             read_pool_size: 1,
             sqlite_busy_timeout: Duration::from_secs(5),
             writer: WriterSettings {

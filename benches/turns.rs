@@ -32,11 +32,12 @@ use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorSettings, Deps};
 use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
+use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::{IngestRequest, ResourceKey};
 use codex_bridge::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::ingest::IngestOutcome;
-use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{Store, StoreSettings, WriterSettings};
 use common::{percentile, rss_bytes, Folders};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -98,7 +99,7 @@ fn request(n: usize, repos: usize) -> IngestRequest {
 
 fn open_store(path: PathBuf) -> Result<Store> {
     Ok(Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(path),
+        url: DatabaseUrl::Sqlite(path),
         read_pool_size: 8,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {

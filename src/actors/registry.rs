@@ -10,7 +10,7 @@ use super::session::{Drain, Lane, SessionActor, StopIfIdle};
 use super::Deps;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::leases;
-use crate::store::scheduling;
+use crate::store::queue;
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -109,7 +109,7 @@ impl Registry {
             if let Err(e) = store.write(leases::release_expired).await {
                 tracing::warn!(error = %e, "could not release expired leases");
             }
-            store.read(scheduling::repos_with_work).await
+            store.read(queue::repos_with_work).await
         };
         ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
             Ok(work) => {

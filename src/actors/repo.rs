@@ -15,7 +15,7 @@ use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{control, format_time, now, scheduling, StoreError};
+use crate::store::{attempts, control, format_time, now, queue, StoreError};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -216,9 +216,9 @@ async fn schedule_pass(
         .read(move |c| {
             Ok((
                 control::get(c)?.global_paused,
-                scheduling::repository(c, &key)?,
-                scheduling::holding_task(c, &key)?,
-                scheduling::next_runnable(c, &key)?,
+                queue::repository(c, &key)?,
+                queue::holding_task(c, &key)?,
+                queue::next_runnable(c, &key)?,
             ))
         })
         .await?;
@@ -279,7 +279,7 @@ async fn schedule_pass(
             let Some(lease) = leases::acquire(c, &key, &who, ttl)? else {
                 return Ok((None, None));
             };
-            let attempt = scheduling::claim(c, &task, &lease.lease_id, &who)?;
+            let attempt = attempts::claim(c, &task, &lease.lease_id, &who)?;
             Ok((Some(lease), attempt))
         })
         .await?;
@@ -395,7 +395,7 @@ async fn workspace_failed(
                     .error(code)
                     .meta(serde_json::json!({ "detail": detail, "attempt": attempt })),
             )?;
-            let out = scheduling::decide_move(
+            let out = attempts::decide_move(
                 c,
                 &task_id,
                 decided_on,
@@ -405,7 +405,7 @@ async fn workspace_failed(
                 retry_at.as_deref(),
             )?;
             match out {
-                TransitionOutcome::Applied { .. } => scheduling::end_attempt(c, &task_id, code),
+                TransitionOutcome::Applied { .. } => attempts::end_attempt(c, &task_id, code),
                 TransitionOutcome::Stale { state, version } => audit::record(
                     c,
                     &Audit::new("task.decision_stale", "system")

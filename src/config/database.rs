@@ -81,6 +81,10 @@ mod tests {
             DatabaseUrl::parse("sqlite://./data/x.db"),
             Ok(DatabaseUrl::Sqlite(PathBuf::from("./data/x.db")))
         );
+        assert_eq!(
+            DatabaseUrl::parse("sqlite:///tmp/x.db"),
+            Ok(DatabaseUrl::Sqlite(PathBuf::from("/tmp/x.db")))
+        );
         assert!(DatabaseUrl::parse("mysql://x").is_err());
         assert!(DatabaseUrl::parse("sqlite://").is_err());
         let pg = DatabaseUrl::parse("postgres://bridge:hunter2@db:5432/cb").unwrap();

@@ -23,7 +23,7 @@ use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::comments::{self, DueReceipt, Outcome};
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{format_time, scheduling, Store};
+use crate::store::{attempts, format_time, Store};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -322,7 +322,7 @@ impl ReceiptWorker {
                 // Decided on the version this row was read with. If the task
                 // moved since (a scheduler leased it), its session checks the
                 // permission again before any turn and rejects it there.
-                let moved = scheduling::decide_move(
+                let moved = attempts::decide_move(
                     c,
                     &t,
                     version,

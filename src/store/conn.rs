@@ -2,12 +2,12 @@
 //! compiled for each backend by [`with_conn!`], so every diesel feature of each
 //! backend stays available (unlike a lowest-common-denominator multi-backend).
 
+use crate::config::DatabaseUrl;
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::pg::PgConnection;
 use diesel::r2d2::R2D2Connection;
 use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, QueryResult};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// A live database connection of either backend.
@@ -28,68 +28,10 @@ macro_rules! with_conn {
     };
 }
 
-/// Which backend a `database_url` names, and how to reach it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DbUrl {
-    /// `sqlite://PATH` (relative paths are relative to the working directory).
-    Sqlite(PathBuf),
-    /// `postgres://…` or `postgresql://…`, passed to libpq as is.
-    Postgres(String),
-}
-
-impl DbUrl {
-    /// Parses a `database_url` value; the error says what forms are accepted.
-    pub fn parse(url: &str) -> Result<DbUrl, String> {
-        if let Some(path) = url.strip_prefix("sqlite://") {
-            if path.is_empty() {
-                return Err(
-                    "sqlite:// needs a file path, e.g. sqlite://./data/codex-bridge.db".into(),
-                );
-            }
-            Ok(DbUrl::Sqlite(PathBuf::from(path)))
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            Ok(DbUrl::Postgres(url.to_owned()))
-        } else {
-            Err("expected sqlite://PATH or postgres://USER@HOST:PORT/DB".into())
-        }
-    }
-
-    pub fn is_sqlite(&self) -> bool {
-        matches!(self, DbUrl::Sqlite(_))
-    }
-
-    /// The URL with any password replaced, fit for logs and error messages.
-    pub fn redacted(&self) -> String {
-        match self {
-            DbUrl::Sqlite(p) => format!("sqlite://{}", p.display()),
-            DbUrl::Postgres(url) => redact_url_password(url),
-        }
-    }
-}
-
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
-pub fn redact_url_password(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end + 3..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    match (authority.rfind('@'), authority.find(':')) {
-        (Some(at), Some(colon)) if colon < at => format!(
-            "{}{}:***{}",
-            &url[..scheme_end + 3],
-            &authority[..colon],
-            &rest[at..]
-        ),
-        _ => url.to_owned(),
-    }
-}
-
 /// How a pool's connections are set up.
 #[derive(Clone, Debug)]
 pub struct ConnSettings {
-    pub url: DbUrl,
+    pub url: DatabaseUrl,
     pub sqlite_busy_timeout: Duration,
     /// Read-pool connections refuse writes (`PRAGMA query_only`), so nothing
     /// but the single writer can ever take SQLite's write lock.
@@ -102,7 +44,7 @@ impl DbConn {
     /// keys and a busy timeout.
     pub fn establish(settings: &ConnSettings) -> Result<DbConn, diesel::ConnectionError> {
         match &settings.url {
-            DbUrl::Sqlite(path) => {
+            DatabaseUrl::Sqlite(path) => {
                 // Every SQLite connection writes its WAL through the gathering
                 // VFS (`walvfs.rs`; it relies on `synchronous = FULL` below).
                 super::walvfs::install().map_err(diesel::ConnectionError::BadConnection)?;
@@ -136,7 +78,7 @@ impl DbConn {
                     .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 Ok(DbConn::Sqlite(c))
             }
-            DbUrl::Postgres(url) => {
+            DatabaseUrl::Postgres(url) => {
                 let mut c = PgConnection::establish(url)?;
                 // diesel keeps prepared statements, and after five runs
                 // PostgreSQL may switch one to a generic plan made from the
@@ -233,31 +175,5 @@ impl r2d2::ManageConnection for DbManager {
 
     fn has_broken(&self, conn: &mut DbConn) -> bool {
         std::thread::panicking() || conn.is_broken()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_and_redacts_urls() {
-        assert_eq!(
-            DbUrl::parse("sqlite://./data/x.db"),
-            Ok(DbUrl::Sqlite(PathBuf::from("./data/x.db")))
-        );
-        assert_eq!(
-            DbUrl::parse("sqlite:///tmp/x.db"),
-            Ok(DbUrl::Sqlite(PathBuf::from("/tmp/x.db")))
-        );
-        assert!(DbUrl::parse("mysql://x").is_err());
-        assert!(DbUrl::parse("sqlite://").is_err());
-        let pg = DbUrl::parse("postgres://bridge:hunter2@db:5432/cb").unwrap();
-        assert_eq!(pg.redacted(), "postgres://bridge:***@db:5432/cb");
-        assert!(!pg.redacted().contains("hunter2"));
-        assert_eq!(
-            redact_url_password("postgres://bridge@db/cb"),
-            "postgres://bridge@db/cb"
-        );
     }
 }

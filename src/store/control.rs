@@ -161,7 +161,7 @@ pub fn set_repository_enabled(
         } else {
             RepoStatus::Disabled
         };
-        let before = super::scheduling::set_repository_status(conn, repo_key, status)?
+        let before = super::queue::set_repository_status(conn, repo_key, status)?
             .ok_or_else(|| StoreError::NotFound(format!("repository {repo_key}")))?;
         audit::record(
             conn,

@@ -17,19 +17,24 @@ mod settings;
 pub mod writer;
 
 pub mod approvals;
+pub mod attempts;
 pub mod audit;
 pub mod comments;
 pub mod control;
 pub mod ingest;
 pub mod leases;
 pub mod ledger;
-pub mod scheduling;
+pub mod queue;
+pub mod sessions;
 pub mod tasks;
+pub mod turns;
+pub mod views;
 pub mod walvfs;
 
-pub use conn::{redact_url_password, ConnSettings, DbConn, DbManager, DbUrl};
+pub use conn::{ConnSettings, DbConn, DbManager};
 pub use writer::WriterSettings;
 
+use crate::config::DatabaseUrl;
 use diesel_migrations::{embed_migrations, EmbeddedMigrations, MigrationHarness};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,7 +107,7 @@ impl From<r2d2::Error> for StoreError {
 /// Everything needed to open the store.
 #[derive(Clone, Debug)]
 pub struct StoreSettings {
-    pub url: DbUrl,
+    pub url: DatabaseUrl,
     pub read_pool_size: u32,
     pub sqlite_busy_timeout: Duration,
     pub writer: WriterSettings,
@@ -114,7 +119,7 @@ pub struct Store {
 }
 
 struct Inner {
-    url: DbUrl,
+    url: DatabaseUrl,
     read_pool: r2d2::Pool<DbManager>,
     writer: writer::Writer,
     /// Bumped by the writer after every transaction of this process that
@@ -127,7 +132,7 @@ impl Store {
     /// Opens the database (creating a SQLite file and its folder if needed),
     /// applies pending migrations and starts the writer.
     pub fn open(settings: &StoreSettings) -> Result<Store, StoreError> {
-        if let DbUrl::Sqlite(path) = &settings.url {
+        if let DatabaseUrl::Sqlite(path) = &settings.url {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent).map_err(|e| {
                     StoreError::Unavailable(format!(
@@ -154,7 +159,7 @@ impl Store {
             settings.url.is_sqlite(),
             settings.read_pool_size.max(1),
         )?;
-        if let DbUrl::Sqlite(_) = &settings.url {
+        if let DatabaseUrl::Sqlite(_) = &settings.url {
             start_checkpointer(ConnSettings {
                 url: settings.url.clone(),
                 sqlite_busy_timeout: settings.sqlite_busy_timeout,
@@ -174,7 +179,7 @@ impl Store {
         })
     }
 
-    pub fn url(&self) -> &DbUrl {
+    pub fn url(&self) -> &DatabaseUrl {
         &self.inner.url
     }
 

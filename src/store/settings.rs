@@ -1,28 +1,21 @@
 //! The store's settings from the configuration: the configuration says what
 //! the operator asked for in plain values, and the store turns them into its
-//! own types here, so that `config` needs nothing of the store.
+//! own settings here, so that `config` needs nothing of the store. The
+//! database URL is the configuration's own [`crate::config::DatabaseUrl`],
+//! parsed and redacted in one place.
 
-use super::{ConnSettings, DbUrl, StoreSettings, WriterSettings};
-use crate::config::{Config, DatabaseUrl};
+use super::{ConnSettings, StoreSettings, WriterSettings};
+use crate::config::Config;
 use std::time::Duration;
 
 /// Operations that may wait for the writer before callers get 503; not a
 /// config key: it bounds memory, and 16k covers every burst measured.
 const QUEUE_CAPACITY: usize = 16_384;
 
-impl From<&DatabaseUrl> for DbUrl {
-    fn from(url: &DatabaseUrl) -> DbUrl {
-        match url {
-            DatabaseUrl::Sqlite(path) => DbUrl::Sqlite(path.clone()),
-            DatabaseUrl::Postgres(url) => DbUrl::Postgres(url.clone()),
-        }
-    }
-}
-
 impl StoreSettings {
     pub fn from_config(config: &Config) -> StoreSettings {
         StoreSettings {
-            url: DbUrl::from(&config.database_url),
+            url: config.database_url.clone(),
             read_pool_size: config.read_pool_size,
             sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
             writer: WriterSettings {
@@ -38,7 +31,7 @@ impl ConnSettings {
     /// One connection as the command line opens it, outside the pools.
     pub fn from_config(config: &Config) -> ConnSettings {
         ConnSettings {
-            url: DbUrl::from(&config.database_url),
+            url: config.database_url.clone(),
             sqlite_busy_timeout: Duration::from_millis(config.sqlite_busy_timeout_ms),
             read_only: false,
         }
@@ -64,7 +57,10 @@ mod tests {
         .collect();
         let config = Config::from_sources(None, &env).unwrap();
         let s = StoreSettings::from_config(&config);
-        assert_eq!(s.url, DbUrl::Postgres("postgres://u:pw@h/db".into()));
+        assert_eq!(
+            s.url,
+            crate::config::DatabaseUrl::Postgres("postgres://u:pw@h/db".into())
+        );
         assert_eq!((s.writer.batch_max, s.writer.threads), (17, 3));
         assert_eq!(s.read_pool_size, 5);
         assert_eq!(s.sqlite_busy_timeout, Duration::from_millis(250));

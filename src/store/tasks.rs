@@ -208,7 +208,7 @@ fn close_outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError
 }
 
 /// Writes one history row and its audit event (`task.transition`). A task's
-/// first row, `received` → `queued`, is written by the accept (ingest.rs).
+/// first row, `received` → `queued`, is written by the accept (store/ingest/).
 pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Result<(), StoreError> {
     with_conn!(conn, |c| diesel::insert_into(task_transitions::table)
         .values(row)
@@ -361,39 +361,6 @@ pub fn history(conn: &mut DbConn, task_id: &str) -> Result<Vec<Transition>, Stor
         .order(task_transitions::state_version.asc())
         .select(Transition::as_select())
         .load(c))?)
-}
-
-/// Records a new execution attempt of a task (the identity reconciliation names).
-pub fn start_attempt(
-    conn: &mut DbConn,
-    task_id: &str,
-    lease_id: Option<&str>,
-    owner: Option<&str>,
-) -> Result<Attempt, StoreError> {
-    let number: Option<i64> = with_conn!(conn, |c| attempts::table
-        .filter(attempts::task_id.eq(task_id))
-        .select(diesel::dsl::max(attempts::number))
-        .first(c))?;
-    let attempt = Attempt {
-        attempt_id: format!("att-{}", uuid::Uuid::now_v7().simple()),
-        task_id: task_id.to_owned(),
-        number: number.unwrap_or(0) + 1,
-        lease_id: lease_id.map(str::to_owned),
-        owner: owner.map(str::to_owned),
-        status: "active".into(),
-        outcome: None,
-        started_at: now(),
-        ended_at: None,
-    };
-    with_conn!(conn, |c| {
-        diesel::insert_into(attempts::table)
-            .values(&attempt)
-            .execute(c)?;
-        diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
-            .set(tasks::attempt.eq(attempt.number))
-            .execute(c)
-    })?;
-    Ok(attempt)
 }
 
 /// The operator's verdict on an uncertain task.

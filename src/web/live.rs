@@ -7,7 +7,7 @@
 //! when this process commits a write (`Store::changes`), and at least every
 //! [`TICK`] to see work of other instances (several on one PostgreSQL) and
 //! actor health that changes without a write. While nobody listens it only
-//! keeps its place in the transition and audit tables.
+//! keeps its position in the task history and the audit log.
 //!
 //! Events (each `data:` is one line of JSON, camelCase as in the API):
 //!
@@ -27,17 +27,15 @@
 
 use crate::lifecycle::TaskState;
 use crate::store::audit::AuditView;
-use crate::store::models::AuditEvent;
-use crate::store::schema::{audit_events, task_transitions};
+use crate::store::models::Transition;
+use crate::store::views::{self, LogIdSets, LogIds};
 use crate::store::{approvals, tasks, DbConn, StoreError};
 use crate::web::admin::{actors, overview};
 use crate::web::auth::Admin;
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
-use crate::with_conn;
 use actix_web::web::{self, Bytes};
 use actix_web::HttpResponse;
-use diesel::prelude::*;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -52,7 +50,7 @@ pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const SETTLE: Duration = Duration::from_millis(100);
 /// Most `task`/`audit` events one look sends (more: `resync`).
 const BATCH: i64 = 200;
-/// How far below its place the hub looks again. On PostgreSQL, ids come from
+/// How far below its position the hub looks again. On PostgreSQL, ids come from
 /// sequences and become visible in commit order, not id order: a writer that
 /// drew lower ids can commit after the hub has seen higher ones. Rows that
 /// turn up late within this many ids are still sent, once.
@@ -91,43 +89,42 @@ impl Hub {
 
     /// Reads where the tables end, then starts the hub's loop on the current
     /// runtime. Awaited before the server takes requests: a listener who
-    /// comes first must find the place already taken, or the rows it causes
-    /// could fall before a place read later (this happened to a test when a
+    /// comes first must find the position already taken, or the rows it causes
+    /// could fall before a position read later (this happened to a test when a
     /// busy machine delayed the read past the listener's first webhook).
     pub async fn start(state: web::Data<AppState>) {
-        let place = state.store.read(current_place).await.ok();
-        actix_web::rt::spawn(async move { run(state, place).await });
+        let position = state.store.read(current_position).await.ok();
+        actix_web::rt::spawn(async move { run(state, position).await });
     }
 }
 
-/// Where the hub stands in the transition and audit tables: the highest ids
-/// it has dealt with, and every id it has seen in the [`LOOKBACK`] window
+/// Where the hub stands in the task history and the audit log: the highest
+/// ids it has dealt with, and every id it has seen in the [`LOOKBACK`] window
 /// below them (so a row that becomes visible late is told from one sent).
 #[derive(Default, Clone)]
-struct Place {
-    transition: i64,
-    audit: i64,
-    transitions: BTreeSet<i64>,
-    audits: BTreeSet<i64>,
+struct FeedPosition {
+    last: LogIds,
+    window: LogIdSets,
 }
 
-/// What the hub saw last.
+/// What the hub sent last: its position in the logs, and the text of each
+/// document, so that only a document that changed goes out again.
 #[derive(Default)]
-struct Seen {
-    place: Option<Place>,
+struct LastSent {
+    position: Option<FeedPosition>,
     overview: String,
     actors: String,
     attention: String,
 }
 
-async fn run(state: web::Data<AppState>, place: Option<Place>) {
+async fn run(state: web::Data<AppState>, position: Option<FeedPosition>) {
     let mut changes = state.store.changes();
     let mut stop = state.live.stop.subscribe();
-    // Start at the end of the tables as the server started: a listener sees
+    // Start at the end of the logs as the server started: a listener sees
     // what happens from its first moment on.
-    let mut seen = Seen {
-        place,
-        ..Seen::default()
+    let mut last_sent = LastSent {
+        position,
+        ..LastSent::default()
     };
     loop {
         tokio::select! {
@@ -138,16 +135,16 @@ async fn run(state: web::Data<AppState>, place: Option<Place>) {
         tokio::time::sleep(SETTLE).await;
         changes.borrow_and_update();
         if state.live.tx.receiver_count() == 0 {
-            // Nobody listens: only keep the place in the tables (reads of
+            // Nobody listens: only keep the position in the logs (reads of
             // ids alone), so a new listener misses nothing from its first moment.
-            // The place moves only if still nobody listens once it is read:
+            // The position moves only if still nobody listens once it is read:
             // a listener who came during the read may already have caused
             // rows that lie before it.
-            if let Ok(place) = state.store.read(current_place).await {
+            if let Ok(position) = state.store.read(current_position).await {
                 if state.live.tx.receiver_count() == 0 {
-                    seen = Seen {
-                        place: Some(place),
-                        ..Seen::default()
+                    last_sent = LastSent {
+                        position: Some(position),
+                        ..LastSent::default()
                     };
                     continue;
                 }
@@ -155,7 +152,7 @@ async fn run(state: web::Data<AppState>, place: Option<Place>) {
                 continue;
             }
         }
-        if let Err(e) = look(&state, &mut seen).await {
+        if let Err(e) = look(&state, &mut last_sent).await {
             tracing::warn!(error = %e, "live view: could not read the store; trying again");
         }
     }
@@ -167,27 +164,27 @@ fn send(state: &AppState, frame: Frame) {
 }
 
 /// One look: new transitions and audit events, then documents that changed.
-async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
-    match seen.place.clone() {
+async fn look(state: &AppState, last_sent: &mut LastSent) -> Result<(), ApiError> {
+    match last_sent.position.clone() {
         // The very first look: start at the current end.
-        None => seen.place = Some(state.store.read(current_place).await?),
-        Some(place) => match state.store.read(move |c| news(c, &place)).await? {
-            News::Behind(place) => {
+        None => last_sent.position = Some(state.store.read(current_position).await?),
+        Some(old) => match state.store.read(move |c| feed_update(c, &old)).await? {
+            FeedUpdate::Behind(position) => {
                 send(state, Frame::new("resync", &json!({})));
-                seen.place = Some(place);
+                last_sent.position = Some(position);
             }
-            News::Rows {
-                place,
+            FeedUpdate::Rows {
+                position,
                 transitions,
                 audits,
             } => {
-                for t in transitions {
-                    send(state, Frame::new("task", &t));
+                for t in &transitions {
+                    send(state, Frame::new("task", &task_event(t)));
                 }
                 for e in audits {
                     send(state, Frame::new("audit", &json!(e)));
                 }
-                seen.place = Some(place);
+                last_sent.position = Some(position);
             }
         },
     }
@@ -196,10 +193,18 @@ async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
         (
             "overview",
             overview::compute(state).await?,
-            &mut seen.overview,
+            &mut last_sent.overview,
         ),
-        ("actors", actors::tree_json(state).await?, &mut seen.actors),
-        ("attention", attention(state).await?, &mut seen.attention),
+        (
+            "actors",
+            actors::tree_json(state).await?,
+            &mut last_sent.actors,
+        ),
+        (
+            "attention",
+            attention(state).await?,
+            &mut last_sent.attention,
+        ),
     ] {
         let text = doc.to_string();
         if *last != text {
@@ -210,147 +215,80 @@ async fn look(state: &AppState, seen: &mut Seen) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// What one look found.
-enum News {
-    /// Rows not sent yet, in id order, and the place after them.
+/// What one look found in the logs.
+enum FeedUpdate {
+    /// Rows not sent yet, in id order, and the position after them.
     Rows {
-        place: Place,
-        transitions: Vec<Value>,
+        position: FeedPosition,
+        transitions: Vec<Transition>,
         audits: Vec<AuditView>,
     },
     /// More than [`BATCH`] new rows: listeners are told to fetch again.
-    Behind(Place),
+    Behind(FeedPosition),
 }
 
-/// The place at the current end of the tables (nothing below it to send).
-fn current_place(c: &mut DbConn) -> Result<Place, StoreError> {
-    let (t, a) = max_ids(c)?;
-    let (transitions, audits) = ids_between(c, (t - LOOKBACK, t), (a - LOOKBACK, a))?;
-    Ok(Place {
-        transition: t,
-        audit: a,
-        transitions,
-        audits,
-    })
+/// `LOOKBACK` ids below `ids` in each log.
+fn lookback_from(ids: LogIds) -> LogIds {
+    LogIds {
+        transition: ids.transition - LOOKBACK,
+        audit: ids.audit - LOOKBACK,
+    }
 }
 
-/// The rows visible now that `old` has not seen: everything above its place,
-/// and anything in the window below it that was not visible before.
-fn news(c: &mut DbConn, old: &Place) -> Result<News, StoreError> {
-    let (last_t, last_a) = max_ids(c)?;
-    // The window from below the old place up to the ends read above: rows
+/// The position at the current end of the logs (nothing below it to send).
+fn current_position(c: &mut DbConn) -> Result<FeedPosition, StoreError> {
+    let last = views::last_log_ids(c)?;
+    let window = views::log_ids_between(c, lookback_from(last), last)?;
+    Ok(FeedPosition { last, window })
+}
+
+/// The rows visible now that `old` has not seen: everything above its
+/// position, and anything in the window below it that was not visible before.
+fn feed_update(c: &mut DbConn, old: &FeedPosition) -> Result<FeedUpdate, StoreError> {
+    let last = views::last_log_ids(c)?;
+    // The window from below the old position up to the ends read above: rows
     // committed after that read are for the next look.
-    let (ids_t, ids_a) = ids_between(
-        c,
-        (old.transition - LOOKBACK, last_t),
-        (old.audit - LOOKBACK, last_a),
-    )?;
-    let new_t: Vec<i64> = ids_t.difference(&old.transitions).copied().collect();
-    let new_a: Vec<i64> = ids_a.difference(&old.audits).copied().collect();
+    let visible = views::log_ids_between(c, lookback_from(old.last), last)?;
+    let new_t: Vec<i64> = visible
+        .transitions
+        .difference(&old.window.transitions)
+        .copied()
+        .collect();
+    let new_a: Vec<i64> = visible
+        .audits
+        .difference(&old.window.audits)
+        .copied()
+        .collect();
     let keep = |ids: BTreeSet<i64>, last: i64| -> BTreeSet<i64> {
         ids.into_iter().filter(|id| *id > last - LOOKBACK).collect()
     };
-    let place = Place {
-        transition: last_t.max(old.transition),
-        audit: last_a.max(old.audit),
-        transitions: keep(ids_t, last_t),
-        audits: keep(ids_a, last_a),
+    let position = FeedPosition {
+        last: LogIds {
+            transition: last.transition.max(old.last.transition),
+            audit: last.audit.max(old.last.audit),
+        },
+        window: LogIdSets {
+            transitions: keep(visible.transitions, last.transition),
+            audits: keep(visible.audits, last.audit),
+        },
     };
     if new_t.len() as i64 > BATCH || new_a.len() as i64 > BATCH {
-        return Ok(News::Behind(place));
+        return Ok(FeedUpdate::Behind(position));
     }
-    let transitions = transitions_with_ids(c, &new_t)?;
-    let audits: Vec<AuditView> = if new_a.is_empty() {
-        Vec::new()
-    } else {
-        let rows: Vec<AuditEvent> = with_conn!(c, |conn| audit_events::table
-            .filter(audit_events::id.eq_any(&new_a))
-            .order(audit_events::id.asc())
-            .select(AuditEvent::as_select())
-            .load(conn))?;
-        rows.into_iter().map(AuditView::from).collect()
-    };
-    Ok(News::Rows {
-        place,
-        transitions,
-        audits,
+    Ok(FeedUpdate::Rows {
+        position,
+        transitions: views::transitions_by_id(c, &new_t)?,
+        audits: views::audit_events_by_id(c, &new_a)?,
     })
 }
 
-/// The ids of transitions and of audit events in the ranges `(low, high]`.
-fn ids_between(
-    c: &mut DbConn,
-    (low_t, high_t): (i64, i64),
-    (low_a, high_a): (i64, i64),
-) -> Result<(BTreeSet<i64>, BTreeSet<i64>), StoreError> {
-    Ok(with_conn!(c, |conn| {
-        let t: Vec<i64> = task_transitions::table
-            .filter(task_transitions::id.gt(low_t))
-            .filter(task_transitions::id.le(high_t))
-            .select(task_transitions::id)
-            .load(conn)?;
-        let a: Vec<i64> = audit_events::table
-            .filter(audit_events::id.gt(low_a))
-            .filter(audit_events::id.le(high_a))
-            .select(audit_events::id)
-            .load(conn)?;
-        Ok::<_, diesel::result::Error>((t.into_iter().collect(), a.into_iter().collect()))
-    })?)
-}
-
-fn max_ids(c: &mut DbConn) -> Result<(i64, i64), StoreError> {
-    Ok(with_conn!(c, |conn| {
-        let t: Option<i64> = task_transitions::table
-            .select(diesel::dsl::max(task_transitions::id))
-            .first(conn)?;
-        let a: Option<i64> = audit_events::table
-            .select(diesel::dsl::max(audit_events::id))
-            .first(conn)?;
-        Ok::<_, diesel::result::Error>((t.unwrap_or(0), a.unwrap_or(0)))
-    })?)
-}
-
-type TransitionRow = (
-    i64,
-    String,
-    Option<String>,
-    String,
-    i64,
-    String,
-    Option<String>,
-    Option<String>,
-    String,
-);
-
-fn transitions_with_ids(c: &mut DbConn, ids: &[i64]) -> Result<Vec<Value>, StoreError> {
-    use task_transitions as t;
-    if ids.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows: Vec<TransitionRow> = with_conn!(c, |conn| t::table
-        .filter(t::id.eq_any(ids))
-        .order(t::id.asc())
-        .select((
-            t::id,
-            t::task_id,
-            t::from_state,
-            t::to_state,
-            t::state_version,
-            t::actor,
-            t::reason,
-            t::error_code,
-            t::at,
-        ))
-        .load(conn))?;
-    Ok(rows
-        .into_iter()
-        .map(|(id, task, from, to, version, actor, reason, code, at)| {
-            json!({
-                "id": id, "taskId": task, "from": from, "to": to, "stateVersion": version,
-                "actor": actor, "reason": reason, "errorCode": code, "at": at,
-            })
-        })
-        .collect())
+/// A `task` event's data: one row of the task history.
+fn task_event(t: &Transition) -> Value {
+    json!({
+        "id": t.id, "taskId": t.task_id, "from": t.from_state, "to": t.to_state,
+        "stateVersion": t.state_version, "actor": t.actor, "reason": t.reason,
+        "errorCode": t.error_code, "at": t.at,
+    })
 }
 
 /// What needs a person: uncertain, blocked and unverified tasks, and pending

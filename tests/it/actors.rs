@@ -8,13 +8,14 @@ use codex_bridge::actors::health::RegistryHealth;
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::tasks::{self, Verdict};
-use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{Store, StoreSettings, WriterSettings};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -81,7 +82,7 @@ impl Harness {
     pub fn start(runtime: ScriptedAgent, settings: ActorSettings) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&StoreSettings {
-            url: DbUrl::Sqlite(dir.path().join("actors.db")),
+            url: DatabaseUrl::Sqlite(dir.path().join("actors.db")),
             read_pool_size: 4,
             sqlite_busy_timeout: Duration::from_secs(5),
             writer: WriterSettings {
@@ -471,7 +472,7 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let id = uncertain.clone();
         h.store
             .write(move |c| {
-                let attempt = codex_bridge::store::scheduling::active_attempt(c, &id)?;
+                let attempt = codex_bridge::store::attempts::active_attempt(c, &id)?;
                 let attempt = match attempt {
                     Some(a) => a.attempt_id,
                     None => tasks::detail(c, &id)?

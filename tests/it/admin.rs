@@ -401,7 +401,7 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
                     },
                 )?;
                 if to == TaskState::Leased {
-                    tasks::start_attempt(c, &id, None, Some("test"))?;
+                    codex_bridge::store::attempts::start_attempt(c, &id, None, Some("test"))?;
                 }
             }
             Ok::<_, codex_bridge::store::StoreError>(

@@ -123,7 +123,12 @@ fn make_uncertain(url: &str, task_id: &str) -> String {
             Ok::<_, codex_bridge::store::StoreError>(())
         };
         step(c, TaskState::Leased)?;
-        let attempt = tasks::start_attempt(c, task_id, Some("lease-1"), Some("test"))?;
+        let attempt = codex_bridge::store::attempts::start_attempt(
+            c,
+            task_id,
+            Some("lease-1"),
+            Some("test"),
+        )?;
         step(c, TaskState::Running)?;
         step(c, TaskState::NeedsReconciliation)?;
         Ok::<_, codex_bridge::store::StoreError>(attempt.attempt_id)

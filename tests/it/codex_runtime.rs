@@ -482,10 +482,11 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
 /// threads still start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
-    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    use codex_bridge::config::DatabaseUrl;
+    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(dir.path().join("audit.db")),
+        url: DatabaseUrl::Sqlite(dir.path().join("audit.db")),
         read_pool_size: 2,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {

@@ -10,7 +10,8 @@
 //!
 //! Two rules refine the floors: the clients (`codex/`, `gitea/`) import
 //! nothing above the bottom floor, not even `store/` beneath them; and
-//! `store/` imports nothing above the bottom floor.
+//! `store/` imports nothing above the bottom floor. And `web/` reads through
+//! the query functions of `store/`: it runs no diesel of its own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +141,40 @@ fn climbs(src: &Path) -> Vec<String> {
     found
 }
 
+/// What `web/` may not name: diesel, the store's query macro and its tables.
+/// A read the web needs is a query function of `store/`.
+const WEB_RUNS_NO_QUERIES: &[&str] = &["diesel::", "with_conn!", "store::schema"];
+
+/// Every line of `web/` (code, not comments) that runs a query itself.
+fn web_queries(src: &Path) -> Vec<String> {
+    let mut files = Vec::new();
+    let web = src.join("web");
+    if web.is_dir() {
+        rust_files(&web, &mut files);
+    }
+    if src.join("web.rs").is_file() {
+        files.push(src.join("web.rs"));
+    }
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            for banned in WEB_RUNS_NO_QUERIES {
+                if code.contains(banned) {
+                    found.push(format!(
+                        "{}:{}: `web` uses `{banned}`; read through a query function of `store/`",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn imports_only_run_down_the_floors() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -174,4 +209,49 @@ fn the_check_sees_a_climbing_import() {
     );
     let counted: BTreeMap<&str, u8> = FLOORS.iter().copied().collect();
     assert_eq!(counted.len(), FLOORS.len(), "a module is listed twice");
+}
+
+#[test]
+fn web_reads_only_through_store_queries() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = web_queries(&src);
+    assert!(
+        found.is_empty(),
+        "web/ runs queries itself:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_a_query_in_web() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir_all(src.join("web/admin")).unwrap();
+    std::fs::write(
+        src.join("web/admin/overview.rs"),
+        "use diesel::prelude::*;\n\
+         // diesel:: in a comment is fine\n\
+         let n = crate::with_conn!(c, |conn| repositories::table.count().get_result(conn))?;\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("web/live.rs"),
+        "use crate::store::schema::audit_events;\n\
+         let ids = state.store.read(views::last_log_ids).await?;\n",
+    )
+    .unwrap();
+    let found = web_queries(src);
+    assert_eq!(found.len(), 3, "{found:?}");
+    assert!(
+        found[0].contains("overview.rs:1: `web` uses `diesel::`"),
+        "{found:?}"
+    );
+    assert!(
+        found[1].contains("overview.rs:3: `web` uses `with_conn!`"),
+        "{found:?}"
+    );
+    assert!(
+        found[2].contains("live.rs:1: `web` uses `store::schema`"),
+        "{found:?}"
+    );
 }

@@ -5,10 +5,11 @@
 
 use crate::giteasim::{GiteaSim, Perm};
 use crate::support::{BOT, GITEA_TOKEN};
+use codex_bridge::config::DatabaseUrl;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaError, GiteaForge, Permission, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
-use codex_bridge::store::{comments, ingest, DbUrl, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{comments, ingest, Store, StoreSettings, WriterSettings};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,7 +126,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
     let n = sim.create_issue("acme", "widgets", "t", "b", "bob");
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(dir.path().join("r.db")),
+        url: DatabaseUrl::Sqlite(dir.path().join("r.db")),
         read_pool_size: 2,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {

@@ -164,12 +164,13 @@ proptest! {
 /// are stored and accepted, the bad one alone gets its error.
 #[test]
 fn a_failing_delivery_in_a_batch_fails_alone() {
-    use codex_bridge::store::{DbUrl, Store, StoreSettings, WriterSettings};
+    use codex_bridge::config::DatabaseUrl;
+    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
     use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
     let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(path.clone()),
+        url: DatabaseUrl::Sqlite(path.clone()),
         read_pool_size: 2,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {

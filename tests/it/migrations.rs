@@ -106,7 +106,7 @@ fn migrated_sqlite(dir: &tempfile::TempDir) -> DbConn {
 /// these lookups scan the tasks table.
 #[test]
 fn session_queries_use_the_partial_index_sqlite() {
-    use codex_bridge::store::scheduling::SESSION_DRIVEN_STATES;
+    use codex_bridge::store::sessions::SESSION_DRIVEN_STATES;
     let dir = tempfile::tempdir().unwrap();
     let mut c = migrated_sqlite(&dir);
     let mut plan = |extra: &str| -> Vec<String> {
@@ -142,7 +142,7 @@ fn session_queries_use_the_partial_index_sqlite() {
 /// scheduling pass scan the tasks table.
 #[test]
 fn scheduling_queries_use_the_partial_indexes_sqlite() {
-    use codex_bridge::store::scheduling::{QUEUED, REPO_ACTIVE_STATES};
+    use codex_bridge::store::queue::{QUEUED, REPO_ACTIVE_STATES};
     let dir = tempfile::tempdir().unwrap();
     let mut c = migrated_sqlite(&dir);
     let mut plan = |query: &str| query_plan(&mut c, query);

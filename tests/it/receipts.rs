@@ -6,13 +6,12 @@
 
 use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
 use crate::support::{BOT, GITEA_TOKEN};
+use codex_bridge::config::DatabaseUrl;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::store::{
-    comments, ingest, scheduling, DbUrl, Store, StoreSettings, WriterSettings,
-};
+use codex_bridge::store::{attempts, comments, ingest, Store, StoreSettings, WriterSettings};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +53,7 @@ fn setup() -> Setup {
     let issue = sim.create_issue("acme", "widgets", "t", "b", "bob");
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&StoreSettings {
-        url: DbUrl::Sqlite(dir.path().join("r.db")),
+        url: DatabaseUrl::Sqlite(dir.path().join("r.db")),
         read_pool_size: 2,
         sqlite_busy_timeout: Duration::from_secs(5),
         writer: WriterSettings {
@@ -141,11 +140,12 @@ async fn the_commit_that_queues_a_receipt_wakes_the_worker() {
     let t = second.clone();
     s.store
         .write(move |c| {
-            scheduling::move_task(
+            let (_, version) = attempts::task_version(c, &t)?.expect("the task exists");
+            attempts::decide_move(
                 c,
                 &t,
+                version,
                 TaskState::Rejected,
-                "system",
                 "a test ends it",
                 Some("permission_denied"),
                 None,

@@ -5,24 +5,26 @@
 
 use crate::support::*;
 use codex_bridge::lifecycle::TaskState;
+use codex_bridge::store::attempts;
 use codex_bridge::store::ingest::{self, IngestOutcome};
-use codex_bridge::store::scheduling::{self, RepoWork};
+use codex_bridge::store::queue::{self, RepoWork};
+use codex_bridge::store::tasks::TransitionOutcome;
 use codex_bridge::store::{run_migrations, DbConn};
 
 fn next(c: &mut DbConn, repo: &str) -> Option<String> {
-    scheduling::next_runnable(c, &format!("default:acme/{repo}").parse().unwrap())
+    queue::next_runnable(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
 }
 
 fn holding(c: &mut DbConn, repo: &str) -> Option<String> {
-    scheduling::holding_task(c, &format!("default:acme/{repo}").parse().unwrap())
+    queue::holding_task(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
 }
 
 fn work(c: &mut DbConn) -> Vec<(String, i64)> {
-    scheduling::repos_with_work(c)
+    queue::repos_with_work(c)
         .unwrap()
         .into_iter()
         .map(
@@ -34,9 +36,18 @@ fn work(c: &mut DbConn) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Moves `task` as an actor does: by compare-and-swap on its version now.
 fn to(c: &mut DbConn, task: &str, state: TaskState, retry_at: Option<&str>) {
-    c.write_transaction(|c| scheduling::move_task(c, task, state, "test", "test", None, retry_at))
+    let moved = c
+        .write_transaction(|c| {
+            let (_, version) = attempts::task_version(c, task)?.expect("the task exists");
+            attempts::decide_move(c, task, version, state, "test", None, retry_at)
+        })
         .unwrap();
+    assert!(
+        matches!(moved, TransitionOutcome::Applied { .. }),
+        "{moved:?}"
+    );
 }
 
 fn arrival_order(mut c: DbConn) {

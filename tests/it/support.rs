@@ -3,7 +3,8 @@
 //! PostgreSQL that `scripts/test` starts), Gitea-shaped signed requests, and
 //! direct access to the rows the server wrote.
 
-use codex_bridge::store::{ConnSettings, DbConn, DbUrl};
+use codex_bridge::config::DatabaseUrl;
+use codex_bridge::store::{ConnSettings, DbConn};
 use diesel::prelude::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
@@ -122,7 +123,7 @@ impl Drop for PgDb {
 /// Opens a connection of the lib's own kind to a test database.
 pub fn connect(url: &str) -> DbConn {
     DbConn::establish(&ConnSettings {
-        url: DbUrl::parse(url).unwrap(),
+        url: DatabaseUrl::parse(url).unwrap(),
         sqlite_busy_timeout: Duration::from_secs(10),
         read_only: false,
     })

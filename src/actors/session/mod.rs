@@ -25,7 +25,7 @@ use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, Deps};
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::models::Task;
-use crate::store::{now, scheduling};
+use crate::store::{now, sessions};
 use actix::prelude::*;
 use futures_util::FutureExt;
 use pass::PassError;
@@ -218,8 +218,8 @@ impl SessionActor {
                 store
                     .read(move |c| {
                         Ok((
-                            scheduling::session(c, &key)?.and_then(|s| s.thread_id),
-                            scheduling::outbox_depth(c, &key)?,
+                            sessions::session(c, &key)?.and_then(|s| s.thread_id),
+                            sessions::outbox_depth(c, &key)?,
                         ))
                     })
                     .await

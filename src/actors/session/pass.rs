@@ -21,7 +21,7 @@ use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{comments, format_time, ledger, scheduling, StoreError};
+use crate::store::{attempts, comments, format_time, ledger, queue, sessions, turns, StoreError};
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -138,21 +138,21 @@ impl Pass {
         let found = deps
             .store
             .read(move |c| {
-                let Some(task) = scheduling::driven_tasks_of_session(c, &key)?
+                let Some(task) = sessions::driven_tasks_of_session(c, &key)?
                     .into_iter()
                     .next()
                 else {
                     return Ok(None);
                 };
-                let entry = scheduling::outbox_entry(c, &task.task_id)?;
-                let attempt = scheduling::active_attempt(c, &task.task_id)?;
-                let repo = scheduling::repository(c, &task.repo_key)?;
+                let entry = sessions::outbox_entry(c, &task.task_id)?;
+                let attempt = attempts::active_attempt(c, &task.task_id)?;
+                let repo = queue::repository(c, &task.repo_key)?;
                 let session_thread =
-                    scheduling::session(c, &task.session_key)?.and_then(|s| s.thread_id);
+                    sessions::session(c, &task.session_key)?.and_then(|s| s.thread_id);
                 // Only a task that used its reply retry has one to look up.
                 let (retry_finished, retry_intended) = match &entry {
                     Some(e) if task.reply_attempt > 0 => (
-                        scheduling::reply_retry_finished(c, &task.task_id)?,
+                        turns::reply_retry_finished(c, &task.task_id)?,
                         ledger::find(c, &e.operation_id.reply_retry())?.is_some(),
                     ),
                     _ => (false, false),
@@ -455,7 +455,7 @@ impl CommitCtx {
     fn write(&self, c: &mut crate::store::DbConn, d: &Decision) -> Result<Committed, StoreError> {
         let version = match d.to {
             Some(to) => {
-                let out = scheduling::decide_move(
+                let out = attempts::decide_move(
                     c,
                     &self.task_id,
                     d.expected_version,
@@ -482,7 +482,7 @@ impl CommitCtx {
                     }
                 }
             }
-            None => match scheduling::task_version(c, &self.task_id)? {
+            None => match attempts::task_version(c, &self.task_id)? {
                 Some((_, version)) if version == d.expected_version => version,
                 Some((state, version)) => return self.stale(c, d, state, version),
                 None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
@@ -497,12 +497,12 @@ impl CommitCtx {
                         .map(Code::as_str)
                         .or(d.to.map(TaskState::as_str))
                         .unwrap_or("ended");
-                    scheduling::end_attempt(c, &self.task_id, outcome)?;
+                    attempts::end_attempt(c, &self.task_id, outcome)?;
                 }
-                Effect::ReleaseIntent => scheduling::release_intent(c, &self.task_id)?,
+                Effect::ReleaseIntent => turns::release_intent(c, &self.task_id)?,
                 Effect::RecordAdmission(kind) => {
                     let (thread, turn) = self.turn_ids()?;
-                    scheduling::record_turn_admitted(
+                    turns::record_turn_admitted(
                         c,
                         &self.task_id,
                         thread,
@@ -521,7 +521,7 @@ impl CommitCtx {
                         TurnEnd::Failed => "failed",
                         TurnEnd::Interrupted => "interrupted",
                     };
-                    scheduling::record_turn_finished(
+                    turns::record_turn_finished(
                         c,
                         turn,
                         status,
@@ -539,7 +539,7 @@ impl CommitCtx {
                 Effect::RecordReplyConfirmed => self.record_confirmed(c)?,
                 Effect::BeginReplyRetry => {
                     if let (Some(thread), Some(op)) = (&self.thread_id, &self.entry_operation) {
-                        scheduling::begin_reply_retry(
+                        turns::begin_reply_retry(
                             c,
                             &self.task_id,
                             &op.reply_retry(),
@@ -550,7 +550,7 @@ impl CommitCtx {
                 }
                 Effect::ReleaseReplyRetry => {
                     if let Some(op) = &self.entry_operation {
-                        scheduling::release_reply_retry(c, &op.reply_retry())?;
+                        turns::release_reply_retry(c, &op.reply_retry())?;
                     }
                 }
                 _ => {}

@@ -11,7 +11,7 @@ use crate::domain::states::{CommentKind, CommentStatus};
 use crate::forge::{ReplyCheck, ReplyQuery};
 use crate::gitea::reply::reply_marker;
 use crate::store::audit::{self, Audit};
-use crate::store::{comments, scheduling};
+use crate::store::{comments, turns};
 
 impl Pass {
     /// Reads what is stored about the reply, then asks the verifier.
@@ -22,7 +22,7 @@ impl Pass {
             .store
             .read(move |c| {
                 Ok((
-                    scheduling::original_final_text(c, &id)?,
+                    turns::original_final_text(c, &id)?,
                     comments::find(c, &comments::reply_key(&id, CommentKind::RestFallback))?,
                     comments::find(c, &comments::reply_key(&id, CommentKind::Reply))?,
                 ))

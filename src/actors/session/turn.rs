@@ -10,7 +10,7 @@ use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
-use crate::store::{ledger, scheduling, StoreError};
+use crate::store::{ledger, sessions, turns, StoreError};
 use futures_util::StreamExt;
 
 impl Pass {
@@ -53,8 +53,8 @@ impl Pass {
             .deps
             .store
             .write(move |c| {
-                let stored = scheduling::set_thread_once(c, &task.session_key, &th)?;
-                scheduling::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
+                let stored = sessions::set_thread_once(c, &task.session_key, &th)?;
+                turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)
             })
             .await?;

@@ -204,7 +204,7 @@ fn an_abort_while_running_interrupts_and_a_confirmed_interrupt_aborts() {
 /// session ever picks up, or one it picks up and cannot decide about.
 #[test]
 fn the_driven_states_are_the_stores_session_index() {
-    let condition = crate::store::scheduling::SESSION_DRIVEN_STATES;
+    let condition = crate::store::sessions::SESSION_DRIVEN_STATES;
     for state in TaskState::ALL {
         let listed = condition.contains(&format!("'{}'", state.as_str()));
         assert_eq!(driven(state), listed, "{state}");

@@ -1,0 +1,472 @@
+//! The decision per delivery, made in memory in arrival order against what
+//! the batch has looked up and decided so far: a repeat, a duplicate, an
+//! ignored event, a comment change, a rejection or a new task.
+
+use super::lookups::BatchLookups;
+use super::rows::{
+    AuditDraft, BatchRows, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow, TransitionRow,
+};
+use super::{fingerprint, new_task_id, IngestOutcome, OUTBOX_CAPACITY};
+use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
+use crate::domain::{IngestRequest, Intent, OperationId, Subject};
+use crate::lifecycle::TaskState;
+use crate::store::models::Delivery;
+use crate::store::StoreError;
+use std::collections::hash_map::Entry;
+
+/// Why an accepted task went from `received` to `queued` (its first history row).
+const ACCEPT_REASON: &str = "webhook accepted and queued";
+
+fn delivery_row(
+    req: &IngestRequest,
+    status: &str,
+    reason: Option<&str>,
+    task_id: Option<&str>,
+    duplicate_of: Option<&str>,
+    at: &str,
+) -> Delivery {
+    // Only deliveries that did something claim the content key: a replay of a
+    // rejected one (say, while the repository was disabled) is judged afresh.
+    let claims_content = matches!(status, "accepted" | "recorded");
+    Delivery {
+        delivery_key: req.delivery_key.clone(),
+        delivery_id: req.delivery_id.clone(),
+        event_type: req.event_type.clone(),
+        action: req.action.clone(),
+        status: status.to_owned(),
+        reason: reason.map(str::to_owned),
+        repo_key: req.subject.as_ref().map(|s| s.repo.repo_key().clone()),
+        resource_key: req.subject.as_ref().map(Subject::resource_key),
+        comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
+        content_key: if claims_content {
+            req.content_key.clone()
+        } else {
+            None
+        },
+        duplicate_of: duplicate_of.map(str::to_owned),
+        task_id: task_id.map(str::to_owned),
+        sender: req.sender.clone(),
+        payload_hash: req.payload_hash.clone(),
+        received_at: at.to_owned(),
+    }
+}
+
+/// Records the delivery among the batch's rows and in what later deliveries
+/// of the batch see.
+fn record(lookups: &mut BatchLookups, rows: &mut BatchRows, row: Delivery) {
+    if let Some(k) = &row.content_key {
+        lookups
+            .content
+            .insert(k.clone(), (row.delivery_key.clone(), row.task_id.clone()));
+    }
+    lookups
+        .deliveries
+        .insert(row.delivery_key.clone(), row.clone());
+    rows.deliveries.push(row);
+}
+
+pub(super) fn delivery(
+    req: &IngestRequest,
+    lookups: &mut BatchLookups,
+    rows: &mut BatchRows,
+    at: &str,
+) -> Result<IngestOutcome, StoreError> {
+    // 1. The same delivery again (a client retry): the first answer again.
+    if let Some(original) = lookups.deliveries.get(&req.delivery_key) {
+        return Ok(replay_answer(lookups, original));
+    }
+    // 2. The same content under a new delivery id (Gitea's manual replay).
+    if let Some((original, task_id)) = req
+        .content_key
+        .as_ref()
+        .and_then(|k| lookups.content.get(k))
+        .cloned()
+    {
+        return Ok(duplicate(
+            req,
+            lookups,
+            rows,
+            &original,
+            task_id.as_deref(),
+            at,
+        ));
+    }
+    match &req.intent {
+        Intent::Ignore { reason } => {
+            record(
+                lookups,
+                rows,
+                delivery_row(req, "ignored", Some(reason), None, None, at),
+            );
+            rows.audit(
+                AuditDraft {
+                    delivery_id: Some(&req.delivery_id),
+                    comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
+                    ..AuditDraft::new(
+                        "webhook.ignored",
+                        "system",
+                        serde_json::json!({ "reason": reason, "eventType": req.event_type }),
+                    )
+                },
+                at,
+            );
+            Ok(IngestOutcome::Ignored {
+                reason: (*reason).to_owned(),
+                task_id: None,
+            })
+        }
+        Intent::Trigger {
+            trigger_key,
+            text,
+            written_at,
+        } => create_task(req, lookups, rows, trigger_key, text, written_at, at),
+        Intent::Edit {
+            trigger_key,
+            text,
+            written_at,
+            mention_added,
+        } => {
+            let existing = lookups.triggers.get(trigger_key).cloned();
+            if existing.is_none() && *mention_added {
+                create_task(req, lookups, rows, trigger_key, text, written_at, at)
+            } else {
+                Ok(comment_change(
+                    req,
+                    lookups,
+                    rows,
+                    "comment.edited",
+                    existing,
+                    at,
+                ))
+            }
+        }
+        Intent::Delete { trigger_key } => {
+            let existing = lookups.triggers.get(trigger_key).cloned();
+            Ok(comment_change(
+                req,
+                lookups,
+                rows,
+                "comment.deleted",
+                existing,
+                at,
+            ))
+        }
+    }
+}
+
+/// The answer a repeated delivery gets: what the first one got.
+fn replay_answer(lookups: &BatchLookups, original: &Delivery) -> IngestOutcome {
+    let state_of = |id: &Option<String>| {
+        id.as_ref()
+            .and_then(|t| lookups.task_states.get(t).cloned())
+    };
+    match (
+        original.status.as_str(),
+        original.reason.as_deref(),
+        &original.repo_key,
+        &original.resource_key,
+    ) {
+        ("accepted" | "duplicate", ..) => IngestOutcome::Duplicate {
+            task_id: original.task_id.clone(),
+            state: state_of(&original.task_id),
+        },
+        ("rejected", Some("repository_disabled"), Some(repo_key), _) => {
+            IngestOutcome::RepositoryDisabled {
+                repo_key: repo_key.clone(),
+            }
+        }
+        ("rejected", Some("outbox_full"), _, Some(session_key)) => IngestOutcome::OutboxFull {
+            session_key: session_key.clone(),
+        },
+        _ => IngestOutcome::Ignored {
+            reason: original
+                .reason
+                .clone()
+                .unwrap_or_else(|| original.status.clone()),
+            task_id: original.task_id.clone(),
+        },
+    }
+}
+
+fn duplicate(
+    req: &IngestRequest,
+    lookups: &mut BatchLookups,
+    rows: &mut BatchRows,
+    original_delivery: &str,
+    task_id: Option<&str>,
+    at: &str,
+) -> IngestOutcome {
+    record(
+        lookups,
+        rows,
+        delivery_row(
+            req,
+            "duplicate",
+            Some("same_content"),
+            task_id,
+            Some(original_delivery),
+            at,
+        ),
+    );
+    rows.audit(
+        AuditDraft {
+            task_id,
+            delivery_id: Some(&req.delivery_id),
+            ..AuditDraft::new(
+                "webhook.duplicate",
+                "system",
+                serde_json::json!({ "originalDeliveryKey": original_delivery }),
+            )
+        },
+        at,
+    );
+    IngestOutcome::Duplicate {
+        task_id: task_id.map(str::to_owned),
+        state: task_id.and_then(|t| lookups.task_states.get(t).cloned()),
+    }
+}
+
+fn comment_change(
+    req: &IngestRequest,
+    lookups: &mut BatchLookups,
+    rows: &mut BatchRows,
+    action: &str,
+    existing: Option<(String, String, String)>,
+    at: &str,
+) -> IngestOutcome {
+    let task_id = existing.as_ref().map(|(id, _, _)| id.as_str());
+    record(
+        lookups,
+        rows,
+        delivery_row(req, "recorded", Some(action), task_id, None, at),
+    );
+    let actor = format!("gitea:user:{}", req.sender.as_deref().unwrap_or("unknown"));
+    rows.audit(
+        AuditDraft {
+            task_id,
+            delivery_id: Some(&req.delivery_id),
+            comment_id: req.subject.as_ref().and_then(|s| s.comment_id),
+            ..AuditDraft::new(
+                action,
+                &actor,
+                serde_json::json!({
+                    "taskState": existing.as_ref().map(|(_, s, _)| s),
+                    "effect": "recorded; a comment change never creates a second task",
+                }),
+            )
+        },
+        at,
+    );
+    IngestOutcome::Ignored {
+        reason: action.replace('.', "_"),
+        task_id: task_id.map(str::to_owned),
+    }
+}
+
+fn create_task(
+    req: &IngestRequest,
+    lookups: &mut BatchLookups,
+    rows: &mut BatchRows,
+    trigger_key: &str,
+    text: &str,
+    written_at: &str,
+    at: &str,
+) -> Result<IngestOutcome, StoreError> {
+    let subject = req
+        .subject
+        .as_ref()
+        .ok_or_else(|| StoreError::Query("a triggering event must name its Issue/PR".into()))?;
+    let repo_key = subject.repo.repo_key().clone();
+    let status = match lookups.repos.get(&repo_key) {
+        Some(status) => status.clone(),
+        None => {
+            // Registered on first sight (audited when the row is really written).
+            rows.repos.push(RepoRow {
+                repo_key: repo_key.clone(),
+                instance_id: repo_key.instance().to_owned(),
+                owner: subject.repo.owner.clone(),
+                name: subject.repo.name.clone(),
+                clone_url: subject.repo.clone_url.clone(),
+                default_branch: subject.repo.default_branch.clone(),
+                status: "active".into(),
+                registered_at: at.to_owned(),
+                updated_at: at.to_owned(),
+                version: 1,
+            });
+            lookups.repos.insert(repo_key.clone(), "active".into());
+            "active".to_owned()
+        }
+    };
+    if status == "disabled" {
+        record(
+            lookups,
+            rows,
+            delivery_row(req, "rejected", Some("repository_disabled"), None, None, at),
+        );
+        rows.audit(
+            AuditDraft {
+                delivery_id: Some(&req.delivery_id),
+                comment_id: subject.comment_id,
+                error_code: Some("repository_disabled"),
+                ..AuditDraft::new(
+                    "webhook.rejected",
+                    "system",
+                    serde_json::json!({ "repoKey": repo_key }),
+                )
+            },
+            at,
+        );
+        return Ok(IngestOutcome::RepositoryDisabled { repo_key });
+    }
+    if let Some((task_id, _, original_delivery)) = lookups.triggers.get(trigger_key).cloned() {
+        // The comment already has its task (a replay with another updated_at).
+        return Ok(duplicate(
+            req,
+            lookups,
+            rows,
+            &original_delivery,
+            Some(&task_id),
+            at,
+        ));
+    }
+    let session_key = subject.resource_key();
+    let open = match lookups.open_entries.entry(session_key.clone()) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => {
+            rows.sessions.push(SessionRow {
+                session_key: session_key.clone(),
+                repo_key: repo_key.clone(),
+                kind: subject.kind,
+                number: subject.number,
+                status: "active".into(),
+                created_at: at.to_owned(),
+                updated_at: at.to_owned(),
+                version: 1,
+            });
+            e.insert(0)
+        }
+    };
+    if *open >= OUTBOX_CAPACITY {
+        record(
+            lookups,
+            rows,
+            delivery_row(req, "rejected", Some("outbox_full"), None, None, at),
+        );
+        rows.audit(
+            AuditDraft {
+                delivery_id: Some(&req.delivery_id),
+                comment_id: subject.comment_id,
+                error_code: Some("outbox_full"),
+                ..AuditDraft::new(
+                    "webhook.rejected",
+                    "system",
+                    serde_json::json!({ "sessionKey": session_key, "capacity": OUTBOX_CAPACITY }),
+                )
+            },
+            at,
+        );
+        return Ok(IngestOutcome::OutboxFull { session_key });
+    }
+    *open += 1;
+
+    let task_id = new_task_id();
+    record(
+        lookups,
+        rows,
+        delivery_row(req, "accepted", None, Some(&task_id), None, at),
+    );
+    rows.tasks.push(TaskRow {
+        task_id: task_id.clone(),
+        delivery_key: req.delivery_key.clone(),
+        repo_key: repo_key.clone(),
+        session_key: session_key.clone(),
+        resource_key: session_key.clone(),
+        trigger_key: trigger_key.to_owned(),
+        comment_id: subject.comment_id,
+        author: subject.author.clone(),
+        state: TaskState::Queued,
+        state_version: 2,
+        head_ref: subject.head_ref.clone(),
+        base_ref: subject.base_ref.clone(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+    });
+    let actor = format!("gitea:user:{}", subject.author);
+    // The task is born `received` (state version 1) and leaves it in this same
+    // transaction: its history starts with that one transition, and the accept's
+    // audit event is the transition's event (one history row and one audit event
+    // per state change). Nothing can read the task before.
+    rows.transitions.push(TransitionRow {
+        task_id: task_id.clone(),
+        from_state: Some(TaskState::Received),
+        to_state: TaskState::Queued,
+        state_version: 2,
+        actor: actor.clone(),
+        reason: Some(ACCEPT_REASON.into()),
+        error_code: None,
+        at: at.to_owned(),
+    });
+    let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
+    let operation_id = OperationId::mint();
+    rows.receipts.push(ReceiptRow {
+        comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Received),
+        task_id: task_id.clone(),
+        kind: CommentKind::Receipt,
+        resource_key: session_key.clone(),
+        status: CommentStatus::Pending,
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+    });
+    *rows.opened.entry(session_key.clone()).or_insert(0) += 1;
+    rows.outbox.push(OutboxRow {
+        fingerprint: fingerprint(session_key.as_str(), &queue_id, text, subject, written_at),
+        queue_id: queue_id.clone(),
+        session_key: session_key.clone(),
+        task_id: task_id.clone(),
+        operation_id: operation_id.clone(),
+        mode: SendMode::Enqueue,
+        status: OutboxStatus::Queued,
+        auto_drain: true,
+        user_text: text.to_owned(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+        version: 1,
+    });
+    rows.audit(
+        AuditDraft {
+            task_id: Some(&task_id),
+            states: (Some(TaskState::Received), Some(TaskState::Queued)),
+            delivery_id: Some(&req.delivery_id),
+            comment_id: subject.comment_id,
+            ..AuditDraft::new(
+                "webhook.accept",
+                &actor,
+                serde_json::json!({
+                    "stateVersion": 2,
+                    "reason": ACCEPT_REASON,
+                    "eventType": req.event_type,
+                    "repoKey": repo_key,
+                    "resourceKey": session_key,
+                    "queueId": queue_id,
+                    "operationId": operation_id,
+                }),
+            )
+        },
+        at,
+    );
+    lookups
+        .task_states
+        .insert(task_id.clone(), TaskState::Queued.as_str().to_owned());
+    lookups.triggers.insert(
+        trigger_key.to_owned(),
+        (
+            task_id.clone(),
+            TaskState::Queued.as_str().to_owned(),
+            req.delivery_key.clone(),
+        ),
+    );
+    Ok(IngestOutcome::Accepted {
+        task_id,
+        state: TaskState::Queued.as_str().to_owned(),
+    })
+}

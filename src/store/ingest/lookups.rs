@@ -1,0 +1,249 @@
+//! The batch's one round of lookups: what the store already holds that the
+//! decisions of a batch depend on, read with one query per table for the
+//! whole batch, then kept up to date in memory as its deliveries are decided.
+
+use crate::domain::{IngestRequest, Intent, RepoKey, ResourceKey, Subject};
+use crate::store::models::Delivery;
+use crate::store::schema::{repositories, sessions, tasks, webhook_deliveries};
+use crate::store::{DbConn, StoreError};
+use crate::with_conn;
+use diesel::prelude::*;
+use std::collections::HashMap;
+
+/// What the store already holds that the batch's decisions depend on, kept up
+/// to date as the batch is decided.
+#[derive(Default)]
+pub(super) struct BatchLookups {
+    /// delivery key → its row, stored or recorded earlier in the batch
+    pub(super) deliveries: HashMap<String, Delivery>,
+    /// content key → (delivery key, task id) of the delivery that claimed it.
+    pub(super) content: HashMap<String, (String, Option<String>)>,
+    /// repository key → status
+    pub(super) repos: HashMap<RepoKey, String>,
+    /// trigger key → (task id, state, delivery key)
+    pub(super) triggers: HashMap<String, (String, String, String)>,
+    /// task id → state, for the answers to repeated deliveries
+    pub(super) task_states: HashMap<String, String>,
+    /// session key → unfinished outbox entries, for every session that
+    /// exists (in the store or created earlier in the batch)
+    pub(super) open_entries: HashMap<ResourceKey, i64>,
+}
+
+fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
+    let mut v: Vec<&str> = items.map(String::as_str).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+impl BatchLookups {
+    pub(super) fn load(
+        conn: &mut DbConn,
+        reqs: &[IngestRequest],
+    ) -> Result<BatchLookups, StoreError> {
+        let delivery_keys = keys(reqs.iter().map(|r| &r.delivery_key));
+        let content_keys = keys(reqs.iter().filter_map(|r| r.content_key.as_ref()));
+        let repo_keys: Vec<RepoKey> = {
+            let mut v: Vec<RepoKey> = reqs
+                .iter()
+                .filter_map(|r| r.subject.as_ref().map(|s| s.repo.repo_key().clone()))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let trigger_keys = keys(reqs.iter().filter_map(|r| match &r.intent {
+            Intent::Trigger { trigger_key, .. }
+            | Intent::Edit { trigger_key, .. }
+            | Intent::Delete { trigger_key } => Some(trigger_key),
+            Intent::Ignore { .. } => None,
+        }));
+        let session_keys: Vec<ResourceKey> = {
+            let mut v: Vec<ResourceKey> = reqs
+                .iter()
+                .filter(|r| matches!(r.intent, Intent::Trigger { .. } | Intent::Edit { .. }))
+                .filter_map(|r| r.subject.as_ref().map(Subject::resource_key))
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+
+        let repo_keys: Vec<&str> = repo_keys.iter().map(RepoKey::as_str).collect();
+        let session_keys: Vec<&str> = session_keys.iter().map(ResourceKey::as_str).collect();
+        let (deliveries, by_content, repos, triggers, open) = with_conn!(conn, |c| {
+            let deliveries: Vec<Delivery> = each_64(&delivery_keys, |keys| {
+                webhook_deliveries::table
+                    .filter(InKeys {
+                        column: webhook_deliveries::delivery_key,
+                        keys,
+                    })
+                    .select(Delivery::as_select())
+                    .load(c)
+            })?;
+            let by_content: Vec<(Option<String>, String, Option<String>)> =
+                each_64(&content_keys, |keys| {
+                    webhook_deliveries::table
+                        // (NULL is in no IN list: only keyed rows match.)
+                        .filter(InKeys {
+                            column: webhook_deliveries::content_key.assume_not_null(),
+                            keys,
+                        })
+                        .select((
+                            webhook_deliveries::content_key,
+                            webhook_deliveries::delivery_key,
+                            webhook_deliveries::task_id,
+                        ))
+                        .load(c)
+                })?;
+            let repos: Vec<(RepoKey, String)> = each_64(&repo_keys, |keys| {
+                repositories::table
+                    .filter(InKeys {
+                        column: repositories::repo_key,
+                        keys,
+                    })
+                    .select((repositories::repo_key, repositories::status))
+                    .load(c)
+            })?;
+            let triggers: Vec<(String, String, String, String)> = each_64(&trigger_keys, |keys| {
+                tasks::table
+                    .filter(InKeys {
+                        column: tasks::trigger_key,
+                        keys,
+                    })
+                    .select((
+                        tasks::trigger_key,
+                        tasks::task_id,
+                        tasks::state,
+                        tasks::delivery_key,
+                    ))
+                    .load(c)
+            })?;
+            // Existing sessions, with their count of unfinished outbox entries.
+            let open: Vec<(ResourceKey, i64)> = each_64(&session_keys, |keys| {
+                sessions::table
+                    .filter(InKeys {
+                        column: sessions::session_key,
+                        keys,
+                    })
+                    .select((sessions::session_key, sessions::open_entries))
+                    .load(c)
+            })?;
+            Ok::<_, diesel::result::Error>((deliveries, by_content, repos, triggers, open))
+        })?;
+
+        let mut lookups = BatchLookups {
+            open_entries: open.into_iter().collect(),
+            ..Default::default()
+        };
+        for (content_key, delivery_key, task_id) in by_content {
+            if let Some(k) = content_key {
+                lookups.content.insert(k, (delivery_key, task_id));
+            }
+        }
+        lookups.repos = repos.into_iter().collect();
+        for (trigger, task_id, state, delivery_key) in triggers {
+            lookups.task_states.insert(task_id.clone(), state.clone());
+            lookups
+                .triggers
+                .insert(trigger, (task_id, state, delivery_key));
+        }
+        // States of the tasks that repeated deliveries point at.
+        let wanted: Vec<String> = deliveries
+            .iter()
+            .filter_map(|d| d.task_id.clone())
+            .chain(lookups.content.values().filter_map(|(_, t)| t.clone()))
+            .filter(|t| !lookups.task_states.contains_key(t))
+            .collect();
+        if !wanted.is_empty() {
+            let states: Vec<(String, String)> = with_conn!(conn, |c| tasks::table
+                .filter(tasks::task_id.eq_any(&wanted))
+                .select((tasks::task_id, tasks::state))
+                .load(c))?;
+            lookups.task_states.extend(states);
+        }
+        lookups.deliveries = deliveries
+            .into_iter()
+            .map(|d| (d.delivery_key.clone(), d))
+            .collect();
+        Ok(lookups)
+    }
+}
+
+/// Runs `query` over `keys` in lists of 64 (see [`InKeys`]).
+fn each_64<'k, T>(
+    keys: &[&'k str],
+    mut query: impl FnMut([&'k str; 64]) -> diesel::QueryResult<Vec<T>>,
+) -> diesel::QueryResult<Vec<T>> {
+    let mut rows = Vec::new();
+    for chunk in keys.chunks(64) {
+        let mut list = [chunk[0]; 64];
+        list[..chunk.len()].copy_from_slice(chunk);
+        rows.extend(query(list)?);
+    }
+    Ok(rows)
+}
+
+/// `column IN (?, …)` over exactly `N` text values. diesel prepares every
+/// `eq_any` afresh (its list is of any length), and the batch's five lookups
+/// were parsed and planned again at every group commit; a list of fixed length
+/// is a statement diesel keeps. Unused places repeat the first key.
+#[derive(Debug, Clone, Copy)]
+struct InKeys<'a, C, const N: usize> {
+    column: C,
+    keys: [&'a str; N],
+}
+
+impl<C, const N: usize> diesel::expression::Expression for InKeys<'_, C, N>
+where
+    C: diesel::expression::Expression<SqlType = diesel::sql_types::Text>,
+{
+    type SqlType = diesel::sql_types::Bool;
+}
+
+impl<C, QS, const N: usize> diesel::expression::AppearsOnTable<QS> for InKeys<'_, C, N> where
+    C: diesel::expression::AppearsOnTable<QS, SqlType = diesel::sql_types::Text>
+{
+}
+
+impl<C, QS, const N: usize> diesel::expression::SelectableExpression<QS> for InKeys<'_, C, N> where
+    C: diesel::expression::SelectableExpression<QS, SqlType = diesel::sql_types::Text>
+{
+}
+
+impl<C, const N: usize> diesel::expression::ValidGrouping<()> for InKeys<'_, C, N>
+where
+    C: diesel::expression::ValidGrouping<()>,
+{
+    type IsAggregate = C::IsAggregate;
+}
+
+impl<C: diesel::query_builder::QueryId, const N: usize> diesel::query_builder::QueryId
+    for InKeys<'_, C, N>
+{
+    type QueryId = InKeys<'static, C::QueryId, N>;
+    const HAS_STATIC_QUERY_ID: bool = C::HAS_STATIC_QUERY_ID;
+}
+
+impl<C, DB, const N: usize> diesel::query_builder::QueryFragment<DB> for InKeys<'_, C, N>
+where
+    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<diesel::sql_types::Text>,
+    C: diesel::query_builder::QueryFragment<DB>,
+    str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
+{
+    fn walk_ast<'b>(
+        &'b self,
+        mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
+    ) -> diesel::QueryResult<()> {
+        self.column.walk_ast(out.reborrow())?;
+        out.push_sql(" IN (");
+        for (i, key) in self.keys.iter().enumerate() {
+            if i > 0 {
+                out.push_sql(", ");
+            }
+            out.push_bind_param::<diesel::sql_types::Text, str>(key)?;
+        }
+        out.push_sql(")");
+        Ok(())
+    }
+}

@@ -1,0 +1,191 @@
+//! What runs next in a repository: its row and status, the task holding it,
+//! its next runnable task in arrival order, and the repositories with work.
+//! The partial-index conditions the scheduler's queries must contain as
+//! written live here too.
+
+use super::models::{Repository, Task};
+use super::schema::{repositories, tasks};
+use super::{now, DbConn, StoreError};
+use crate::domain::states::RepoStatus;
+use crate::domain::RepoKey;
+use crate::lifecycle::TaskState;
+use crate::with_conn;
+use diesel::prelude::*;
+
+/// States in which a task holds its repository: while one exists, no other
+/// task of that repository starts (uncertain and blocked ones included: an
+/// operator must decide first).
+pub const HOLDING_STATES: [TaskState; 7] = [
+    TaskState::Leased,
+    TaskState::Running,
+    TaskState::AwaitingApproval,
+    TaskState::VerifyingReply,
+    TaskState::CancelRequested,
+    TaskState::NeedsReconciliation,
+    TaskState::BlockedWorkspace,
+];
+
+fn names(states: &[TaskState]) -> Vec<&'static str> {
+    states.iter().map(|s| s.as_str()).collect()
+}
+
+/// `queued`, as the literal condition of the partial index `tasks_queued`
+/// (migration 2026-11-30-000008): SQLite uses a partial index only for a query
+/// that contains its condition as written, so this is never a bound parameter.
+pub const QUEUED: &str = "state = 'queued'";
+
+/// The states a repository is asked about besides `queued` (those that hold it,
+/// and `retry_wait`), as the literal condition of the partial index
+/// `tasks_repo_active` (migration 2026-11-30-000008).
+pub const REPO_ACTIVE_STATES: &str = "state IN ('leased', 'running', 'awaiting_approval', \
+     'verifying_reply', 'cancel_requested', 'needs_reconciliation', 'blocked_workspace', \
+     'retry_wait')";
+
+/// A partial index's condition, written into the query as it is (see above).
+pub(super) fn literal(
+    condition: &'static str,
+) -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
+    diesel::dsl::sql::<diesel::sql_types::Bool>(condition)
+}
+
+pub fn repository(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Repository>, StoreError> {
+    Ok(with_conn!(conn, |c| repositories::table
+        .find(repo_key)
+        .select(Repository::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Sets a repository's status (`active` or `disabled`) by an operator.
+pub fn set_repository_status(
+    conn: &mut DbConn,
+    repo_key: &RepoKey,
+    status: RepoStatus,
+) -> Result<Option<RepoStatus>, StoreError> {
+    let before = repository(conn, repo_key)?;
+    let Some(before) = before else {
+        return Ok(None);
+    };
+    let at = now();
+    with_conn!(conn, |c| diesel::update(repositories::table.find(repo_key))
+        .set((
+            repositories::status.eq(status),
+            repositories::updated_at.eq(&at),
+            repositories::version.eq(before.version + 1),
+        ))
+        .execute(c))?;
+    Ok(Some(before.status))
+}
+
+/// The task currently holding the repository, if any (oldest first).
+pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(literal(REPO_ACTIVE_STATES))
+        .filter(tasks::state.eq_any(names(&HOLDING_STATES)))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The repository's next runnable task in FIFO order: `queued`, or
+/// `retry_wait` whose time has come, whichever arrived first.
+///
+/// The queued one is the repository's first entry in `tasks_queued`, which
+/// orders every queued task by arrival: the look passes over the queued tasks
+/// of other repositories that arrived before it (a covering index scan, tens
+/// of nanoseconds each), which is what keeps the accept from writing a page per
+/// repository.
+pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
+    let at = now();
+    let (queued, retry) = with_conn!(conn, |c| {
+        let queued = tasks::table
+            .filter(literal(QUEUED))
+            .filter(tasks::repo_key.eq(repo_key))
+            .order(tasks::id.asc())
+            .select(Task::as_select())
+            .first(c)
+            .optional()?;
+        let retry = tasks::table
+            .filter(tasks::repo_key.eq(repo_key))
+            .filter(literal(REPO_ACTIVE_STATES))
+            .filter(tasks::state.eq(TaskState::RetryWait.as_str()))
+            .filter(
+                tasks::next_retry_at
+                    .le(&at)
+                    .or(tasks::next_retry_at.is_null()),
+            )
+            .order(tasks::id.asc())
+            .select(Task::as_select())
+            .first(c)
+            .optional()?;
+        Ok::<_, diesel::result::Error>((queued, retry))
+    })?;
+    Ok(match (queued, retry) {
+        (Some(q), Some(r)) => Some(if r.id < q.id { r } else { q }),
+        (q, r) => q.or(r),
+    })
+}
+
+/// A repository with work in the store: tasks waiting (`queued` or
+/// `retry_wait`), or one holding it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoWork {
+    pub repo_key: RepoKey,
+    /// Tasks waiting in the repository's queue (`queued` and `retry_wait`).
+    pub queue_depth: i64,
+}
+
+/// Repositories that have work waiting or holding, with their queue depth
+/// (start-up and periodic sweeps; the depth feeds the health view). One pass
+/// over the queued tasks and one over the active ones, whatever the number of
+/// repositories.
+pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<RepoWork>, StoreError> {
+    let (queued, active) = with_conn!(conn, |c| {
+        let queued: Vec<(RepoKey, i64)> = tasks::table
+            .filter(literal(QUEUED))
+            .group_by(tasks::repo_key)
+            .select((tasks::repo_key, diesel::dsl::count_star()))
+            .load(c)?;
+        let active: Vec<(RepoKey, TaskState)> = tasks::table
+            .filter(literal(REPO_ACTIVE_STATES))
+            .select((tasks::repo_key, tasks::state))
+            .load(c)?;
+        Ok::<_, diesel::result::Error>((queued, active))
+    })?;
+    let mut work: std::collections::BTreeMap<RepoKey, i64> = queued.into_iter().collect();
+    for (repo_key, state) in active {
+        let waiting = work.entry(repo_key).or_insert(0);
+        if state == TaskState::RetryWait {
+            *waiting += 1;
+        }
+    }
+    Ok(work
+        .into_iter()
+        .map(|(repo_key, queue_depth)| RepoWork {
+            repo_key,
+            queue_depth,
+        })
+        .collect())
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// The names inside a literal `state IN ('a', 'b')` condition.
+    pub(in crate::store) fn listed(condition: &str) -> Vec<&str> {
+        condition.split('\'').skip(1).step_by(2).collect()
+    }
+
+    /// `REPO_ACTIVE_STATES` is written out for SQLite's planner; it must stay
+    /// the holding states and `retry_wait`, which the scheduler asks about.
+    #[test]
+    fn repo_active_states_are_the_holding_ones_and_retry_wait() {
+        let mut want = names(&HOLDING_STATES);
+        want.push(TaskState::RetryWait.as_str());
+        assert_eq!(listed(REPO_ACTIVE_STATES), want);
+        assert_eq!(listed(QUEUED), [TaskState::Queued.as_str()]);
+    }
+}

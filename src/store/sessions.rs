@@ -1,0 +1,118 @@
+//! A session's rows as its actor reads them: the session itself and its
+//! thread id, its outbox (an entry per task, and how many are open), and the
+//! tasks it drives.
+
+use super::models::{OutboxEntry, Session, Task};
+use super::queue::literal;
+use super::schema::{outbox_entries, sessions, tasks};
+use super::{now, DbConn, StoreError};
+use crate::domain::ResourceKey;
+use crate::lifecycle::TaskState;
+use crate::with_conn;
+use diesel::prelude::*;
+
+/// The states a session actor drives, as the literal condition of the partial
+/// index `tasks_session_driven` (migration 2026-11-30-000006). A query must
+/// contain exactly this text for SQLite to use that index, so it is written out
+/// instead of bound: `leased`, `running`, `awaiting_approval`,
+/// `verifying_reply`, `cancel_requested`.
+pub const SESSION_DRIVEN_STATES: &str =
+    "state IN ('leased', 'running', 'awaiting_approval', 'verifying_reply', 'cancel_requested')";
+
+pub fn session(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Option<Session>, StoreError> {
+    Ok(with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(Session::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Stores the session's thread id once. An ordinary retry never replaces it:
+/// returns the id that is stored afterwards.
+pub fn set_thread_once(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+    thread_id: &str,
+) -> Result<String, StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        sessions::table
+            .filter(sessions::session_key.eq(session_key))
+            .filter(sessions::thread_id.is_null())
+    )
+    .set((
+        sessions::thread_id.eq(thread_id),
+        sessions::updated_at.eq(&at)
+    ))
+    .execute(c))?;
+    let stored: Option<String> = with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(sessions::thread_id)
+        .first(c))?;
+    stored.ok_or_else(|| StoreError::Query(format!("session {session_key} has no thread")))
+}
+
+/// The outbox entry of a task: the message its session sends for it.
+pub fn outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<Option<OutboxEntry>, StoreError> {
+    Ok(with_conn!(conn, |c| outbox_entries::table
+        .filter(outbox_entries::task_id.eq(task_id))
+        .select(OutboxEntry::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Outbox entries of a session whose task has not ended (for the health view).
+pub fn outbox_depth(conn: &mut DbConn, session_key: &ResourceKey) -> Result<i64, StoreError> {
+    Ok(with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(sessions::open_entries)
+        .first(c)
+        .optional())?
+    .unwrap_or(0))
+}
+
+/// The session's tasks that hold a lease and wait for their turn, oldest first.
+pub fn leased_tasks_of_session(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Vec<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::session_key.eq(session_key))
+        .filter(literal(SESSION_DRIVEN_STATES))
+        .filter(tasks::state.eq(TaskState::Leased.as_str()))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?)
+}
+
+/// The session's tasks that a session actor drives (leased or later, not yet
+/// settled), oldest first.
+pub fn driven_tasks_of_session(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Vec<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(tasks::session_key.eq(session_key))
+        .filter(literal(SESSION_DRIVEN_STATES))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::queue::tests::listed;
+
+    /// `SESSION_DRIVEN_STATES` is written out for SQLite's planner: every
+    /// name in it must be a task state.
+    #[test]
+    fn session_driven_states_are_task_states() {
+        for name in listed(SESSION_DRIVEN_STATES) {
+            assert!(name.parse::<TaskState>().is_ok(), "{name}");
+        }
+    }
+}

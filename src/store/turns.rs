@@ -1,0 +1,246 @@
+//! A turn's rows: the turn/start intent written before the request leaves
+//! (and undone when the runtime proved nothing was sent), the turn admitted
+//! and finished, and the task's one reply-retry turn.
+
+use super::audit::{self, Audit};
+use super::models::{OutboxEntry, Task, Turn};
+use super::schema::{operation_ledger, outbox_entries, sessions, tasks, turns};
+use super::{ledger, now, DbConn, StoreError};
+use crate::domain::OperationId;
+use crate::with_conn;
+use diesel::prelude::*;
+
+/// The turn/start intent: written before the request leaves. After
+/// this, a crash means reconciliation, never replay.
+pub fn record_turn_intent(
+    conn: &mut DbConn,
+    task: &Task,
+    entry: &OutboxEntry,
+    thread_id: &str,
+    attempt_id: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::queue_id.eq(&entry.queue_id))
+            .filter(outbox_entries::version.eq(entry.version))
+    )
+    .set((
+        outbox_entries::status.eq("sending"),
+        outbox_entries::updated_at.eq(&at),
+        outbox_entries::version.eq(entry.version + 1),
+    ))
+    .execute(c))?;
+    if n == 0 {
+        return Err(StoreError::Refused {
+            code: "outbox_changed",
+            message: format!("outbox entry {} changed before sending", entry.queue_id),
+        });
+    }
+    with_conn!(conn, |c| {
+        diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
+            .set((tasks::thread_id.eq(thread_id), tasks::updated_at.eq(&at)))
+            .execute(c)?;
+        // The session's last task: the one that last reached the agent.
+        diesel::update(sessions::table.find(&task.session_key))
+            .set((
+                sessions::last_task_id.eq(&task.task_id),
+                sessions::updated_at.eq(&at),
+            ))
+            .execute(c)
+    })?;
+    ledger::sending(
+        conn,
+        &entry.operation_id,
+        &task.task_id,
+        &entry.queue_id,
+        Some(attempt_id).filter(|a| !a.is_empty()),
+        thread_id,
+    )?;
+    audit::record(
+        conn,
+        &Audit::new("turn.start_intent", "system")
+            .task(&task.task_id)
+            .meta(serde_json::json!({
+                "threadId": thread_id,
+                "operationId": entry.operation_id,
+                "queueId": entry.queue_id,
+                "attemptId": attempt_id,
+            })),
+    )?;
+    Ok(())
+}
+
+/// Records an accepted turn: the ledger's `accepted`, the turns row and the
+/// task's turn id. The move to `running` is the caller's decision, written in
+/// the same commit.
+pub fn record_turn_admitted(
+    conn: &mut DbConn,
+    task_id: &str,
+    thread_id: &str,
+    turn_id: &str,
+    kind: &str,
+    operation_id: &OperationId,
+) -> Result<(), StoreError> {
+    ledger::accepted(conn, operation_id, turn_id)?;
+    let at = now();
+    with_conn!(conn, |c| {
+        diesel::insert_into(turns::table)
+            .values((
+                turns::turn_id.eq(turn_id),
+                turns::task_id.eq(task_id),
+                turns::thread_id.eq(thread_id),
+                turns::kind.eq(kind),
+                turns::status.eq("started"),
+                turns::event_seq.eq(0_i64),
+                turns::started_at.eq(&at),
+            ))
+            .on_conflict_do_nothing()
+            .execute(c)?;
+        diesel::update(tasks::table.filter(tasks::task_id.eq(task_id)))
+            .set(tasks::turn_id.eq(turn_id))
+            .execute(c)
+    })?;
+    audit::record(
+        conn,
+        &Audit::new("turn.started", "system")
+            .task(task_id)
+            .meta(serde_json::json!({ "threadId": thread_id, "turnId": turn_id, "kind": kind })),
+    )?;
+    Ok(())
+}
+
+/// Undoes the turn/start intent when the runtime proved nothing was sent
+/// (pre-admission failure): the entry is queued again, not "sending", and the
+/// ledger forgets the attempt, but only while it still says `sending`.
+pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| {
+        diesel::delete(
+            operation_ledger::table
+                .filter(operation_ledger::task_id.eq(task_id))
+                .filter(operation_ledger::status.eq("sending")),
+        )
+        .execute(c)?;
+        diesel::update(
+            outbox_entries::table
+                .filter(outbox_entries::task_id.eq(task_id))
+                .filter(outbox_entries::status.eq("sending")),
+        )
+        .set((
+            outbox_entries::status.eq("queued"),
+            outbox_entries::updated_at.eq(&at),
+            outbox_entries::version.eq(outbox_entries::version + 1),
+        ))
+        .execute(c)
+    })?;
+    Ok(())
+}
+
+/// Stores how a turn ended and its final agent message (kept durably: a reply
+/// can be published from it without running the model again).
+pub fn record_turn_finished(
+    conn: &mut DbConn,
+    turn_id: &str,
+    status: &str,
+    final_text: Option<&str>,
+    event_seq: i64,
+) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(turns::table.find(turn_id))
+        .set((
+            turns::status.eq(status),
+            turns::final_text.eq(final_text),
+            turns::event_seq.eq(event_seq),
+            turns::completed_at.eq(&at),
+        ))
+        .execute(c))?;
+    Ok(())
+}
+
+/// One turn by id.
+pub fn turn(conn: &mut DbConn, turn_id: &str) -> Result<Option<Turn>, StoreError> {
+    Ok(with_conn!(conn, |c| turns::table
+        .find(turn_id)
+        .select(Turn::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The final text of the task's own turn (not of a reply-retry turn): what a
+/// reply publishes, durable since the turn ended.
+pub fn original_final_text(conn: &mut DbConn, task_id: &str) -> Result<Option<String>, StoreError> {
+    let text: Option<Option<String>> = with_conn!(conn, |c| turns::table
+        .filter(turns::task_id.eq(task_id))
+        .filter(turns::kind.eq("normal"))
+        .filter(turns::final_text.is_not_null())
+        .order(turns::started_at.desc())
+        .select(turns::final_text)
+        .first(c)
+        .optional())?;
+    Ok(text.flatten())
+}
+
+/// Whether the task's reply-retry turn has ended (completed, failed or interrupted).
+pub fn reply_retry_finished(conn: &mut DbConn, task_id: &str) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| turns::table
+        .filter(turns::task_id.eq(task_id))
+        .filter(turns::kind.eq("reply_retry"))
+        .filter(turns::status.ne("started"))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
+/// The intent of the task's one reply-retry turn, before its turn/start
+/// leaves: `reply_attempt` goes from 0 to 1 (refused if it is not 0: there is
+/// only one), and the ledger holds the new operation as `sending`.
+pub fn begin_reply_retry(
+    conn: &mut DbConn,
+    task_id: &str,
+    operation_id: &OperationId,
+    queue_id: &str,
+    thread_id: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        tasks::table
+            .filter(tasks::task_id.eq(task_id))
+            .filter(tasks::reply_attempt.eq(0_i64))
+    )
+    .set((tasks::reply_attempt.eq(1_i64), tasks::updated_at.eq(&at)))
+    .execute(c))?;
+    if n == 0 {
+        return Err(StoreError::Refused {
+            code: "reply_retry_used",
+            message: format!("task {task_id} already had its one reply-retry turn"),
+        });
+    }
+    ledger::sending(conn, operation_id, task_id, queue_id, None, thread_id)?;
+    audit::record(
+        conn,
+        &Audit::new("turn.start_intent", "system")
+            .task(task_id)
+            .meta(serde_json::json!({
+                "threadId": thread_id,
+                "operationId": operation_id,
+                "kind": "reply_retry",
+            })),
+    )?;
+    Ok(())
+}
+
+/// The reply-retry turn/start was not admitted: forget its intent (the
+/// attempt stays used).
+pub fn release_reply_retry(
+    conn: &mut DbConn,
+    operation_id: &OperationId,
+) -> Result<(), StoreError> {
+    with_conn!(conn, |c| diesel::delete(
+        operation_ledger::table
+            .filter(operation_ledger::operation_id.eq(operation_id))
+            .filter(operation_ledger::status.eq("sending")),
+    )
+    .execute(c))?;
+    Ok(())
+}
