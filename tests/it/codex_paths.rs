@@ -358,7 +358,9 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
     l.script_silent("First answer.");
     l.model.push(Step::hang());
     let task = l.comment("bob", l.issue, "@ccbot fix it");
-    l.server.wait_for("the reply-retry turn running", || {
+    // A clone, a thread with its MCP server, a whole turn and a verification
+    // come first: more than the usual ten seconds on a loaded machine.
+    wait_until("the reply-retry turn running", Duration::from_secs(60), || {
         let d = l
             .server
             .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
