@@ -13,7 +13,7 @@ use actix::prelude::*;
 use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::session::Lane;
-use codex_bridge::actors::{ActorSettings, Deps};
+use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::ScriptedAgent;
 use codex_bridge::domain::IngestRequest;
 use codex_bridge::forge::scripted::ScriptedForge;
@@ -66,7 +66,7 @@ fn rig() -> Result<Rig> {
     // Long sweeps, so that only the notification path schedules work.
     settings.sweep = Duration::from_secs(3600);
     settings.session_idle = Duration::from_secs(3600);
-    let deps = Arc::new(Deps {
+    let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime: Arc::new(runtime.clone()),
         verifier: Arc::new(ScriptedForge::default()),

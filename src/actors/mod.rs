@@ -172,8 +172,10 @@ pub trait Workspaces: Send + Sync + 'static {
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError>;
 }
 
-/// What every actor needs.
-pub struct Deps {
+/// What the actors are given when the process starts: the store, the agent
+/// runtime, the forge that checks permissions and replies, the workspaces,
+/// and the settings. Shared by every actor the registry starts.
+pub struct ActorDeps {
     pub store: Store,
     pub runtime: Arc<dyn Agent>,
     pub verifier: Arc<dyn Forge>,

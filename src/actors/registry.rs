@@ -7,7 +7,7 @@
 use super::health::{RegistryHealth, RepoHealth, SessionHealth};
 use super::repo::{RepoActor, Wake};
 use super::session::{Drain, Lane, SessionActor, StopIfIdle};
-use super::Deps;
+use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::leases;
 use crate::store::scheduling;
@@ -24,13 +24,13 @@ struct Child<A: Actor, H> {
 }
 
 pub struct Registry {
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     repos: HashMap<RepoKey, Child<RepoActor, RepoHealth>>,
     sessions: HashMap<ResourceKey, (RepoKey, Child<SessionActor, SessionHealth>)>,
 }
 
 impl Registry {
-    pub fn new(deps: Arc<Deps>) -> Self {
+    pub fn new(deps: Arc<ActorDeps>) -> Self {
         Registry {
             deps,
             repos: HashMap::new(),

@@ -7,7 +7,7 @@
 use super::health::RepoHealth;
 use super::registry::{DrainSession, Registry};
 use super::session::Lane;
-use super::{catch_panic, Deps, PrepareError, PrepareRequest};
+use super::{catch_panic, ActorDeps, PrepareError, PrepareRequest};
 use crate::domain::states::RepoStatus;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::lifecycle::TaskState;
@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 pub struct RepoActor {
     repo_key: RepoKey,
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<RepoHealth>>,
     backlog: Arc<AtomicI64>,
@@ -39,8 +39,9 @@ pub struct RepoActor {
 #[rtype(result = "()")]
 pub struct Wake;
 
-/// What one scheduling pass decided.
-struct Pass {
+/// What one scheduling pass decided: the lease it leaves held, the task it
+/// hands to a session, and the status the health view shows.
+struct SchedulingOutcome {
     lease: Option<Lease>,
     /// Session to hand a leased task to.
     dispatch: Option<(ResourceKey, RepoKey)>,
@@ -53,7 +54,7 @@ struct Pass {
 impl RepoActor {
     pub fn new(
         repo_key: RepoKey,
-        deps: Arc<Deps>,
+        deps: Arc<ActorDeps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<RepoHealth>>,
         backlog: Arc<AtomicI64>,
@@ -87,24 +88,24 @@ impl RepoActor {
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.busy = false;
             match result {
-                Ok(Ok(pass)) => {
-                    act.lease = pass.lease.clone();
+                Ok(Ok(outcome)) => {
+                    act.lease = outcome.lease.clone();
                     act.update_health(|h| {
                         h.passes += 1;
-                        h.status = pass.status.into();
-                        h.lease_holder = pass.lease.as_ref().map(|l| l.owner.clone());
-                        h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
-                        h.lease_expires_at = pass.lease.as_ref().map(|l| l.expires_at.clone());
-                        h.running_task = pass.running_task.clone();
+                        h.status = outcome.status.into();
+                        h.lease_holder = outcome.lease.as_ref().map(|l| l.owner.clone());
+                        h.lease_id = outcome.lease.as_ref().map(|l| l.lease_id.clone());
+                        h.lease_expires_at = outcome.lease.as_ref().map(|l| l.expires_at.clone());
+                        h.running_task = outcome.running_task.clone();
                     });
-                    if let Some((session_key, repo_key)) = pass.dispatch {
+                    if let Some((session_key, repo_key)) = outcome.dispatch {
                         act.registry.do_send(DrainSession {
                             session_key,
                             repo_key,
                             lane: Lane::Normal,
                         });
                     }
-                    if pass.again {
+                    if outcome.again {
                         act.followup = true;
                     }
                 }
@@ -192,15 +193,15 @@ impl Handler<Wake> for RepoActor {
 
 /// One look at the store: decide, claim, prepare, dispatch.
 async fn schedule_pass(
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     repo_key: RepoKey,
     held: Option<Lease>,
-) -> Result<Pass, StoreError> {
+) -> Result<SchedulingOutcome, StoreError> {
     if !deps.settings.hold.is_empty() {
         // Nothing may start here, not even a task an earlier run left leased
         // or running: its session would start or verify a turn this process
         // cannot vouch for. Every task stays where it is, for a process that can.
-        return Ok(Pass {
+        return Ok(SchedulingOutcome {
             lease: release(&deps, held).await,
             dispatch: None,
             status: "held",
@@ -222,7 +223,7 @@ async fn schedule_pass(
             ))
         })
         .await?;
-    let mut pass = Pass {
+    let mut outcome = SchedulingOutcome {
         lease: held.clone(),
         dispatch: None,
         status: "idle",
@@ -230,7 +231,7 @@ async fn schedule_pass(
         again: false,
     };
     let Some(repo) = repo else {
-        return Ok(pass);
+        return Ok(outcome);
     };
 
     if let Some(task) = holding {
@@ -238,39 +239,39 @@ async fn schedule_pass(
         match state {
             TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
                 // An operator decides; nothing else runs here until then.
-                pass.status = if state == TaskState::BlockedWorkspace {
+                outcome.status = if state == TaskState::BlockedWorkspace {
                     "blocked"
                 } else {
                     "uncertain"
                 };
-                pass.lease = release(&deps, held).await;
-                return Ok(pass);
+                outcome.lease = release(&deps, held).await;
+                return Ok(outcome);
             }
             _ => {
                 // Leased/running/verifying/approval/cancel: the session drives it
                 // (and recovers it by history if it lost sight of it). We must
                 // hold the lease to let it.
-                pass.status = "busy";
+                outcome.status = "busy";
                 let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-                    pass.status = "busy_elsewhere";
-                    pass.lease = None;
-                    return Ok(pass);
+                    outcome.status = "busy_elsewhere";
+                    outcome.lease = None;
+                    return Ok(outcome);
                 };
-                pass.lease = Some(lease);
-                pass.dispatch = Some((task.session_key.clone(), repo_key));
-                return Ok(pass);
+                outcome.lease = Some(lease);
+                outcome.dispatch = Some((task.session_key.clone(), repo_key));
+                return Ok(outcome);
             }
         }
     }
 
     if paused || repo.status != RepoStatus::Active {
-        pass.status = if paused { "paused" } else { "disabled" };
-        pass.lease = release(&deps, held).await;
-        return Ok(pass);
+        outcome.status = if paused { "paused" } else { "disabled" };
+        outcome.lease = release(&deps, held).await;
+        return Ok(outcome);
     }
     let Some(next) = next else {
-        pass.lease = release(&deps, held).await;
-        return Ok(pass);
+        outcome.lease = release(&deps, held).await;
+        return Ok(outcome);
     };
     // Lease and claim in one transaction: one commit on the way to the turn.
     let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
@@ -284,17 +285,17 @@ async fn schedule_pass(
         })
         .await?;
     let Some(lease) = lease else {
-        pass.status = "busy_elsewhere";
-        pass.lease = None;
-        return Ok(pass);
+        outcome.status = "busy_elsewhere";
+        outcome.lease = None;
+        return Ok(outcome);
     };
-    pass.lease = Some(lease);
+    outcome.lease = Some(lease);
     let Some(attempt) = claimed else {
-        pass.again = true;
-        return Ok(pass);
+        outcome.again = true;
+        return Ok(outcome);
     };
-    pass.status = "busy";
-    pass.running_task = Some(next.task_id.clone());
+    outcome.status = "busy";
+    outcome.running_task = Some(next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 
     let request = PrepareRequest {
@@ -318,18 +319,18 @@ async fn schedule_pass(
     match prepared {
         Ok(path) => {
             tracing::debug!(task.id = %next.task_id, path = %path.display(), "workspace ready");
-            pass.dispatch = Some((next.session_key.clone(), repo_key));
+            outcome.dispatch = Some((next.session_key.clone(), repo_key));
         }
         Err(err) => {
             workspace_failed(&deps, &next, attempt.number, &err).await?;
-            pass.again = true;
+            outcome.again = true;
         }
     }
-    Ok(pass)
+    Ok(outcome)
 }
 
 async fn acquire(
-    deps: &Arc<Deps>,
+    deps: &Arc<ActorDeps>,
     repo_key: &RepoKey,
     owner: &str,
     ttl: std::time::Duration,
@@ -341,7 +342,7 @@ async fn acquire(
 }
 
 /// Gives the lease back if we hold one; what we hold afterwards (normally nothing).
-async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
+async fn release(deps: &Arc<ActorDeps>, held: Option<Lease>) -> Option<Lease> {
     let lease = held?;
     let l = lease.clone();
     match deps
@@ -360,7 +361,7 @@ async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
 /// Maps a workspace failure onto the lifecycle: which state each failure
 /// moves the task to.
 async fn workspace_failed(
-    deps: &Arc<Deps>,
+    deps: &Arc<ActorDeps>,
     task: &Task,
     attempt: i64,
     err: &PrepareError,

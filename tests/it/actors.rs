@@ -6,7 +6,7 @@ use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::health::RegistryHealth;
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
-use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::actors::{ActorDeps, ActorSettings, PrepareError, PrepareRequest, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
@@ -96,7 +96,7 @@ impl Harness {
             ..Default::default()
         };
         let verifier = ScriptedForge::default();
-        let deps = Arc::new(Deps {
+        let deps = Arc::new(ActorDeps {
             store: store.clone(),
             runtime: Arc::new(runtime.clone()),
             verifier: Arc::new(verifier.clone()),

@@ -1,6 +1,6 @@
 //! Every decision the session makes about a task, as one pure function:
 //! [`next`]`(snapshot, event) -> Decision`. No I/O, no actix, no clock. The
-//! pass (`pass.rs`) gathers the [`Snapshot`] from the store, feeds it what
+//! pass (`drive.rs`) gathers the [`Snapshot`] from the store, feeds it what
 //! happened as an [`Event`], commits the decision's transition together with
 //! its in-commit writes by compare-and-swap on the version it names, then
 //! carries out its remaining [`Effect`]s, the last of which reports the next

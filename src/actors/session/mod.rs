@@ -6,7 +6,7 @@
 //! lands at the boundary is lost.
 //!
 //! Every decision about a task is made by the pure [`decide::next`]; a pass
-//! (`pass.rs`) gathers what it needs from the store and carries out what it
+//! (`drive.rs`) gathers what it needs from the store and carries out what it
 //! decides. After a restart (a fault in this actor, or a new process) a pass
 //! rebuilds from the store: work before the turn/start intent is run (or, if
 //! a dead process had it, retried once); work after the intent is never
@@ -14,7 +14,7 @@
 //! `needs_reconciliation`.
 
 pub mod decide;
-mod pass;
+mod drive;
 mod prompt;
 mod recover;
 mod reply;
@@ -22,13 +22,13 @@ mod turn;
 
 use super::health::SessionHealth;
 use super::registry::{Registry, SessionIdle, TaskSettled};
-use super::{catch_panic, Deps};
+use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::models::Task;
 use crate::store::{now, scheduling};
 use actix::prelude::*;
+use drive::DriveError;
 use futures_util::FutureExt;
-use pass::PassError;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -150,7 +150,7 @@ impl Signals {
 pub struct SessionActor {
     session_key: ResourceKey,
     repo_key: RepoKey,
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<SessionHealth>>,
     backlog: Arc<AtomicI64>,
@@ -164,7 +164,7 @@ impl SessionActor {
     pub fn new(
         session_key: ResourceKey,
         repo_key: RepoKey,
-        deps: Arc<Deps>,
+        deps: Arc<ActorDeps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<SessionHealth>>,
         backlog: Arc<AtomicI64>,
@@ -247,7 +247,7 @@ impl SessionActor {
         state.passes += 1;
         self.update_health(|h| h.status = "busy".into());
         let fut = match lane {
-            Lane::Normal => pass::run(
+            Lane::Normal => drive::run(
                 self.deps.clone(),
                 self.session_key.clone(),
                 self.signals.clone(),
@@ -276,13 +276,13 @@ impl SessionActor {
                         });
                     }
                 }
-                Ok(Err(PassError::Store(e))) => {
+                Ok(Err(DriveError::Store(e))) => {
                     // Not a fault of ours: try again shortly, state is in the store.
                     tracing::warn!(session.key = %act.session_key, error = %e, "session pass failed on the store; retrying");
                     act.update_health(|h| h.last_error = Some(e.to_string()));
                     ctx.run_later(Duration::from_secs(1), move |act, ctx| act.drain(lane, ctx));
                 }
-                Ok(Err(PassError::Fault(e))) => {
+                Ok(Err(DriveError::Fault(e))) => {
                     tracing::error!(session.key = %act.session_key, error = %e, "session actor error; restarting it");
                     act.update_health(|h| h.last_error = Some(e));
                     ctx.stop();

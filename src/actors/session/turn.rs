@@ -4,7 +4,7 @@
 //! them moves the task.
 
 use super::decide::{Event, Start, Stop, TurnEnd};
-use super::pass::{Pass, PassError, PendingApproval, Turn};
+use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::turn_prompt;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
@@ -13,9 +13,9 @@ use crate::store::audit::{self, Audit};
 use crate::store::{ledger, scheduling, StoreError};
 use futures_util::StreamExt;
 
-impl Pass {
+impl TaskDrive {
     /// Before admission: the thread, the intent (one commit), turn/start.
-    pub(super) async fn start_turn(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn start_turn(&mut self) -> Result<Event, DriveError> {
         let (Some(cwd), Some(policy), Some(entry)) =
             (self.workspace.clone(), self.policy, self.entry.clone())
         else {
@@ -107,11 +107,11 @@ impl Pass {
 
     /// Reads the turn's events, recording the ones that only inform, up to
     /// the next one a decision is needed for.
-    pub(super) async fn read_turn(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn read_turn(&mut self) -> Result<Event, DriveError> {
         let (Some(turn_id), Some(mut events)) =
             (self.turn.turn_id.clone(), self.turn.events.take())
         else {
-            return Err(PassError::Fault(format!(
+            return Err(DriveError::Fault(format!(
                 "task {}: no turn to read",
                 self.task.task_id
             )));
@@ -129,7 +129,7 @@ impl Pass {
         &mut self,
         turn_id: &str,
         events: &mut futures_util::stream::BoxStream<'static, TurnEvent>,
-    ) -> Result<Event, PassError> {
+    ) -> Result<Event, DriveError> {
         let far = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365);
         loop {
             let next = match self.turn.grace {
@@ -147,7 +147,7 @@ impl Pass {
                 }
             };
             let Some(ev) = next else {
-                return Err(PassError::Fault(format!(
+                return Err(DriveError::Fault(format!(
                     "the event stream of turn {turn_id} ended without an end event"
                 )));
             };
@@ -219,10 +219,10 @@ impl Pass {
     /// `approval_timeout` passes. Decisions written by another process (the
     /// CLI, another instance) are found by reading the store again every
     /// sweep interval. An abort ends the wait.
-    pub(super) async fn await_approval(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn await_approval(&mut self) -> Result<Event, DriveError> {
         use crate::store::approvals;
         let Some(approval_id) = self.approval.as_ref().and_then(|a| a.approval_id.clone()) else {
-            return Err(PassError::Fault(format!(
+            return Err(DriveError::Fault(format!(
                 "task {}: awaiting an approval that was not recorded",
                 self.task.task_id
             )));
