@@ -20,8 +20,9 @@ pub struct SessionHealth {
     pub thread_id: Option<String>,
     pub active_task: Option<String>,
     pub active_turn: Option<String>,
+    /// The drain lane that starts turns for queued work, one at a time
+    /// (`normal`: steering, when it comes, gets a lane of its own).
     pub normal_lane: LaneHealth,
-    pub steer_lane: LaneHealth,
     pub outbox_depth: i64,
     pub mailbox_backlog: i64,
     pub starts: u64,

@@ -6,7 +6,7 @@
 
 use super::health::{RegistryHealth, RepoHealth, SessionHealth};
 use super::repo::{RepoActor, Wake};
-use super::session::{Drain, Lane, SessionActor, StopIfIdle};
+use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::leases;
@@ -179,17 +179,16 @@ impl Handler<Notify> for Registry {
 pub struct DrainSession {
     pub session_key: ResourceKey,
     pub repo_key: RepoKey,
-    pub lane: Lane,
 }
 
 impl Handler<DrainSession> for Registry {
     type Result = ();
 
-    /// Wakes (or revives) the session actor's lane.
+    /// Wakes (or revives) the session actor's drain lane.
     fn handle(&mut self, msg: DrainSession, ctx: &mut Self::Context) {
         let child = self.session(&msg.session_key, &msg.repo_key, ctx);
         child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(Drain { lane: msg.lane });
+        child.addr.do_send(Drain);
     }
 }
 

@@ -6,7 +6,6 @@
 
 use super::health::RepoHealth;
 use super::registry::{DrainSession, Registry};
-use super::session::Lane;
 use super::{catch_panic, ActorDeps, PrepareError, PrepareRequest};
 use crate::domain::states::RepoStatus;
 use crate::domain::{RepoKey, ResourceKey};
@@ -102,7 +101,6 @@ impl RepoActor {
                         act.registry.do_send(DrainSession {
                             session_key,
                             repo_key,
-                            lane: Lane::Normal,
                         });
                     }
                     if outcome.again {

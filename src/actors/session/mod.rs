@@ -1,13 +1,13 @@
 //! The session actor: one per Issue/PR. It owns the agent thread and drives its
 //! leased tasks through the runtime: thread, turn/start intent, turn, events,
-//! verification. The outbox's two drain lanes (normal, steer) are mailbox
-//! messages with their own busy flag: a wake-up that arrives while a lane runs
-//! only sets a follow-up flag that the finishing pass honours, so nothing that
-//! lands at the boundary is lost.
+//! verification. The outbox's drain lane is a mailbox message with its own
+//! busy flag: a wake-up that arrives while the lane runs only sets a
+//! follow-up flag that the finishing drive honours, so nothing that lands at
+//! the boundary is lost.
 //!
-//! Every decision about a task is made by the pure [`decide::next`]; a pass
+//! Every decision about a task is made by the pure [`decide::next`]; a drive
 //! (`drive.rs`) gathers what it needs from the store and carries out what it
-//! decides. After a restart (a fault in this actor, or a new process) a pass
+//! decides. After a restart (a fault in this actor, or a new process) a drive
 //! rebuilds from the store: work before the turn/start intent is run (or, if
 //! a dead process had it, retried once); work after the intent is never
 //! replayed: it is confirmed from the thread's history or marked
@@ -28,26 +28,15 @@ use crate::store::models::Task;
 use crate::store::{now, scheduling};
 use actix::prelude::*;
 use drive::DriveError;
-use futures_util::FutureExt;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The two drain lanes of a session's outbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// Starts turns for queued work, one at a time.
-    Normal,
-    /// Steers the active turn (used by the `/steer` send mode).
-    Steer,
-}
-
-/// Run a lane's pass (or mark a follow-up if it is running).
+/// Drive the session's next task through its turn (or mark a follow-up if a
+/// drive is running).
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
-pub struct Drain {
-    pub lane: Lane,
-}
+pub struct Drain;
 
 /// Interrupt the task's turn (operator abort).
 #[derive(Message, Debug, Clone)]
@@ -69,10 +58,14 @@ pub struct ApprovalDecided {
 #[rtype(result = "()")]
 pub struct StopIfIdle;
 
+/// The drain lane: it starts turns for queued work, one at a time.
 #[derive(Debug, Default)]
 struct LaneState {
+    /// A drive is running.
     busy: bool,
+    /// A wake-up arrived during the drive: run another when it ends.
     followup: bool,
+    /// Drives started since the actor started (shown by the health view).
     passes: u64,
 }
 
@@ -154,8 +147,7 @@ pub struct SessionActor {
     registry: Addr<Registry>,
     health: Arc<Mutex<SessionHealth>>,
     backlog: Arc<AtomicI64>,
-    normal: LaneState,
-    steer: LaneState,
+    lane: LaneState,
     signals: Signals,
     last_activity: Instant,
 }
@@ -175,8 +167,7 @@ impl SessionActor {
             deps,
             registry,
             backlog,
-            normal: LaneState::default(),
-            steer: LaneState::default(),
+            lane: LaneState::default(),
             signals: Signals {
                 health: health.clone(),
                 active: Arc::new(Mutex::new(ActiveTurn::default())),
@@ -191,20 +182,10 @@ impl SessionActor {
     fn update_health(&self, f: impl FnOnce(&mut SessionHealth)) {
         if let Ok(mut h) = self.health.lock() {
             f(&mut h);
-            h.normal_lane.busy = self.normal.busy;
-            h.normal_lane.followup = self.normal.followup;
-            h.normal_lane.passes = self.normal.passes;
-            h.steer_lane.busy = self.steer.busy;
-            h.steer_lane.followup = self.steer.followup;
-            h.steer_lane.passes = self.steer.passes;
+            h.normal_lane.busy = self.lane.busy;
+            h.normal_lane.followup = self.lane.followup;
+            h.normal_lane.passes = self.lane.passes;
             h.last_event_at = Some(now());
-        }
-    }
-
-    fn lane(&mut self, lane: Lane) -> &mut LaneState {
-        match lane {
-            Lane::Normal => &mut self.normal,
-            Lane::Steer => &mut self.steer,
         }
     }
 
@@ -236,29 +217,23 @@ impl SessionActor {
         );
     }
 
-    fn drain(&mut self, lane: Lane, ctx: &mut Context<Self>) {
+    fn drain(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        let state = self.lane(lane);
-        if state.busy {
-            state.followup = true;
+        if self.lane.busy {
+            self.lane.followup = true;
             return;
         }
-        state.busy = true;
-        state.passes += 1;
+        self.lane.busy = true;
+        self.lane.passes += 1;
         self.update_health(|h| h.status = "busy".into());
-        let fut = match lane {
-            Lane::Normal => drive::run(
-                self.deps.clone(),
-                self.session_key.clone(),
-                self.signals.clone(),
-            )
-            .boxed_local(),
-            // No send mode steers yet; the lane exists so the mode has its own flag.
-            Lane::Steer => async { Ok(false) }.boxed_local(),
-        };
+        let fut = drive::run(
+            self.deps.clone(),
+            self.session_key.clone(),
+            self.signals.clone(),
+        );
         ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
             act.last_activity = Instant::now();
-            act.lane(lane).busy = false;
+            act.lane.busy = false;
             if let Ok(mut a) = act.signals.active.lock() {
                 *a = ActiveTurn::default();
             }
@@ -278,9 +253,9 @@ impl SessionActor {
                 }
                 Ok(Err(DriveError::Store(e))) => {
                     // Not a fault of ours: try again shortly, state is in the store.
-                    tracing::warn!(session.key = %act.session_key, error = %e, "session pass failed on the store; retrying");
+                    tracing::warn!(session.key = %act.session_key, error = %e, "session drive failed on the store; retrying");
                     act.update_health(|h| h.last_error = Some(e.to_string()));
-                    ctx.run_later(Duration::from_secs(1), move |act, ctx| act.drain(lane, ctx));
+                    ctx.run_later(Duration::from_secs(1), |act, ctx| act.drain(ctx));
                 }
                 Ok(Err(DriveError::Fault(e))) => {
                     tracing::error!(session.key = %act.session_key, error = %e, "session actor error; restarting it");
@@ -295,10 +270,9 @@ impl SessionActor {
                     return;
                 }
             }
-            let state = act.lane(lane);
-            if state.followup {
-                state.followup = false;
-                act.drain(lane, ctx);
+            if act.lane.followup {
+                act.lane.followup = false;
+                act.drain(ctx);
             }
         }));
     }
@@ -314,14 +288,13 @@ impl Actor for SessionActor {
         });
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
-        self.drain(Lane::Normal, ctx);
+        self.drain(ctx);
     }
 }
 
 impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
-        self.normal = LaneState::default();
-        self.steer = LaneState::default();
+        self.lane = LaneState::default();
         crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
@@ -333,24 +306,24 @@ impl Supervised for SessionActor {
 impl Handler<Drain> for SessionActor {
     type Result = ();
 
-    /// Runs the lane's pass, or marks a follow-up when one is running.
-    fn handle(&mut self, msg: Drain, ctx: &mut Self::Context) {
+    /// Drives the next task, or marks a follow-up when a drive is running.
+    fn handle(&mut self, _: Drain, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        self.drain(msg.lane, ctx);
+        self.drain(ctx);
     }
 }
 
 impl Handler<Abort> for SessionActor {
     type Result = ();
 
-    /// Signals the running pass to interrupt its turn.
+    /// Signals the running drive to interrupt its turn.
     fn handle(&mut self, msg: Abort, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         if self.signals.drives(&msg.task_id) {
             self.signals.abort.notify_one();
         } else {
-            // Not running here: the next pass finds `cancel_requested` and settles it.
-            self.drain(Lane::Normal, ctx);
+            // Not running here: the next drive finds `cancel_requested` and settles it.
+            self.drain(ctx);
         }
     }
 }
@@ -359,8 +332,7 @@ impl Handler<StopIfIdle> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
-        let idle = !self.normal.busy && !self.steer.busy;
-        if idle && self.last_activity.elapsed() >= self.deps.settings.session_idle {
+        if !self.lane.busy && self.last_activity.elapsed() >= self.deps.settings.session_idle {
             self.registry.do_send(SessionIdle {
                 session_key: self.session_key.clone(),
             });
