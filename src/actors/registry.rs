@@ -4,7 +4,9 @@
 //! sessions, and sweeps the store for work (start-up recovery, other instances'
 //! expired leases, due retries).
 
-use super::health::{RegistryHealth, RepoHealth, SessionHealth};
+use super::health::{
+    RegistryHealth, RepoActorStatus, RepoHealth, SessionActorStatus, SessionHealth,
+};
 use super::repo::{RepoActor, Wake};
 use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
@@ -48,7 +50,7 @@ impl Registry {
         self.repos.entry(repo_key.to_owned()).or_insert_with(|| {
             let health = Arc::new(Mutex::new(RepoHealth {
                 repo_key: repo_key.to_string(),
-                status: "starting".into(),
+                status: RepoActorStatus::Starting,
                 ..Default::default()
             }));
             let backlog = Arc::new(AtomicI64::new(0));
@@ -76,7 +78,7 @@ impl Registry {
             .or_insert_with(|| {
                 let health = Arc::new(Mutex::new(SessionHealth {
                     session_key: session_key.to_string(),
-                    status: "starting".into(),
+                    status: SessionActorStatus::Starting,
                     ..Default::default()
                 }));
                 let backlog = Arc::new(AtomicI64::new(0));
@@ -294,7 +296,7 @@ impl Handler<Snapshot> for Registry {
                 Some(r) => r.sessions.push(h),
                 None => repos.push(RepoHealth {
                     repo_key: repo_key.to_string(),
-                    status: "unknown".into(),
+                    status: RepoActorStatus::Unknown,
                     sessions: vec![h],
                     ..Default::default()
                 }),

@@ -4,7 +4,7 @@
 //! lets two tasks of its repository hold the workspace at once: while a task is
 //! leased, running, uncertain or blocked, nothing else starts.
 
-use super::health::RepoHealth;
+use super::health::{RepoActorStatus, RepoHealth};
 use super::registry::{DrainSession, Registry};
 use super::{catch_panic, ActorDeps, PrepareError, PrepareRequest};
 use crate::domain::states::RepoStatus;
@@ -44,7 +44,7 @@ struct SchedulingOutcome {
     lease: Option<Lease>,
     /// Session to hand a leased task to.
     dispatch: Option<(ResourceKey, RepoKey)>,
-    status: &'static str,
+    status: RepoActorStatus,
     running_task: Option<String>,
     /// Something changed: look again right away.
     again: bool,
@@ -91,7 +91,7 @@ impl RepoActor {
                     act.lease = outcome.lease.clone();
                     act.update_health(|h| {
                         h.passes += 1;
-                        h.status = outcome.status.into();
+                        h.status = outcome.status;
                         h.lease_holder = outcome.lease.as_ref().map(|l| l.owner.clone());
                         h.lease_id = outcome.lease.as_ref().map(|l| l.lease_id.clone());
                         h.lease_expires_at = outcome.lease.as_ref().map(|l| l.expires_at.clone());
@@ -158,7 +158,7 @@ impl Actor for RepoActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.update_health(|h| {
             h.starts += 1;
-            h.status = "idle".into();
+            h.status = RepoActorStatus::Idle;
         });
         let heartbeat = self.deps.settings.heartbeat;
         ctx.run_interval(heartbeat, |act, ctx| act.heartbeat(ctx));
@@ -174,7 +174,7 @@ impl Supervised for RepoActor {
         crate::metrics::actor_restart("repo");
         self.update_health(|h| {
             h.restarts += 1;
-            h.status = "restarting".into();
+            h.status = RepoActorStatus::Restarting;
         });
     }
 }
@@ -202,7 +202,7 @@ async fn schedule_pass(
         return Ok(SchedulingOutcome {
             lease: release(&deps, held).await,
             dispatch: None,
-            status: "held",
+            status: RepoActorStatus::Held,
             running_task: None,
             again: false,
         });
@@ -224,7 +224,7 @@ async fn schedule_pass(
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
         dispatch: None,
-        status: "idle",
+        status: RepoActorStatus::Idle,
         running_task: holding.as_ref().map(|t| t.task_id.clone()),
         again: false,
     };
@@ -238,9 +238,9 @@ async fn schedule_pass(
             TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
                 // An operator decides; nothing else runs here until then.
                 outcome.status = if state == TaskState::BlockedWorkspace {
-                    "blocked"
+                    RepoActorStatus::Blocked
                 } else {
-                    "uncertain"
+                    RepoActorStatus::Uncertain
                 };
                 outcome.lease = release(&deps, held).await;
                 return Ok(outcome);
@@ -249,9 +249,9 @@ async fn schedule_pass(
                 // Leased/running/verifying/approval/cancel: the session drives it
                 // (and recovers it by history if it lost sight of it). We must
                 // hold the lease to let it.
-                outcome.status = "busy";
+                outcome.status = RepoActorStatus::Busy;
                 let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-                    outcome.status = "busy_elsewhere";
+                    outcome.status = RepoActorStatus::BusyElsewhere;
                     outcome.lease = None;
                     return Ok(outcome);
                 };
@@ -263,7 +263,11 @@ async fn schedule_pass(
     }
 
     if paused || repo.status != RepoStatus::Active {
-        outcome.status = if paused { "paused" } else { "disabled" };
+        outcome.status = if paused {
+            RepoActorStatus::Paused
+        } else {
+            RepoActorStatus::Disabled
+        };
         outcome.lease = release(&deps, held).await;
         return Ok(outcome);
     }
@@ -283,7 +287,7 @@ async fn schedule_pass(
         })
         .await?;
     let Some(lease) = lease else {
-        outcome.status = "busy_elsewhere";
+        outcome.status = RepoActorStatus::BusyElsewhere;
         outcome.lease = None;
         return Ok(outcome);
     };
@@ -292,7 +296,7 @@ async fn schedule_pass(
         outcome.again = true;
         return Ok(outcome);
     };
-    outcome.status = "busy";
+    outcome.status = RepoActorStatus::Busy;
     outcome.running_task = Some(next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 

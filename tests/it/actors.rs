@@ -4,7 +4,7 @@
 
 use crate::support::{repo, resource};
 use actix::prelude::*;
-use codex_bridge::actors::health::RegistryHealth;
+use codex_bridge::actors::health::{RegistryHealth, RepoActorStatus};
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorDeps, ActorSettings, PrepareError, PrepareRequest, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
@@ -168,21 +168,21 @@ impl Harness {
     }
 
     /// `repo`'s actor's scheduling passes and status (0 passes before it exists).
-    async fn passes(&self, repo: &str) -> (u64, String) {
+    async fn passes(&self, repo: &str) -> (u64, RepoActorStatus) {
         let key = format!("default:acme/{repo}");
         self.health()
             .await
             .repositories
             .into_iter()
             .find(|r| r.repo_key == key)
-            .map_or((0, String::new()), |r| (r.passes, r.status))
+            .map_or((0, RepoActorStatus::Unknown), |r| (r.passes, r.status))
     }
 
     /// Waits until `repo`'s actor has finished two scheduling passes after
     /// this call, the last ending `status`. Call it after the change the
     /// scheduler must see: the second pass began after the first ended, so
     /// after the change, and whatever it would have started has started.
-    pub async fn wait_repo_passes(&self, repo: &str, status: &str) {
+    pub async fn wait_repo_passes(&self, repo: &str, status: RepoActorStatus) {
         let (start, _) = self.passes(repo).await;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -453,7 +453,8 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let behind = h.comment("widgets", 2, 2, "@ccbot after it").await;
         let elsewhere = h.comment("gadgets", 1, 3, "@ccbot elsewhere").await;
         h.wait_state(&elsewhere, TaskState::Succeeded).await;
-        h.wait_repo_passes("widgets", "uncertain").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Uncertain)
+            .await;
         assert_eq!(
             h.state(&behind).await,
             TaskState::Queued,
@@ -549,7 +550,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
         let locked = h.comment("locked", 1, 3, "@ccbot z").await;
         h.wait_state(&dirty, TaskState::BlockedWorkspace).await;
         h.wait_state(&locked, TaskState::Failed).await;
-        h.wait_repo_passes("dirty", "blocked").await;
+        h.wait_repo_passes("dirty", RepoActorStatus::Blocked).await;
         assert_eq!(
             h.state(&dirty_next).await,
             TaskState::Queued,
@@ -738,7 +739,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .await
             .unwrap();
         let paused = h.comment("widgets", 1, 1, "@ccbot while paused").await;
-        h.wait_repo_passes("widgets", "paused").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Paused).await;
         assert_eq!(
             h.state(&paused).await,
             TaskState::Queued,
@@ -806,7 +807,8 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .await
             .unwrap();
         h.wait_state(&started, TaskState::Succeeded).await;
-        h.wait_repo_passes("widgets", "disabled").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Disabled)
+            .await;
         assert_eq!(
             h.state(&queued).await,
             TaskState::Queued,

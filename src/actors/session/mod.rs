@@ -20,7 +20,7 @@ mod recover;
 mod reply;
 mod turn;
 
-use super::health::SessionHealth;
+use super::health::{SessionActorStatus, SessionHealth};
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey};
@@ -133,9 +133,9 @@ impl Signals {
         }
     }
 
-    fn status(&self, status: &str) {
+    fn status(&self, status: SessionActorStatus) {
         if let Ok(mut h) = self.health.lock() {
-            h.status = status.to_owned();
+            h.status = status;
         }
     }
 }
@@ -225,7 +225,7 @@ impl SessionActor {
         }
         self.lane.busy = true;
         self.lane.passes += 1;
-        self.update_health(|h| h.status = "busy".into());
+        self.update_health(|h| h.status = SessionActorStatus::Busy);
         let fut = drive::run(
             self.deps.clone(),
             self.session_key.clone(),
@@ -240,7 +240,7 @@ impl SessionActor {
             match result {
                 Ok(Ok(settled)) => {
                     act.update_health(|h| {
-                        h.status = "idle".into();
+                        h.status = SessionActorStatus::Idle;
                         h.active_task = None;
                         h.active_turn = None;
                     });
@@ -284,7 +284,7 @@ impl Actor for SessionActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.update_health(|h| {
             h.starts += 1;
-            h.status = "idle".into();
+            h.status = SessionActorStatus::Idle;
         });
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
@@ -298,7 +298,7 @@ impl Supervised for SessionActor {
         crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
-            h.status = "restarting".into();
+            h.status = SessionActorStatus::Restarting;
         });
     }
 }

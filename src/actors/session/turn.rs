@@ -6,6 +6,7 @@
 use super::decide::{Event, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::turn_prompt;
+use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::gitea::reply::{comment_call, has_reply_marker};
@@ -227,7 +228,7 @@ impl TaskDrive {
                 self.task.task_id
             )));
         };
-        self.signals.status("awaiting_approval");
+        self.signals.status(SessionActorStatus::AwaitingApproval);
         tracing::info!(task.id = %self.task.task_id, approval.id = %approval_id, "waiting for an approval");
         let deadline = tokio::time::Instant::now() + self.deps.settings.approval_timeout;
         let recheck = self.deps.settings.sweep;
@@ -261,7 +262,7 @@ impl TaskDrive {
                 _ = tokio::time::sleep_until(wake) => {}
             }
         };
-        self.signals.status("busy");
+        self.signals.status(SessionActorStatus::Busy);
         Ok(Event::ApprovalDecided { accept })
     }
 
