@@ -233,33 +233,27 @@ async fn schedule_pass(
     };
 
     if let Some(task) = holding {
-        let state = task.state;
-        match state {
-            TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
-                // An operator decides; nothing else runs here until then.
-                outcome.status = if state == TaskState::BlockedWorkspace {
-                    RepoActorStatus::Blocked
-                } else {
-                    RepoActorStatus::Uncertain
-                };
-                outcome.lease = release(&deps, held).await;
-                return Ok(outcome);
-            }
-            _ => {
-                // Leased/running/verifying/approval/cancel: the session drives it
-                // (and recovers it by history if it lost sight of it). We must
-                // hold the lease to let it.
-                outcome.status = RepoActorStatus::Busy;
-                let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-                    outcome.status = RepoActorStatus::BusyElsewhere;
-                    outcome.lease = None;
-                    return Ok(outcome);
-                };
-                outcome.lease = Some(lease);
-                outcome.dispatch = Some((task.session_key.clone(), repo_key));
-                return Ok(outcome);
-            }
+        if task.state.awaits_operator() {
+            // An operator decides; nothing else runs here until then.
+            outcome.status = if task.state == TaskState::BlockedWorkspace {
+                RepoActorStatus::Blocked
+            } else {
+                RepoActorStatus::Uncertain
+            };
+            outcome.lease = release(&deps, held).await;
+            return Ok(outcome);
         }
+        // The session drives it (and recovers it by history if it lost sight
+        // of it). We must hold the lease to let it.
+        outcome.status = RepoActorStatus::Busy;
+        let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+            outcome.status = RepoActorStatus::BusyElsewhere;
+            outcome.lease = None;
+            return Ok(outcome);
+        };
+        outcome.lease = Some(lease);
+        outcome.dispatch = Some((task.session_key.clone(), repo_key));
+        return Ok(outcome);
     }
 
     if paused || repo.status != RepoStatus::Active {
@@ -426,4 +420,23 @@ async fn workspace_failed(
         })
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::lifecycle::TaskState;
+    use crate::store::scheduling::HOLDING_STATES;
+
+    /// The store finds the task that holds a repository by its own list of
+    /// states; the scheduler acts on what the lifecycle says holds one.
+    #[test]
+    fn the_stores_holding_states_are_the_lifecycles() {
+        for state in TaskState::ALL {
+            assert_eq!(
+                state.holds_repository(),
+                HOLDING_STATES.contains(&state),
+                "{state}"
+            );
+        }
+    }
 }

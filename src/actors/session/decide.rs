@@ -400,7 +400,7 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
     if snap.state.is_terminal() {
         return Decision::on(snap, "the task has ended");
     }
-    if !driven(snap.state) && !matches!(event, Event::SendNow { .. }) {
+    if !snap.state.is_session_driven() && !matches!(event, Event::SendNow { .. }) {
         // Queued, waiting or held tasks are the scheduler's or an operator's.
         return Decision::on(snap, "the session does not drive a task in this state");
     }
@@ -462,14 +462,6 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
         .to
         .is_none_or(|to| lifecycle::check(snap.state, to).is_ok()));
     d
-}
-
-/// The states a session drives, from the lease to the task's settling.
-pub fn driven(state: TaskState) -> bool {
-    matches!(
-        state,
-        S::Leased | S::Running | S::AwaitingApproval | S::VerifyingReply | S::CancelRequested
-    )
 }
 
 mod rules;

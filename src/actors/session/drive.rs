@@ -123,7 +123,7 @@ pub(super) async fn run(
         stale = 0;
         match drive.carry_out(&decision, event).await? {
             Some(next) => event = next,
-            None => return Ok(!decide::driven(drive.snap.state)),
+            None => return Ok(!drive.snap.state.is_session_driven()),
         }
     }
 }

@@ -207,7 +207,7 @@ fn the_driven_states_are_the_stores_session_index() {
     let condition = crate::store::scheduling::SESSION_DRIVEN_STATES;
     for state in TaskState::ALL {
         let listed = condition.contains(&format!("'{}'", state.as_str()));
-        assert_eq!(driven(state), listed, "{state}");
+        assert_eq!(state.is_session_driven(), listed, "{state}");
     }
 }
 
