@@ -1,7 +1,7 @@
 //! The scripts the scripted runtime plays: the steps of a turn, how its
 //! `start_turn` answers, and how a script is read from `[directives]` in an
-//! instruction (for processes that cannot be handed a script book, such as
-//! the end-to-end runs).
+//! instruction (for a whole server run with `agent_runtime = scripted`,
+//! which no test can hand a script book).
 
 use std::time::Duration;
 
