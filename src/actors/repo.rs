@@ -6,7 +6,7 @@
 
 use super::health::{RepoActorStatus, RepoHealth};
 use super::registry::{DrainSession, Registry};
-use super::{catch_panic, ActorDeps, PrepareError, PrepareRequest};
+use super::{catch_panic, ActorDeps};
 use crate::domain::states::RepoStatus;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::lifecycle::TaskState;
@@ -15,6 +15,7 @@ use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{control, format_time, now, scheduling, StoreError};
+use crate::workspace::{Checkout, Disposition, RepoSpec, WorkspaceError};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -294,23 +295,28 @@ async fn schedule_pass(
     outcome.running_task = Some(next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 
-    let request = PrepareRequest {
+    let spec = RepoSpec {
         owner: repo.owner.clone(),
         name: repo.name.clone(),
         clone_url: repo.clone_url.clone(),
-        default_branch: repo.default_branch.clone(),
-        pull: match (next.resource_key.is_pull(), &next.head_ref) {
-            (true, Some(head)) => Some((next.resource_key.number(), head.clone())),
-            _ => None,
+    };
+    let checkout = match (next.resource_key.is_pull(), &next.head_ref) {
+        (true, Some(head)) => Checkout::PullRequest {
+            number: next.resource_key.number(),
+            head_ref: head.clone(),
+        },
+        _ => Checkout::DefaultBranch {
+            name: repo.default_branch.clone(),
         },
     };
     let workspaces = deps.workspaces.clone();
-    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&request))
+    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&spec, &checkout))
         .await
         .unwrap_or_else(|e| {
-            Err(PrepareError::Transient(format!(
-                "workspace task failed: {e}"
-            )))
+            Err(WorkspaceError::Unfinished {
+                repo: format!("{}/{}", repo.owner, repo.name),
+                detail: e.to_string(),
+            })
         });
     match prepared {
         Ok(path) => {
@@ -354,20 +360,18 @@ async fn release(deps: &Arc<ActorDeps>, held: Option<Lease>) -> Option<Lease> {
     }
 }
 
-/// Maps a workspace failure onto the lifecycle: which state each failure
-/// moves the task to.
+/// Moves the task as the workspace's failure says: the one place a
+/// workspace error becomes a state.
 async fn workspace_failed(
     deps: &Arc<ActorDeps>,
     task: &Task,
     attempt: i64,
-    err: &PrepareError,
+    err: &WorkspaceError,
 ) -> Result<(), StoreError> {
-    let (to, retry_at) = match err {
-        PrepareError::Dirty(_) => (TaskState::BlockedWorkspace, None),
-        PrepareError::InvalidName(_) | PrepareError::Fatal { .. } => (TaskState::Failed, None),
-        PrepareError::Auth(_) | PrepareError::Transient(_)
-            if attempt < deps.settings.max_attempts =>
-        {
+    let (to, retry_at) = match err.disposition() {
+        Disposition::NeedsOperator => (TaskState::BlockedWorkspace, None),
+        Disposition::CannotName | Disposition::Permanent => (TaskState::Failed, None),
+        Disposition::Transient if attempt < deps.settings.max_attempts => {
             let backoff = chrono::Duration::from_std(deps.settings.retry_backoff)
                 .unwrap_or_else(|_| chrono::Duration::seconds(30));
             (
@@ -375,7 +379,7 @@ async fn workspace_failed(
                 Some(format_time(chrono::Utc::now() + backoff)),
             )
         }
-        PrepareError::Auth(_) | PrepareError::Transient(_) => (TaskState::Failed, None),
+        Disposition::Transient => (TaskState::Failed, None),
     };
     tracing::warn!(task.id = %task.task_id, code = err.code(), to = to.as_str(), "workspace preparation failed: {err}");
     let (task_id, code, detail) = (task.task_id.clone(), err.code(), err.to_string());

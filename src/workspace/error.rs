@@ -1,21 +1,29 @@
-//! What can go wrong preparing a workspace, and what it means for the task.
+//! What can go wrong preparing a workspace, and what it means for the task:
+//! the one error a failure travels in, from git to the task's state. Each
+//! variant says, through [`WorkspaceError::disposition`], where the task goes
+//! and, through [`WorkspaceError::code`], the error code it carries; its
+//! message is what the operator reads in the audit log.
 
 use super::git::Failure;
 use std::path::{Path, PathBuf};
 
-/// Where the caller should move the task for an error (a lifecycle state).
+/// What a failure means for the task that needed the workspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Disposition {
-    /// The input is wrong; nothing was touched: refuse the task and audit it.
-    Refuse,
-    /// `blocked_workspace` until an operator has looked at the workspace.
-    Blocked,
-    /// `retry_wait`, then `failed` if the retry fails the same way.
-    RetryOnce,
-    /// `retry_wait`, within the caller's usual retry limit.
-    Retry,
-    /// `failed`.
-    Fail,
+    /// No workspace can be named from what the task carries: a name, a
+    /// branch or a clone URL was refused before anything ran, and nothing was
+    /// touched. The task fails.
+    CannotName,
+    /// An operator must look at the workspace first (changes, an operation
+    /// in progress, a lock, a branch that cannot be fast-forwarded); nothing
+    /// was changed. The task waits in `blocked_workspace`.
+    NeedsOperator,
+    /// Another try may succeed (the network, the server, the credentials,
+    /// the disk): `retry_wait` while the task has attempts left, then `failed`.
+    Transient,
+    /// Trying again cannot help (no such repository, branch or pull request,
+    /// no clone URL, git failed otherwise). The task fails.
+    Permanent,
 }
 
 /// What can go wrong, phrased for the operator who reads it. No message ever
@@ -87,10 +95,18 @@ pub enum WorkspaceError {
         #[source]
         source: std::io::Error,
     },
+    /// The repository has no clone URL to fetch from.
+    #[error("repository {repo} has no clone URL (the webhook did not carry one)")]
+    NoCloneUrl { repo: String },
+    /// The preparation ended without an answer (the thread that ran it
+    /// panicked or was cancelled); the log has the cause.
+    #[error("preparing the workspace of {repo} stopped without a result: {detail}")]
+    Unfinished { repo: String, detail: String },
 }
 
 impl WorkspaceError {
-    /// Stable snake_case code for audit events and the admin API.
+    /// The stable snake_case code the task carries (its `error_code`, shown
+    /// by the admin API and in the failure receipt) and the audit event.
     pub fn code(&self) -> &'static str {
         match self {
             WorkspaceError::InvalidName { .. } => "invalid_repository_name",
@@ -103,21 +119,29 @@ impl WorkspaceError {
             WorkspaceError::NotFound { .. } => "git_not_found",
             WorkspaceError::Git { .. } => "git_failed",
             WorkspaceError::Io { .. } => "workspace_io",
+            WorkspaceError::NoCloneUrl { .. } => "no_clone_url",
+            WorkspaceError::Unfinished { .. } => "workspace_failed",
         }
     }
 
     /// Where the task goes. I/O errors are retried: a full disk or a wrong
     /// permission is fixed by an operator, not by failing the task at once.
+    /// Refused credentials get the same retries: a token an operator is
+    /// replacing may work by the next attempt.
     pub fn disposition(&self) -> Disposition {
         match self {
             WorkspaceError::InvalidName { .. }
             | WorkspaceError::OutsideRoot { .. }
             | WorkspaceError::InvalidRef { .. }
-            | WorkspaceError::InvalidUrl { .. } => Disposition::Refuse,
-            WorkspaceError::Dirty { .. } => Disposition::Blocked,
-            WorkspaceError::Auth { .. } => Disposition::RetryOnce,
-            WorkspaceError::Transient { .. } | WorkspaceError::Io { .. } => Disposition::Retry,
-            WorkspaceError::NotFound { .. } | WorkspaceError::Git { .. } => Disposition::Fail,
+            | WorkspaceError::InvalidUrl { .. } => Disposition::CannotName,
+            WorkspaceError::Dirty { .. } => Disposition::NeedsOperator,
+            WorkspaceError::Auth { .. }
+            | WorkspaceError::Transient { .. }
+            | WorkspaceError::Io { .. }
+            | WorkspaceError::Unfinished { .. } => Disposition::Transient,
+            WorkspaceError::NotFound { .. }
+            | WorkspaceError::Git { .. }
+            | WorkspaceError::NoCloneUrl { .. } => Disposition::Permanent,
         }
     }
 }
@@ -159,21 +183,24 @@ mod tests {
             path: PathBuf::from("/w"),
             detail: "x".into(),
         };
-        assert_eq!(dirty.disposition(), Disposition::Blocked);
+        assert_eq!(dirty.disposition(), Disposition::NeedsOperator);
         assert_eq!(dirty.code(), "workspace_dirty");
         let auth = WorkspaceError::Auth {
             op: "fetch",
             repo: "a/b".into(),
             stderr: "401".into(),
         };
-        assert_eq!(auth.disposition(), Disposition::RetryOnce);
+        assert_eq!(auth.disposition(), Disposition::Transient);
         assert_eq!(auth.code(), "git_auth_failed");
         let transient = WorkspaceError::Transient {
             op: "fetch",
             repo: "a/b".into(),
             stderr: "500".into(),
         };
-        assert_eq!(transient.disposition(), Disposition::Retry);
+        assert_eq!(transient.disposition(), Disposition::Transient);
         assert_eq!(transient.code(), "git_transient");
+        let missing = WorkspaceError::NoCloneUrl { repo: "a/b".into() };
+        assert_eq!(missing.disposition(), Disposition::Permanent);
+        assert_eq!(missing.code(), "no_clone_url");
     }
 }

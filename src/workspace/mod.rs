@@ -22,7 +22,8 @@
 //! - **No prompt**: git never waits for a password; every command has a
 //!   deadline and is killed there.
 //!
-//! The caller moves the task; [`WorkspaceError::disposition`] says where.
+//! A failure is one [`WorkspaceError`]: the caller moves the task where its
+//! [`WorkspaceError::disposition`] says, with its [`WorkspaceError::code`].
 
 mod disk;
 mod error;
@@ -74,8 +75,9 @@ pub struct RepoSpec {
     pub owner: String,
     pub name: String,
     /// Gitea's `clone_url` (http or https). User information in it is removed
-    /// (with a warning), never used.
-    pub clone_url: String,
+    /// (with a warning), never used. `None` (the webhook carried none) is
+    /// refused as [`WorkspaceError::NoCloneUrl`].
+    pub clone_url: Option<String>,
 }
 
 /// What a task needs checked out.
@@ -166,8 +168,13 @@ impl WorkspaceManager {
         checkout: &Checkout,
     ) -> Result<Prepared, WorkspaceError> {
         // Everything the caller gave is checked before the disk or the network.
+        let Some(clone_url) = spec.clone_url.as_deref() else {
+            return Err(WorkspaceError::NoCloneUrl {
+                repo: format!("{}/{}", spec.owner, spec.name),
+            });
+        };
         self.path_for(&spec.owner, &spec.name)?;
-        let remote = RemoteUrl::parse(&spec.clone_url)?;
+        let remote = RemoteUrl::parse(clone_url)?;
         if let Some(origin) = &self.gitea_origin {
             if &remote.origin != origin {
                 return Err(WorkspaceError::InvalidUrl {
@@ -393,6 +400,22 @@ mod tests {
         std::os::unix::fs::symlink(&elsewhere, &link_root).unwrap();
         let p = manager(&link_root).path_for("acme", "w").unwrap();
         assert!(p.starts_with(elsewhere.canonicalize().unwrap()));
+    }
+
+    #[test]
+    fn a_repository_without_a_clone_url_is_refused_before_anything_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let spec = RepoSpec {
+            owner: "acme".into(),
+            name: "widgets".into(),
+            clone_url: None,
+        };
+        let checkout = Checkout::DefaultBranch { name: None };
+        let err = manager(&root).prepare(&spec, &checkout).unwrap_err();
+        assert_eq!(err.code(), "no_clone_url", "{err}");
+        assert_eq!(err.disposition(), Disposition::Permanent);
+        assert!(!root.exists(), "nothing was created");
     }
 
     #[test]

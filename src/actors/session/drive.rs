@@ -173,9 +173,19 @@ impl TaskDrive {
             return Ok(None);
         };
         let state = task.state;
-        let workspace = repo
+        let workspace = match repo
             .as_ref()
-            .and_then(|r| deps.workspaces.path_for(&r.owner, &r.name).ok());
+            .map(|r| deps.workspaces.path_for(&r.owner, &r.name))
+        {
+            Some(Ok(path)) => Some(path),
+            Some(Err(e)) => {
+                // The decisions fail the task as `workspace_unavailable`;
+                // the operator reads why here.
+                tracing::warn!(task.id = %task.task_id, code = e.code(), "the task's workspace cannot be named: {e}");
+                None
+            }
+            None => None,
+        };
         let policy = repo
             .as_ref()
             .map(|r| deps.settings.policy_for(&r.owner, &r.name));
