@@ -1,6 +1,6 @@
 //! Every decision the session makes about a task, as one pure function:
 //! [`next`]`(snapshot, event) -> Decision`. No I/O, no actix, no clock. The
-//! pass (`drive.rs`) gathers the [`Snapshot`] from the store, feeds it what
+//! drive (`drive.rs`) gathers the [`Snapshot`] from the store, feeds it what
 //! happened as an [`Event`], commits the decision's transition together with
 //! its in-commit writes by compare-and-swap on the version it names, then
 //! carries out its remaining [`Effect`]s, the last of which reports the next
@@ -156,7 +156,7 @@ pub enum FallbackOutcome {
 /// Something that happened to the task, as the session saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// A lane pass picked the task up (first time, or after any restart).
+    /// A drive picked the task up (first time, or after any restart).
     Picked,
     Permission(Permission),
     /// The answer to the task's turn/start (or the thread before it).

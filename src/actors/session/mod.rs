@@ -46,7 +46,7 @@ pub struct Abort {
 }
 
 /// An approval of the task was decided through this process: the waiting
-/// pass reads the decision now instead of at its next re-check.
+/// drive reads the decision now instead of at its next re-check.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct ApprovalDecided {
@@ -69,7 +69,7 @@ struct LaneState {
     passes: u64,
 }
 
-/// The turn a pass is driving, shared so `Abort` can reach it.
+/// The turn a drive follows, shared so `Abort` can reach it.
 #[derive(Debug, Clone, Default)]
 struct ActiveTurn {
     task_id: Option<String>,
@@ -77,8 +77,8 @@ struct ActiveTurn {
     turn_id: Option<String>,
 }
 
-/// What the actor and its running pass share: the health entry, which task
-/// and turn the pass drives (so `Abort` and `ApprovalDecided` reach it), and
+/// What the actor and its running drive share: the health entry, which task
+/// and turn the drive follows (so `Abort` and `ApprovalDecided` reach it), and
 /// the wake-ups for them.
 #[derive(Clone)]
 pub(super) struct Signals {
@@ -91,7 +91,7 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    /// The pass picked `task` up.
+    /// The drive picked `task` up.
     fn driving(&self, task: &Task) {
         if let Ok(mut a) = self.active.lock() {
             a.task_id = Some(task.task_id.clone());
@@ -104,7 +104,7 @@ impl Signals {
         }
     }
 
-    /// Whether the running pass drives `task_id`.
+    /// Whether the running drive follows `task_id`.
     fn drives(&self, task_id: &str) -> bool {
         self.active
             .lock()
@@ -343,7 +343,7 @@ impl Handler<StopIfIdle> for SessionActor {
 impl Handler<ApprovalDecided> for SessionActor {
     type Result = ();
 
-    /// Wakes the pass that waits for this task's approval.
+    /// Wakes the drive that waits for this task's approval.
     fn handle(&mut self, msg: ApprovalDecided, _: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         if self.signals.drives(&msg.task_id) {

@@ -16,7 +16,7 @@ const RUNNING_RECHECK: Duration = Duration::from_millis(100);
 impl TaskDrive {
     /// Looks the task's operation up in the thread's history. The lookup is
     /// audited before anything is decided on it; if that record cannot be
-    /// written, the pass fails and nothing is decided.
+    /// written, the drive fails and nothing is decided.
     pub(super) async fn look_up_history(&mut self) -> Result<Event, DriveError> {
         let Some(thread) = self.turn.thread_id.clone().or(self.task.thread_id.clone()) else {
             self.audit_lookup("no_thread", None, None).await?;

@@ -100,7 +100,7 @@ impl TaskDrive {
         Ok(Event::Reply(verdict))
     }
 
-    /// The turn a reply belongs to: the one this pass read, else the task's.
+    /// The turn a reply belongs to: the one this drive read, else the task's.
     fn reply_turn_id(&self) -> String {
         self.turn
             .turn_id
