@@ -12,8 +12,7 @@ mod common;
 use actix::prelude::*;
 use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
-use codex_bridge::actors::session::Lane;
-use codex_bridge::actors::{ActorSettings, Deps};
+use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::ScriptedAgent;
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::IngestRequest;
@@ -67,7 +66,7 @@ fn rig() -> Result<Rig> {
     // Long sweeps, so that only the notification path schedules work.
     settings.sweep = Duration::from_secs(3600);
     settings.session_idle = Duration::from_secs(3600);
-    let deps = Arc::new(Deps {
+    let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime: Arc::new(runtime.clone()),
         verifier: Arc::new(ScriptedForge::default()),
@@ -94,7 +93,6 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
         rig.registry.do_send(DrainSession {
             session_key: format!("default:warm/w:issue:{}", i + 1).parse()?,
             repo_key: "default:warm/w".parse()?,
-            lane: Lane::Normal,
         });
     }
     wait_sessions(&rig.registry, 100).await?;
@@ -103,7 +101,6 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
         rig.registry.do_send(DrainSession {
             session_key: format!("default:acme/r{}:issue:{}", i % 500, i + 1).parse()?,
             repo_key: format!("default:acme/r{}", i % 500).parse()?,
-            lane: Lane::Normal,
         });
         if i % 2000 == 0 {
             tokio::task::yield_now().await;

@@ -30,7 +30,7 @@ mod common;
 use actix::prelude::*;
 use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
-use codex_bridge::actors::{timing, ActorSettings, Deps};
+use codex_bridge::actors::{timing, ActorDeps, ActorSettings};
 use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::{IngestRequest, ResourceKey};
@@ -182,7 +182,7 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
     settings.sweep = Duration::from_millis(200);
     settings.session_idle = Duration::from_secs(3600);
     settings.sandbox = codex_bridge::domain::policy::Sandbox::ReadOnly;
-    let deps = Arc::new(Deps {
+    let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime: Arc::new(codex.clone()),
         verifier: Arc::new(Instant200),

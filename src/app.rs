@@ -25,7 +25,7 @@ fn start_actors(
     config: &Config,
     store: &Store,
 ) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
-    use crate::actors::{registry::Registry, Deps};
+    use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::scripted::ScriptedAgent;
     use crate::agent::Agent;
     use crate::config::AgentRuntimeKind;
@@ -131,7 +131,7 @@ fn start_actors(
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
-    let deps = Arc::new(Deps {
+    let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
         verifier,

@@ -124,6 +124,36 @@ impl TaskState {
         )
     }
 
+    /// A session actor drives a task in this state, from the lease to its
+    /// settling: it holds the turn (or is about to start or verify it). The
+    /// store's partial index `tasks_session_driven` lists the same states.
+    pub fn is_session_driven(self) -> bool {
+        matches!(
+            self,
+            TaskState::Leased
+                | TaskState::Running
+                | TaskState::AwaitingApproval
+                | TaskState::VerifyingReply
+                | TaskState::CancelRequested
+        )
+    }
+
+    /// Only an operator moves a task on from this state: the workspace must
+    /// be looked at, or what the agent did must be reconciled.
+    pub fn awaits_operator(self) -> bool {
+        matches!(
+            self,
+            TaskState::BlockedWorkspace | TaskState::NeedsReconciliation
+        )
+    }
+
+    /// A task in this state holds its repository: no other task of the
+    /// repository starts while it is there, be it driven by its session or
+    /// waiting for an operator.
+    pub fn holds_repository(self) -> bool {
+        self.is_session_driven() || self.awaits_operator()
+    }
+
     /// The states this one may move to (empty for terminal states).
     pub fn successors(self) -> &'static [TaskState] {
         TRANSITIONS

@@ -2,8 +2,9 @@
 //! workspaces, a comment that triggers a task, resident memory, percentiles.
 
 use anyhow::{Context as _, Result};
-use codex_bridge::actors::{PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::actors::Workspaces;
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::workspace::{Checkout, RepoSpec, WorkspaceError};
 use std::path::PathBuf;
 
 /// Workspaces that need no git: the benchmarks measure the bridge, not clones.
@@ -14,14 +15,22 @@ pub struct Folders {
 }
 
 impl Workspaces for Folders {
-    fn prepare(&self, req: &PrepareRequest) -> std::result::Result<PathBuf, PrepareError> {
-        let p = self.path_for(&req.owner, &req.name)?;
+    fn prepare(
+        &self,
+        repo: &RepoSpec,
+        _: &Checkout,
+    ) -> std::result::Result<PathBuf, WorkspaceError> {
+        let p = self.path_for(&repo.owner, &repo.name)?;
         if self.create {
-            std::fs::create_dir_all(&p).map_err(|e| PrepareError::Transient(e.to_string()))?;
+            std::fs::create_dir_all(&p).map_err(|source| WorkspaceError::Io {
+                what: "could not create the benchmark's workspace folder",
+                path: p.clone(),
+                source,
+            })?;
         }
         Ok(p)
     }
-    fn path_for(&self, owner: &str, name: &str) -> std::result::Result<PathBuf, PrepareError> {
+    fn path_for(&self, owner: &str, name: &str) -> std::result::Result<PathBuf, WorkspaceError> {
         Ok(self.root.join(owner).join(name))
     }
 }

@@ -12,13 +12,13 @@ pub mod registry;
 pub mod repo;
 pub mod session;
 pub mod timing;
-mod workspaces;
 
 use crate::agent::Agent;
 use crate::config::Config;
 use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use crate::forge::Forge;
 use crate::store::Store;
+use crate::workspace::{Checkout, RepoSpec, WorkspaceError, WorkspaceManager};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -120,60 +120,31 @@ impl ActorSettings {
     }
 }
 
-/// A workspace request: which repository, and what the task needs checked out.
-#[derive(Debug, Clone)]
-pub struct PrepareRequest {
-    pub owner: String,
-    pub name: String,
-    pub clone_url: Option<String>,
-    pub default_branch: Option<String>,
-    /// `(number, head_ref)` for a pull request task.
-    pub pull: Option<(i64, String)>,
+/// Where repositories are cloned: the workspace manager, or a stand-in in
+/// tests. A failure is the workspace's one error; the repo actor moves the
+/// task by its disposition and code.
+pub trait Workspaces: Send + Sync + 'static {
+    /// Blocking: clone or fetch, then check out what the task needs; the
+    /// work tree.
+    fn prepare(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<PathBuf, WorkspaceError>;
+    /// The workspace folder of a repository (validated, under the root).
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError>;
 }
 
-/// Why a workspace could not be prepared, as the repo actor acts on it.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PrepareError {
-    /// A name that would leave the workspace root: refused and audited.
-    #[error("invalid repository name: {0}")]
-    InvalidName(String),
-    /// Dirty or conflicted: `blocked_workspace`, never reset.
-    #[error("workspace is dirty or conflicted: {0}")]
-    Dirty(String),
-    /// Clone/fetch authentication failed: `retry_wait`, then `failed`.
-    #[error("git authentication failed: {0}")]
-    Auth(String),
-    /// Anything else worth one more try.
-    #[error("workspace preparation failed: {0}")]
-    Transient(String),
-    /// Retrying cannot help (the repository or ref does not exist, git failed
-    /// in a way we do not understand): `failed`.
-    #[error("{detail}")]
-    Fatal { code: &'static str, detail: String },
-}
+impl Workspaces for WorkspaceManager {
+    fn prepare(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<PathBuf, WorkspaceError> {
+        WorkspaceManager::prepare(self, repo, checkout).map(|p| p.path)
+    }
 
-impl PrepareError {
-    pub fn code(&self) -> &'static str {
-        match self {
-            PrepareError::InvalidName(_) => "invalid_repository_name",
-            PrepareError::Dirty(_) => "workspace_dirty",
-            PrepareError::Auth(_) => "git_auth_failed",
-            PrepareError::Transient(_) => "workspace_failed",
-            PrepareError::Fatal { code, .. } => code,
-        }
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
+        WorkspaceManager::path_for(self, owner, name)
     }
 }
 
-/// Where repositories are cloned (the workspace manager implements it).
-pub trait Workspaces: Send + Sync + 'static {
-    /// Blocking: clone or fetch, then check out what the task needs.
-    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError>;
-    /// The workspace folder of a repository (validated, under the root).
-    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError>;
-}
-
-/// What every actor needs.
-pub struct Deps {
+/// What the actors are given when the process starts: the store, the agent
+/// runtime, the forge that checks permissions and replies, the workspaces,
+/// and the settings. Shared by every actor the registry starts.
+pub struct ActorDeps {
     pub store: Store,
     pub runtime: Arc<dyn Agent>,
     pub verifier: Arc<dyn Forge>,

@@ -4,10 +4,12 @@
 //! sessions, and sweeps the store for work (start-up recovery, other instances'
 //! expired leases, due retries).
 
-use super::health::{RegistryHealth, RepoHealth, SessionHealth};
+use super::health::{
+    RegistryHealth, RepoActorStatus, RepoHealth, SessionActorStatus, SessionHealth,
+};
 use super::repo::{RepoActor, Wake};
-use super::session::{Drain, Lane, SessionActor, StopIfIdle};
-use super::Deps;
+use super::session::{Drain, SessionActor, StopIfIdle};
+use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::leases;
 use crate::store::queue;
@@ -24,13 +26,13 @@ struct Child<A: Actor, H> {
 }
 
 pub struct Registry {
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     repos: HashMap<RepoKey, Child<RepoActor, RepoHealth>>,
     sessions: HashMap<ResourceKey, (RepoKey, Child<SessionActor, SessionHealth>)>,
 }
 
 impl Registry {
-    pub fn new(deps: Arc<Deps>) -> Self {
+    pub fn new(deps: Arc<ActorDeps>) -> Self {
         Registry {
             deps,
             repos: HashMap::new(),
@@ -48,7 +50,7 @@ impl Registry {
         self.repos.entry(repo_key.to_owned()).or_insert_with(|| {
             let health = Arc::new(Mutex::new(RepoHealth {
                 repo_key: repo_key.to_string(),
-                status: "starting".into(),
+                status: RepoActorStatus::Starting,
                 ..Default::default()
             }));
             let backlog = Arc::new(AtomicI64::new(0));
@@ -76,7 +78,7 @@ impl Registry {
             .or_insert_with(|| {
                 let health = Arc::new(Mutex::new(SessionHealth {
                     session_key: session_key.to_string(),
-                    status: "starting".into(),
+                    status: SessionActorStatus::Starting,
                     ..Default::default()
                 }));
                 let backlog = Arc::new(AtomicI64::new(0));
@@ -179,17 +181,16 @@ impl Handler<Notify> for Registry {
 pub struct DrainSession {
     pub session_key: ResourceKey,
     pub repo_key: RepoKey,
-    pub lane: Lane,
 }
 
 impl Handler<DrainSession> for Registry {
     type Result = ();
 
-    /// Wakes (or revives) the session actor's lane.
+    /// Wakes (or revives) the session actor's drain lane.
     fn handle(&mut self, msg: DrainSession, ctx: &mut Self::Context) {
         let child = self.session(&msg.session_key, &msg.repo_key, ctx);
         child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(Drain { lane: msg.lane });
+        child.addr.do_send(Drain);
     }
 }
 
@@ -295,7 +296,7 @@ impl Handler<Snapshot> for Registry {
                 Some(r) => r.sessions.push(h),
                 None => repos.push(RepoHealth {
                     repo_key: repo_key.to_string(),
-                    status: "unknown".into(),
+                    status: RepoActorStatus::Unknown,
                     sessions: vec![h],
                     ..Default::default()
                 }),

@@ -4,10 +4,9 @@
 //! lets two tasks of its repository hold the workspace at once: while a task is
 //! leased, running, uncertain or blocked, nothing else starts.
 
-use super::health::RepoHealth;
+use super::health::{RepoActorStatus, RepoHealth};
 use super::registry::{DrainSession, Registry};
-use super::session::Lane;
-use super::{catch_panic, Deps, PrepareError, PrepareRequest};
+use super::{catch_panic, ActorDeps};
 use crate::domain::states::RepoStatus;
 use crate::domain::{RepoKey, ResourceKey};
 use crate::lifecycle::TaskState;
@@ -16,13 +15,14 @@ use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, control, format_time, now, queue, StoreError};
+use crate::workspace::{Checkout, Disposition, RepoSpec, WorkspaceError};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
 pub struct RepoActor {
     repo_key: RepoKey,
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<RepoHealth>>,
     backlog: Arc<AtomicI64>,
@@ -39,12 +39,13 @@ pub struct RepoActor {
 #[rtype(result = "()")]
 pub struct Wake;
 
-/// What one scheduling pass decided.
-struct Pass {
+/// What one scheduling pass decided: the lease it leaves held, the task it
+/// hands to a session, and the status the health view shows.
+struct SchedulingOutcome {
     lease: Option<Lease>,
     /// Session to hand a leased task to.
     dispatch: Option<(ResourceKey, RepoKey)>,
-    status: &'static str,
+    status: RepoActorStatus,
     running_task: Option<String>,
     /// Something changed: look again right away.
     again: bool,
@@ -53,7 +54,7 @@ struct Pass {
 impl RepoActor {
     pub fn new(
         repo_key: RepoKey,
-        deps: Arc<Deps>,
+        deps: Arc<ActorDeps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<RepoHealth>>,
         backlog: Arc<AtomicI64>,
@@ -87,24 +88,23 @@ impl RepoActor {
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.busy = false;
             match result {
-                Ok(Ok(pass)) => {
-                    act.lease = pass.lease.clone();
+                Ok(Ok(outcome)) => {
+                    act.lease = outcome.lease.clone();
                     act.update_health(|h| {
                         h.passes += 1;
-                        h.status = pass.status.into();
-                        h.lease_holder = pass.lease.as_ref().map(|l| l.owner.clone());
-                        h.lease_id = pass.lease.as_ref().map(|l| l.lease_id.clone());
-                        h.lease_expires_at = pass.lease.as_ref().map(|l| l.expires_at.clone());
-                        h.running_task = pass.running_task.clone();
+                        h.status = outcome.status;
+                        h.lease_holder = outcome.lease.as_ref().map(|l| l.owner.clone());
+                        h.lease_id = outcome.lease.as_ref().map(|l| l.lease_id.clone());
+                        h.lease_expires_at = outcome.lease.as_ref().map(|l| l.expires_at.clone());
+                        h.running_task = outcome.running_task.clone();
                     });
-                    if let Some((session_key, repo_key)) = pass.dispatch {
+                    if let Some((session_key, repo_key)) = outcome.dispatch {
                         act.registry.do_send(DrainSession {
                             session_key,
                             repo_key,
-                            lane: Lane::Normal,
                         });
                     }
-                    if pass.again {
+                    if outcome.again {
                         act.followup = true;
                     }
                 }
@@ -159,7 +159,7 @@ impl Actor for RepoActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.update_health(|h| {
             h.starts += 1;
-            h.status = "idle".into();
+            h.status = RepoActorStatus::Idle;
         });
         let heartbeat = self.deps.settings.heartbeat;
         ctx.run_interval(heartbeat, |act, ctx| act.heartbeat(ctx));
@@ -175,7 +175,7 @@ impl Supervised for RepoActor {
         crate::metrics::actor_restart("repo");
         self.update_health(|h| {
             h.restarts += 1;
-            h.status = "restarting".into();
+            h.status = RepoActorStatus::Restarting;
         });
     }
 }
@@ -192,18 +192,18 @@ impl Handler<Wake> for RepoActor {
 
 /// One look at the store: decide, claim, prepare, dispatch.
 async fn schedule_pass(
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     repo_key: RepoKey,
     held: Option<Lease>,
-) -> Result<Pass, StoreError> {
+) -> Result<SchedulingOutcome, StoreError> {
     if !deps.settings.hold.is_empty() {
         // Nothing may start here, not even a task an earlier run left leased
         // or running: its session would start or verify a turn this process
         // cannot vouch for. Every task stays where it is, for a process that can.
-        return Ok(Pass {
+        return Ok(SchedulingOutcome {
             lease: release(&deps, held).await,
             dispatch: None,
-            status: "held",
+            status: RepoActorStatus::Held,
             running_task: None,
             again: false,
         });
@@ -222,55 +222,53 @@ async fn schedule_pass(
             ))
         })
         .await?;
-    let mut pass = Pass {
+    let mut outcome = SchedulingOutcome {
         lease: held.clone(),
         dispatch: None,
-        status: "idle",
+        status: RepoActorStatus::Idle,
         running_task: holding.as_ref().map(|t| t.task_id.clone()),
         again: false,
     };
     let Some(repo) = repo else {
-        return Ok(pass);
+        return Ok(outcome);
     };
 
     if let Some(task) = holding {
-        let state = task.state;
-        match state {
-            TaskState::NeedsReconciliation | TaskState::BlockedWorkspace => {
-                // An operator decides; nothing else runs here until then.
-                pass.status = if state == TaskState::BlockedWorkspace {
-                    "blocked"
-                } else {
-                    "uncertain"
-                };
-                pass.lease = release(&deps, held).await;
-                return Ok(pass);
-            }
-            _ => {
-                // Leased/running/verifying/approval/cancel: the session drives it
-                // (and recovers it by history if it lost sight of it). We must
-                // hold the lease to let it.
-                pass.status = "busy";
-                let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-                    pass.status = "busy_elsewhere";
-                    pass.lease = None;
-                    return Ok(pass);
-                };
-                pass.lease = Some(lease);
-                pass.dispatch = Some((task.session_key.clone(), repo_key));
-                return Ok(pass);
-            }
+        if task.state.awaits_operator() {
+            // An operator decides; nothing else runs here until then.
+            outcome.status = if task.state == TaskState::BlockedWorkspace {
+                RepoActorStatus::Blocked
+            } else {
+                RepoActorStatus::Uncertain
+            };
+            outcome.lease = release(&deps, held).await;
+            return Ok(outcome);
         }
+        // The session drives it (and recovers it by history if it lost sight
+        // of it). We must hold the lease to let it.
+        outcome.status = RepoActorStatus::Busy;
+        let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+            outcome.status = RepoActorStatus::BusyElsewhere;
+            outcome.lease = None;
+            return Ok(outcome);
+        };
+        outcome.lease = Some(lease);
+        outcome.dispatch = Some((task.session_key.clone(), repo_key));
+        return Ok(outcome);
     }
 
     if paused || repo.status != RepoStatus::Active {
-        pass.status = if paused { "paused" } else { "disabled" };
-        pass.lease = release(&deps, held).await;
-        return Ok(pass);
+        outcome.status = if paused {
+            RepoActorStatus::Paused
+        } else {
+            RepoActorStatus::Disabled
+        };
+        outcome.lease = release(&deps, held).await;
+        return Ok(outcome);
     }
     let Some(next) = next else {
-        pass.lease = release(&deps, held).await;
-        return Ok(pass);
+        outcome.lease = release(&deps, held).await;
+        return Ok(outcome);
     };
     // Lease and claim in one transaction: one commit on the way to the turn.
     let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
@@ -284,52 +282,57 @@ async fn schedule_pass(
         })
         .await?;
     let Some(lease) = lease else {
-        pass.status = "busy_elsewhere";
-        pass.lease = None;
-        return Ok(pass);
+        outcome.status = RepoActorStatus::BusyElsewhere;
+        outcome.lease = None;
+        return Ok(outcome);
     };
-    pass.lease = Some(lease);
+    outcome.lease = Some(lease);
     let Some(attempt) = claimed else {
-        pass.again = true;
-        return Ok(pass);
+        outcome.again = true;
+        return Ok(outcome);
     };
-    pass.status = "busy";
-    pass.running_task = Some(next.task_id.clone());
+    outcome.status = RepoActorStatus::Busy;
+    outcome.running_task = Some(next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 
-    let request = PrepareRequest {
+    let spec = RepoSpec {
         owner: repo.owner.clone(),
         name: repo.name.clone(),
         clone_url: repo.clone_url.clone(),
-        default_branch: repo.default_branch.clone(),
-        pull: match (next.resource_key.is_pull(), &next.head_ref) {
-            (true, Some(head)) => Some((next.resource_key.number(), head.clone())),
-            _ => None,
+    };
+    let checkout = match (next.resource_key.is_pull(), &next.head_ref) {
+        (true, Some(head)) => Checkout::PullRequest {
+            number: next.resource_key.number(),
+            head_ref: head.clone(),
+        },
+        _ => Checkout::DefaultBranch {
+            name: repo.default_branch.clone(),
         },
     };
     let workspaces = deps.workspaces.clone();
-    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&request))
+    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&spec, &checkout))
         .await
         .unwrap_or_else(|e| {
-            Err(PrepareError::Transient(format!(
-                "workspace task failed: {e}"
-            )))
+            Err(WorkspaceError::Unfinished {
+                repo: format!("{}/{}", repo.owner, repo.name),
+                detail: e.to_string(),
+            })
         });
     match prepared {
         Ok(path) => {
             tracing::debug!(task.id = %next.task_id, path = %path.display(), "workspace ready");
-            pass.dispatch = Some((next.session_key.clone(), repo_key));
+            outcome.dispatch = Some((next.session_key.clone(), repo_key));
         }
         Err(err) => {
             workspace_failed(&deps, &next, attempt.number, &err).await?;
-            pass.again = true;
+            outcome.again = true;
         }
     }
-    Ok(pass)
+    Ok(outcome)
 }
 
 async fn acquire(
-    deps: &Arc<Deps>,
+    deps: &Arc<ActorDeps>,
     repo_key: &RepoKey,
     owner: &str,
     ttl: std::time::Duration,
@@ -341,7 +344,7 @@ async fn acquire(
 }
 
 /// Gives the lease back if we hold one; what we hold afterwards (normally nothing).
-async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
+async fn release(deps: &Arc<ActorDeps>, held: Option<Lease>) -> Option<Lease> {
     let lease = held?;
     let l = lease.clone();
     match deps
@@ -357,20 +360,18 @@ async fn release(deps: &Arc<Deps>, held: Option<Lease>) -> Option<Lease> {
     }
 }
 
-/// Maps a workspace failure onto the lifecycle: which state each failure
-/// moves the task to.
+/// Moves the task as the workspace's failure says: the one place a
+/// workspace error becomes a state.
 async fn workspace_failed(
-    deps: &Arc<Deps>,
+    deps: &Arc<ActorDeps>,
     task: &Task,
     attempt: i64,
-    err: &PrepareError,
+    err: &WorkspaceError,
 ) -> Result<(), StoreError> {
-    let (to, retry_at) = match err {
-        PrepareError::Dirty(_) => (TaskState::BlockedWorkspace, None),
-        PrepareError::InvalidName(_) | PrepareError::Fatal { .. } => (TaskState::Failed, None),
-        PrepareError::Auth(_) | PrepareError::Transient(_)
-            if attempt < deps.settings.max_attempts =>
-        {
+    let (to, retry_at) = match err.disposition() {
+        Disposition::NeedsOperator => (TaskState::BlockedWorkspace, None),
+        Disposition::CannotName | Disposition::Permanent => (TaskState::Failed, None),
+        Disposition::Transient if attempt < deps.settings.max_attempts => {
             let backoff = chrono::Duration::from_std(deps.settings.retry_backoff)
                 .unwrap_or_else(|_| chrono::Duration::seconds(30));
             (
@@ -378,7 +379,7 @@ async fn workspace_failed(
                 Some(format_time(chrono::Utc::now() + backoff)),
             )
         }
-        PrepareError::Auth(_) | PrepareError::Transient(_) => (TaskState::Failed, None),
+        Disposition::Transient => (TaskState::Failed, None),
     };
     tracing::warn!(task.id = %task.task_id, code = err.code(), to = to.as_str(), "workspace preparation failed: {err}");
     let (task_id, code, detail) = (task.task_id.clone(), err.code(), err.to_string());
@@ -423,4 +424,23 @@ async fn workspace_failed(
         })
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::lifecycle::TaskState;
+    use crate::store::queue::HOLDING_STATES;
+
+    /// The store finds the task that holds a repository by its own list of
+    /// states; the scheduler acts on what the lifecycle says holds one.
+    #[test]
+    fn the_stores_holding_states_are_the_lifecycles() {
+        for state in TaskState::ALL {
+            assert_eq!(
+                state.holds_repository(),
+                HOLDING_STATES.contains(&state),
+                "{state}"
+            );
+        }
+    }
 }

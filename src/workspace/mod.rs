@@ -22,18 +22,27 @@
 //! - **No prompt**: git never waits for a password; every command has a
 //!   deadline and is killed there.
 //!
-//! The caller moves the task; [`WorkspaceError::disposition`] says where.
+//! A failure is one [`WorkspaceError`]: the caller moves the task where its
+//! [`WorkspaceError::disposition`] says, with its [`WorkspaceError::code`].
 
+mod disk;
+mod error;
 mod git;
 mod names;
+mod tree;
 
-use git::{Failure, Git, Invocation, RemoteAuth, RemoteFailure};
+pub use error::{Disposition, WorkspaceError};
+
+use disk::{check_no_links, inspect, Found};
+use error::map_local;
+use git::{Failure, Git, Invocation};
 use names::{absolute_lexical, check_name, precheck_branch, quote, RemoteUrl};
 use secrecy::SecretString;
 use std::ffi::OsString;
 use std::io::ErrorKind;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, PathBuf};
 use std::time::Duration;
+use tree::{pull_ref, Workspace};
 
 /// Long enough for a first clone of a large repository over a slow link.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -41,28 +50,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Where half-finished clones live, under the root. An instance id cannot
 /// start with `.`, so this never meets a workspace.
 const STAGING_DIR: &str = ".staging";
-
-/// Files in `.git` that say an operation is under way (or died half-way).
-/// Switching branches over any of them could lose or garble work.
-const IN_PROGRESS: &[(&str, &str)] = &[
-    ("MERGE_HEAD", "a merge is in progress"),
-    ("CHERRY_PICK_HEAD", "a cherry-pick is in progress"),
-    ("REVERT_HEAD", "a revert is in progress"),
-    ("rebase-merge", "a rebase is in progress"),
-    ("rebase-apply", "a rebase or `git am` is in progress"),
-    ("BISECT_LOG", "a bisect is in progress"),
-    (
-        "index.lock",
-        "another git process holds the index lock, or one died holding it",
-    ),
-    (
-        "HEAD.lock",
-        "another git process holds the HEAD lock, or one died holding it",
-    ),
-];
-
-/// How many `git status` lines a Dirty message quotes.
-const STATUS_QUOTED: usize = 5;
 
 /// Clones, fetches and checks out repositories under one root.
 #[derive(Debug)]
@@ -88,8 +75,9 @@ pub struct RepoSpec {
     pub owner: String,
     pub name: String,
     /// Gitea's `clone_url` (http or https). User information in it is removed
-    /// (with a warning), never used.
-    pub clone_url: String,
+    /// (with a warning), never used. `None` (the webhook carried none) is
+    /// refused as [`WorkspaceError::NoCloneUrl`].
+    pub clone_url: Option<String>,
 }
 
 /// What a task needs checked out.
@@ -117,125 +105,6 @@ pub struct Prepared {
     pub head: String,
     /// Cloned by this call (rather than fetched).
     pub cloned: bool,
-}
-
-/// Where the caller should move the task for an error (a lifecycle state).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Disposition {
-    /// The input is wrong; nothing was touched: refuse the task and audit it.
-    Refuse,
-    /// `blocked_workspace` until an operator has looked at the workspace.
-    Blocked,
-    /// `retry_wait`, then `failed` if the retry fails the same way.
-    RetryOnce,
-    /// `retry_wait`, within the caller's usual retry limit.
-    Retry,
-    /// `failed`.
-    Fail,
-}
-
-/// What can go wrong, phrased for the operator who reads it. No message ever
-/// contains the token.
-#[derive(Debug, thiserror::Error)]
-pub enum WorkspaceError {
-    /// An instance, owner or repository name that is not a plain Gitea name.
-    #[error("refusing {field} {value}: {reason}; a workspace path is built only from Gitea names (letters, digits, '-', '_' and '.')")]
-    InvalidName {
-        field: &'static str,
-        value: String,
-        reason: &'static str,
-    },
-    /// The path leaves the root, or goes through a symbolic link.
-    #[error("refusing workspace path {path}: it resolves to {resolved}; a workspace must be a plain directory under the workspace root {root}, so remove the symbolic link")]
-    OutsideRoot {
-        path: PathBuf,
-        resolved: PathBuf,
-        root: PathBuf,
-    },
-    /// A branch name (or pull request number) git would not accept safely.
-    #[error("refusing {value}: {reason}")]
-    InvalidRef {
-        /// What was refused: `branch "x"` or `pull request #0`.
-        value: String,
-        reason: String,
-    },
-    /// A clone URL that is not plain http(s), or not on the configured Gitea.
-    #[error("refusing clone URL {url}: {reason}")]
-    InvalidUrl { url: String, reason: &'static str },
-    /// Uncommitted changes, an operation in progress, a lock, or a branch that
-    /// cannot be fast-forwarded. Nothing was changed.
-    #[error("workspace {path} cannot be updated safely: {detail}. codex-bridge never resets, cleans or stashes a workspace: commit and push, or remove, what is there by hand, then requeue the task")]
-    Dirty { path: PathBuf, detail: String },
-    /// The server refused the credentials (or asked for ones we do not have).
-    #[error("git {op} of {repo} was refused by the server: {stderr}. Check that gitea_token is set and valid and that the bot can read the repository")]
-    Auth {
-        op: &'static str,
-        repo: String,
-        stderr: String,
-    },
-    /// The network, a 5xx or 429 from the server, or the deadline.
-    #[error("git {op} of {repo} failed, probably transiently: {stderr}. It can be retried; if it persists, check the network and Gitea")]
-    Transient {
-        op: &'static str,
-        repo: String,
-        stderr: String,
-    },
-    /// The repository, branch or pull request ref does not exist on the server
-    /// (or is hidden from the bot).
-    #[error("git {op} of {repo}: not found on the server: {detail}. Check that the repository, branch or pull request exists and that the bot can read it")]
-    NotFound {
-        op: &'static str,
-        repo: String,
-        detail: String,
-    },
-    /// Git failed in a way none of the above covers.
-    #[error("git {op} in {path} failed: {stderr}")]
-    Git {
-        op: &'static str,
-        path: PathBuf,
-        stderr: String,
-    },
-    /// The file system (or starting git) failed.
-    #[error("{what} ({path}): {source}")]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl WorkspaceError {
-    /// Stable snake_case code for audit events and the admin API.
-    pub fn code(&self) -> &'static str {
-        match self {
-            WorkspaceError::InvalidName { .. } => "invalid_repository_name",
-            WorkspaceError::OutsideRoot { .. } => "workspace_outside_root",
-            WorkspaceError::InvalidRef { .. } => "invalid_ref_name",
-            WorkspaceError::InvalidUrl { .. } => "invalid_clone_url",
-            WorkspaceError::Dirty { .. } => "workspace_dirty",
-            WorkspaceError::Auth { .. } => "git_auth_failed",
-            WorkspaceError::Transient { .. } => "git_transient",
-            WorkspaceError::NotFound { .. } => "git_not_found",
-            WorkspaceError::Git { .. } => "git_failed",
-            WorkspaceError::Io { .. } => "workspace_io",
-        }
-    }
-
-    /// Where the task goes. I/O errors are retried: a full disk or a wrong
-    /// permission is fixed by an operator, not by failing the task at once.
-    pub fn disposition(&self) -> Disposition {
-        match self {
-            WorkspaceError::InvalidName { .. }
-            | WorkspaceError::OutsideRoot { .. }
-            | WorkspaceError::InvalidRef { .. }
-            | WorkspaceError::InvalidUrl { .. } => Disposition::Refuse,
-            WorkspaceError::Dirty { .. } => Disposition::Blocked,
-            WorkspaceError::Auth { .. } => Disposition::RetryOnce,
-            WorkspaceError::Transient { .. } | WorkspaceError::Io { .. } => Disposition::Retry,
-            WorkspaceError::NotFound { .. } | WorkspaceError::Git { .. } => Disposition::Fail,
-        }
-    }
 }
 
 impl WorkspaceManager {
@@ -299,8 +168,13 @@ impl WorkspaceManager {
         checkout: &Checkout,
     ) -> Result<Prepared, WorkspaceError> {
         // Everything the caller gave is checked before the disk or the network.
+        let Some(clone_url) = spec.clone_url.as_deref() else {
+            return Err(WorkspaceError::NoCloneUrl {
+                repo: format!("{}/{}", spec.owner, spec.name),
+            });
+        };
         self.path_for(&spec.owner, &spec.name)?;
-        let remote = RemoteUrl::parse(&spec.clone_url)?;
+        let remote = RemoteUrl::parse(clone_url)?;
         if let Some(origin) = &self.gitea_origin {
             if &remote.origin != origin {
                 return Err(WorkspaceError::InvalidUrl {
@@ -466,484 +340,10 @@ impl WorkspaceManager {
     }
 }
 
-/// Refuse `path` if its deepest existing part under `root` is not itself (a
-/// symbolic link somewhere on the way).
-fn check_no_links(root: &Path, path: &Path) -> Result<(), WorkspaceError> {
-    let mut existing = path;
-    loop {
-        match std::fs::symlink_metadata(existing) {
-            Ok(_) => break,
-            Err(e) if e.kind() == ErrorKind::NotFound => match existing.parent() {
-                Some(parent) if parent.starts_with(root) => existing = parent,
-                // Not even the root exists: nothing on disk to escape through.
-                _ => return Ok(()),
-            },
-            Err(source) => {
-                return Err(WorkspaceError::Io {
-                    what: "could not inspect the workspace path",
-                    path: existing.to_path_buf(),
-                    source,
-                })
-            }
-        }
-    }
-    let resolved = match existing.canonicalize() {
-        Ok(r) => r,
-        // A dangling symbolic link.
-        Err(_) => std::fs::read_link(existing).unwrap_or_else(|_| existing.to_path_buf()),
-    };
-    if resolved != existing {
-        return Err(WorkspaceError::OutsideRoot {
-            path: path.to_path_buf(),
-            resolved,
-            root: root.to_path_buf(),
-        });
-    }
-    Ok(())
-}
-
-/// What is at a workspace path.
-enum Found {
-    Missing,
-    /// An empty directory: cloned into like a missing one.
-    Empty,
-    /// A directory with a `.git` directory.
-    Repo,
-    /// Something we did not make; never touched.
-    Other(&'static str),
-}
-
-fn inspect(path: &Path) -> Result<Found, WorkspaceError> {
-    let io = |source| WorkspaceError::Io {
-        what: "could not inspect the workspace",
-        path: path.to_path_buf(),
-        source,
-    };
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::Missing),
-        Err(e) => return Err(io(e)),
-    };
-    if !meta.is_dir() {
-        return Ok(Found::Other("it is not a directory; move it away"));
-    }
-    match std::fs::symlink_metadata(path.join(".git")) {
-        Ok(m) if m.is_dir() => return Ok(Found::Repo),
-        Ok(_) => {
-            return Ok(Found::Other(
-                ".git is not a directory (a linked worktree or submodule?); move it away",
-            ))
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    let empty = std::fs::read_dir(path).map_err(io)?.next().is_none();
-    Ok(if empty {
-        Found::Empty
-    } else {
-        Found::Other("it is not a git work tree (there is no .git directory); move it away")
-    })
-}
-
-fn pull_ref(number: i64) -> String {
-    format!("refs/pull/{number}/head")
-}
-
-/// One repository's workspace, during one `prepare`.
-struct Workspace<'a> {
-    mgr: &'a WorkspaceManager,
-    path: PathBuf,
-    /// The owner folder: git never looks for a repository above the workspace.
-    ceiling: PathBuf,
-    remote: &'a RemoteUrl,
-    /// `owner/name`, for messages.
-    repo: String,
-}
-
-impl Workspace<'_> {
-    /// Clone into a staging folder under the root, then move it into place:
-    /// the workspace path only ever holds a complete clone, even if git is
-    /// killed at the deadline or the process dies.
-    fn clone_fresh(&self) -> Result<(), WorkspaceError> {
-        let root = self.mgr.resolved_root()?;
-        let staging_dir = root.join(STAGING_DIR);
-        std::fs::create_dir_all(&staging_dir).map_err(|source| WorkspaceError::Io {
-            what: "could not create the staging folder for clones",
-            path: staging_dir.clone(),
-            source,
-        })?;
-        let name = self
-            .path
-            .strip_prefix(&root)
-            .map(|rel| rel.to_string_lossy().replace('/', "."))
-            .unwrap_or_default();
-        let staging = staging_dir.join(format!("{name}.{}", uuid::Uuid::new_v4().simple()));
-        let mut args = git::args(["clone", "--quiet", "--origin", "origin", "--"]);
-        args.push(OsString::from(&self.remote.url));
-        args.push(git::arg(&staging));
-        let cloned = self.network("clone", &staging_dir, args);
-        let moved = cloned.and_then(|_| {
-            std::fs::rename(&staging, &self.path).map_err(|source| WorkspaceError::Io {
-                what: "could not move the fresh clone into the workspace path",
-                path: self.path.clone(),
-                source,
-            })
-        });
-        if moved.is_err() {
-            // Only our own half-made clone: nobody has worked in it.
-            let _ = std::fs::remove_dir_all(&staging);
-        }
-        moved
-    }
-
-    /// Refuse (as Dirty) anything a checkout could lose or garble.
-    fn check_clean(&self) -> Result<(), WorkspaceError> {
-        let git_dir = self.path.join(".git");
-        let mut problems: Vec<String> = IN_PROGRESS
-            .iter()
-            .filter(|(file, _)| std::fs::symlink_metadata(git_dir.join(file)).is_ok())
-            .map(|(file, what)| format!("{what} (.git/{file})"))
-            .collect();
-
-        let status = self.local_raw(
-            "status",
-            git::args([
-                "status",
-                "--porcelain",
-                "--untracked-files=normal",
-                "--ignore-submodules=none",
-            ]),
-        )?;
-        let lines: Vec<&str> = status.lines().filter(|l| !l.trim().is_empty()).collect();
-        if !lines.is_empty() {
-            let mut quoted: Vec<String> = lines
-                .iter()
-                .take(STATUS_QUOTED)
-                .map(|l| format!("`{l}`"))
-                .collect();
-            if lines.len() > STATUS_QUOTED {
-                quoted.push(format!("and {} more", lines.len() - STATUS_QUOTED));
-            }
-            problems.push(format!(
-                "{} uncommitted or untracked path(s): {}",
-                lines.len(),
-                quoted.join(", ")
-            ));
-        }
-
-        // A detached HEAD whose commit no ref holds would be lost by a checkout.
-        if self
-            .probe(git::args(["symbolic-ref", "-q", "HEAD"]))?
-            .is_none()
-        {
-            if let Some(head) = self.commit_of("HEAD")? {
-                let holders = self.local(
-                    "for-each-ref",
-                    git::args([
-                        "for-each-ref",
-                        "--count=1",
-                        "--format=%(refname)",
-                        "--contains",
-                        &head,
-                    ]),
-                )?;
-                if holders.is_empty() {
-                    problems.push(format!(
-                        "HEAD is detached at {head}, a commit no branch or tag contains"
-                    ));
-                }
-            }
-        }
-
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(WorkspaceError::Dirty {
-                path: self.path.clone(),
-                detail: problems.join("; "),
-            })
-        }
-    }
-
-    /// Point `origin` at the clone URL we were given (the repository may have
-    /// moved, or the config been edited). The URL never has user information.
-    fn sync_remote_url(&self) -> Result<(), WorkspaceError> {
-        let current = self.probe(git::args(["config", "--get", "remote.origin.url"]))?;
-        let url = self.remote.url.as_str();
-        match current {
-            Some(u) if u == url => Ok(()),
-            Some(_) => {
-                // The old URL is not logged: it may hold credentials.
-                tracing::warn!(repo = %self.repo, url, "origin pointed elsewhere; set to the clone URL");
-                self.local("remote", git::args(["remote", "set-url", "origin", url]))
-                    .map(drop)
-            }
-            None => self
-                .local("remote", git::args(["remote", "add", "origin", url]))
-                .map(drop),
-        }
-    }
-
-    /// Fetch the branches (`heads`) and, for a pull request, its head ref.
-    /// The PR head is stored as `refs/pull/<n>/head`, outside
-    /// `refs/remotes/origin/`, where a branch named `pr/<n>` and `--prune`
-    /// could clash with it.
-    fn fetch(&self, heads: bool, pull: Option<i64>) -> Result<(), WorkspaceError> {
-        let mut args = git::args([
-            "fetch",
-            "--quiet",
-            "--prune",
-            "--no-recurse-submodules",
-            "--no-write-fetch-head",
-            "origin",
-        ]);
-        if heads {
-            args.push(OsString::from("+refs/heads/*:refs/remotes/origin/*"));
-        }
-        if let Some(n) = pull {
-            args.push(OsString::from(format!("+{0}:{0}", pull_ref(n))));
-        }
-        self.network("fetch", &self.path, args).map(drop)
-    }
-
-    /// The remote's default branch, from `origin/HEAD`. A clone records it;
-    /// if it is missing or points at a branch that is gone, ask the remote
-    /// again (one more request).
-    fn default_branch(&self, cloned: bool) -> Result<String, WorkspaceError> {
-        if let Some(b) = self.recorded_default_branch()? {
-            return Ok(b);
-        }
-        if !cloned {
-            self.network(
-                "remote set-head",
-                &self.path,
-                git::args(["remote", "set-head", "origin", "--auto"]),
-            )?;
-            if let Some(b) = self.recorded_default_branch()? {
-                return Ok(b);
-            }
-        }
-        Err(WorkspaceError::NotFound {
-            op: "clone",
-            repo: self.repo.clone(),
-            detail: "the remote has no default branch (is the repository empty?)".into(),
-        })
-    }
-
-    fn recorded_default_branch(&self) -> Result<Option<String>, WorkspaceError> {
-        let target = self.probe(git::args([
-            "symbolic-ref",
-            "-q",
-            "refs/remotes/origin/HEAD",
-        ]))?;
-        let Some(branch) =
-            target.and_then(|t| t.strip_prefix("refs/remotes/origin/").map(str::to_owned))
-        else {
-            return Ok(None);
-        };
-        Ok(self
-            .commit_of(&format!("refs/remotes/origin/{branch}"))?
-            .map(|_| branch))
-    }
-
-    fn remote_branch_commit(&self, branch: &str) -> Result<String, WorkspaceError> {
-        self.commit_of(&format!("refs/remotes/origin/{branch}"))?
-            .ok_or_else(|| WorkspaceError::NotFound {
-                op: "fetch",
-                repo: self.repo.clone(),
-                detail: format!("there is no branch {} on the remote", quote(branch)),
-            })
-    }
-
-    /// Put local branch `branch` at `target` and check it out, creating it if
-    /// absent and only fast-forwarding it if present. `what` names the target.
-    fn check_out(&self, branch: &str, target: &str, what: &str) -> Result<(), WorkspaceError> {
-        let local_ref = format!("refs/heads/{branch}");
-        let Some(local) = self.commit_of(&local_ref)? else {
-            return self
-                .local(
-                    "switch",
-                    git::args(["switch", "--no-track", "-c", branch, target]),
-                )
-                .map(drop);
-        };
-        if local != target && !self.is_ancestor(&local, target)? {
-            let ahead = self.local(
-                "rev-list",
-                git::args(["rev-list", "--count", &format!("{target}..{local}")]),
-            )?;
-            return Err(WorkspaceError::Dirty {
-                path: self.path.clone(),
-                detail: format!(
-                    "local branch {} (at {local}) has {ahead} commit(s) that {what} (at {target}) does not, so it cannot be fast-forwarded",
-                    quote(branch)
-                ),
-            });
-        }
-        let current = self.probe(git::args(["symbolic-ref", "-q", "HEAD"]))?;
-        if current.as_deref() != Some(local_ref.as_str()) {
-            self.local("switch", git::args(["switch", "--no-guess", branch]))?;
-        }
-        if local != target {
-            self.local(
-                "merge",
-                git::args(["merge", "--ff-only", "--quiet", target]),
-            )?;
-        }
-        Ok(())
-    }
-
-    /// The commit `rev` names, or `None` if it names none.
-    fn commit_of(&self, rev: &str) -> Result<Option<String>, WorkspaceError> {
-        self.probe(git::args([
-            "rev-parse",
-            "--verify",
-            "-q",
-            &format!("{rev}^{{commit}}"),
-        ]))
-    }
-
-    fn is_ancestor(&self, ancestor: &str, of: &str) -> Result<bool, WorkspaceError> {
-        Ok(self
-            .probe(git::args(["merge-base", "--is-ancestor", ancestor, of]))?
-            .is_some())
-    }
-
-    /// A local command whose exit status 1 means "no" (rev-parse -q,
-    /// symbolic-ref -q, config --get, merge-base --is-ancestor): its trimmed
-    /// output, or `None`.
-    fn probe(&self, args: Vec<OsString>) -> Result<Option<String>, WorkspaceError> {
-        let op = probe_name(&args);
-        match self.run_local(args) {
-            Ok(out) => Ok(Some(out)),
-            Err(Failure::Exit { code: Some(1), .. }) => Ok(None),
-            Err(f) => Err(map_local(f, op, &self.path)),
-        }
-    }
-
-    /// A local command in the workspace; its trimmed stdout.
-    fn local(&self, op: &'static str, args: Vec<OsString>) -> Result<String, WorkspaceError> {
-        self.run_local(args)
-            .map_err(|f| map_local(f, op, &self.path))
-    }
-
-    /// A local command in the workspace; its stdout as printed (leading
-    /// spaces matter in `status --porcelain`).
-    fn local_raw(&self, op: &'static str, args: Vec<OsString>) -> Result<String, WorkspaceError> {
-        self.mgr
-            .git()
-            .run(Invocation {
-                dir: &self.path,
-                ceiling: &self.ceiling,
-                args,
-                remote: None,
-            })
-            .map(|o| o.stdout)
-            .map_err(|f| map_local(f, op, &self.path))
-    }
-
-    fn run_local(&self, args: Vec<OsString>) -> Result<String, Failure> {
-        self.mgr
-            .git()
-            .run(Invocation {
-                dir: &self.path,
-                ceiling: &self.ceiling,
-                args,
-                remote: None,
-            })
-            .map(|o| o.stdout.trim().to_owned())
-    }
-
-    /// A command that talks to the remote, with the token in its environment.
-    fn network(
-        &self,
-        op: &'static str,
-        dir: &Path,
-        args: Vec<OsString>,
-    ) -> Result<String, WorkspaceError> {
-        self.mgr
-            .git()
-            .run(Invocation {
-                dir,
-                ceiling: &self.ceiling,
-                args,
-                remote: Some(RemoteAuth {
-                    origin: &self.remote.origin,
-                    token: self.mgr.token.as_ref(),
-                }),
-            })
-            .map(|o| o.stdout.trim().to_owned())
-            .map_err(|f| self.map_remote(f, op, dir))
-    }
-
-    fn map_remote(&self, failure: Failure, op: &'static str, dir: &Path) -> WorkspaceError {
-        let stderr = failure.stderr();
-        let repo = self.repo.clone();
-        match failure {
-            Failure::Spawn(_) => map_local(failure, op, dir),
-            Failure::TimedOut { .. } => WorkspaceError::Transient { op, repo, stderr },
-            Failure::Exit { .. } => match git::classify_remote(&stderr) {
-                RemoteFailure::Auth => WorkspaceError::Auth { op, repo, stderr },
-                RemoteFailure::NotFound => WorkspaceError::NotFound {
-                    op,
-                    repo,
-                    detail: stderr,
-                },
-                RemoteFailure::Transient => WorkspaceError::Transient { op, repo, stderr },
-                RemoteFailure::Other if stderr.contains("Cannot determine remote HEAD") => {
-                    WorkspaceError::NotFound {
-                        op,
-                        repo,
-                        detail: stderr,
-                    }
-                }
-                RemoteFailure::Other => map_local(failure, op, dir),
-            },
-        }
-    }
-}
-
-/// The subcommand of a probe, for messages.
-fn probe_name(args: &[OsString]) -> &'static str {
-    match args.first().and_then(|a| a.to_str()) {
-        Some("rev-parse") => "rev-parse",
-        Some("symbolic-ref") => "symbolic-ref",
-        Some("config") => "config",
-        Some("merge-base") => "merge-base",
-        _ => "git",
-    }
-}
-
-/// A failed command that did not need the remote: a lock means someone else
-/// is at work in the workspace (Dirty); anything else is reported as is.
-fn map_local(failure: Failure, op: &'static str, path: &Path) -> WorkspaceError {
-    let stderr = failure.stderr();
-    match failure {
-        Failure::Spawn(source) => WorkspaceError::Io {
-            what: "could not run git; install it, or check the git program the manager was given",
-            path: path.to_path_buf(),
-            source,
-        },
-        Failure::TimedOut { .. } => WorkspaceError::Transient {
-            op,
-            repo: path.display().to_string(),
-            stderr,
-        },
-        Failure::Exit { .. } if stderr.contains(".lock': File exists") => WorkspaceError::Dirty {
-            path: path.to_path_buf(),
-            detail: format!("another git process holds a lock: {stderr}"),
-        },
-        Failure::Exit { .. } => WorkspaceError::Git {
-            op,
-            path: path.to_path_buf(),
-            stderr,
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn manager(root: &Path) -> WorkspaceManager {
         WorkspaceManager::new(root.to_path_buf(), "default".into(), None)
@@ -1003,27 +403,19 @@ mod tests {
     }
 
     #[test]
-    fn dispositions_follow_the_lifecycle() {
-        let dirty = WorkspaceError::Dirty {
-            path: PathBuf::from("/w"),
-            detail: "x".into(),
+    fn a_repository_without_a_clone_url_is_refused_before_anything_runs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let spec = RepoSpec {
+            owner: "acme".into(),
+            name: "widgets".into(),
+            clone_url: None,
         };
-        assert_eq!(dirty.disposition(), Disposition::Blocked);
-        assert_eq!(dirty.code(), "workspace_dirty");
-        let auth = WorkspaceError::Auth {
-            op: "fetch",
-            repo: "a/b".into(),
-            stderr: "401".into(),
-        };
-        assert_eq!(auth.disposition(), Disposition::RetryOnce);
-        assert_eq!(auth.code(), "git_auth_failed");
-        let transient = WorkspaceError::Transient {
-            op: "fetch",
-            repo: "a/b".into(),
-            stderr: "500".into(),
-        };
-        assert_eq!(transient.disposition(), Disposition::Retry);
-        assert_eq!(transient.code(), "git_transient");
+        let checkout = Checkout::DefaultBranch { name: None };
+        let err = manager(&root).prepare(&spec, &checkout).unwrap_err();
+        assert_eq!(err.code(), "no_clone_url", "{err}");
+        assert_eq!(err.disposition(), Disposition::Permanent);
+        assert!(!root.exists(), "nothing was created");
     }
 
     #[test]

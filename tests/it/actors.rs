@@ -4,9 +4,9 @@
 
 use crate::support::{repo, resource};
 use actix::prelude::*;
-use codex_bridge::actors::health::RegistryHealth;
+use codex_bridge::actors::health::{RegistryHealth, RepoActorStatus};
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
-use codex_bridge::actors::{ActorSettings, Deps, PrepareError, PrepareRequest, Workspaces};
+use codex_bridge::actors::{ActorDeps, ActorSettings, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
@@ -16,16 +16,22 @@ use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::tasks::{self, Verdict};
 use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+use codex_bridge::workspace::{Checkout, RepoSpec, WorkspaceError};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Makes the error a failing repository's `prepare` returns (a
+/// `WorkspaceError` may hold an `io::Error` and is not `Clone`).
+pub type Failure = fn() -> WorkspaceError;
+
 /// Workspaces under a temp root; a test can make a repository fail.
 #[derive(Clone, Default)]
 pub struct TestWorkspaces {
     root: PathBuf,
-    pub failures: Arc<Mutex<HashMap<String, PrepareError>>>,
+    /// Repositories whose `prepare` fails, with the error it fails with.
+    pub failures: Arc<Mutex<HashMap<String, Failure>>>,
     /// Repositories whose `prepare` waits until the test sends on the gate.
     pub gates: Arc<Mutex<HashMap<String, std::sync::mpsc::Receiver<()>>>>,
     pub prepared: Arc<Mutex<Vec<String>>>,
@@ -35,23 +41,27 @@ pub struct TestWorkspaces {
 }
 
 impl Workspaces for TestWorkspaces {
-    fn prepare(&self, req: &PrepareRequest) -> Result<PathBuf, PrepareError> {
-        let gate = self.gates.lock().unwrap().remove(&req.name);
+    fn prepare(&self, repo: &RepoSpec, _: &Checkout) -> Result<PathBuf, WorkspaceError> {
+        let gate = self.gates.lock().unwrap().remove(&repo.name);
         if let Some(gate) = gate {
             let _ = gate.recv();
         }
-        if let Some(err) = self.failures.lock().unwrap().get(&req.name) {
-            return Err(err.clone());
+        if let Some(failure) = self.failures.lock().unwrap().get(&repo.name) {
+            return Err(failure());
         }
-        self.prepared.lock().unwrap().push(req.name.clone());
-        let path = self.root.join("default").join(&req.owner).join(&req.name);
-        std::fs::create_dir_all(&path).map_err(|e| PrepareError::Transient(e.to_string()))?;
+        self.prepared.lock().unwrap().push(repo.name.clone());
+        let path = self.root.join("default").join(&repo.owner).join(&repo.name);
+        std::fs::create_dir_all(&path).unwrap();
         Ok(path)
     }
 
-    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, PrepareError> {
+    fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
         if self.unnamed.lock().unwrap().contains(name) {
-            return Err(PrepareError::InvalidName(name.to_owned()));
+            return Err(WorkspaceError::InvalidName {
+                field: "repository",
+                value: name.to_owned(),
+                reason: "the test refuses to name it",
+            });
         }
         Ok(self.root.join("default").join(owner).join(name))
     }
@@ -97,7 +107,7 @@ impl Harness {
             ..Default::default()
         };
         let verifier = ScriptedForge::default();
-        let deps = Arc::new(Deps {
+        let deps = Arc::new(ActorDeps {
             store: store.clone(),
             runtime: Arc::new(runtime.clone()),
             verifier: Arc::new(verifier.clone()),
@@ -169,21 +179,21 @@ impl Harness {
     }
 
     /// `repo`'s actor's scheduling passes and status (0 passes before it exists).
-    async fn passes(&self, repo: &str) -> (u64, String) {
+    async fn passes(&self, repo: &str) -> (u64, RepoActorStatus) {
         let key = format!("default:acme/{repo}");
         self.health()
             .await
             .repositories
             .into_iter()
             .find(|r| r.repo_key == key)
-            .map_or((0, String::new()), |r| (r.passes, r.status))
+            .map_or((0, RepoActorStatus::Unknown), |r| (r.passes, r.status))
     }
 
     /// Waits until `repo`'s actor has finished two scheduling passes after
     /// this call, the last ending `status`. Call it after the change the
     /// scheduler must see: the second pass began after the first ended, so
     /// after the change, and whatever it would have started has started.
-    pub async fn wait_repo_passes(&self, repo: &str, status: &str) {
+    pub async fn wait_repo_passes(&self, repo: &str, status: RepoActorStatus) {
         let (start, _) = self.passes(repo).await;
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
@@ -454,7 +464,8 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let behind = h.comment("widgets", 2, 2, "@ccbot after it").await;
         let elsewhere = h.comment("gadgets", 1, 3, "@ccbot elsewhere").await;
         h.wait_state(&elsewhere, TaskState::Succeeded).await;
-        h.wait_repo_passes("widgets", "uncertain").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Uncertain)
+            .await;
         assert_eq!(
             h.state(&behind).await,
             TaskState::Queued,
@@ -536,21 +547,40 @@ fn runtime_unavailable_retries_once_then_fails() {
 fn workspace_failures_map_to_blocked_retry_and_failed() {
     run(async {
         let h = Harness::start(ScriptedAgent::new(), settings());
-        h.workspaces.failures.lock().unwrap().insert(
-            "dirty".into(),
-            PrepareError::Dirty("src/lib.rs modified".into()),
-        );
         h.workspaces
             .failures
             .lock()
             .unwrap()
-            .insert("locked".into(), PrepareError::Auth("HTTP 401".into()));
+            .insert("dirty".into(), || WorkspaceError::Dirty {
+                path: "/ws/default/acme/dirty".into(),
+                detail: "1 uncommitted or untracked path(s): ` M src/lib.rs`".into(),
+            });
+        h.workspaces
+            .failures
+            .lock()
+            .unwrap()
+            .insert("locked".into(), || WorkspaceError::Auth {
+                op: "fetch",
+                repo: "acme/locked".into(),
+                stderr: "HTTP 401".into(),
+            });
+        h.workspaces
+            .failures
+            .lock()
+            .unwrap()
+            .insert("gone".into(), || WorkspaceError::NotFound {
+                op: "clone",
+                repo: "acme/gone".into(),
+                detail: "repository not found".into(),
+            });
         let dirty = h.comment("dirty", 1, 1, "@ccbot x").await;
         let dirty_next = h.comment("dirty", 2, 2, "@ccbot y").await;
         let locked = h.comment("locked", 1, 3, "@ccbot z").await;
+        let gone = h.comment("gone", 1, 4, "@ccbot w").await;
         h.wait_state(&dirty, TaskState::BlockedWorkspace).await;
         h.wait_state(&locked, TaskState::Failed).await;
-        h.wait_repo_passes("dirty", "blocked").await;
+        h.wait_state(&gone, TaskState::Failed).await;
+        h.wait_repo_passes("dirty", RepoActorStatus::Blocked).await;
         assert_eq!(
             h.state(&dirty_next).await,
             TaskState::Queued,
@@ -570,6 +600,22 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
             .collect();
         assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.task.error_code.as_deref(), Some("git_auth_failed"));
+        // Retrying cannot find what is not there: failed at once, with the
+        // workspace's own code.
+        let i = gone.clone();
+        let detail = h
+            .store
+            .read(move |c| tasks::detail(c, &i))
+            .await
+            .unwrap()
+            .unwrap();
+        let path: Vec<&str> = detail
+            .transitions
+            .iter()
+            .map(|t| t.to_state.as_str())
+            .collect();
+        assert_eq!(path, ["queued", "leased", "failed"]);
+        assert_eq!(detail.task.error_code.as_deref(), Some("git_not_found"));
         assert!(h.runtime.calls().is_empty());
         System::current().stop();
     });
@@ -739,7 +785,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .await
             .unwrap();
         let paused = h.comment("widgets", 1, 1, "@ccbot while paused").await;
-        h.wait_repo_passes("widgets", "paused").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Paused).await;
         assert_eq!(
             h.state(&paused).await,
             TaskState::Queued,
@@ -807,7 +853,8 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
             .await
             .unwrap();
         h.wait_state(&started, TaskState::Succeeded).await;
-        h.wait_repo_passes("widgets", "disabled").await;
+        h.wait_repo_passes("widgets", RepoActorStatus::Disabled)
+            .await;
         assert_eq!(
             h.state(&queued).await,
             TaskState::Queued,

@@ -360,13 +360,17 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
     let task = l.comment("bob", l.issue, "@ccbot fix it");
     // A clone, a thread with its MCP server, a whole turn and a verification
     // come first: more than the usual ten seconds on a loaded machine.
-    wait_until("the reply-retry turn running", Duration::from_secs(60), || {
-        let d = l
-            .server
-            .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
-            .json;
-        d["task"]["replyAttempt"] == 1 && d["task"]["state"] == "running"
-    });
+    wait_until(
+        "the reply-retry turn running",
+        Duration::from_secs(60),
+        || {
+            let d = l
+                .server
+                .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+                .json;
+            d["task"]["replyAttempt"] == 1 && d["task"]["state"] == "running"
+        },
+    );
     // The retry turn's request reached the model (and hangs there).
     let requests_before = l.model.wait_for_requests(2, Duration::from_secs(30)).len();
     let db = l.server.db_url.clone();

@@ -527,7 +527,6 @@ fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
     for key in [
         "activeTurn",
         "normalLane",
-        "steerLane",
         "outboxDepth",
         "mailboxBacklog",
         "lastEventAt",

@@ -186,7 +186,7 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
 
 #[test]
 fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared() {
-    use codex_bridge::actors::PrepareError;
+    use codex_bridge::workspace::WorkspaceError;
     run(async {
         let h = Harness::start(ScriptedAgent::new(), settings());
         let (open, gate) = std::sync::mpsc::channel();
@@ -195,13 +195,15 @@ fn a_workspace_failure_never_overwrites_an_abort_that_landed_while_it_prepared()
             .lock()
             .unwrap()
             .insert("broken".into(), gate);
-        h.workspaces.failures.lock().unwrap().insert(
-            "broken".into(),
-            PrepareError::Fatal {
-                code: "git_failed",
-                detail: "no such ref".into(),
-            },
-        );
+        h.workspaces
+            .failures
+            .lock()
+            .unwrap()
+            .insert("broken".into(), || WorkspaceError::Git {
+                op: "checkout",
+                path: "/ws/default/acme/broken".into(),
+                stderr: "no such ref".into(),
+            });
         let id = h.comment("broken", 1, 1, "@ccbot x").await;
         h.wait_state(&id, TaskState::Leased).await;
         let i = id.clone();

@@ -48,7 +48,7 @@ fn spec(sim: &GitSim, owner: &str, name: &str) -> RepoSpec {
     RepoSpec {
         owner: owner.into(),
         name: name.into(),
-        clone_url: sim.clone_url(owner, name),
+        clone_url: Some(sim.clone_url(owner, name)),
     }
 }
 
@@ -333,7 +333,7 @@ fn workspace_token_travels_only_in_the_authorization_header() {
         let mut with_userinfo = spec(&e.sim, "acme", "gadgets");
         with_userinfo.clone_url = with_userinfo
             .clone_url
-            .replace("http://", &format!("http://bot:{TOKEN}@"));
+            .map(|url| url.replace("http://", &format!("http://bot:{TOKEN}@")));
         e.manager
             .prepare(&with_userinfo, &default_branch())
             .unwrap();
@@ -407,7 +407,7 @@ fn workspace_wrong_or_missing_token_is_auth_and_never_waits_for_a_prompt() {
         );
         assert!(matches!(err, WorkspaceError::Auth { .. }), "{err}");
         assert_eq!(err.code(), "git_auth_failed");
-        assert_eq!(err.disposition(), Disposition::RetryOnce);
+        assert_eq!(err.disposition(), Disposition::Transient);
         let msg = err.to_string();
         assert!(
             !msg.contains(TOKEN) && !msg.contains("wrong-token-1234"),
@@ -447,7 +447,7 @@ fn workspace_server_errors_are_transient() {
         "{err}"
     );
     assert_eq!(err.code(), "git_transient");
-    assert_eq!(err.disposition(), Disposition::Retry);
+    assert_eq!(err.disposition(), Disposition::Transient);
     assert!(err.to_string().contains("returned error: 500"), "{err}");
     assert!(!e.root.join("default/acme/widgets").exists());
 
@@ -468,7 +468,7 @@ fn workspace_server_errors_are_transient() {
     let m = manager(&e.tmp.path().join("other-root"), Some(TOKEN));
     let err = expect_err(m.prepare(
         &RepoSpec {
-            clone_url: gone,
+            clone_url: Some(gone),
             ..s.clone()
         },
         &default_branch(),
@@ -503,7 +503,7 @@ fn assert_blocked(e: &Env, name: &str, checkout: &Checkout, mess: impl Fn(&Path)
     let err = expect_err(e.manager.prepare(&s, checkout));
     assert!(matches!(err, WorkspaceError::Dirty { .. }), "{name}: {err}");
     assert_eq!(err.code(), "workspace_dirty");
-    assert_eq!(err.disposition(), Disposition::Blocked);
+    assert_eq!(err.disposition(), Disposition::NeedsOperator);
     let msg = err.to_string();
     assert!(msg.contains(detail), "{name}: {msg}");
     assert!(msg.contains("never resets"), "{msg}");
@@ -638,13 +638,13 @@ fn workspace_refuses_path_tricks_and_creates_nothing() {
             let s = RepoSpec {
                 owner: owner.into(),
                 name: name.into(),
-                clone_url: e.sim.clone_url("acme", "widgets"),
+                clone_url: Some(e.sim.clone_url("acme", "widgets")),
             };
             let err = e.manager.path_for(owner, name).unwrap_err();
             assert_eq!(err.code(), "invalid_repository_name", "{owner:?}/{name:?}");
             let err = expect_err(e.manager.prepare(&s, &default_branch()));
             assert!(matches!(err, WorkspaceError::InvalidName { .. }), "{err}");
-            assert_eq!(err.disposition(), Disposition::Refuse);
+            assert_eq!(err.disposition(), Disposition::CannotName);
         }
     }
     assert!(!e.root.exists(), "nothing is created for a refused name");
@@ -686,7 +686,7 @@ fn workspace_refuses_bad_branches_and_clone_urls_before_any_request() {
     for url in ["file:///etc", "ext::sh -c id", "ssh://h/acme/widgets.git"] {
         let err = expect_err(e.manager.prepare(
             &RepoSpec {
-                clone_url: url.into(),
+                clone_url: Some(url.into()),
                 ..s.clone()
             },
             &default_branch(),

@@ -1,6 +1,6 @@
 //! Every decision the session makes about a task, as one pure function:
 //! [`next`]`(snapshot, event) -> Decision`. No I/O, no actix, no clock. The
-//! pass (`pass.rs`) gathers the [`Snapshot`] from the store, feeds it what
+//! drive (`drive.rs`) gathers the [`Snapshot`] from the store, feeds it what
 //! happened as an [`Event`], commits the decision's transition together with
 //! its in-commit writes by compare-and-swap on the version it names, then
 //! carries out its remaining [`Effect`]s, the last of which reports the next
@@ -156,7 +156,7 @@ pub enum FallbackOutcome {
 /// Something that happened to the task, as the session saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// A lane pass picked the task up (first time, or after any restart).
+    /// A drive picked the task up (first time, or after any restart).
     Picked,
     Permission(Permission),
     /// The answer to the task's turn/start (or the thread before it).
@@ -400,7 +400,7 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
     if snap.state.is_terminal() {
         return Decision::on(snap, "the task has ended");
     }
-    if !driven(snap.state) && !matches!(event, Event::SendNow { .. }) {
+    if !snap.state.is_session_driven() && !matches!(event, Event::SendNow { .. }) {
         // Queued, waiting or held tasks are the scheduler's or an operator's.
         return Decision::on(snap, "the session does not drive a task in this state");
     }
@@ -462,14 +462,6 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
         .to
         .is_none_or(|to| lifecycle::check(snap.state, to).is_ok()));
     d
-}
-
-/// The states a session drives, from the lease to the task's settling.
-pub fn driven(state: TaskState) -> bool {
-    matches!(
-        state,
-        S::Leased | S::Running | S::AwaitingApproval | S::VerifyingReply | S::CancelRequested
-    )
 }
 
 mod rules;

@@ -1,53 +1,42 @@
 //! The session actor: one per Issue/PR. It owns the agent thread and drives its
 //! leased tasks through the runtime: thread, turn/start intent, turn, events,
-//! verification. The outbox's two drain lanes (normal, steer) are mailbox
-//! messages with their own busy flag: a wake-up that arrives while a lane runs
-//! only sets a follow-up flag that the finishing pass honours, so nothing that
-//! lands at the boundary is lost.
+//! verification. The outbox's drain lane is a mailbox message with its own
+//! busy flag: a wake-up that arrives while the lane runs only sets a
+//! follow-up flag that the finishing drive honours, so nothing that lands at
+//! the boundary is lost.
 //!
-//! Every decision about a task is made by the pure [`decide::next`]; a pass
-//! (`pass.rs`) gathers what it needs from the store and carries out what it
-//! decides. After a restart (a fault in this actor, or a new process) a pass
+//! Every decision about a task is made by the pure [`decide::next`]; a drive
+//! (`drive.rs`) gathers what it needs from the store and carries out what it
+//! decides. After a restart (a fault in this actor, or a new process) a drive
 //! rebuilds from the store: work before the turn/start intent is run (or, if
 //! a dead process had it, retried once); work after the intent is never
 //! replayed: it is confirmed from the thread's history or marked
 //! `needs_reconciliation`.
 
 pub mod decide;
-mod pass;
+mod drive;
 mod prompt;
 mod recover;
 mod reply;
 mod turn;
 
-use super::health::SessionHealth;
+use super::health::{SessionActorStatus, SessionHealth};
 use super::registry::{Registry, SessionIdle, TaskSettled};
-use super::{catch_panic, Deps};
+use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey};
 use crate::store::models::Task;
 use crate::store::{now, sessions};
 use actix::prelude::*;
-use futures_util::FutureExt;
-use pass::PassError;
+use drive::DriveError;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The two drain lanes of a session's outbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lane {
-    /// Starts turns for queued work, one at a time.
-    Normal,
-    /// Steers the active turn (used by the `/steer` send mode).
-    Steer,
-}
-
-/// Run a lane's pass (or mark a follow-up if it is running).
+/// Drive the session's next task through its turn (or mark a follow-up if a
+/// drive is running).
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
-pub struct Drain {
-    pub lane: Lane,
-}
+pub struct Drain;
 
 /// Interrupt the task's turn (operator abort).
 #[derive(Message, Debug, Clone)]
@@ -57,7 +46,7 @@ pub struct Abort {
 }
 
 /// An approval of the task was decided through this process: the waiting
-/// pass reads the decision now instead of at its next re-check.
+/// drive reads the decision now instead of at its next re-check.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct ApprovalDecided {
@@ -69,14 +58,18 @@ pub struct ApprovalDecided {
 #[rtype(result = "()")]
 pub struct StopIfIdle;
 
+/// The drain lane: it starts turns for queued work, one at a time.
 #[derive(Debug, Default)]
 struct LaneState {
+    /// A drive is running.
     busy: bool,
+    /// A wake-up arrived during the drive: run another when it ends.
     followup: bool,
+    /// Drives started since the actor started (shown by the health view).
     passes: u64,
 }
 
-/// The turn a pass is driving, shared so `Abort` can reach it.
+/// The turn a drive follows, shared so `Abort` can reach it.
 #[derive(Debug, Clone, Default)]
 struct ActiveTurn {
     task_id: Option<String>,
@@ -84,8 +77,8 @@ struct ActiveTurn {
     turn_id: Option<String>,
 }
 
-/// What the actor and its running pass share: the health entry, which task
-/// and turn the pass drives (so `Abort` and `ApprovalDecided` reach it), and
+/// What the actor and its running drive share: the health entry, which task
+/// and turn the drive follows (so `Abort` and `ApprovalDecided` reach it), and
 /// the wake-ups for them.
 #[derive(Clone)]
 pub(super) struct Signals {
@@ -98,7 +91,7 @@ pub(super) struct Signals {
 }
 
 impl Signals {
-    /// The pass picked `task` up.
+    /// The drive picked `task` up.
     fn driving(&self, task: &Task) {
         if let Ok(mut a) = self.active.lock() {
             a.task_id = Some(task.task_id.clone());
@@ -111,7 +104,7 @@ impl Signals {
         }
     }
 
-    /// Whether the running pass drives `task_id`.
+    /// Whether the running drive follows `task_id`.
     fn drives(&self, task_id: &str) -> bool {
         self.active
             .lock()
@@ -140,9 +133,9 @@ impl Signals {
         }
     }
 
-    fn status(&self, status: &str) {
+    fn status(&self, status: SessionActorStatus) {
         if let Ok(mut h) = self.health.lock() {
-            h.status = status.to_owned();
+            h.status = status;
         }
     }
 }
@@ -150,12 +143,11 @@ impl Signals {
 pub struct SessionActor {
     session_key: ResourceKey,
     repo_key: RepoKey,
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     registry: Addr<Registry>,
     health: Arc<Mutex<SessionHealth>>,
     backlog: Arc<AtomicI64>,
-    normal: LaneState,
-    steer: LaneState,
+    lane: LaneState,
     signals: Signals,
     last_activity: Instant,
 }
@@ -164,7 +156,7 @@ impl SessionActor {
     pub fn new(
         session_key: ResourceKey,
         repo_key: RepoKey,
-        deps: Arc<Deps>,
+        deps: Arc<ActorDeps>,
         registry: Addr<Registry>,
         health: Arc<Mutex<SessionHealth>>,
         backlog: Arc<AtomicI64>,
@@ -175,8 +167,7 @@ impl SessionActor {
             deps,
             registry,
             backlog,
-            normal: LaneState::default(),
-            steer: LaneState::default(),
+            lane: LaneState::default(),
             signals: Signals {
                 health: health.clone(),
                 active: Arc::new(Mutex::new(ActiveTurn::default())),
@@ -191,20 +182,10 @@ impl SessionActor {
     fn update_health(&self, f: impl FnOnce(&mut SessionHealth)) {
         if let Ok(mut h) = self.health.lock() {
             f(&mut h);
-            h.normal_lane.busy = self.normal.busy;
-            h.normal_lane.followup = self.normal.followup;
-            h.normal_lane.passes = self.normal.passes;
-            h.steer_lane.busy = self.steer.busy;
-            h.steer_lane.followup = self.steer.followup;
-            h.steer_lane.passes = self.steer.passes;
+            h.normal_lane.busy = self.lane.busy;
+            h.normal_lane.followup = self.lane.followup;
+            h.normal_lane.passes = self.lane.passes;
             h.last_event_at = Some(now());
-        }
-    }
-
-    fn lane(&mut self, lane: Lane) -> &mut LaneState {
-        match lane {
-            Lane::Normal => &mut self.normal,
-            Lane::Steer => &mut self.steer,
         }
     }
 
@@ -236,36 +217,30 @@ impl SessionActor {
         );
     }
 
-    fn drain(&mut self, lane: Lane, ctx: &mut Context<Self>) {
+    fn drain(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        let state = self.lane(lane);
-        if state.busy {
-            state.followup = true;
+        if self.lane.busy {
+            self.lane.followup = true;
             return;
         }
-        state.busy = true;
-        state.passes += 1;
-        self.update_health(|h| h.status = "busy".into());
-        let fut = match lane {
-            Lane::Normal => pass::run(
-                self.deps.clone(),
-                self.session_key.clone(),
-                self.signals.clone(),
-            )
-            .boxed_local(),
-            // No send mode steers yet; the lane exists so the mode has its own flag.
-            Lane::Steer => async { Ok(false) }.boxed_local(),
-        };
+        self.lane.busy = true;
+        self.lane.passes += 1;
+        self.update_health(|h| h.status = SessionActorStatus::Busy);
+        let fut = drive::run(
+            self.deps.clone(),
+            self.session_key.clone(),
+            self.signals.clone(),
+        );
         ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
             act.last_activity = Instant::now();
-            act.lane(lane).busy = false;
+            act.lane.busy = false;
             if let Ok(mut a) = act.signals.active.lock() {
                 *a = ActiveTurn::default();
             }
             match result {
                 Ok(Ok(settled)) => {
                     act.update_health(|h| {
-                        h.status = "idle".into();
+                        h.status = SessionActorStatus::Idle;
                         h.active_task = None;
                         h.active_turn = None;
                     });
@@ -276,13 +251,13 @@ impl SessionActor {
                         });
                     }
                 }
-                Ok(Err(PassError::Store(e))) => {
+                Ok(Err(DriveError::Store(e))) => {
                     // Not a fault of ours: try again shortly, state is in the store.
-                    tracing::warn!(session.key = %act.session_key, error = %e, "session pass failed on the store; retrying");
+                    tracing::warn!(session.key = %act.session_key, error = %e, "session drive failed on the store; retrying");
                     act.update_health(|h| h.last_error = Some(e.to_string()));
-                    ctx.run_later(Duration::from_secs(1), move |act, ctx| act.drain(lane, ctx));
+                    ctx.run_later(Duration::from_secs(1), |act, ctx| act.drain(ctx));
                 }
-                Ok(Err(PassError::Fault(e))) => {
+                Ok(Err(DriveError::Fault(e))) => {
                     tracing::error!(session.key = %act.session_key, error = %e, "session actor error; restarting it");
                     act.update_health(|h| h.last_error = Some(e));
                     ctx.stop();
@@ -295,10 +270,9 @@ impl SessionActor {
                     return;
                 }
             }
-            let state = act.lane(lane);
-            if state.followup {
-                state.followup = false;
-                act.drain(lane, ctx);
+            if act.lane.followup {
+                act.lane.followup = false;
+                act.drain(ctx);
             }
         }));
     }
@@ -310,22 +284,21 @@ impl Actor for SessionActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         self.update_health(|h| {
             h.starts += 1;
-            h.status = "idle".into();
+            h.status = SessionActorStatus::Idle;
         });
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
-        self.drain(Lane::Normal, ctx);
+        self.drain(ctx);
     }
 }
 
 impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
-        self.normal = LaneState::default();
-        self.steer = LaneState::default();
+        self.lane = LaneState::default();
         crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
-            h.status = "restarting".into();
+            h.status = SessionActorStatus::Restarting;
         });
     }
 }
@@ -333,24 +306,24 @@ impl Supervised for SessionActor {
 impl Handler<Drain> for SessionActor {
     type Result = ();
 
-    /// Runs the lane's pass, or marks a follow-up when one is running.
-    fn handle(&mut self, msg: Drain, ctx: &mut Self::Context) {
+    /// Drives the next task, or marks a follow-up when a drive is running.
+    fn handle(&mut self, _: Drain, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
-        self.drain(msg.lane, ctx);
+        self.drain(ctx);
     }
 }
 
 impl Handler<Abort> for SessionActor {
     type Result = ();
 
-    /// Signals the running pass to interrupt its turn.
+    /// Signals the running drive to interrupt its turn.
     fn handle(&mut self, msg: Abort, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         if self.signals.drives(&msg.task_id) {
             self.signals.abort.notify_one();
         } else {
-            // Not running here: the next pass finds `cancel_requested` and settles it.
-            self.drain(Lane::Normal, ctx);
+            // Not running here: the next drive finds `cancel_requested` and settles it.
+            self.drain(ctx);
         }
     }
 }
@@ -359,8 +332,7 @@ impl Handler<StopIfIdle> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
-        let idle = !self.normal.busy && !self.steer.busy;
-        if idle && self.last_activity.elapsed() >= self.deps.settings.session_idle {
+        if !self.lane.busy && self.last_activity.elapsed() >= self.deps.settings.session_idle {
             self.registry.do_send(SessionIdle {
                 session_key: self.session_key.clone(),
             });
@@ -371,7 +343,7 @@ impl Handler<StopIfIdle> for SessionActor {
 impl Handler<ApprovalDecided> for SessionActor {
     type Result = ();
 
-    /// Wakes the pass that waits for this task's approval.
+    /// Wakes the drive that waits for this task's approval.
     fn handle(&mut self, msg: ApprovalDecided, _: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         if self.signals.drives(&msg.task_id) {

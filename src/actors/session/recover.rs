@@ -3,7 +3,7 @@
 //! uncertain turn/start answer and a reply-retry turn in doubt all come here.
 
 use super::decide::{Event, Finding};
-use super::pass::{Pass, PassError};
+use super::drive::{DriveError, TaskDrive};
 use crate::agent::TurnLookup;
 use crate::domain::OperationId;
 use crate::store::audit::{self, Audit};
@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 /// for it to end (bounded by `history_wait`).
 const RUNNING_RECHECK: Duration = Duration::from_millis(100);
 
-impl Pass {
+impl TaskDrive {
     /// Looks the task's operation up in the thread's history. The lookup is
     /// audited before anything is decided on it; if that record cannot be
-    /// written, the pass fails and nothing is decided.
-    pub(super) async fn look_up_history(&mut self) -> Result<Event, PassError> {
+    /// written, the drive fails and nothing is decided.
+    pub(super) async fn look_up_history(&mut self) -> Result<Event, DriveError> {
         let Some(thread) = self.turn.thread_id.clone().or(self.task.thread_id.clone()) else {
             self.audit_lookup("no_thread", None, None).await?;
             return Ok(Event::History(Finding::NoThread));
@@ -76,7 +76,7 @@ impl Pass {
         found: &'static str,
         turn_id: Option<String>,
         error: Option<String>,
-    ) -> Result<(), PassError> {
+    ) -> Result<(), DriveError> {
         let (id, op) = (self.task.task_id.clone(), self.operation_id.clone());
         self.deps
             .store

@@ -4,7 +4,7 @@
 //! decisions say what it means.
 
 use super::decide::{Event, FallbackOutcome, Start, Verdict};
-use super::pass::{fallback_status, Pass, PassError};
+use super::drive::{fallback_status, DriveError, TaskDrive};
 use super::prompt::{reply_retry_prompt, strip_markers};
 use crate::agent::{AgentError, ThreadRequest, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
@@ -13,9 +13,9 @@ use crate::gitea::reply::reply_marker;
 use crate::store::audit::{self, Audit};
 use crate::store::{comments, turns};
 
-impl Pass {
+impl TaskDrive {
     /// Reads what is stored about the reply, then asks the verifier.
-    pub(super) async fn verify_reply(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn verify_reply(&mut self) -> Result<Event, DriveError> {
         let id = self.task.task_id.clone();
         let (original, fallback, reply) = self
             .deps
@@ -100,7 +100,7 @@ impl Pass {
         Ok(Event::Reply(verdict))
     }
 
-    /// The turn a reply belongs to: the one this pass read, else the task's.
+    /// The turn a reply belongs to: the one this drive read, else the task's.
     fn reply_turn_id(&self) -> String {
         self.turn
             .turn_id
@@ -112,7 +112,7 @@ impl Pass {
     /// The one reply-retry turn: same thread, a new operation (its intent
     /// was committed with the decision), a prompt that only asks to post the
     /// previous final text again.
-    pub(super) async fn start_reply_retry(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn start_reply_retry(&mut self) -> Result<Event, DriveError> {
         let thread = self.turn.thread_id.clone().or(self.task.thread_id.clone());
         let (Some(thread), Some(cwd), Some(policy), Some(text), Some(entry)) = (
             thread,
@@ -165,7 +165,7 @@ impl Pass {
 
     /// The one REST post of the stored final text, with the same marker,
     /// then proof that it landed.
-    pub(super) async fn post_rest_fallback(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn post_rest_fallback(&mut self) -> Result<Event, DriveError> {
         // The verification that proved the reply missing just read the text
         // a reply publishes: the task's own turn's final text.
         let Some(text) = self.turn.final_text.clone() else {
@@ -247,7 +247,7 @@ impl Pass {
         action: &'static str,
         comment: Option<i64>,
         error: Option<String>,
-    ) -> Result<(), PassError> {
+    ) -> Result<(), DriveError> {
         let (id, res, reason) = (
             self.task.task_id.clone(),
             self.task.resource_key.clone(),

@@ -4,8 +4,9 @@
 //! them moves the task.
 
 use super::decide::{Event, Start, Stop, TurnEnd};
-use super::pass::{Pass, PassError, PendingApproval, Turn};
+use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::turn_prompt;
+use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::gitea::reply::{comment_call, has_reply_marker};
@@ -13,9 +14,9 @@ use crate::store::audit::{self, Audit};
 use crate::store::{ledger, sessions, turns, StoreError};
 use futures_util::StreamExt;
 
-impl Pass {
+impl TaskDrive {
     /// Before admission: the thread, the intent (one commit), turn/start.
-    pub(super) async fn start_turn(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn start_turn(&mut self) -> Result<Event, DriveError> {
         let (Some(cwd), Some(policy), Some(entry)) =
             (self.workspace.clone(), self.policy, self.entry.clone())
         else {
@@ -107,11 +108,11 @@ impl Pass {
 
     /// Reads the turn's events, recording the ones that only inform, up to
     /// the next one a decision is needed for.
-    pub(super) async fn read_turn(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn read_turn(&mut self) -> Result<Event, DriveError> {
         let (Some(turn_id), Some(mut events)) =
             (self.turn.turn_id.clone(), self.turn.events.take())
         else {
-            return Err(PassError::Fault(format!(
+            return Err(DriveError::Fault(format!(
                 "task {}: no turn to read",
                 self.task.task_id
             )));
@@ -129,7 +130,7 @@ impl Pass {
         &mut self,
         turn_id: &str,
         events: &mut futures_util::stream::BoxStream<'static, TurnEvent>,
-    ) -> Result<Event, PassError> {
+    ) -> Result<Event, DriveError> {
         let far = tokio::time::Instant::now() + std::time::Duration::from_secs(86_400 * 365);
         loop {
             let next = match self.turn.grace {
@@ -147,7 +148,7 @@ impl Pass {
                 }
             };
             let Some(ev) = next else {
-                return Err(PassError::Fault(format!(
+                return Err(DriveError::Fault(format!(
                     "the event stream of turn {turn_id} ended without an end event"
                 )));
             };
@@ -219,15 +220,15 @@ impl Pass {
     /// `approval_timeout` passes. Decisions written by another process (the
     /// CLI, another instance) are found by reading the store again every
     /// sweep interval. An abort ends the wait.
-    pub(super) async fn await_approval(&mut self) -> Result<Event, PassError> {
+    pub(super) async fn await_approval(&mut self) -> Result<Event, DriveError> {
         use crate::store::approvals;
         let Some(approval_id) = self.approval.as_ref().and_then(|a| a.approval_id.clone()) else {
-            return Err(PassError::Fault(format!(
+            return Err(DriveError::Fault(format!(
                 "task {}: awaiting an approval that was not recorded",
                 self.task.task_id
             )));
         };
-        self.signals.status("awaiting_approval");
+        self.signals.status(SessionActorStatus::AwaitingApproval);
         tracing::info!(task.id = %self.task.task_id, approval.id = %approval_id, "waiting for an approval");
         let deadline = tokio::time::Instant::now() + self.deps.settings.approval_timeout;
         let recheck = self.deps.settings.sweep;
@@ -261,7 +262,7 @@ impl Pass {
                 _ = tokio::time::sleep_until(wake) => {}
             }
         };
-        self.signals.status("busy");
+        self.signals.status(SessionActorStatus::Busy);
         Ok(Event::ApprovalDecided { accept })
     }
 

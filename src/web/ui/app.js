@@ -389,7 +389,7 @@ function renderActors() {
             s.activeTask ? h("span", { class: "small" }, "task ", taskLink(s.activeTask)) : null,
             s.activeTurn ? h("span", { class: "small mono hide-narrow" }, "turn " + s.activeTurn) : null),
           h("div", { class: "facts" },
-            lane("normal lane", s.normalLane || {}), lane("steer lane", s.steerLane || {}),
+            lane("normal lane", s.normalLane || {}),
             h("span", {}, "outbox: ", h("b", {}, s.outboxDepth)),
             h("span", {}, "mailbox: ", h("b", {}, s.mailboxBacklog)),
             h("span", {}, "restarts: ", h("b", {}, s.restarts)),

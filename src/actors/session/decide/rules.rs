@@ -10,7 +10,7 @@ pub(super) fn ignored(snap: &Snapshot) -> Decision {
     Decision::on(snap, "the event does not apply to the task's state")
 }
 
-/// A pass found the task: carry on from where the store says it is.
+/// A drive found the task: carry on from where the store says it is.
 pub(super) fn picked(snap: &Snapshot) -> Decision {
     let on = |reason| Decision::on(snap, reason);
     if snap.admission == Admission::NoEntry {

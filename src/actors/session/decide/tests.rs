@@ -18,7 +18,7 @@ fn leased() -> Snapshot {
     }
 }
 
-/// Applies a decision to a snapshot as the pass would: the transition, and
+/// Applies a decision to a snapshot as the drive would: the transition, and
 /// what each effect changes in what the store then says.
 fn apply(snap: &mut Snapshot, d: &Decision) {
     if let Some(to) = d.to {
@@ -44,7 +44,7 @@ fn apply(snap: &mut Snapshot, d: &Decision) {
     }
 }
 
-/// Feeds `event`, following `Again` as the pass does; the decisions made.
+/// Feeds `event`, following `Again` as the drive does; the decisions made.
 fn feed(snap: &mut Snapshot, event: Event) -> Vec<Decision> {
     let mut out = Vec::new();
     loop {
@@ -207,7 +207,7 @@ fn the_driven_states_are_the_stores_session_index() {
     let condition = crate::store::sessions::SESSION_DRIVEN_STATES;
     for state in TaskState::ALL {
         let listed = condition.contains(&format!("'{}'", state.as_str()));
-        assert_eq!(driven(state), listed, "{state}");
+        assert_eq!(state.is_session_driven(), listed, "{state}");
     }
 }
 
@@ -278,7 +278,7 @@ enum Step {
     Event(Event),
     /// The scheduler claims a queued or waiting task for a new attempt.
     Claim,
-    /// The process restarts: a new pass picks the task up.
+    /// The process restarts: a new drive picks the task up.
     Restart,
 }
 

@@ -1,5 +1,5 @@
-//! One pass of the session's normal lane over its oldest unsettled task:
-//! gather the snapshot, ask [`decide::next`], commit the decision by
+//! One drive of a task: the session takes its oldest unsettled task,
+//! gathers the snapshot, ask [`decide::next`], commit the decision by
 //! compare-and-swap on the version it names, carry out its effects, and feed
 //! what they report back in, until a decision asks for nothing more.
 //!
@@ -12,7 +12,7 @@ use super::decide::{
     Stop, TurnEnd,
 };
 use super::Signals;
-use crate::actors::Deps;
+use crate::actors::ActorDeps;
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
-pub(super) enum PassError {
+pub(super) enum DriveError {
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The actor lost sight of its turn: stop, restart, recover by history.
@@ -40,7 +40,7 @@ pub(super) enum PassError {
 /// moving the task under us, and the actor restarts instead.
 const MAX_STALE_IN_A_ROW: u32 = 3;
 
-/// The turn a pass is driving, as its effects learn it.
+/// The turn a drive follows, as its effects learn it.
 #[derive(Default)]
 pub(super) struct Turn {
     pub thread_id: Option<String>,
@@ -65,8 +65,8 @@ pub(super) struct PendingApproval {
     pub approval_id: Option<String>,
 }
 
-pub(super) struct Pass {
-    pub deps: Arc<Deps>,
+pub(super) struct TaskDrive {
+    pub deps: Arc<ActorDeps>,
     pub signals: Signals,
     pub task: Task,
     pub entry: Option<OutboxEntry>,
@@ -94,46 +94,47 @@ pub(super) struct Pass {
     pub detail: Option<String>,
 }
 
-/// Runs one pass. Returns whether the task settled, so the repository may
-/// start its next one (`false` when the session had nothing to drive).
+/// Drives the session's oldest unsettled task as far as it goes now.
+/// Returns whether the task settled, so the repository may start its next
+/// one (`false` when the session had nothing to drive).
 pub(super) async fn run(
-    deps: Arc<Deps>,
+    deps: Arc<ActorDeps>,
     session_key: ResourceKey,
     signals: Signals,
-) -> Result<bool, PassError> {
-    let Some(mut pass) = Pass::gather(deps, session_key, signals).await? else {
+) -> Result<bool, DriveError> {
+    let Some(mut drive) = TaskDrive::gather(deps, session_key, signals).await? else {
         return Ok(false);
     };
     let mut event = Event::Picked;
     let mut stale = 0;
     loop {
-        let decision = decide::next(&pass.snap, &event);
-        if !pass.commit(&decision).await? {
+        let decision = decide::next(&drive.snap, &event);
+        if !drive.commit(&decision).await? {
             stale += 1;
             if stale > MAX_STALE_IN_A_ROW {
-                return Err(PassError::Fault(format!(
+                return Err(DriveError::Fault(format!(
                     "task {} keeps changing under the session's decisions",
-                    pass.task.task_id
+                    drive.task.task_id
                 )));
             }
-            pass.refresh().await?;
+            drive.refresh().await?;
             continue;
         }
         stale = 0;
-        match pass.carry_out(&decision, event).await? {
+        match drive.carry_out(&decision, event).await? {
             Some(next) => event = next,
-            None => return Ok(!decide::driven(pass.snap.state)),
+            None => return Ok(!drive.snap.state.is_session_driven()),
         }
     }
 }
 
-impl Pass {
+impl TaskDrive {
     /// Reads the session's oldest driven task and what the decisions need.
     async fn gather(
-        deps: Arc<Deps>,
+        deps: Arc<ActorDeps>,
         session_key: ResourceKey,
         signals: Signals,
-    ) -> Result<Option<Pass>, PassError> {
+    ) -> Result<Option<TaskDrive>, DriveError> {
         let key = session_key.clone();
         let found = deps
             .store
@@ -172,9 +173,19 @@ impl Pass {
             return Ok(None);
         };
         let state = task.state;
-        let workspace = repo
+        let workspace = match repo
             .as_ref()
-            .and_then(|r| deps.workspaces.path_for(&r.owner, &r.name).ok());
+            .map(|r| deps.workspaces.path_for(&r.owner, &r.name))
+        {
+            Some(Ok(path)) => Some(path),
+            Some(Err(e)) => {
+                // The decisions fail the task as `workspace_unavailable`;
+                // the operator reads why here.
+                tracing::warn!(task.id = %task.task_id, code = e.code(), "the task's workspace cannot be named: {e}");
+                None
+            }
+            None => None,
+        };
         let policy = repo
             .as_ref()
             .map(|r| deps.settings.policy_for(&r.owner, &r.name));
@@ -209,7 +220,7 @@ impl Pass {
             None => None,
         };
         signals.driving(&task);
-        Ok(Some(Pass {
+        Ok(Some(TaskDrive {
             attempt_id: attempt.map(|a| a.attempt_id).unwrap_or_default(),
             turn: Turn {
                 thread_id: task.thread_id.clone(),
@@ -235,14 +246,14 @@ impl Pass {
 
     /// Reads the task row again after a stale decision: what others changed
     /// is what the next decision is made on.
-    async fn refresh(&mut self) -> Result<(), PassError> {
+    async fn refresh(&mut self) -> Result<(), DriveError> {
         let id = self.task.task_id.clone();
         let task = self
             .deps
             .store
             .read(move |c| crate::store::tasks::find(c, &id))
             .await?
-            .ok_or_else(|| PassError::Fault(format!("task {} is gone", self.task.task_id)))?;
+            .ok_or_else(|| DriveError::Fault(format!("task {} is gone", self.task.task_id)))?;
         self.snap.state = task.state;
         self.snap.state_version = task.state_version;
         self.snap.attempt = task.attempt;
@@ -254,16 +265,16 @@ impl Pass {
     /// Commits the decision: its transition by compare-and-swap on the
     /// version it was made on, with its in-commit writes. `false` when the
     /// task had changed meanwhile (audited; nothing else was written).
-    async fn commit(&mut self, d: &Decision) -> Result<bool, PassError> {
+    async fn commit(&mut self, d: &Decision) -> Result<bool, DriveError> {
         let writes: Vec<Effect> = d.effects.iter().copied().filter(|e| e.is_write()).collect();
         if d.to.is_none() && writes.is_empty() {
             return Ok(true);
         }
         if writes.contains(&Effect::RequeueEntry) {
             // "Send now" is an operator's control, carried out by the admin
-            // side; a lane pass never decides it.
-            return Err(PassError::Fault(
-                "a lane pass cannot requeue an entry".into(),
+            // side; a drive never decides it.
+            return Err(DriveError::Fault(
+                "a session drive cannot requeue an entry".into(),
             ));
         }
         let ctx = CommitCtx {
@@ -360,7 +371,7 @@ impl Pass {
 
     /// Carries out the decision's effects after its commit; the event the
     /// last observing effect reported, if any.
-    async fn carry_out(&mut self, d: &Decision, event: Event) -> Result<Option<Event>, PassError> {
+    async fn carry_out(&mut self, d: &Decision, event: Event) -> Result<Option<Event>, DriveError> {
         let mut next = None;
         for effect in d.effects.iter().copied().filter(|e| !e.is_write()) {
             next = match effect {
@@ -394,7 +405,7 @@ impl Pass {
 }
 
 /// When a task that goes to `retry_wait` runs again.
-fn retry_at(d: &Decision, deps: &Deps) -> Option<String> {
+fn retry_at(d: &Decision, deps: &ActorDeps) -> Option<String> {
     let after = d.effects.iter().find_map(|e| match e {
         Effect::Retry(after) => Some(*after),
         _ => None,
@@ -631,7 +642,7 @@ impl CommitCtx {
     }
 }
 
-impl Pass {
+impl TaskDrive {
     /// The commenter's permission, checked again now that the task starts.
     async fn check_permission(&mut self) -> Event {
         use crate::forge::TriggerCheck;
