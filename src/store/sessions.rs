@@ -7,7 +7,6 @@ use super::queue::literal;
 use super::schema::{outbox_entries, sessions, tasks};
 use super::{now, DbConn, StoreError};
 use crate::domain::ResourceKey;
-use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 
@@ -74,20 +73,6 @@ pub fn outbox_depth(conn: &mut DbConn, session_key: &ResourceKey) -> Result<i64,
     .unwrap_or(0))
 }
 
-/// The session's tasks that hold a lease and wait for their turn, oldest first.
-pub fn leased_tasks_of_session(
-    conn: &mut DbConn,
-    session_key: &ResourceKey,
-) -> Result<Vec<Task>, StoreError> {
-    Ok(with_conn!(conn, |c| tasks::table
-        .filter(tasks::session_key.eq(session_key))
-        .filter(literal(SESSION_DRIVEN_STATES))
-        .filter(tasks::state.eq(TaskState::Leased.as_str()))
-        .order(tasks::id.asc())
-        .select(Task::as_select())
-        .load(c))?)
-}
-
 /// The session's tasks that a session actor drives (leased or later, not yet
 /// settled), oldest first.
 pub fn driven_tasks_of_session(
@@ -112,7 +97,10 @@ mod tests {
     #[test]
     fn session_driven_states_are_task_states() {
         for name in listed(SESSION_DRIVEN_STATES) {
-            assert!(name.parse::<TaskState>().is_ok(), "{name}");
+            assert!(
+                name.parse::<crate::lifecycle::TaskState>().is_ok(),
+                "{name}"
+            );
         }
     }
 }

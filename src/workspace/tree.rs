@@ -324,6 +324,16 @@ impl Workspace<'_> {
     /// A local command in the workspace; its stdout as printed (leading
     /// spaces matter in `status --porcelain`).
     fn local_raw(&self, op: &'static str, args: Vec<OsString>) -> Result<String, WorkspaceError> {
+        self.run_local_untrimmed(args)
+            .map_err(|f| map_local(f, op, &self.path))
+    }
+
+    fn run_local(&self, args: Vec<OsString>) -> Result<String, Failure> {
+        self.run_local_untrimmed(args)
+            .map(|out| out.trim().to_owned())
+    }
+
+    fn run_local_untrimmed(&self, args: Vec<OsString>) -> Result<String, Failure> {
         self.mgr
             .git()
             .run(Invocation {
@@ -333,19 +343,6 @@ impl Workspace<'_> {
                 remote: None,
             })
             .map(|o| o.stdout)
-            .map_err(|f| map_local(f, op, &self.path))
-    }
-
-    fn run_local(&self, args: Vec<OsString>) -> Result<String, Failure> {
-        self.mgr
-            .git()
-            .run(Invocation {
-                dir: &self.path,
-                ceiling: &self.ceiling,
-                args,
-                remote: None,
-            })
-            .map(|o| o.stdout.trim().to_owned())
     }
 
     /// A command that talks to the remote, with the token in its environment.

@@ -292,18 +292,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let home = CodexHome::new(&model);
     let work = tempfile::tempdir().unwrap();
     // Under `untrusted`, Codex asks before running a command that writes.
-    let rt = CodexAgent::new(
-        CodexSettings {
-            codex_bin: codex_bin(),
-            codex_home: home.path(),
-            developer_instructions: developer_instructions("ccbot"),
-            thread_config: serde_json::Map::new(),
-            env: Vec::new(),
-            request_timeout: Duration::from_secs(30),
-            nice: 0,
-        },
-        unaudited(),
-    );
+    let rt = runtime(&home);
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),

@@ -126,13 +126,6 @@ fn session_queries_use_the_partial_index_sqlite() {
             .any(|d| d.contains("USING INDEX tasks_session_driven")),
         "{driven:?}"
     );
-    // leased_tasks_of_session: this index or the one on state, never a scan.
-    let leased = plan(" AND state = 'leased'");
-    assert!(
-        leased.iter().any(|d| d.contains("USING INDEX"))
-            && !leased.iter().any(|d| d.starts_with("SCAN tasks")),
-        "{leased:?}"
-    );
 }
 
 /// The scheduler finds a repository's tasks through the partial indexes
