@@ -1235,18 +1235,8 @@ impl Drop for Mcp {
     }
 }
 
-fn gitea_mcp_bin() -> String {
-    std::env::var("CODEX_BRIDGE_TEST_GITEA_MCP_BIN").unwrap_or_else(|_| {
-        panic!(
-            "CODEX_BRIDGE_TEST_GITEA_MCP_BIN is not set: run the tests through scripts/test, \
-             which installs the pinned PyPI gitea-mcp, or install it yourself with \
-             `export CODEX_BRIDGE_TEST_GITEA_MCP_BIN=$(scripts/ensure-gitea-mcp)`"
-        )
-    })
-}
-
 fn spawn_gitea_mcp(sim: &GiteaSim, home: &std::path::Path) -> Mcp {
-    let bin = gitea_mcp_bin();
+    let bin = crate::testapp::gitea_mcp_bin();
     let mut child = Command::new(&bin)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
