@@ -33,6 +33,18 @@ mod gitsim;
 #[path = "../tests/it/giteasim.rs"]
 mod giteasim;
 
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/fakemodel.rs"]
+mod fakemodel;
+
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/codexhome.rs"]
+mod codexhome;
+
+#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#[path = "../tests/it/testapp/mod.rs"]
+mod testapp;
+
 #[allow(dead_code)]
 mod common;
 
@@ -46,7 +58,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{ServerBuilder, BOT, GITEA_TOKEN, SECRET};
+use support::{BOT, GITEA_TOKEN};
+use testapp::TestApp;
 
 const OWNER: &str = "acme";
 const REPO: &str = "widgets";
@@ -267,7 +280,7 @@ fn run(tasks: usize, rate: f64) -> Result<Figures> {
     let (post, receipt_calls) = machine_limit(&sim, ISSUES + 1, ISSUES + 2)?;
     // The store on the build disk (as a deployment would have it), whatever TMPDIR says.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
-    let server = ServerBuilder::new(support::Db::Sqlite)
+    let server = TestApp::builder()
         .db_url(&format!(
             "sqlite://{}",
             dir.path().join("bridge.db").display()
@@ -278,8 +291,8 @@ fn run(tasks: usize, rate: f64) -> Result<Figures> {
             "CODEX_BRIDGE_CODEX_BIN",
             dir.path().join("no-codex").to_str().context("path")?,
         )
-        .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
-        .start();
+        .start_with_gitea(sim);
+    let sim = server.gitea();
     let paused = server.admin_post(
         "/api/gitea-workflow/control/pause",
         &serde_json::json!({"requestId": "bench-pause", "reason": "receipts benchmark: no turns"}),
@@ -287,20 +300,20 @@ fn run(tasks: usize, rate: f64) -> Result<Figures> {
     if paused.status != 200 {
         bail!("pause answered {}: {}", paused.status, paused.json);
     }
-    // As Gitea does: the bot's receipts come back as webhooks (ignored).
-    sim.set_webhook(&server.url("/api/gitea/webhook"), SECRET);
+    // As Gitea does, the bot's receipts come back as webhooks (ignored):
+    // the app pointed the simulator's webhook at the server.
 
     let agent = ureq::agent();
     let url = server.url("/api/gitea/webhook");
     // A few tasks first, not counted: connections opened, caches filled.
     let warm = send(&agent, &url, 0..WARMUP, rate)?;
-    wait_receipts(&sim, &warm.queued)?;
+    wait_receipts(sim, &warm.queued)?;
     let probing = Arc::new(AtomicBool::new(true));
     let probe = commit_probe(dir.path().join("probe.db"), probing.clone());
     let started = Instant::now();
     let sent = send(&agent, &url, WARMUP..WARMUP + tasks, rate)?;
     let took = started.elapsed();
-    let posted = wait_receipts(&sim, &sent.queued)?;
+    let posted = wait_receipts(sim, &sent.queued)?;
     probing.store(false, Ordering::Relaxed);
     let probe = probe.join().unwrap_or_default();
     let latency = sent

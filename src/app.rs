@@ -1,5 +1,8 @@
-//! Wiring: the store, the shared state and the HTTP server. `serve` is what the
-//! binary runs; tests start the real binary on 127.0.0.1:0.
+//! Wiring: the store, the actors, the background jobs and the HTTP server.
+//! [`run`] is the whole server on a listener it is given, until a shutdown
+//! future completes; [`serve`], what the binary runs, binds `listen` and
+//! stops on SIGINT/SIGTERM. Tests run the binary, or [`run`] in process on
+//! 127.0.0.1:0.
 
 use crate::config::Config;
 use crate::store::Store;
@@ -8,6 +11,7 @@ use crate::web::state::AppState;
 use crate::webhook::event::Normalizer;
 use actix_web::{web, App, HttpServer};
 use anyhow::Context;
+use std::future::Future;
 use std::net::TcpListener;
 use std::sync::Arc;
 use tracing_actix_web::TracingLogger;
@@ -165,9 +169,30 @@ pub async fn record_notices(
     }
 }
 
-/// Opens the store, binds `listen` and serves until SIGINT/SIGTERM (graceful:
+/// Binds `listen` and runs the server until SIGINT/SIGTERM (graceful:
 /// requests in flight finish, and their writes commit, before exit).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(&config.listen).with_context(|| {
+        format!(
+            "cannot listen on {} (config key `listen`): is the port free?",
+            config.listen
+        )
+    })?;
+    run(config, listener, shutdown_signal()).await
+}
+
+/// Runs the whole server on `listener` until `shutdown` completes: opens the
+/// store (applying migrations), starts the actor tree and the background
+/// jobs for the configured runtime, and serves HTTP (and `metrics_listen`,
+/// if set). On shutdown the live streams end first, then both listeners stop
+/// gracefully: requests in flight finish, and their writes commit. Call it
+/// inside an actix `System`, which the actors run on; `config.listen` is not
+/// read (the listener is bound already).
+pub async fn run(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + 'static,
+) -> anyhow::Result<()> {
     let secrets = config.server_secrets()?;
     if let Some(file) = &secrets.generated_file {
         tracing::warn!(
@@ -184,12 +209,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
     let registry = start_actors(&config, &store)?;
 
-    let listener = TcpListener::bind(&config.listen).with_context(|| {
-        format!(
-            "cannot listen on {} (config key `listen`): is the port free?",
-            config.listen
-        )
-    })?;
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
         normalizer: Normalizer {
@@ -230,13 +249,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     .listen(listener)?
     .disable_signals()
     .run();
-    // Our own signal handling: end the live streams first, or open admin pages
-    // would hold a graceful stop up until its timeout.
+    // Our own shutdown handling: end the live streams first, or open admin
+    // pages would hold a graceful stop up until its timeout.
     let handle = server.handle();
     let metrics_handle = metrics_server.as_ref().map(|s| s.handle());
     actix_web::rt::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutdown signal received: stopping gracefully");
+        shutdown.await;
+        tracing::info!("shutdown requested: stopping gracefully");
         live_state.live.shutdown();
         if let Some(m) = metrics_handle {
             m.stop(true).await;
@@ -246,7 +265,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, "listening");
     // A plain line on stdout as well, for people and scripts, whatever the log format.
     println!("codex-bridge listening on http://{addr}");
-    // Both stop on SIGINT/SIGTERM; the metrics listener is `None` unless configured.
+    // Both stop on `shutdown`; the metrics listener is `None` unless configured.
     let metrics = async move {
         match metrics_server {
             Some(server) => server.await,

@@ -1,8 +1,16 @@
 //! The actor tree in process, on a real SQLite store, with the scripted
 //! runtime: scheduling, FIFO and mutual exclusion per repository, faults and
 //! supervision, uncertain admission, workspaces, abort, idle sessions, health.
+//!
+//! [`Harness`] is the one rig besides `crate::testapp`, for what the server
+//! cannot be asked through its configuration: the scripted agent and the
+//! workspaces are the test's own values (a script per test, a panic or a
+//! hang in a turn, a workspace that fails, waits on a gate or cannot be
+//! named), the actor settings go below the configuration's whole seconds
+//! (leases, sweeps, deadlines in milliseconds), and the registry is an
+//! address the test sends messages to.
 
-use crate::support::{repo, resource};
+use crate::support::{poll_until_async, repo, resource, wait_until_async};
 use actix::prelude::*;
 use codex_bridge::actors::health::{RegistryHealth, RepoActorStatus};
 use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
@@ -154,17 +162,13 @@ impl Harness {
     }
 
     pub async fn wait_state(&self, task_id: &str, want: TaskState) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let reached = poll_until_async(Duration::from_secs(15), || async move {
+            self.state(task_id).await == want
+        })
+        .await;
+        if !reached {
             let now = self.state(task_id).await;
-            if now == want {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "task {task_id} is {now}, expected {want}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            panic!("task {task_id} is {now}, expected {want}");
         }
     }
 
@@ -195,18 +199,17 @@ impl Harness {
     /// after the change, and whatever it would have started has started.
     pub async fn wait_repo_passes(&self, repo: &str, status: RepoActorStatus) {
         let (start, _) = self.passes(repo).await;
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
+        let settled = poll_until_async(Duration::from_secs(15), || async move {
             let (passes, now) = self.passes(repo).await;
-            if passes >= start + 2 && now == status {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
+            passes >= start + 2 && now == status
+        })
+        .await;
+        if !settled {
+            let (passes, now) = self.passes(repo).await;
+            panic!(
                 "{repo}: {} passes since, last `{now}`; expected two ending `{status}`",
                 passes - start
             );
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
@@ -279,21 +282,21 @@ fn tasks_run_in_fifo_order_one_thread_per_session_and_succeed() {
         let second = calls.iter().find(|c| c.text == "@ccbot task 1").unwrap();
         assert_eq!(first.thread_id, second.thread_id);
         // Every session's outbox is drained, and the health view says so.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let depths: Vec<i64> = h
-                .health()
+        let h = &h;
+        let depths = || async move {
+            h.health()
                 .await
                 .repositories
                 .iter()
                 .flat_map(|r| r.sessions.iter().map(|s| s.outbox_depth))
-                .collect();
-            if !depths.is_empty() && depths.iter().all(|d| *d == 0) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "outbox depths stay {depths:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+                .collect::<Vec<i64>>()
+        };
+        let drained = poll_until_async(Duration::from_secs(5), || async move {
+            let depths = depths().await;
+            !depths.is_empty() && depths.iter().all(|d| *d == 0)
+        })
+        .await;
+        assert!(drained, "outbox depths stay {:?}", depths().await);
         // The turn carried the outbox entry's operation id, and the task its history.
         let id = ids[0].clone();
         let detail = h
@@ -650,14 +653,13 @@ fn idle_sessions_stop_and_revive() {
         let h = Harness::start(ScriptedAgent::new(), s);
         let first = h.comment("widgets", 1, 1, "@ccbot one").await;
         h.wait_state(&first, TaskState::Succeeded).await;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while h.health().await.session_actors > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "the idle session actor was not stopped"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let h = &h;
+        wait_until_async(
+            "the idle session actor to stop",
+            Duration::from_secs(10),
+            || async move { h.health().await.session_actors == 0 },
+        )
+        .await;
         let second = h.comment("widgets", 1, 2, "@ccbot two").await;
         h.wait_state(&second, TaskState::Succeeded).await;
         let calls = h.runtime.calls();

@@ -2,6 +2,7 @@
 //! and pagination, the task page, the audit log, and idempotent pause/resume.
 
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::{json, Value};
 
 const ROUTES: &[&str] = &[
@@ -16,7 +17,7 @@ const ROUTES: &[&str] = &[
 
 #[test]
 fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     for route in ROUTES {
         assert_eq!(s.get(route, None).status, 401, "{route}");
         assert_eq!(
@@ -48,7 +49,7 @@ fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
     assert_eq!(ready.json["status"], "degraded");
 }
 
-fn seed(s: &TestServer) -> Vec<String> {
+fn seed(s: &TestApp) -> Vec<String> {
     let mut ids = Vec::new();
     for (i, (repo, number)) in [
         ("widgets", 1),
@@ -74,7 +75,7 @@ fn seed(s: &TestServer) -> Vec<String> {
 }
 
 fn admin_api_lists_filters_and_pages(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     let ids = seed(&s);
 
     let all = s.admin_get("/api/gitea-workflow/tasks");
@@ -206,7 +207,7 @@ fn admin_api_lists_filters_and_pages_postgres() {
 }
 
 fn pause_and_resume_are_idempotent(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     let pause = json!({"requestId": "req-1", "reason": "deploying gitea", "operator": "alice"});
     let first = s.admin_post("/api/gitea-workflow/control/pause", &pause);
     assert_eq!(first.status, 200, "{:?}", first.json);
@@ -297,7 +298,7 @@ fn pause_and_resume_are_idempotent_postgres() {
 
 #[test]
 fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let a = s.comment("c-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()
@@ -376,7 +377,7 @@ fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
 fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
     use codex_bridge::lifecycle::TaskState;
     use codex_bridge::store::tasks::{self, TransitionRequest};
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let id = s.comment("r-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()
@@ -438,7 +439,7 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
 
 #[test]
 fn approvals_are_listed_and_decided_once_through_the_api_and_the_cli() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let id = s.comment("a-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()

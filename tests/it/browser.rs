@@ -7,8 +7,8 @@
 //! `target/browser-screenshots/<test>-failure.png`; the tour test also saves
 //! `overview.png` and `actors.png` there on success.
 
-use crate::gitsim::GitSim;
 use crate::support::*;
+use crate::testapp::*;
 use fantoccini::{Client, ClientBuilder, Locator};
 use futures_util::FutureExt;
 use serde_json::{json, Value};
@@ -75,14 +75,10 @@ impl Browser {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display()));
         let status = format!("http://127.0.0.1:{port}/status");
-        let deadline = Instant::now() + WAIT;
-        while ureq::get(&status).call().is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "chromedriver did not answer on port {port}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until_async(&format!("chromedriver on port {port}"), WAIT, || async {
+            ureq::get(&status).call().is_ok()
+        })
+        .await;
         let profile = tempfile::tempdir().unwrap();
         let mut args = vec![
             "--headless".to_owned(),
@@ -186,50 +182,32 @@ where
 }
 
 /// A server with the scripted runtime whose repository clones from a git stand-in.
-struct Rig {
-    sim: GitSim,
-    s: TestServer,
+fn scripted_app() -> TestApp {
+    let s = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+        .start();
+    s.git().create_repo("acme", "widgets");
+    s
 }
 
-impl Rig {
-    fn start() -> Rig {
-        let sim = GitSim::start(Some(GITEA_TOKEN));
-        sim.create_repo("acme", "widgets");
-        let s = ServerBuilder::new(Db::Sqlite)
-            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
-            .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
-            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
-            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
-            .start();
-        Rig { sim, s }
-    }
+/// A comment on Issue `number` of `acme/widgets`; its task.
+fn comment(s: &TestApp, delivery: &str, comment_id: i64, text: &str, number: i64) -> String {
+    s.task_comment(delivery, comment_id, text, "widgets", number)
+}
 
-    fn comment(&self, delivery: &str, comment_id: i64, text: &str, number: i64) -> String {
-        let mut v: Value =
-            serde_json::from_slice(&comment_body(comment_id, text, "widgets", number)).unwrap();
-        v["repository"]["clone_url"] = self.sim.clone_url("acme", "widgets").into();
-        v["repository"]["default_branch"] = "main".into();
-        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-        let r = self.s.webhook(
-            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
-            &body,
-        );
-        assert_eq!(r.status, 202, "{:?}", r.json);
-        r.json["taskId"].as_str().unwrap().to_owned()
-    }
+fn state(s: &TestApp, task: &str) -> String {
+    s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
+        .json["task"]["state"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
 
-    fn state(&self, task: &str) -> String {
-        self.s
-            .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
-            .json["task"]["state"]
-            .as_str()
-            .unwrap()
-            .to_owned()
-    }
-
-    fn wait_state(&self, task: &str, state: &str) {
-        wait_task_state(&self.s.db_url, task, state, WAIT);
-    }
+fn wait_state(s: &TestApp, task: &str, state: &str) {
+    wait_task_state(&s.db_url, task, state, WAIT);
 }
 
 async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
@@ -242,56 +220,59 @@ async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
 async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + WAIT;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        if let Ok(e) = c.find(Locator::Css(css)).await {
-            if let Ok(t) = e.text().await {
-                if ok(&t) {
-                    return t;
-                }
-                last = t;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{css} never showed the expected text; last: {last:?}");
+    let last = std::cell::RefCell::new(String::new());
+    let shown = poll_until_async(WAIT, || async {
+        let Ok(e) = c.find(Locator::Css(css)).await else {
+            return false;
+        };
+        let Ok(t) = e.text().await else {
+            return false;
+        };
+        let done = ok(&t);
+        *last.borrow_mut() = t;
+        done
+    })
+    .await;
+    let last = last.into_inner();
+    assert!(
+        shown,
+        "{css} never showed the expected text; last: {last:?}"
+    );
+    last
 }
 
 /// Clicks `css`, finding it again if a live update re-rendered it meanwhile.
 async fn click(c: &Client, css: &str) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let last = match c.find(Locator::Css(css)).await {
+    let last = std::cell::RefCell::new(String::new());
+    let clicked = poll_until_async(WAIT, || async {
+        let failed = match c.find(Locator::Css(css)).await {
             Ok(e) => match e.click().await {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(e) => e.to_string(),
             },
             Err(e) => e.to_string(),
         };
-        assert!(Instant::now() < deadline, "cannot click {css}: {last}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        *last.borrow_mut() = failed;
+        false
+    })
+    .await;
+    assert!(clicked, "cannot click {css}: {}", last.into_inner());
 }
 
 /// Waits until the page is laid out for a phone's width (the style sheet's
 /// narrow rules apply) and a frame of that layout was drawn.
 async fn wait_narrow_layout(c: &Client) {
-    let deadline = Instant::now() + WAIT;
     let narrow = "return window.matchMedia('(max-width: 640px)').matches";
-    while c.execute(narrow, vec![]).await.unwrap() != json!(true) {
-        assert!(
-            Instant::now() < deadline,
-            "the page never took the narrow layout"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_async("the page to take the narrow layout", WAIT, || async {
+        c.execute(narrow, vec![]).await.unwrap() == json!(true)
+    })
+    .await;
     let drawn = "const done = arguments[arguments.length - 1];\
                  requestAnimationFrame(() => requestAnimationFrame(() => done(true)));";
     c.execute_async(drawn, vec![]).await.unwrap();
 }
 
-async fn sign_in(c: &Client, s: &TestServer, token: &str) {
+async fn sign_in(c: &Client, s: &TestApp, token: &str) {
     c.goto(&s.url("/admin")).await.unwrap();
     let input = el(c, "#token").await;
     input.send_keys(token).await.unwrap();
@@ -310,8 +291,7 @@ async fn confirm_action(c: &Client, reason: &str) -> String {
 
 #[test]
 fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
-    let rig = &Rig::start();
-    let s = &rig.s;
+    let s = &scripted_app();
     browser_test("sign_in_and_live_tree", |c| async move {
         // A wrong token: refused, no session.
         sign_in(&c, s, "not-the-admin-token-at-all").await;
@@ -339,8 +319,8 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         c.execute("window.__notReloaded = true", vec![])
             .await
             .unwrap();
-        let done = rig.comment("d-1", 1, "@ccbot quick one", 1);
-        let busy = rig.comment("d-2", 2, "@ccbot a longer one [sleep:20000]", 2);
+        let done = comment(s, "d-1", 1, "@ccbot quick one", 1);
+        let busy = comment(s, "d-2", 2, "@ccbot a longer one [sleep:20000]", 2);
         el(&c, &format!(r#".repo[data-repo="{REPO}"]"#)).await;
         el(
             &c,
@@ -359,7 +339,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
             json!(true),
             "the tree updated without a reload"
         );
-        rig.wait_state(&done, "succeeded");
+        wait_state(s, &done, "succeeded");
         text_until(
             &c,
             r#".session[data-session="default:acme/widgets:issue:1"] .badge"#,
@@ -399,7 +379,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
         for secret in [ADMIN_TOKEN, SECRET, GITEA_TOKEN] {
             assert!(!page.contains(secret), "a secret reached the page");
         }
-        assert_eq!(rig.state(&busy), "running");
+        assert_eq!(state(s, &busy), "running");
 
         // Sign out: back to the form, and the old page's API calls are refused.
         click(&c, "#sign-out").await;
@@ -411,8 +391,7 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
 
 #[test]
 fn browser_pause_intake_keeps_the_next_webhook_queued() {
-    let rig = &Rig::start();
-    let s = &rig.s;
+    let s = &scripted_app();
     browser_test("pause_intake", |c| async move {
         sign_in(&c, s, ADMIN_TOKEN).await;
         text_until(&c, "#intake-status", |t| t == "running").await;
@@ -424,14 +403,14 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
         assert_eq!(overview.json["paused"], true);
         assert_eq!(overview.json["pauseReason"], "deploying gitea");
 
-        let task = rig.comment("p-1", 1, "@ccbot while paused", 1);
+        let task = comment(s, "p-1", 1, "@ccbot while paused", 1);
         text_until(&c, "#queue-depth", |t| t == "1").await;
         s.wait_repo_passes(REPO, "paused");
-        assert_eq!(rig.state(&task), "queued", "paused: the task waits");
+        assert_eq!(state(s, &task), "queued", "paused: the task waits");
 
         click(&c, "#resume-intake").await;
         assert_eq!(confirm_action(&c, "gitea is back").await, "control.resume");
-        rig.wait_state(&task, "succeeded");
+        wait_state(s, &task, "succeeded");
         text_until(&c, "#queue-depth", |t| t == "0").await;
         text_until(&c, "#intake-status", |t| t == "running").await;
     });
@@ -439,14 +418,13 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
 
 #[test]
 fn browser_approve_a_pending_approval() {
-    let rig = &Rig::start();
-    let s = &rig.s;
+    let s = &scripted_app();
     browser_test("approve", |c| async move {
         sign_in(&c, s, ADMIN_TOKEN).await;
         el(&c, "#intake-status").await;
         c.goto(&s.url("/admin#actors")).await.unwrap();
         el(&c, "#registry").await;
-        let task = rig.comment("a-1", 1, "@ccbot may I? [approval]", 1);
+        let task = comment(s, "a-1", 1, "@ccbot may I? [approval]", 1);
         // The tree says so at a glance.
         el(
             &c,
@@ -463,7 +441,7 @@ fn browser_approve_a_pending_approval() {
             confirm_action(&c, "the command is harmless").await,
             "approval.decided"
         );
-        rig.wait_state(&task, "succeeded");
+        wait_state(s, &task, "succeeded");
         let detail = s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
         assert_eq!(detail.json["approvals"][0]["decision"], "accept");
         assert_eq!(detail.json["approvals"][0]["decidedBy"], "admin:admin");
@@ -476,11 +454,10 @@ fn browser_approve_a_pending_approval() {
 
 #[test]
 fn browser_reconcile_an_uncertain_task() {
-    let rig = &Rig::start();
-    let s = &rig.s;
+    let s = &scripted_app();
     browser_test("reconcile", |c| async move {
-        let task = rig.comment("u-1", 1, "@ccbot unsure [start:uncertain]", 1);
-        rig.wait_state(&task, "needs_reconciliation");
+        let task = comment(s, "u-1", 1, "@ccbot unsure [start:uncertain]", 1);
+        wait_state(s, &task, "needs_reconciliation");
         sign_in(&c, s, ADMIN_TOKEN).await;
         el(&c, "#intake-status").await;
         c.goto(&s.url("/admin#attention")).await.unwrap();
@@ -511,14 +488,14 @@ fn browser_reconcile_an_uncertain_task() {
         click(&c, "#action-submit").await;
         let refused = text_until(&c, "#action-result", |t| !t.is_empty()).await;
         assert!(refused.contains("tick the confirmation"), "{refused}");
-        assert_eq!(rig.state(&task), "needs_reconciliation");
+        assert_eq!(state(s, &task), "needs_reconciliation");
 
         click(&c, "#reconcile-confirm").await;
         click(&c, "#action-submit").await;
         let shown = text_until(&c, "#action-event-action", |t| !t.is_empty()).await;
         assert_eq!(shown, "task.reconciled");
         click(&c, "#action-cancel").await;
-        assert_eq!(rig.state(&task), "failed");
+        assert_eq!(state(s, &task), "failed");
         text_until(&c, "#needs-reconciliation", |t| t.contains("None.")).await;
 
         // The task page shows the operator's decision in its timeline and audit.
@@ -534,11 +511,10 @@ fn browser_reconcile_an_uncertain_task() {
 
 #[test]
 fn browser_disable_a_repository_and_abort_a_running_task() {
-    let rig = &Rig::start();
-    let s = &rig.s;
+    let s = &scripted_app();
     browser_test("disable_and_abort", |c| async move {
-        let task = rig.comment("h-1", 1, "@ccbot forever [hang]", 1);
-        rig.wait_state(&task, "running");
+        let task = comment(s, "h-1", 1, "@ccbot forever [hang]", 1);
+        wait_state(s, &task, "running");
         sign_in(&c, s, ADMIN_TOKEN).await;
         el(&c, "#intake-status").await;
 
@@ -548,7 +524,7 @@ fn browser_disable_a_repository_and_abort_a_running_task() {
             .unwrap();
         click(&c, "#task-abort").await;
         assert_eq!(confirm_action(&c, "stuck").await, "task.abort");
-        rig.wait_state(&task, "aborted");
+        wait_state(s, &task, "aborted");
         text_until(&c, "#timeline", |t| t.contains("aborted")).await;
 
         // Disable the repository from the tree: webhooks are refused.
@@ -579,7 +555,7 @@ fn browser_disable_a_repository_and_abort_a_running_task() {
 // ------------------------------------------------------------------ without a browser
 
 /// Signs in over plain HTTP; returns the cookie value.
-fn cookie_sign_in(s: &TestServer) -> String {
+fn cookie_sign_in(s: &TestApp) -> String {
     let agent = ureq::AgentBuilder::new().redirects(0).build();
     let r = agent
         .post(&s.url("/admin/login"))
@@ -610,7 +586,7 @@ fn status_of(r: Result<ureq::Response, ureq::Error>) -> u16 {
 #[test]
 fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
     // This machine's loopback plays the TLS-terminating proxy.
-    let s = ServerBuilder::new(Db::Sqlite)
+    let s = TestApp::builder()
         .env("CODEX_BRIDGE_TRUSTED_PROXIES", "127.0.0.1")
         .start();
     let cookie = cookie_sign_in(&s);
@@ -668,7 +644,7 @@ fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
     assert!(r.header("set-cookie").unwrap().contains("Secure"));
     // The same headers from an address that is not a trusted proxy are not
     // believed: no Secure flag (and the forged host fails the Origin check).
-    let plain = TestServer::start(Db::Sqlite);
+    let plain = TestApp::start(Db::Sqlite);
     let r = ureq::AgentBuilder::new()
         .redirects(0)
         .build()
@@ -693,9 +669,9 @@ fn the_session_cookie_is_refused_cross_site_and_secure_behind_tls() {
 
 #[test]
 fn the_session_cookie_holds_on_every_instance_of_the_token_and_nowhere_else() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let cookie = cookie_sign_in(&s);
-    let overview = |server: &TestServer, cookie: &str| {
+    let overview = |server: &TestApp, cookie: &str| {
         status_of(
             ureq::get(&server.url("/api/gitea-workflow/overview"))
                 .set("Cookie", &format!("cb_admin={cookie}"))
@@ -704,10 +680,10 @@ fn the_session_cookie_holds_on_every_instance_of_the_token_and_nowhere_else() {
     };
     assert_eq!(overview(&s, &cookie), 200);
     // Another instance (or this one restarted) with the same admin token.
-    let same_token = TestServer::start(Db::Sqlite);
+    let same_token = TestApp::start(Db::Sqlite);
     assert_eq!(overview(&same_token, &cookie), 200);
     // A changed admin token signs everybody out.
-    let new_token = ServerBuilder::new(Db::Sqlite)
+    let new_token = TestApp::builder()
         .env(
             "CODEX_BRIDGE_ADMIN_TOKEN",
             "a-rotated-admin-token-0123456789",
@@ -734,7 +710,7 @@ fn claim_len(value: &str) -> usize {
 }
 
 /// The admin event stream's lines, read on a thread of their own.
-fn open_events(s: &TestServer) -> std::sync::mpsc::Receiver<String> {
+fn open_events(s: &TestApp) -> std::sync::mpsc::Receiver<String> {
     use std::io::BufRead;
     let r = ureq::get(&s.url("/api/gitea-workflow/events"))
         .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
@@ -774,7 +750,7 @@ fn next_event_of(rx: &std::sync::mpsc::Receiver<String>, name: &str) -> Value {
 }
 
 fn event_stream(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     assert_eq!(
         status_of(ureq::get(&s.url("/api/gitea-workflow/events")).call()),
         401
@@ -821,7 +797,7 @@ fn the_event_stream_needs_auth_and_starts_with_a_snapshot_postgres() {
 fn a_transition_committed_out_of_id_order_is_still_streamed_postgres() {
     use diesel::connection::SimpleConnection;
     use diesel::Connection;
-    let s = TestServer::start(Db::Postgres);
+    let s = TestApp::start(Db::Postgres);
     let rx = open_events(&s);
     let task = s.comment("o-1", 1, "@ccbot hello", "widgets", 1).json["taskId"]
         .as_str()
@@ -861,7 +837,7 @@ fn a_transition_committed_out_of_id_order_is_still_streamed_postgres() {
 
 #[test]
 fn clear_workspace_requeues_a_blocked_task_once_and_refuses_others() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let task = s.comment("w-1", 1, "@ccbot hi", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()

@@ -1,6 +1,7 @@
 //! The command line, run as the real binary: help, migrate, tasks, reconcile.
 
 use crate::support::*;
+use crate::testapp::*;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
 use std::process::{Command, Output};
@@ -79,7 +80,7 @@ fn migrate_then_list_and_show() {
     let o = cli(&url, &["migrate"]);
     assert!(text(&o).contains("up to date"));
 
-    let mut s = ServerBuilder::new(Db::Sqlite).db_url(&url).start();
+    let mut s = TestApp::builder().db_url(&url).start();
     let r = s.comment("cli-1", 77, "@ccbot list me", "widgets", 3);
     let task_id = r.json["taskId"].as_str().unwrap().to_owned();
     s.stop();
@@ -138,7 +139,7 @@ fn make_uncertain(url: &str, task_id: &str) -> String {
 
 #[test]
 fn reconcile_needs_the_flag_the_right_attempt_and_an_uncertain_task() {
-    let mut s = TestServer::start(Db::Sqlite);
+    let mut s = TestApp::start(Db::Sqlite);
     let url = s.db_url.clone();
     let uncertain = s.comment("rec-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()

@@ -12,21 +12,19 @@ use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
 fn pending_approvals(l: &Loop) -> Vec<Value> {
-    l.server.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+    l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
         .as_array()
         .cloned()
         .unwrap_or_default()
 }
 
 fn wait_pending_approval(l: &Loop) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(a) = pending_approvals(l).pop() {
-            return a;
-        }
-        assert!(Instant::now() < deadline, "no approval became pending");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut pending = None;
+    wait_until("an approval pending", Duration::from_secs(60), || {
+        pending = pending_approvals(l).pop();
+        pending.is_some()
+    });
+    pending.unwrap()
 }
 
 /// The processes under `root`, at any depth.
@@ -66,7 +64,7 @@ fn wait_command_running(l: &Loop, argv: &[&str]) {
         &format!("{argv:?} running under the server"),
         Duration::from_secs(60),
         || {
-            descendants(l.server.pid()).into_iter().any(|pid| {
+            descendants(l.app.pid()).into_iter().any(|pid| {
                 let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
                 let args: Vec<String> = raw
                     .split(|b| *b == 0)
@@ -96,7 +94,8 @@ fn request_task(body: &Value) -> Option<String> {
 /// the same Issue runs through the same session, on its thread resumed in a
 /// new app-server, to the agent's own verified reply (posted through the
 /// thread's Gitea MCP server). Returns it.
-fn reconcile_and_run_another(l: &Loop, server: &TestServer, task: &str) -> String {
+fn reconcile_and_run_another(l: &Loop, task: &str) -> String {
+    let server = &l.app;
     let d = server
         .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
         .json;
@@ -121,7 +120,7 @@ fn reconcile_and_run_another(l: &Loop, server: &TestServer, task: &str) -> Strin
 
 /// Every model request from index `from` on was made for `task`.
 fn assert_requests_only_for(l: &Loop, from: usize, task: &str) {
-    let requests = l.model.requests();
+    let requests = l.model().requests();
     let tasks: Vec<Option<String>> = requests[from..].iter().map(request_task).collect();
     assert!(!tasks.is_empty(), "the later task never reached the model");
     assert!(
@@ -131,7 +130,7 @@ fn assert_requests_only_for(l: &Loop, from: usize, task: &str) {
 }
 
 fn workspace_file(l: &Loop, name: &str) -> std::path::PathBuf {
-    l.server
+    l.app
         .dir()
         .join("ws")
         .join("default")
@@ -150,7 +149,7 @@ fn codex_a_declined_command_never_runs_and_the_turn_goes_on() {
             r#"{"acme/widgets": {"approval_policy": "untrusted", "sandbox": "workspace-write"}}"#,
         )
     });
-    l.model
+    l.model()
         .push(Step::Reply(vec![Item::shell("touch declined.txt")]));
     l.script_reply(l.issue, "I was not allowed to touch the file.");
     let task = l.comment("bob", l.issue, "@ccbot touch a file");
@@ -162,13 +161,13 @@ fn codex_a_declined_command_never_runs_and_the_turn_goes_on() {
         .unwrap()
         .contains("touch declined.txt"));
     wait_task_state(
-        &l.server.db_url,
+        &l.app.db_url,
         &task,
         "awaiting_approval",
         Duration::from_secs(10),
     );
     let id = approval["approvalId"].as_str().unwrap();
-    let r = l.server.admin_post(
+    let r = l.app.admin_post(
         &format!("/api/gitea-workflow/approvals/{id}/decide"),
         &json!({"decision": "decline", "requestId": "d-1", "reason": "no writes today"}),
     );
@@ -188,7 +187,7 @@ fn codex_an_approval_nobody_decides_is_declined_on_timeout() {
             .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
             .env("CODEX_BRIDGE_APPROVAL_TIMEOUT_SECS", "1")
     });
-    l.model
+    l.model()
         .push(Step::Reply(vec![Item::shell("touch forgotten.txt")]));
     l.script_reply(l.issue, "Nobody approved; I left the file alone.");
     let task = l.comment("bob", l.issue, "@ccbot touch a file");
@@ -207,12 +206,12 @@ fn codex_an_approval_nobody_decides_is_declined_on_timeout() {
 #[test]
 fn codex_an_abort_interrupts_a_running_command() {
     let l = Loop::start();
-    l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
+    l.model().push(Step::Reply(vec![Item::shell("sleep 60")]));
     let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
-    wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
+    wait_task_state(&l.app.db_url, &task, "running", Duration::from_secs(60));
     wait_command_running(&l, &["sleep", "60"]);
     let started = Instant::now();
-    let r = l.server.admin_post(
+    let r = l.app.admin_post(
         &format!("/api/gitea-workflow/tasks/{task}/abort"),
         &json!({"requestId": "a-1", "reason": "wrong branch"}),
     );
@@ -235,7 +234,7 @@ fn codex_a_stalled_model_stream_hits_the_repository_deadline() {
             r#"{"acme/widgets": {"turn_timeout_secs": 3}}"#,
         )
     });
-    l.model.push(Step::hang());
+    l.model().push(Step::hang());
     let task = l.comment("bob", l.issue, "@ccbot think hard");
     l.wait(&task, "timed_out");
     let d = l.detail(&task);
@@ -248,15 +247,15 @@ fn codex_a_stalled_model_stream_hits_the_repository_deadline() {
 #[test]
 fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
     let l = Loop::start();
-    l.model.push(Step::Reply(vec![Item::shell("sleep 60")]));
+    l.model().push(Step::Reply(vec![Item::shell("sleep 60")]));
     let task = l.comment("bob", l.issue, "@ccbot run the slow suite");
-    wait_task_state(&l.server.db_url, &task, "running", Duration::from_secs(60));
+    wait_task_state(&l.app.db_url, &task, "running", Duration::from_secs(60));
     wait_command_running(&l, &["sleep", "60"]);
     // Every request the turn made: it makes no other while its command runs.
-    let requests_before = l.model.requests().len();
+    let requests_before = l.model().requests().len();
     // The app-server runs nicer than the bridge (codex_nice, default 10).
     let pgrep = std::process::Command::new("pgrep")
-        .args(["-P", &l.server.pid().to_string(), "-f", "app-server"])
+        .args(["-P", &l.app.pid().to_string(), "-f", "app-server"])
         .output()
         .unwrap();
     let pid = String::from_utf8_lossy(&pgrep.stdout)
@@ -271,13 +270,7 @@ fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
     let nice: i32 = after.split_whitespace().nth(16).unwrap().parse().unwrap();
     assert_eq!(nice, 10, "{stat}");
     let killed = std::process::Command::new("pkill")
-        .args([
-            "-KILL",
-            "-P",
-            &l.server.pid().to_string(),
-            "-f",
-            "app-server",
-        ])
+        .args(["-KILL", "-P", &l.app.pid().to_string(), "-f", "app-server"])
         .status()
         .unwrap();
     assert!(killed.success(), "no app-server child to kill");
@@ -290,7 +283,7 @@ fn codex_an_app_server_killed_mid_turn_needs_reconciliation() {
         .count();
     assert_eq!(starts, 1);
     // Nothing was replayed, not even once the session ran its next task.
-    let later = reconcile_and_run_another(&l, &l.server, &task);
+    let later = reconcile_and_run_another(&l, &task);
     assert_requests_only_for(&l, requests_before, &later);
     let starts = actions(&l.detail(&task))
         .iter()
@@ -356,7 +349,7 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
     });
     // The first turn forgets to post; the reply-retry turn hangs.
     l.script_silent("First answer.");
-    l.model.push(Step::hang());
+    l.model().push(Step::hang());
     let task = l.comment("bob", l.issue, "@ccbot fix it");
     // A clone, a thread with its MCP server, a whole turn and a verification
     // come first: more than the usual ten seconds on a loaded machine.
@@ -365,30 +358,34 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
         Duration::from_secs(60),
         || {
             let d = l
-                .server
+                .app
                 .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
                 .json;
             d["task"]["replyAttempt"] == 1 && d["task"]["state"] == "running"
         },
     );
     // The retry turn's request reached the model (and hangs there).
-    let requests_before = l.model.wait_for_requests(2, Duration::from_secs(30)).len();
-    let db = l.server.db_url.clone();
+    let requests_before = l
+        .model()
+        .wait_for_requests(2, Duration::from_secs(30))
+        .len();
     // The whole service dies, its app-server with it (as systemd kills the
     // unit's control group).
     let _ = std::process::Command::new("pkill")
-        .args([
-            "-KILL",
-            "-P",
-            &l.server.pid().to_string(),
-            "-f",
-            "app-server",
-        ])
+        .args(["-KILL", "-P", &l.app.pid().to_string(), "-f", "app-server"])
         .status();
-    l.server.kill9();
-    let restarted = l.builder.clone().db_url(&db).start();
-    wait_task_state(&db, &task, "needs_reconciliation", Duration::from_secs(90));
-    let d = restarted
+    l.app.kill9();
+    // Started again on the same database, workspaces and CODEX_HOME; the
+    // simulator's webhook follows it.
+    l.app.start_again();
+    wait_task_state(
+        &l.app.db_url,
+        &task,
+        "needs_reconciliation",
+        Duration::from_secs(90),
+    );
+    let d = l
+        .app
         .admin_get(&format!("/api/gitea-workflow/tasks/{task}"))
         .json;
     let a = actions(&d);
@@ -400,9 +397,7 @@ fn codex_a_reply_retry_turn_cut_by_a_crash_is_never_replayed() {
     );
     assert!(a.contains(&"turn.history_checked".to_owned()), "{a:?}");
     // Nothing was replayed, not even once the session ran its next task.
-    l.sim
-        .set_webhook(&restarted.url("/api/gitea/webhook"), SECRET);
-    let later = reconcile_and_run_another(&l, &restarted, &task);
+    let later = reconcile_and_run_another(&l, &task);
     assert_requests_only_for(&l, requests_before, &later);
     assert!(l
         .bot_comments(l.issue, &format!("codex-bridge task={task}"))

@@ -2,7 +2,8 @@
 //! the Gitea MCP server (its tools in the model's request), the developer
 //! instructions, and the repository's approval policy and sandbox. On the real
 //! `codex app-server` and the fake model; the app-server is ended between the
-//! turns as a crash or a bridge restart would end it.
+//! turns as a crash or a bridge restart would end it. The client is driven
+//! directly, below any server, as in `codex_runtime.rs`.
 
 use crate::codex_runtime::with_mcp;
 use crate::codexhome::CodexHome;

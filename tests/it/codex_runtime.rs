@@ -1,11 +1,14 @@
 //! The production Codex runtime against the real `codex app-server` (pinned
 //! 0.171.0, installed by scripts/test) and the project's fake model: turns,
 //! history lookup by our client message id, failures, a dead process and
-//! thread resumption; and the whole server with agent_runtime = codex.
+//! thread resumption. The client is driven directly, below any server, on the
+//! same peers a `crate::testapp` server with `.codex()` gets (a [`FakeModel`]
+//! and a fresh [`CodexHome`]); the whole server on them is `e2e.rs` and
+//! `codex_paths.rs`.
 
 use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Step};
-use crate::support::{op_id, resource};
+use crate::support::{op_id, resource, wait_until_async};
 use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnLookup, TurnRequest};
 use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
 use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
@@ -515,9 +518,8 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     assert_eq!(thread, "thread-old-1");
     assert_eq!(rt.downgrades().len(), 1, "{:?}", rt.downgrades());
     assert!(rt.downgrades()[0].starts_with("collaborationMode/list"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    loop {
-        let events = store
+    let audited = || async {
+        store
             .read(|c| {
                 codex_bridge::store::audit::list(
                     c,
@@ -528,20 +530,20 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
                 )
             })
             .await
-            .unwrap();
-        if let Some(e) = events.iter().find(|e| e.action == "capability_downgrade") {
-            let meta = serde_json::to_value(e).unwrap();
-            assert!(
-                meta.to_string().contains("collaborationMode/list"),
-                "{meta}"
-            );
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no capability_downgrade audited: {events:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+            .unwrap()
+            .into_iter()
+            .find(|e| e.action == "capability_downgrade")
+    };
+    wait_until_async(
+        "the capability_downgrade audited",
+        Duration::from_secs(5),
+        || async { audited().await.is_some() },
+    )
+    .await;
+    let meta = serde_json::to_value(audited().await.unwrap()).unwrap();
+    assert!(
+        meta.to_string().contains("collaborationMode/list"),
+        "{meta}"
+    );
     rt.kill_process().await;
 }

@@ -219,12 +219,11 @@ impl Drop for AppServer {
     /// Closing stdin ends the app-server (~0.1 s); kill it if it lingers.
     fn drop(&mut self) {
         drop(self.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        // Closed stdin ends the app-server; a kill only if it does not.
+        if crate::support::poll_until(Duration::from_secs(5), || {
+            matches!(self.child.try_wait(), Ok(Some(_)))
+        }) {
+            return;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -5,19 +5,20 @@
 
 use crate::nginx::{Nginx, RawReply};
 use crate::support::*;
+use crate::testapp::*;
 use std::path::Path;
 
 /// The test server's body limit; nginx gets the same.
 const LIMIT: usize = 64 * 1024;
 
-fn server(trusted: &str) -> TestServer {
-    ServerBuilder::new(Db::Sqlite)
+fn server(trusted: &str) -> TestApp {
+    TestApp::builder()
         .env("CODEX_BRIDGE_MAX_BODY_BYTES", &LIMIT.to_string())
         .env("CODEX_BRIDGE_TRUSTED_PROXIES", trusted)
         .start()
 }
 
-fn upstream(s: &TestServer) -> String {
+fn upstream(s: &TestApp) -> String {
     s.base.trim_start_matches("http://").to_owned()
 }
 

@@ -7,34 +7,18 @@
 //! missing (one re-post turn, then the REST fallback), unverifiable, and a 2xx
 //! that cannot be found afterwards.
 
-use crate::codexhome::{codex_bin, CodexHome};
 use crate::fakemodel::{FakeModel, Item, Step};
 use crate::giteasim::{GiteaSim, Perm};
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-fn gitea_mcp_bin() -> String {
-    std::env::var("CODEX_BRIDGE_TEST_GITEA_MCP_BIN")
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| {
-            panic!(
-                "CODEX_BRIDGE_TEST_GITEA_MCP_BIN is not set: run the tests through scripts/test, \
-                 which installs the pinned PyPI gitea-mcp, or \
-                 `export CODEX_BRIDGE_TEST_GITEA_MCP_BIN=$(scripts/ensure-gitea-mcp)`"
-            )
-        })
-}
-
-/// The simulator, the fake model, a CODEX_HOME and the server, wired together.
+/// The whole server with the real `codex app-server` and gitea-mcp, and the
+/// Issue every loop test works on: `acme/widgets` in the Gitea simulator,
+/// bob a writer there and the bot an admin.
 pub struct Loop {
-    pub sim: GiteaSim,
-    pub model: FakeModel,
-    pub server: TestServer,
-    /// How the server was started (a restart reuses it with the same database).
-    pub builder: ServerBuilder,
-    _home: CodexHome,
+    pub app: TestApp,
     pub issue: i64,
 }
 
@@ -43,7 +27,7 @@ impl Loop {
         Self::start_with(|b| b)
     }
 
-    pub fn start_with(extra: impl FnOnce(ServerBuilder) -> ServerBuilder) -> Loop {
+    pub fn start_with(extra: impl FnOnce(TestAppBuilder) -> TestAppBuilder) -> Loop {
         let sim = GiteaSim::start();
         sim.create_repo("acme", "widgets");
         // Gitea lets only repository admins read others' permissions.
@@ -57,36 +41,29 @@ impl Loop {
             "It fails 1 in 10.",
             "bob",
         );
-        let model = FakeModel::start();
-        let home = CodexHome::new(&model);
-        let builder = ServerBuilder::new(Db::Sqlite)
-            .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
-            .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
-            .env("CODEX_BRIDGE_CODEX_HOME", home.path().to_str().unwrap())
-            .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
-            .env("CODEX_BRIDGE_GITEA_MCP_COMMAND", &gitea_mcp_bin())
-            .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
-            .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
-            .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
-            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100");
-        let builder = extra(builder);
-        let server = builder.clone().start();
-        sim.set_webhook(&server.url("/api/gitea/webhook"), SECRET);
-        Loop {
-            sim,
-            model,
-            server,
-            builder,
-            _home: home,
-            issue,
-        }
+        let app = extra(
+            TestApp::builder()
+                .codex()
+                .gitea_mcp()
+                .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100"),
+        )
+        .start_with_gitea(sim);
+        Loop { app, issue }
+    }
+
+    pub fn sim(&self) -> &GiteaSim {
+        self.app.gitea()
+    }
+
+    pub fn model(&self) -> &FakeModel {
+        self.app.model()
     }
 
     /// The model's answer for one turn: the comment tool call (PyPI
     /// gitea-mcp's `add_comment`) with the marker from the prompt, then the
     /// final message.
     pub fn script_reply(&self, number: i64, text: &str) {
-        self.model.push(Step::Reply(vec![Item::mcp(
+        self.model().push(Step::Reply(vec![Item::mcp(
             "gitea",
             "add_comment",
             json!({
@@ -96,26 +73,26 @@ impl Loop {
                 "body": format!("{text}\n\n{{{{marker}}}}"),
             }),
         )]));
-        self.model
+        self.model()
             .push(Step::message(&format!("{text}\n\n{{{{marker}}}}")));
     }
 
     /// A turn that ends with a final message but posts nothing.
     pub fn script_silent(&self, text: &str) {
-        self.model
+        self.model()
             .push(Step::message(&format!("{text}\n\n{{{{marker}}}}")));
     }
 
     /// Bob comments in the web UI; returns the task the webhook created.
     pub fn comment(&self, user: &str, number: i64, text: &str) -> String {
         let comment = self
-            .sim
+            .sim()
             .post_comment_as(user, "acme", "widgets", number, text);
-        self.sim.wait_idle();
+        self.sim().wait_idle();
         // Found by the comment's id: a bot receipt's own delivery may come
         // just before or after it.
         let ours = self
-            .sim
+            .sim()
             .deliveries()
             .into_iter()
             .find(|d| d.json()["comment"]["id"] == comment["id"])
@@ -127,7 +104,7 @@ impl Loop {
 
     pub fn wait(&self, task: &str, state: &str) {
         let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_task_state(&self.server.db_url, task, state, Duration::from_secs(90))
+            wait_task_state(&self.app.db_url, task, state, Duration::from_secs(90))
         }));
         if let Err(panic) = waited {
             // What the task and the server say, for the failure report.
@@ -136,7 +113,7 @@ impl Loop {
                 "task detail: {}",
                 serde_json::to_string_pretty(&d["audit"]).unwrap()
             );
-            let logs = self.server.logs();
+            let logs = self.app.logs();
             let tail: Vec<&str> = logs.lines().rev().take(40).collect();
             eprintln!(
                 "server log (last lines, newest first):\n{}",
@@ -148,7 +125,7 @@ impl Loop {
 
     pub fn detail(&self, task: &str) -> Value {
         let r = self
-            .server
+            .app
             .admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
         assert_eq!(r.status, 200, "{:?}", r.json);
         r.json
@@ -156,7 +133,7 @@ impl Loop {
 
     /// Comments by the bot on the issue carrying `needle`.
     pub fn bot_comments(&self, number: i64, needle: &str) -> Vec<Value> {
-        self.sim
+        self.sim()
             .comments("acme", "widgets", number)
             .into_iter()
             .filter(|c| {
@@ -180,8 +157,8 @@ impl Loop {
 
     /// Waits until the receipts worker has nothing left to write.
     pub fn wait_receipts(&self, task: &str) {
-        let db = self.server.db_url.clone();
-        self.server.wait_for("receipts written", || {
+        let db = self.app.db_url.clone();
+        self.app.wait_for("receipts written", || {
             let mut c = connect(&db);
             count_where(
                 &mut c,
@@ -227,7 +204,7 @@ fn e2e_a_comment_becomes_a_verified_reply_in_the_same_thread() {
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     // The reply went through the MCP server (python-httpx), not our REST client.
     let posts: Vec<_> = l
-        .sim
+        .sim()
         .requests()
         .into_iter()
         .filter(|r| {
@@ -273,13 +250,13 @@ fn e2e_a_comment_becomes_a_verified_reply_in_the_same_thread() {
     assert!(pos("receipt.intent") < pos("receipt.posted"));
 
     // The bot's own comments came back as webhooks and were ignored: no loop.
-    let deliveries = l.sim.deliveries();
+    let deliveries = l.sim().deliveries();
     assert_eq!(deliveries.len(), 3, "bob's comment, the receipt, the reply");
     for d in &deliveries[1..] {
         assert_eq!(d.status, Some(200), "{}", d.response_body);
         assert!(d.response_body.contains("ignored"), "{}", d.response_body);
     }
-    assert_eq!(count(&mut l.server.db(), "tasks"), 1);
+    assert_eq!(count(&mut l.app.db(), "tasks"), 1);
 }
 
 #[test]
@@ -303,7 +280,7 @@ fn e2e_a_missing_reply_gets_one_retry_turn_that_only_reposts() {
     assert_eq!(kinds, vec!["normal", "reply_retry"]);
     // The retry prompt asks only to post the previous final text again.
     let prompts: Vec<String> = l
-        .model
+        .model()
         .requests()
         .iter()
         .flat_map(crate::fakemodel::user_texts)
@@ -364,7 +341,7 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
     // retries fail, which is an unknown answer.
     let l = Loop::start_with(|b| b.env("CODEX_BRIDGE_RECEIPT_MODE", "reaction"));
     l.script_reply(l.issue, "Fixed.");
-    l.sim.fail_comment_listings(3);
+    l.sim().fail_comment_listings(3);
     let task = l.comment("bob", l.issue, "@ccbot fix it");
     l.wait(&task, "failed_reply");
     l.wait_receipts(&task);
@@ -381,7 +358,7 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
     // received comment was written.
     let trigger = d["task"]["commentId"].as_i64().unwrap();
     assert_eq!(
-        l.sim.reactions(trigger),
+        l.sim().reactions(trigger),
         vec![(BOT.to_owned(), "eyes".to_owned())]
     );
     assert!(l.receipts(&task, "received").is_empty());
@@ -395,7 +372,7 @@ fn e2e_a_2xx_that_cannot_be_found_afterwards_is_failed_reply() {
     let l = Loop::start_with(|b| b.env("CODEX_BRIDGE_RECEIPT_MODE", "reaction"));
     l.script_reply(l.issue, "Fixed.");
     l.script_reply(l.issue, "Fixed.");
-    l.sim.drop_next_comments(3);
+    l.sim().drop_next_comments(3);
     let task = l.comment("bob", l.issue, "@ccbot fix it");
     l.wait(&task, "failed_reply");
     let d = l.detail(&task);
@@ -408,17 +385,17 @@ fn e2e_a_duplicate_delivery_and_a_gitea_replay_yield_one_task_and_one_reply() {
     let l = Loop::start();
     l.script_reply(l.issue, "Only once.");
     let task = l.comment("bob", l.issue, "@ccbot do it once");
-    let first = l.sim.deliveries()[0].clone();
+    let first = l.sim().deliveries()[0].clone();
     // The same delivery again (a retry by a proxy), then Gitea's replay.
-    let r = l.server.webhook(&first.headers, &first.body);
+    let r = l.app.webhook(&first.headers, &first.body);
     assert_eq!(r.status, 200, "{:?}", r.json);
     assert_eq!(r.json["taskId"], task.as_str());
     // Found by its id: the bot's receipt comes back as a delivery of its own,
     // before or after the replay.
-    let replay_id = l.sim.redeliver(&first.id);
-    l.sim.wait_idle();
+    let replay_id = l.sim().redeliver(&first.id);
+    l.sim().wait_idle();
     let replay = l
-        .sim
+        .sim()
         .deliveries()
         .into_iter()
         .find(|d| d.id == replay_id)
@@ -430,7 +407,7 @@ fn e2e_a_duplicate_delivery_and_a_gitea_replay_yield_one_task_and_one_reply() {
         replay.response_body
     );
     l.wait(&task, "succeeded");
-    assert_eq!(count(&mut l.server.db(), "tasks"), 1);
+    assert_eq!(count(&mut l.app.db(), "tasks"), 1);
     assert_eq!(l.bot_comments(l.issue, "codex-bridge task=").len(), 1);
 }
 
@@ -453,8 +430,8 @@ fn e2e_a_follow_up_comment_continues_the_same_thread() {
 #[test]
 fn e2e_an_unauthorised_commenter_gets_one_rejection_receipt_and_no_turn() {
     let l = Loop::start();
-    l.sim.add_user("mallory");
-    l.sim
+    l.sim().add_user("mallory");
+    l.sim()
         .set_permission("acme", "widgets", "mallory", Perm::Read);
     let task = l.comment("mallory", l.issue, "@ccbot delete everything");
     l.wait(&task, "rejected");
@@ -466,7 +443,7 @@ fn e2e_an_unauthorised_commenter_gets_one_rejection_receipt_and_no_turn() {
         .unwrap()
         .contains(":status:rejected"));
     assert!(
-        l.model.requests().is_empty(),
+        l.model().requests().is_empty(),
         "the model was asked something"
     );
     let d = l.detail(&task);
@@ -476,7 +453,7 @@ fn e2e_an_unauthorised_commenter_gets_one_rejection_receipt_and_no_turn() {
 #[test]
 fn e2e_a_pull_request_comment_runs_on_the_pr_head_branch() {
     let l = Loop::start();
-    l.sim.commit(
+    l.sim().commit(
         "acme",
         "widgets",
         "fix-parser",
@@ -484,7 +461,7 @@ fn e2e_a_pull_request_comment_runs_on_the_pr_head_branch() {
         "fn parse() {}\n",
         "wip",
     );
-    let pr = l.sim.create_pull(
+    let pr = l.sim().create_pull(
         "acme",
         "widgets",
         "Fix parser",
@@ -493,13 +470,13 @@ fn e2e_a_pull_request_comment_runs_on_the_pr_head_branch() {
         "fix-parser",
         "main",
     );
-    l.model.push(Step::Reply(vec![Item::shell("ls")]));
+    l.model().push(Step::Reply(vec![Item::shell("ls")]));
     l.script_reply(pr, "Reviewed the parser on the branch.");
     let task = l.comment("bob", pr, "@ccbot review this");
     l.wait(&task, "succeeded");
     // The shell ran in the PR's checkout: the branch's file is there.
     let outputs: Vec<String> = l
-        .model
+        .model()
         .requests()
         .iter()
         .flat_map(crate::fakemodel::tool_outputs)
@@ -527,7 +504,7 @@ fn e2e_permission_is_checked_again_when_the_task_starts() {
     // Intake paused: the task is accepted and acknowledged, but waits.
     let pause = json!({"requestId": "p-1", "reason": "maintenance"});
     assert_eq!(
-        l.server
+        l.app
             .admin_post("/api/gitea-workflow/control/pause", &pause)
             .status,
         200
@@ -535,15 +512,15 @@ fn e2e_permission_is_checked_again_when_the_task_starts() {
     let task = l.comment("bob", l.issue, "@ccbot fix it");
     l.expect_one_receipt(&task, "received");
     // Bob loses write access before the task starts.
-    l.sim.set_permission("acme", "widgets", "bob", Perm::Read);
+    l.sim().set_permission("acme", "widgets", "bob", Perm::Read);
     let resume = json!({"requestId": "r-1", "reason": "done"});
     assert_eq!(
-        l.server
+        l.app
             .admin_post("/api/gitea-workflow/control/resume", &resume)
             .status,
         200
     );
     l.wait(&task, "rejected");
     l.expect_one_receipt(&task, "rejected");
-    assert!(l.model.requests().is_empty(), "no turn ran");
+    assert!(l.model().requests().is_empty(), "no turn ran");
 }

@@ -25,7 +25,7 @@ use std::convert::Infallible;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What the model does for one request.
 #[derive(Debug, Clone)]
@@ -232,19 +232,14 @@ impl FakeModel {
     /// Wait until at least `n` requests arrived; their bodies. Panics after
     /// `timeout`.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let seen = self.requests();
-            if seen.len() >= n {
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fakemodel: {} of {n} requests after {timeout:?}",
-                seen.len()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let arrived = crate::support::poll_until(timeout, || self.requests().len() >= n);
+        let seen = self.requests();
+        assert!(
+            arrived,
+            "fakemodel: {} of {n} requests after {timeout:?}",
+            seen.len()
+        );
+        seen
     }
 }
 
@@ -380,6 +375,7 @@ async fn answer(state: &State, step: Step, tools: &[String], delay: Duration) ->
     match step {
         Step::Delayed(more, step) => Box::pin(answer(state, *step, tools, delay + more)).await,
         Step::HttpError { status, body } => {
+            // The scripted delay is the slow model the test asked for.
             tokio::time::sleep(delay).await;
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             HttpResponse::build(status).json(body)
@@ -550,6 +546,7 @@ fn sse(emits: Vec<Emit>) -> HttpResponse {
         loop {
             match emits.next()? {
                 Emit::Event(bytes) => return Some((Ok::<_, Infallible>(bytes), emits)),
+                // The script's pause between events: a slow stream on purpose.
                 Emit::Sleep(d) => tokio::time::sleep(d).await,
                 Emit::Hang => std::future::pending::<()>().await,
             }
@@ -676,7 +673,7 @@ fn fakemodel_plays_its_script_then_the_default() {
         "*** Begin Patch\n*** End Patch\n"
     );
 
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let (status, _, body) = post(json!([]));
     assert!(started.elapsed() >= Duration::from_millis(50));
     assert_eq!(status, 503);
@@ -688,7 +685,7 @@ fn fakemodel_plays_its_script_then_the_default() {
     assert_eq!(names, ["response.created", "response.failed"]);
     assert_eq!(events[1].1["response"]["error"]["message"], "boom");
 
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let events = events_of(json!([]));
     assert!(started.elapsed() >= Duration::from_millis(200));
     assert_eq!(events.len(), 5);

@@ -1,10 +1,11 @@
 //! The Gitea REST client and the receipts worker against the Gitea simulator:
 //! reads retried with backoff, writes never retried blindly, Gitea's errors
 //! surfaced with their status, and a receipt whose POST happened before a
-//! crash is found by its marker instead of being posted twice.
+//! crash is found by its marker instead of being posted twice. The client and
+//! the worker are driven directly, below any server.
 
 use crate::giteasim::{GiteaSim, Perm};
-use crate::support::{BOT, GITEA_TOKEN};
+use crate::support::{poll_until_async, BOT, GITEA_TOKEN};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaError, GiteaForge, Permission, TriggerPolicy};
@@ -180,20 +181,20 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
         safety_interval: ReceiptWorker::SAFETY_INTERVAL,
     };
     let running = tokio::spawn(worker.run());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let row = loop {
+    let posted = || async {
         let k = key.clone();
-        let row = store
+        store
             .read(move |c| comments::find(c, &k))
             .await
             .unwrap()
-            .unwrap();
-        if row.status.as_str() == "posted" {
-            break row;
-        }
-        assert!(std::time::Instant::now() < deadline, "still {row:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+            .unwrap()
     };
+    let found = poll_until_async(Duration::from_secs(20), || async {
+        posted().await.status.as_str() == "posted"
+    })
+    .await;
+    let row = posted().await;
+    assert!(found, "still {row:?}");
     running.abort();
     assert_eq!(
         row.comment_id,

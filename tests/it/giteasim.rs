@@ -1863,6 +1863,7 @@ async fn handle(req: HttpRequest, body: web::Bytes, sim: web::Data<Sim>) -> Http
         (delay, fail)
     };
     if !delay.is_zero() {
+        // The slow-server fault a test injected: the wait is the fault.
         tokio::time::sleep(delay).await;
     }
     let api = path.starts_with("/api/");

@@ -389,7 +389,8 @@ fn giteasim_webhooks_match_gitea_shapes_signatures_and_replay() {
     let last = sim.deliveries().pop().unwrap();
     assert_eq!(last.status, Some(500));
     assert_eq!(last.response_body, "ok 7");
-    std::thread::sleep(Duration::from_millis(200));
+    // Not retried: every delivery (a retry would be one) goes through the
+    // one queue and worker that `wait_idle` waited for to be empty and idle.
     assert_eq!(rx.seen().len(), 7);
     rx.state.status.store(200, Ordering::SeqCst);
 
@@ -1235,18 +1236,8 @@ impl Drop for Mcp {
     }
 }
 
-fn gitea_mcp_bin() -> String {
-    std::env::var("CODEX_BRIDGE_TEST_GITEA_MCP_BIN").unwrap_or_else(|_| {
-        panic!(
-            "CODEX_BRIDGE_TEST_GITEA_MCP_BIN is not set: run the tests through scripts/test, \
-             which installs the pinned PyPI gitea-mcp, or install it yourself with \
-             `export CODEX_BRIDGE_TEST_GITEA_MCP_BIN=$(scripts/ensure-gitea-mcp)`"
-        )
-    })
-}
-
 fn spawn_gitea_mcp(sim: &GiteaSim, home: &std::path::Path) -> Mcp {
-    let bin = gitea_mcp_bin();
+    let bin = crate::testapp::gitea_mcp_bin();
     let mut child = Command::new(&bin)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())

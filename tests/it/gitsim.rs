@@ -410,6 +410,7 @@ fn plain_git_env(cmd: &mut Command, home: &Path) {
 async fn git_http(req: HttpRequest, body: web::Bytes, state: web::Data<State>) -> HttpResponse {
     let delay = state.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
+        // The slow-server fault a test injected: the wait is the fault.
         tokio::time::sleep(std::time::Duration::from_millis(delay as u64)).await;
     }
     let headers: Vec<(String, String)> = req

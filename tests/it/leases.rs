@@ -25,10 +25,15 @@ fn lease_rules(mut c: DbConn) {
         .unwrap();
     assert_eq!(renewed.lease_id, a.lease_id);
     // A's lease expires (renewed with no time left); B takes it over.
-    c.write_transaction(|c| leases::renew(c, key, &a.lease_id, Duration::ZERO))
+    let expired = c
+        .write_transaction(|c| leases::renew(c, key, &a.lease_id, Duration::ZERO))
         .unwrap()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(5));
+    wait_until(
+        "A's lease to lie in the past",
+        Duration::from_secs(1),
+        || codex_bridge::store::now() > expired.expires_at,
+    );
     let b = c
         .write_transaction(|c| leases::acquire(c, key, "B", Duration::from_secs(60)))
         .unwrap()

@@ -1,9 +1,10 @@
 //! Secrets and comment bodies never reach the logs; the correlation ids do.
 
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::json;
 
-fn full_flow(s: &TestServer) -> String {
+fn full_flow(s: &TestApp) -> String {
     let (body, headers) = fixture("issue_comment.created.issue.mention");
     let accepted = s.webhook(&headers, &body);
     assert_eq!(accepted.status, 202);
@@ -64,22 +65,24 @@ fn assert_clean(logs: &str, task_id: &str) {
 
 #[test]
 fn plain_logs_carry_ids_but_no_secrets_or_bodies() {
-    let mut s = ServerBuilder::new(Db::Sqlite)
+    let mut s = TestApp::builder()
         .env("CODEX_BRIDGE_LOG_FILTER", "debug")
         .start();
     let task = full_flow(&s);
-    let logs = s.stop();
+    s.stop();
+    let logs = s.logs();
     assert_clean(&logs, &task);
 }
 
 #[test]
 fn json_logs_are_json_lines_with_the_span_ids() {
-    let mut s = ServerBuilder::new(Db::Sqlite)
+    let mut s = TestApp::builder()
         .env("CODEX_BRIDGE_LOG_FORMAT", "json")
         .env("CODEX_BRIDGE_LOG_FILTER", "debug")
         .start();
     let task = full_flow(&s);
-    let logs = s.stop();
+    s.stop();
+    let logs = s.logs();
     assert_clean(&logs, &task);
     let mut with_task = 0;
     for line in logs.lines().filter(|l| l.starts_with('{')) {

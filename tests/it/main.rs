@@ -35,6 +35,7 @@ mod scheduling;
 mod schema;
 mod session;
 mod support;
+mod testapp;
 mod walvfs;
 mod webhook;
 mod workspace;

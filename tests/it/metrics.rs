@@ -3,10 +3,10 @@
 //! histograms that move with the traffic, gauges read from the store, the admin
 //! token on the main listener and the open `metrics_listen` address.
 
-use crate::gitsim::GitSim;
 use crate::support::*;
+use crate::testapp::*;
 use prometheus_parse::{LineInfo, Scrape, Value as Series};
-use serde_json::Value;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -189,7 +189,7 @@ fn the_exposition_checks_refuse_what_a_dashboard_would_miss() {
 
 #[test]
 fn metrics_need_the_admin_token_on_the_main_listener() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     assert_eq!(s.get("/metrics", None).status, 401);
     assert_eq!(
         s.get("/metrics", Some("not-the-admin-token-000")).status,
@@ -213,7 +213,8 @@ fn webhooks_move_the_counters_the_histogram_and_the_queue_gauge_postgres() {
 }
 
 fn webhooks_move_the_metrics(db: Db) {
-    let s = ServerBuilder::new(db)
+    let s = TestApp::builder()
+        .db(db)
         .env("CODEX_BRIDGE_MAX_BODY_BYTES", "16384")
         .start();
     let before = scrape(&s.url("/metrics"), Some(ADMIN_TOKEN));
@@ -311,7 +312,7 @@ fn webhooks_move_the_metrics(db: Db) {
 
 #[test]
 fn metrics_listen_serves_metrics_without_a_token_on_its_own_address() {
-    let s = ServerBuilder::new(Db::Sqlite)
+    let s = TestApp::builder()
         .env("CODEX_BRIDGE_METRICS_LISTEN", "127.0.0.1:0")
         .start();
     s.wait_for("the metrics listener", || {
@@ -350,30 +351,14 @@ fn metrics_listen_serves_metrics_without_a_token_on_its_own_address() {
 
 #[test]
 fn a_turn_moves_the_turn_histogram_the_verifications_and_the_actor_gauge() {
-    let sim = GitSim::start(Some(GITEA_TOKEN));
-    sim.create_repo("acme", "widgets");
-    let s = ServerBuilder::new(Db::Sqlite)
-        .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
-        .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
+    let s = TestApp::builder()
+        .git_sim()
+        .scripted()
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
         .start();
+    s.git().create_repo("acme", "widgets");
     let before = scrape(&s.url("/metrics"), Some(ADMIN_TOKEN));
-    let mut v: Value = serde_json::from_slice(&comment_body(
-        7001,
-        "@ccbot [sleep:300] please",
-        "widgets",
-        3,
-    ))
-    .unwrap();
-    v["repository"]["clone_url"] = sim.clone_url("acme", "widgets").into();
-    v["repository"]["default_branch"] = "main".into();
-    let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-    let r = s.webhook(
-        &gitea_headers("turn-1", "issue_comment", "issue_comment", &body),
-        &body,
-    );
-    assert_eq!(r.status, 202, "{:?}", r.json);
-    let task = r.json["taskId"].as_str().unwrap().to_owned();
+    let task = s.task_comment("turn-1", 7001, "@ccbot [sleep:300] please", "widgets", 3);
     wait_task_state(&s.db_url, &task, "succeeded", Duration::from_secs(30));
 
     let after = scrape(&s.url("/metrics"), Some(ADMIN_TOKEN));

@@ -23,7 +23,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The deploy file the tests run.
 pub fn site_template() -> String {
@@ -360,24 +360,20 @@ impl Nginx {
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
+            let up = |port| TcpStream::connect(("127.0.0.1", port)).is_ok();
             let mut exited = false;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    exited = true;
-                    break;
-                }
-                let up = |port| TcpStream::connect(("127.0.0.1", port)).is_ok();
-                if up(http_port) && up(https_port) {
-                    return Nginx {
-                        child,
-                        dir,
-                        http_port,
-                        https_port,
-                        cert,
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let listening = crate::support::poll_until(Duration::from_secs(10), || {
+                exited = matches!(child.try_wait(), Ok(Some(_)));
+                exited || (up(http_port) && up(https_port))
+            });
+            if listening && !exited {
+                return Nginx {
+                    child,
+                    dir,
+                    http_port,
+                    https_port,
+                    cert,
+                };
             }
             let _ = child.kill();
             let mut stderr = String::new();

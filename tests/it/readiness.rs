@@ -2,17 +2,15 @@
 //! the replies (no Gitea client) takes every webhook, starts nothing, and says
 //! why in `/readyz`, the actor tree and the admin overview.
 
-use crate::codexhome::codex_bin;
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::{json, Value};
 
 #[test]
 fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
-    let s = ServerBuilder::new(Db::Sqlite)
-        .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
-        .env("CODEX_BRIDGE_CODEX_BIN", codex_bin().to_str().unwrap())
-        .without("CODEX_BRIDGE_GITEA_URL")
-        .without("CODEX_BRIDGE_GITEA_TOKEN")
+    let s = TestApp::builder()
+        .codex()
+        .without_gitea()
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
         .start();
 
@@ -24,7 +22,7 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
     // finishes comes after the commit and would have leased the task: wait for
     // two, and for a sweep that counted the task as waiting (`queueDepth`
     // counts `queued` and `retry_wait`: the history below tells them apart).
-    let repo = |s: &TestServer| -> Value {
+    let repo = |s: &TestApp| -> Value {
         let tree = s.admin_get("/api/gitea-workflow/actors");
         assert_eq!(tree.status, 200);
         tree.json["repositories"]
@@ -84,4 +82,34 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
     assert_eq!(blockers[0]["code"], "gitea_not_configured");
     assert_eq!(blockers[0]["message"], reason);
     assert_eq!(overview.json["queueDepth"], 1);
+}
+
+/// `app::run` in this process with everything configured: `/readyz` says
+/// ready, and a webhook's task runs through the actors, the workspace clone
+/// and the scripted runtime to `succeeded`.
+#[test]
+fn in_process_a_configured_server_is_ready_and_runs_a_task() {
+    let s = TestApp::builder()
+        .in_process()
+        .git_sim()
+        .scripted()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .start();
+    s.git().create_repo("acme", "widgets");
+    let ready = s.get("/readyz", None);
+    assert_eq!(ready.status, 200, "{:?}", ready.json);
+    assert_eq!(ready.json["status"], "ready", "{:?}", ready.json);
+    let task = s.task_comment("inproc-run-1", 9201, "@ccbot run in process", "widgets", 5);
+    wait_task_state(
+        &s.db_url,
+        &task,
+        "succeeded",
+        std::time::Duration::from_secs(30),
+    );
+    let tree = s.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(
+        tree.json["registry"]["runtime"], "scripted",
+        "{:?}",
+        tree.json
+    );
 }

@@ -2,10 +2,12 @@
 //! that queues a receipt (the webhook's group commit, a task's abnormal end)
 //! and the earliest retry falling due. Each test gives the worker a safety
 //! interval of an hour, so a receipt written within the test's wait was
-//! written because the worker was woken, not because it looked again.
+//! written because the worker was woken, not because it looked again. That
+//! interval is no configuration key, so the worker runs here on a store of
+//! its own rather than inside a `crate::testapp` server.
 
 use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
-use crate::support::{BOT, GITEA_TOKEN};
+use crate::support::{poll_until_async, BOT, GITEA_TOKEN};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
@@ -13,7 +15,7 @@ use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{attempts, comments, ingest, Store, StoreSettings, WriterSettings};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longer than any test runs: the worker never looks at the store by itself.
 const NEVER: Duration = Duration::from_secs(3600);
@@ -103,22 +105,21 @@ fn receipt_posts(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> 
 
 /// Waits (20 s at most) until the simulator has a 201 for that receipt.
 async fn wait_posted(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let posts = receipt_posts(sim, task, state);
-        if posts.iter().any(|r| r.status == 201) {
-            return posts;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no {state} receipt of {task} was posted; requests: {:?}",
-            sim.requests()
-                .iter()
-                .map(|r| format!("{} {} {}", r.method, r.path, r.status))
-                .collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let posted = poll_until_async(Duration::from_secs(20), || async {
+        receipt_posts(sim, task, state)
+            .iter()
+            .any(|r| r.status == 201)
+    })
+    .await;
+    assert!(
+        posted,
+        "no {state} receipt of {task} was posted; requests: {:?}",
+        sim.requests()
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+            .collect::<Vec<_>>()
+    );
+    receipt_posts(sim, task, state)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,20 +181,19 @@ async fn a_failed_receipt_is_retried_when_its_backoff_ends_without_a_poll() {
         "retried after {waited:?}"
     );
     // Recorded once: two attempts, posted.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let row = loop {
+    let row = || async {
         let key = comments::receipt_key(&task, "received".parse().unwrap());
-        let row = s
-            .store
+        s.store
             .read(move |c| comments::find(c, &key))
             .await
             .unwrap()
-            .unwrap();
-        if row.status.as_str() == "posted" || Instant::now() > deadline {
-            break row;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+            .unwrap()
     };
+    poll_until_async(Duration::from_secs(20), || async {
+        row().await.status.as_str() == "posted"
+    })
+    .await;
+    let row = row().await;
     assert_eq!(
         (row.status.as_str(), row.attempts),
         ("posted", 2),

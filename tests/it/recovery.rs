@@ -5,91 +5,50 @@
 //! never replayed: confirmed from the history, or `needs_reconciliation`, which
 //! blocks the repository until an operator decides.
 
-use crate::gitsim::GitSim;
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::{json, Value};
 use std::process::Command;
 use std::time::Duration;
 
-/// What survives a restart: the database, the state dir (runtime history) and
-/// the workspaces; and the Gitea stand-in.
-struct Rig {
-    sim: GitSim,
-    dir: tempfile::TempDir,
-    db_url: String,
+/// The server with the scripted runtime, short leases and a git server
+/// holding `acme/widgets`. What survives a restart ([`TestApp::kill9`], then
+/// [`TestApp::start_again`]): the database, the state dir (runtime history),
+/// the workspaces and the git server.
+fn app() -> TestApp {
+    let app = scripted_on_git()
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+        .start();
+    app.git().create_repo("acme", "widgets");
+    app
 }
 
-impl Rig {
-    fn new() -> Rig {
-        let sim = GitSim::start(Some(GITEA_TOKEN));
-        sim.create_repo("acme", "widgets");
-        let dir = tempfile::tempdir().unwrap();
-        let db_url = format!("sqlite://{}", dir.path().join("bridge.db").display());
-        Rig { sim, dir, db_url }
-    }
+fn scripted_on_git() -> TestAppBuilder {
+    TestApp::builder().git_sim().scripted()
+}
 
-    fn server(&self) -> TestServer {
-        ServerBuilder::new(Db::Sqlite)
-            .db_url(&self.db_url)
-            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
-            .env("CODEX_BRIDGE_GITEA_URL", &self.sim.base_url())
-            .env(
-                "CODEX_BRIDGE_STATE_DIR",
-                self.dir.path().join("state").to_str().unwrap(),
-            )
-            .env(
-                "CODEX_BRIDGE_WORKSPACE_ROOT",
-                self.dir.path().join("ws").to_str().unwrap(),
-            )
-            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
-            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
-            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
-            .start()
-    }
+/// Posts a signed comment on Issue `number` of `acme/widgets`; its task.
+fn comment(s: &TestApp, delivery: &str, comment_id: i64, text: &str, number: i64) -> String {
+    s.task_comment(delivery, comment_id, text, "widgets", number)
+}
 
-    /// Posts a signed comment whose repository clones from the simulator.
-    fn comment(
-        &self,
-        s: &TestServer,
-        delivery: &str,
-        comment_id: i64,
-        text: &str,
-        number: i64,
-    ) -> String {
-        let mut v: Value =
-            serde_json::from_slice(&comment_body(comment_id, text, "widgets", number)).unwrap();
-        v["repository"]["clone_url"] = self.sim.clone_url("acme", "widgets").into();
-        v["repository"]["default_branch"] = "main".into();
-        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-        let r = s.webhook(
-            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
-            &body,
-        );
-        assert_eq!(r.status, 202, "{:?}", r.json);
-        r.json["taskId"].as_str().unwrap().to_owned()
-    }
+fn history(s: &TestApp, task_id: &str) -> Vec<String> {
+    codex_bridge::store::tasks::history(&mut s.db(), task_id)
+        .unwrap()
+        .into_iter()
+        .map(|t| t.to_state.to_string())
+        .collect()
+}
 
-    fn history(&self, task_id: &str) -> Vec<String> {
-        let mut c = connect(&self.db_url);
-        codex_bridge::store::tasks::history(&mut c, task_id)
-            .unwrap()
-            .into_iter()
-            .map(|t| t.to_state.to_string())
-            .collect()
-    }
+fn turns(s: &TestApp, task_id: &str) -> i64 {
+    count_where(&mut s.db(), "turns", &format!("task_id = '{task_id}'"))
+}
 
-    fn turns(&self, task_id: &str) -> i64 {
-        count_where(
-            &mut connect(&self.db_url),
-            "turns",
-            &format!("task_id = '{task_id}'"),
-        )
-    }
-
-    fn wait(&self, task_id: &str, state: &str) {
-        wait_task_state(&self.db_url, task_id, state, Duration::from_secs(30));
-    }
+fn wait(s: &TestApp, task_id: &str, state: &str) {
+    wait_task_state(&s.db_url, task_id, state, Duration::from_secs(30));
 }
 
 const LONG: Duration = Duration::from_secs(30);
@@ -97,42 +56,40 @@ const REPO: &str = "default:acme/widgets";
 
 #[test]
 fn killed_after_accept_the_task_runs_after_restart() {
-    let rig = Rig::new();
-    let mut s = rig.server();
+    let mut s = app();
     let pause = s.admin_post(
         "/api/gitea-workflow/control/pause",
         &json!({"requestId": "p", "reason": "hold"}),
     );
     assert_eq!(pause.status, 200);
-    let task = rig.comment(&s, "acc-1", 1, "@ccbot after accept", 1);
+    let task = comment(&s, "acc-1", 1, "@ccbot after accept", 1);
     s.kill9();
 
-    let s2 = rig.server();
+    s.start_again();
     assert_eq!(
-        task_state(&mut connect(&rig.db_url), &task).as_deref(),
+        task_state(&mut connect(&s.db_url), &task).as_deref(),
         Some("queued")
     );
-    s2.admin_post(
+    s.admin_post(
         "/api/gitea-workflow/control/resume",
         &json!({"requestId": "r", "reason": "go"}),
     );
-    wait_task_state(&rig.db_url, &task, "succeeded", LONG);
-    assert_eq!(rig.turns(&task), 1);
+    wait_task_state(&s.db_url, &task, "succeeded", LONG);
+    assert_eq!(turns(&s, &task), 1);
 }
 
 #[test]
 fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
-    let rig = Rig::new();
-    let mut s = rig.server();
-    rig.sim.set_delay(Duration::from_secs(4));
-    let task = rig.comment(&s, "lease-1", 1, "@ccbot after lease", 1);
-    rig.wait(&task, "leased");
+    let mut s = app();
+    s.git().set_delay(Duration::from_secs(4));
+    let task = comment(&s, "lease-1", 1, "@ccbot after lease", 1);
+    wait(&s, &task, "leased");
     s.kill9();
-    rig.sim.set_delay(Duration::ZERO);
+    s.git().set_delay(Duration::ZERO);
 
-    let _s2 = rig.server();
-    rig.wait(&task, "succeeded");
-    let history = rig.history(&task);
+    s.start_again();
+    wait(&s, &task, "succeeded");
+    let history = history(&s, &task);
     assert_eq!(
         history,
         [
@@ -145,7 +102,7 @@ fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
             "succeeded"
         ]
     );
-    let mut c = connect(&rig.db_url);
+    let mut c = connect(&s.db_url);
     assert_eq!(
         count_where(
             &mut c,
@@ -158,52 +115,45 @@ fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
         count_where(&mut c, "attempts", &format!("task_id = '{task}'")),
         2
     );
-    assert_eq!(rig.turns(&task), 1);
+    assert_eq!(turns(&s, &task), 1);
 }
 
 #[test]
 fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_repository() {
-    let rig = Rig::new();
-    let mut s = rig.server();
-    let task = rig.comment(
+    let mut s = app();
+    let task = comment(
         &s,
         "intent-1",
         1,
         "@ccbot after intent [start:slow:8000]",
         1,
     );
-    let mut c = connect(&rig.db_url);
-    let deadline = std::time::Instant::now() + LONG;
-    while count_where(
-        &mut c,
-        "outbox_entries",
-        &format!("task_id = '{task}' AND status = 'sending'"),
-    ) == 0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the intent was never recorded"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut c = connect(&s.db_url);
+    wait_until("the turn/start intent recorded", LONG, || {
+        count_where(
+            &mut c,
+            "outbox_entries",
+            &format!("task_id = '{task}' AND status = 'sending'"),
+        ) > 0
+    });
     s.kill9();
 
-    let mut s2 = rig.server();
-    rig.wait(&task, "needs_reconciliation");
-    assert_eq!(rig.turns(&task), 0, "nothing was replayed");
+    s.start_again();
+    wait(&s, &task, "needs_reconciliation");
+    assert_eq!(turns(&s, &task), 0, "nothing was replayed");
     // Recovery is idempotent: another restart changes nothing (checked again
     // below, after later work ran through the repository).
-    let before = rig.history(&task);
-    s2.kill9();
-    let s2 = rig.server();
-    s2.wait_for("the restarted scheduler to find the uncertain task", || {
-        s2.repo_actor(REPO)
+    let before = history(&s, &task);
+    s.kill9();
+    s.start_again();
+    s.wait_for("the restarted scheduler to find the uncertain task", || {
+        s.repo_actor(REPO)
             .is_some_and(|r| r["status"] == "uncertain")
     });
-    assert_eq!(rig.history(&task), before);
+    assert_eq!(history(&s, &task), before);
     // The uncertain task blocks new work on its repository.
-    let behind = rig.comment(&s2, "intent-2", 2, "@ccbot queued behind", 2);
-    s2.wait_repo_passes(REPO, "uncertain");
+    let behind = comment(&s, "intent-2", 2, "@ccbot queued behind", 2);
+    s.wait_repo_passes(REPO, "uncertain");
     assert_eq!(task_state(&mut c, &behind).as_deref(), Some("queued"));
 
     // The operator decides; then the next task runs.
@@ -216,7 +166,7 @@ fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_
         .attempt_id
         .clone();
     let out = Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
-        .env("CODEX_BRIDGE_DATABASE_URL", &rig.db_url)
+        .env("CODEX_BRIDGE_DATABASE_URL", &s.db_url)
         .args([
             "reconcile",
             &task,
@@ -231,44 +181,42 @@ fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    rig.wait(&behind, "succeeded");
+    wait(&s, &behind, "succeeded");
     let mut decided = before;
     decided.push("failed".into());
-    assert_eq!(rig.history(&task), decided, "only the operator moved it");
+    assert_eq!(history(&s, &task), decided, "only the operator moved it");
 }
 
 #[test]
 fn killed_after_the_reply_before_verification_it_is_verified_not_rerun() {
-    let rig = Rig::new();
-    let mut s = rig.server();
-    let task = rig.comment(
+    let mut s = app();
+    let task = comment(
         &s,
         "verify-1",
         1,
         "@ccbot reply then verify [verify:slow:8000]",
         1,
     );
-    rig.wait(&task, "verifying_reply");
+    wait(&s, &task, "verifying_reply");
     s.kill9();
 
-    let _s2 = rig.server();
-    rig.wait(&task, "succeeded");
-    assert_eq!(rig.turns(&task), 1, "the model did not run again");
-    let history = rig.history(&task);
+    s.start_again();
+    wait(&s, &task, "succeeded");
+    assert_eq!(turns(&s, &task), 1, "the model did not run again");
+    let history = history(&s, &task);
     assert_eq!(history.iter().filter(|s| *s == "running").count(), 1);
 }
 
 #[test]
 fn a_workspace_is_really_cloned_and_the_token_stays_out_of_it() {
-    let rig = Rig::new();
-    let s = rig.server();
-    let task = rig.comment(&s, "ws-1", 1, "@ccbot clone me", 1);
-    rig.wait(&task, "succeeded");
-    let ws = rig.dir.path().join("ws/default/acme/widgets");
+    let s = app();
+    let task = comment(&s, "ws-1", 1, "@ccbot clone me", 1);
+    wait(&s, &task, "succeeded");
+    let ws = s.dir().join("ws/default/acme/widgets");
     assert!(ws.join(".git").is_dir(), "no clone at {ws:?}");
     let config = std::fs::read_to_string(ws.join(".git/config")).unwrap();
     assert!(!config.contains(GITEA_TOKEN));
-    assert!(rig.sim.requests().iter().all(|r| r.authorization.as_deref()
+    assert!(s.git().requests().iter().all(|r| r.authorization.as_deref()
         == Some(&format!("token {GITEA_TOKEN}"))
         || r.status == 401));
     assert!(!s.logs().contains(GITEA_TOKEN));
@@ -276,54 +224,30 @@ fn a_workspace_is_really_cloned_and_the_token_stays_out_of_it() {
 
 #[test]
 fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a_dead_one() {
-    let sim = GitSim::start(Some(GITEA_TOKEN));
+    // Two instances: one database and git server, state and workspaces each.
+    let mut a = scripted_on_git()
+        .postgres()
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
+        .start();
+    let b = a.another_instance();
     let repos = ["alpha", "beta", "gamma", "delta"];
     for r in repos {
-        sim.create_repo("acme", r);
+        a.git().create_repo("acme", r);
     }
-    let db = PgDb::create();
-    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
-    let start = |dir: &tempfile::TempDir| {
-        ServerBuilder::new(Db::Postgres)
-            .db_url(&db.url)
-            .env("CODEX_BRIDGE_AGENT_RUNTIME", "scripted")
-            .env("CODEX_BRIDGE_GITEA_URL", &sim.base_url())
-            .env(
-                "CODEX_BRIDGE_STATE_DIR",
-                dir.path().join("state").to_str().unwrap(),
-            )
-            .env(
-                "CODEX_BRIDGE_WORKSPACE_ROOT",
-                dir.path().join("ws").to_str().unwrap(),
-            )
-            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
-            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-            .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
-            .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")
-            .start()
-    };
-    let mut a = start(&dirs[0]);
-    let b = start(&dirs[1]);
     let mut ids = Vec::new();
     for i in 0..16i64 {
         let repo = repos[(i as usize) % repos.len()];
-        let mut v: Value = serde_json::from_slice(&comment_body(
+        let server = if i % 2 == 0 { &a } else { &b };
+        ids.push(server.task_comment(
+            &format!("two-{i}"),
             100 + i,
             &format!("@ccbot job {i} [sleep:300]"),
             repo,
             i % 2,
-        ))
-        .unwrap();
-        v["repository"]["clone_url"] = sim.clone_url("acme", repo).into();
-        v["repository"]["default_branch"] = "main".into();
-        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
-        let server = if i % 2 == 0 { &a } else { &b };
-        let r = server.webhook(
-            &gitea_headers(&format!("two-{i}"), "issue_comment", "issue_comment", &body),
-            &body,
-        );
-        assert_eq!(r.status, 202, "{:?}", r.json);
-        ids.push(r.json["taskId"].as_str().unwrap().to_owned());
+        ));
     }
     // Kill A while it holds a repository's lease (its owner id is in its log).
     let a_owner = a
@@ -333,12 +257,10 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         .and_then(|rest| rest.split_whitespace().next())
         .map(|o| o.trim_matches('"').to_owned())
         .expect("A logs its lease owner id");
-    let mut c = connect(&db.url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while count_where(&mut c, "leases", &format!("owner = '{a_owner}'")) == 0 {
-        assert!(std::time::Instant::now() < deadline, "A never held a lease");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let mut c = connect(&a.db_url);
+    wait_until("A holding a lease", Duration::from_secs(30), || {
+        count_where(&mut c, "leases", &format!("owner = '{a_owner}'")) > 0
+    });
     a.kill9();
 
     // B takes over: nothing stays in flight; a task A was running becomes
@@ -346,15 +268,14 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
     // operator reconciles it; then B runs what queued behind it.
     let in_flight = "state IN ('leased', 'running', 'verifying_reply', 'retry_wait')";
     let stuck = "state = 'queued' AND repo_key NOT IN (SELECT repo_key FROM tasks WHERE state = 'needs_reconciliation')";
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while count_where(&mut c, "tasks", in_flight) + count_where(&mut c, "tasks", stuck) > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "tasks never settled after the takeover:\n{}",
-            b.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let settled = poll_until(Duration::from_secs(60), || {
+        count_where(&mut c, "tasks", in_flight) + count_where(&mut c, "tasks", stuck) == 0
+    });
+    assert!(
+        settled,
+        "tasks never settled after the takeover:\n{}",
+        b.logs()
+    );
     let uncertain: Vec<String> = ids
         .iter()
         .filter(|id| task_state(&mut c, id).as_deref() == Some("needs_reconciliation"))
@@ -375,20 +296,19 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         );
         assert_eq!(r.status, 200, "{:?}", r.json);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while count_where(&mut c, "tasks", "state NOT IN ('succeeded', 'failed')") > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "queued work never ran after reconciliation:\n{}",
-            b.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let ran = poll_until(Duration::from_secs(60), || {
+        count_where(&mut c, "tasks", "state NOT IN ('succeeded', 'failed')") == 0
+    });
+    assert!(
+        ran,
+        "queued work never ran after reconciliation:\n{}",
+        b.logs()
+    );
     assert_eq!(
         count_where(&mut c, "tasks", "state = 'failed'") as usize,
         uncertain.len()
     );
-    let owners = |clause: &str| count_where(&mut connect(&db.url), "attempts", clause);
+    let owners = |clause: &str| count_where(&mut connect(&a.db_url), "attempts", clause);
     assert!(owners("owner IS NOT NULL") >= 16);
     // Both processes ran work.
     #[derive(diesel::QueryableByName)]
@@ -449,8 +369,8 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
 
 #[test]
 fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
-    let rig = Rig::new();
-    rig.sim.commit(
+    let s = app();
+    s.git().commit(
         "acme",
         "widgets",
         "feature/retry-clock",
@@ -458,13 +378,12 @@ fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
         "pub struct Clock;\n",
         "add clock",
     );
-    let head = rig
-        .sim
+    let head = s
+        .git()
         .create_pull("acme", "widgets", 23, "feature/retry-clock");
-    let s = rig.server();
     let (body, _) = fixture("issue_comment.created.pr.mention");
     let mut v: Value = serde_json::from_slice(&body).unwrap();
-    v["repository"]["clone_url"] = rig.sim.clone_url("acme", "widgets").into();
+    v["repository"]["clone_url"] = s.git().clone_url("acme", "widgets").into();
     let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
     let r = s.webhook(
         &gitea_headers("pr-1", "issue_comment", "pull_request_comment", &body),
@@ -472,8 +391,8 @@ fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
     );
     assert_eq!(r.status, 202, "{:?}", r.json);
     let task = r.json["taskId"].as_str().unwrap().to_owned();
-    rig.wait(&task, "succeeded");
-    let ws = rig.dir.path().join("ws/default/acme/widgets");
+    wait(&s, &task, "succeeded");
+    let ws = s.dir().join("ws/default/acme/widgets");
     let branch = Command::new("git")
         .args([
             "-C",

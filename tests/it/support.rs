@@ -1,16 +1,14 @@
-//! The test harness: the real `codex-bridge` binary on 127.0.0.1:0 with its own
-//! database (a fresh SQLite file, or a fresh database in the throwaway
-//! PostgreSQL that `scripts/test` starts), Gitea-shaped signed requests, and
-//! direct access to the rows the server wrote.
+//! What every area's tests share: Gitea-shaped signed requests, direct access
+//! to the rows a server wrote, waiting on conditions, and the HTTP server the
+//! stand-ins (git and Gitea simulator, fake model) run on. The server itself
+//! and its peers are started by `crate::testapp`.
 
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::store::{ConnSettings, DbConn};
 use diesel::prelude::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const SECRET: &str = "s3cr3t-ccbot-webhook";
@@ -68,13 +66,6 @@ pub fn comment_body(comment_id: i64, text: &str, repo: &str, number: i64) -> Vec
     serde_json::to_string_pretty(&v).unwrap().into_bytes()
 }
 
-/// Which database a test server uses.
-#[derive(Clone, Copy)]
-pub enum Db {
-    Sqlite,
-    Postgres,
-}
-
 /// A fresh database of the throwaway PostgreSQL cluster, dropped with this value.
 pub struct PgDb {
     pub url: String,
@@ -130,300 +121,6 @@ pub fn connect(url: &str) -> DbConn {
     .unwrap()
 }
 
-/// Everything a running test server has.
-pub struct TestServer {
-    child: Child,
-    pub base: String,
-    pub db_url: String,
-    /// Holds the SQLite file and state dir for as long as the server value lives.
-    _dir: tempfile::TempDir,
-    logs: Arc<Mutex<String>>,
-    _pg: Option<PgDb>,
-}
-
-#[derive(Clone)]
-pub struct ServerBuilder {
-    db: Db,
-    env: Vec<(String, String)>,
-    /// Variables the server must not see at all (a key left out, not empty).
-    unset: Vec<String>,
-    db_url: Option<String>,
-}
-
-impl ServerBuilder {
-    pub fn new(db: Db) -> Self {
-        ServerBuilder {
-            db,
-            env: Vec::new(),
-            unset: Vec::new(),
-            db_url: None,
-        }
-    }
-
-    /// Leaves `key` out of the server's environment (the rig sets some keys).
-    pub fn without(mut self, key: &str) -> Self {
-        self.unset.push(key.into());
-        self
-    }
-
-    pub fn env(mut self, key: &str, value: &str) -> Self {
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Reuse an existing database (e.g. to restart on the same file).
-    pub fn db_url(mut self, url: &str) -> Self {
-        self.db_url = Some(url.into());
-        self
-    }
-
-    pub fn start(self) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
-        let (db_url, pg) = match (self.db_url, self.db) {
-            (Some(url), _) => (url, None),
-            (None, Db::Sqlite) => (
-                format!("sqlite://{}", dir.path().join("bridge.db").display()),
-                None,
-            ),
-            (None, Db::Postgres) => {
-                let pg = PgDb::create();
-                (pg.url.clone(), Some(pg))
-            }
-        };
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
-        cmd.arg("serve");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("CODEX_BRIDGE_") || k == "RUST_LOG" {
-                cmd.env_remove(k);
-            }
-        }
-        cmd.env("CODEX_BRIDGE_LISTEN", "127.0.0.1:0")
-            .env("CODEX_BRIDGE_DATABASE_URL", &db_url)
-            .env("CODEX_BRIDGE_WEBHOOK_SECRET", SECRET)
-            .env("CODEX_BRIDGE_ADMIN_TOKEN", ADMIN_TOKEN)
-            .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
-            .env("CODEX_BRIDGE_GITEA_URL", "http://127.0.0.1:9")
-            .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
-            .env("CODEX_BRIDGE_STATE_DIR", dir.path().join("state"))
-            .env("CODEX_BRIDGE_WORKSPACE_ROOT", dir.path().join("ws"))
-            .env("CODEX_BRIDGE_LOG_FILTER", "info");
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        for k in &self.unset {
-            cmd.env_remove(k);
-        }
-        cmd.stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let logs = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let stdout = child.stdout.take().unwrap();
-        let out_logs = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("codex-bridge listening on ") {
-                    let _ = tx.send(addr.to_owned());
-                }
-                out_logs.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
-        let stderr = child.stderr.take().unwrap();
-        let err_logs = logs.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                err_logs.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
-        let base = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "server did not start; its output:\n{}",
-                    logs.lock().unwrap()
-                );
-            }
-        };
-        TestServer {
-            child,
-            base,
-            db_url,
-            _dir: dir,
-            logs,
-            _pg: pg,
-        }
-    }
-}
-
-/// An HTTP answer: status and JSON body (Null when the body is not JSON).
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub json: Value,
-}
-
-fn reply(result: Result<ureq::Response, ureq::Error>) -> Reply {
-    let resp = match result {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => panic!("request failed: {e}"),
-    };
-    let status = resp.status();
-    let text = resp.into_string().unwrap_or_default();
-    Reply {
-        status,
-        json: serde_json::from_str(&text).unwrap_or(Value::Null),
-    }
-}
-
-impl TestServer {
-    pub fn start(db: Db) -> TestServer {
-        ServerBuilder::new(db).start()
-    }
-
-    /// The server process's id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// The server's temp dir (SQLite file, `state/`, `ws/`).
-    pub fn dir(&self) -> &Path {
-        self._dir.path()
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
-    }
-
-    pub fn post_raw(&self, path: &str, headers: &[(String, String)], body: &[u8]) -> Reply {
-        let mut req = ureq::post(&self.url(path));
-        for (k, v) in headers {
-            req = req.set(k, v);
-        }
-        reply(req.send_bytes(body))
-    }
-
-    pub fn webhook(&self, headers: &[(String, String)], body: &[u8]) -> Reply {
-        self.post_raw("/api/gitea/webhook", headers, body)
-    }
-
-    /// Posts a signed issue comment as Gitea would.
-    pub fn comment(
-        &self,
-        delivery: &str,
-        comment_id: i64,
-        text: &str,
-        repo: &str,
-        number: i64,
-    ) -> Reply {
-        let body = comment_body(comment_id, text, repo, number);
-        self.webhook(
-            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
-            &body,
-        )
-    }
-
-    pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
-        let mut req = ureq::get(&self.url(path));
-        if let Some(t) = token {
-            req = req.set("Authorization", &format!("Bearer {t}"));
-        }
-        reply(req.call())
-    }
-
-    pub fn admin_get(&self, path: &str) -> Reply {
-        self.get(path, Some(ADMIN_TOKEN))
-    }
-
-    pub fn admin_post(&self, path: &str, body: &Value) -> Reply {
-        reply(
-            ureq::post(&self.url(path))
-                .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
-                .send_json(body.clone()),
-        )
-    }
-
-    pub fn logs(&self) -> String {
-        self.logs.lock().unwrap().clone()
-    }
-
-    pub fn db(&self) -> DbConn {
-        connect(&self.db_url)
-    }
-
-    /// Waits until `cond` holds (for effects written in the background).
-    pub fn wait_for(&self, what: &str, cond: impl FnMut() -> bool) {
-        wait_until(what, Duration::from_secs(10), cond);
-    }
-
-    /// The actor tree's entry for a repository (`GET /api/gitea-workflow/actors`),
-    /// once its actor exists.
-    pub fn repo_actor(&self, repo_key: &str) -> Option<Value> {
-        let tree = self.admin_get("/api/gitea-workflow/actors");
-        assert_eq!(tree.status, 200, "{:?}", tree.json);
-        tree.json["repositories"]
-            .as_array()?
-            .iter()
-            .find(|r| r["repoKey"] == repo_key)
-            .cloned()
-    }
-
-    /// Waits until the repository's actor has finished two scheduling passes
-    /// after this call and the last one says `status`; its entry then. Call it
-    /// after the change the scheduler must see: the second pass began after
-    /// the first one ended, so after the change. What the test forbids (a task
-    /// started) would have happened by then.
-    pub fn wait_repo_passes(&self, repo_key: &str, status: &str) -> Value {
-        let passes = |r: &Option<Value>| r.as_ref().map_or(0, |r| r["passes"].as_u64().unwrap());
-        let start = passes(&self.repo_actor(repo_key));
-        let mut last = None;
-        let settled = poll_until(Duration::from_secs(20), || {
-            last = self.repo_actor(repo_key);
-            passes(&last) >= start + 2 && last.as_ref().is_some_and(|r| r["status"] == status)
-        });
-        match last {
-            Some(entry) if settled => entry,
-            _ => panic!(
-                "{repo_key}'s actor never finished two passes ending `{status}`; last: {last:?}"
-            ),
-        }
-    }
-
-    /// SIGKILL: no graceful anything, as when the machine loses the process.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, and wait for a graceful exit. The database and temp dir stay.
-    pub fn stop(&mut self) -> String {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        std::thread::sleep(Duration::from_millis(50));
-        self.logs()
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Polls `cond` until it holds; panics naming `what` after `timeout`.
 pub fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
     assert!(poll_until(timeout, cond), "timed out waiting for {what}");
@@ -440,6 +137,40 @@ pub fn poll_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
             return false;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// [`wait_until`] for async tests: polls the future `cond` makes until it
+/// gives true; panics naming `what` after `timeout` (real time, also when a
+/// test has paused tokio's clock).
+pub async fn wait_until_async<F, Fut>(what: &str, timeout: Duration, cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    assert!(
+        poll_until_async(timeout, cond).await,
+        "timed out waiting for {what}"
+    );
+}
+
+/// [`poll_until`] for async tests: true once `cond`'s future gives true,
+/// false after `timeout` of real time. Between polls it sleeps on tokio's
+/// clock, which lets a paused clock advance to the code's next timer.
+pub async fn poll_until_async<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

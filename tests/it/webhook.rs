@@ -3,10 +3,11 @@
 //! and on PostgreSQL.
 
 use crate::support::*;
+use crate::testapp::*;
 use serde_json::Value;
 
 fn accepted_fixture_writes_every_row(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     let (body, headers) = fixture("issue_comment.created.issue.mention");
     let r = s.webhook(&headers, &body);
     assert_eq!(r.status, 202, "{:?}", r.json);
@@ -90,7 +91,7 @@ fn accepted_fixture_writes_every_row_postgres() {
 }
 
 fn duplicates_and_replays_return_the_original_task(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     let (body, headers) = fixture("issue_comment.created.issue.mention");
     let first = s.webhook(&headers, &body);
     assert_eq!(first.status, 202);
@@ -144,7 +145,7 @@ fn duplicates_and_replays_return_the_original_task_postgres() {
 
 #[test]
 fn pull_request_comments_in_every_header_and_content_type_form() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let (body, headers) = fixture("issue_comment.created.pr.mention");
     // Only X-Hub-Signature-256, no X-Gitea-Signature.
     let hub_only: Vec<_> = headers
@@ -197,7 +198,7 @@ fn pull_request_comments_in_every_header_and_content_type_form() {
 
 #[test]
 fn review_comments_mentioning_the_bot_are_accepted() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let body = serde_json::to_string_pretty(&serde_json::json!({
         "action": "reviewed",
         "number": 23,
@@ -232,7 +233,7 @@ fn review_comments_mentioning_the_bot_are_accepted() {
 
 #[test]
 fn ignored_events_answer_200_and_create_no_task() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     for (name, reason) in [
         ("issue_comment.created.issue.by_bot", "bot_comment"),
         ("issue_comment.created.issue.no_mention", "no_mention"),
@@ -259,7 +260,7 @@ fn ignored_events_answer_200_and_create_no_task() {
 
 #[test]
 fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let (body, headers) = fixture("issue_comment.created.issue.mention");
     let created = s.webhook(&headers, &body);
     assert_eq!(created.status, 202);
@@ -312,7 +313,7 @@ fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
 
 #[test]
 fn bad_signatures_get_401_with_no_reason_and_store_nothing() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let (body, headers) = fixture("issue_comment.created.issue.mention");
     let without: Vec<_> = headers
         .iter()
@@ -351,7 +352,7 @@ fn bad_signatures_get_401_with_no_reason_and_store_nothing() {
 
 #[test]
 fn invalid_payloads_get_400_with_a_code_and_store_no_task() {
-    let s = TestServer::start(Db::Sqlite);
+    let s = TestApp::start(Db::Sqlite);
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         ("garbage", b"{this is not json".to_vec(), "invalid_payload"),
         (
@@ -406,7 +407,7 @@ fn invalid_payloads_get_400_with_a_code_and_store_no_task() {
 
 #[test]
 fn oversize_bodies_get_413() {
-    let s = ServerBuilder::new(Db::Sqlite)
+    let s = TestApp::builder()
         .env("CODEX_BRIDGE_MAX_BODY_BYTES", "4096")
         .start();
     let body = comment_body(1, &format!("@ccbot {}", "x".repeat(5000)), "widgets", 1);
@@ -423,7 +424,7 @@ fn oversize_bodies_get_413() {
 }
 
 fn disabled_repository_gets_409(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     assert_eq!(
         s.comment("d-1", 1, "@ccbot first", "widgets", 1).status,
         202
@@ -474,7 +475,7 @@ fn disabled_repository_gets_409_postgres() {
 }
 
 fn store_failure_gets_503_and_loses_nothing(db: Db) {
-    let s = TestServer::start(db);
+    let s = TestApp::start(db);
     let mut c = s.db();
     let sqlite = c.is_sqlite();
     // Make every task insert fail inside the webhook transaction.
@@ -512,7 +513,8 @@ fn store_failure_gets_503_and_loses_nothing_postgres() {
 
 fn concurrent_first_sightings_yield_one_repository(db: Db, writers: &str) {
     let s = std::sync::Arc::new(
-        ServerBuilder::new(db)
+        TestApp::builder()
+            .db(db)
             .env("CODEX_BRIDGE_WRITER_THREADS", writers)
             .start(),
     );
@@ -567,7 +569,7 @@ fn concurrent_first_sightings_yield_one_repository_postgres() {
 
 #[test]
 fn accepted_webhooks_survive_a_restart() {
-    let mut s = TestServer::start(Db::Sqlite);
+    let mut s = TestApp::start(Db::Sqlite);
     for i in 0..20 {
         assert_eq!(
             s.comment(
@@ -582,10 +584,41 @@ fn accepted_webhooks_survive_a_restart() {
         );
     }
     s.stop();
-    let s2 = ServerBuilder::new(Db::Sqlite).db_url(&s.db_url).start();
-    assert_eq!(count(&mut s2.db(), "tasks"), 20);
-    assert_eq!(count(&mut s2.db(), "outbox_entries"), 20);
-    let again = s2.comment("keep-3", 503, "@ccbot keep me", "widgets", 1);
+    s.start_again();
+    assert_eq!(count(&mut s.db(), "tasks"), 20);
+    assert_eq!(count(&mut s.db(), "outbox_entries"), 20);
+    let again = s.comment("keep-3", 503, "@ccbot keep me", "widgets", 1);
     assert_eq!(again.status, 200);
     assert_eq!(again.json["status"], "duplicate");
+}
+
+/// `app::run` in this process: a signed webhook is taken and committed, its
+/// repeat is a duplicate, `/readyz` answers from the same store, and the
+/// shutdown future stops the server gracefully: nothing listens afterwards,
+/// and what it accepted is there when it starts again.
+#[test]
+fn in_process_a_webhook_round_trip_and_the_shutdown_future() {
+    let mut s = TestApp::builder().in_process().start();
+    let r = s.comment("inproc-1", 801, "@ccbot in process", "widgets", 8);
+    assert_eq!(r.status, 202, "{:?}", r.json);
+    let task = r.json["taskId"].as_str().unwrap().to_owned();
+    assert_eq!(task_state(&mut s.db(), &task).as_deref(), Some("queued"));
+    let again = s.comment("inproc-1", 801, "@ccbot in process", "widgets", 8);
+    assert_eq!(again.status, 200, "{:?}", again.json);
+    assert_eq!(again.json["status"], "duplicate");
+    let ready = s.get("/readyz", None);
+    assert_eq!(ready.status, 200, "{:?}", ready.json);
+    assert_eq!(ready.json["store"]["state"], "ok");
+    assert_eq!(ready.json["codex"]["state"], "unavailable", "intake only");
+
+    let base = s.base.clone();
+    s.stop();
+    assert!(
+        ureq::get(&format!("{base}/healthz")).call().is_err(),
+        "{base} still answers after the shutdown future completed"
+    );
+    s.start_again();
+    let again = s.comment("inproc-1", 801, "@ccbot in process", "widgets", 8);
+    assert_eq!(again.json["status"], "duplicate", "{:?}", again.json);
+    assert_eq!(count(&mut s.db(), "tasks"), 1);
 }

@@ -1,0 +1,586 @@
+//! The one test rig: the real server with the real peers a test asks for.
+//!
+//! ```ignore
+//! let sim = GiteaSim::start();      // set up first: repositories, users, Issues
+//! sim.create_repo("acme", "widgets");
+//! let app = TestApp::builder()      // SQLite file of its own, intake only
+//!     .postgres()                   // or a fresh database in the throwaway cluster
+//!     .codex()                      // real `codex app-server`, fake model, own CODEX_HOME
+//!     .gitea_mcp()                  // real PyPI gitea-mcp for the threads
+//!     .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+//!     .start_with_gitea(sim);       // the simulator's webhook now goes to the server
+//! app.model().push(Step::message("done"));
+//!
+//! let app = TestApp::builder().git_sim().scripted().start();  // clones only
+//! app.git().create_repo("acme", "widgets");
+//! ```
+//!
+//! The server listens on 127.0.0.1:0 and keeps its SQLite file, `state/` and
+//! `ws/` in a temp dir of its own. By default it is the real binary (its
+//! output captured for [`TestApp::logs`], killable for restart tests);
+//! [`TestAppBuilder::in_process`] runs `app::run` on a thread of this process
+//! instead, from the same configuration.
+//!
+//! The peers: [`GitSim`] (git over smart HTTP only, for the scripted runtime,
+//! which needs a clone but no Gitea API) or [`GiteaSim`] (the whole Gitea
+//! simulator, its webhook pointed at the server); [`FakeModel`] with a fresh
+//! [`CodexHome`] for the real `codex app-server`; the pinned gitea-mcp. They
+//! live as long as the app, and across [`TestApp::start_again`] and
+//! [`TestApp::another_instance`].
+
+use crate::codexhome::{codex_bin, CodexHome};
+use crate::fakemodel::FakeModel;
+use crate::giteasim::GiteaSim;
+use crate::gitsim::GitSim;
+use crate::support::*;
+use codex_bridge::store::DbConn;
+use serde_json::Value;
+use server::{Kind, Server};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+mod server;
+
+/// Which database a test server uses.
+#[derive(Clone, Copy)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// The pinned PyPI gitea-mcp that `scripts/test` installs (through
+/// `scripts/ensure-gitea-mcp`); panics, saying how to get it, when unset.
+pub fn gitea_mcp_bin() -> String {
+    std::env::var("CODEX_BRIDGE_TEST_GITEA_MCP_BIN")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| {
+            panic!(
+                "CODEX_BRIDGE_TEST_GITEA_MCP_BIN is not set: run the tests through scripts/test, \
+                 which installs the pinned PyPI gitea-mcp, or \
+                 `export CODEX_BRIDGE_TEST_GITEA_MCP_BIN=$(scripts/ensure-gitea-mcp)`"
+            )
+        })
+}
+
+/// What answers as Gitea.
+#[derive(Clone, Copy, PartialEq)]
+enum Gitea {
+    /// `gitea_url` names a port nothing listens on: the client exists, and
+    /// every call to it fails.
+    Unreachable,
+    /// Neither `gitea_url` nor `gitea_token` is set.
+    Absent,
+    /// [`GitSim`]: clones work, the REST API does not exist.
+    Git,
+    /// [`GiteaSim`] ([`TestAppBuilder::start_with_gitea`]): git, the REST
+    /// API, and webhooks sent to the server.
+    Sim,
+}
+
+/// Which agent runtime the server runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Runtime {
+    /// The configuration's default (`none`: intake only).
+    Default,
+    /// `scripted`: turns play the directives in the comment text.
+    Scripted,
+    /// The real `codex app-server`, with [`FakeModel`] as its model.
+    Codex,
+}
+
+/// How to start a [`TestApp`]; see the module doc.
+#[derive(Clone)]
+pub struct TestAppBuilder {
+    db: Db,
+    db_url: Option<String>,
+    gitea: Gitea,
+    runtime: Runtime,
+    gitea_mcp: bool,
+    in_process: bool,
+    env: Vec<(String, String)>,
+}
+
+impl TestAppBuilder {
+    pub fn db(mut self, db: Db) -> Self {
+        self.db = db;
+        self
+    }
+
+    /// A fresh database in the throwaway PostgreSQL cluster.
+    pub fn postgres(self) -> Self {
+        self.db(Db::Postgres)
+    }
+
+    /// An existing database (one a test migrated, or another app's).
+    pub fn db_url(mut self, url: &str) -> Self {
+        self.db_url = Some(url.into());
+        self
+    }
+
+    /// A git server ([`GitSim`], the bot's token required) as `gitea_url`.
+    pub fn git_sim(mut self) -> Self {
+        self.gitea = Gitea::Git;
+        self
+    }
+
+    /// No Gitea configured at all (`gitea_url` and `gitea_token` left out).
+    pub fn without_gitea(mut self) -> Self {
+        self.gitea = Gitea::Absent;
+        self
+    }
+
+    /// `agent_runtime = scripted`.
+    pub fn scripted(mut self) -> Self {
+        self.runtime = Runtime::Scripted;
+        self
+    }
+
+    /// `agent_runtime = codex`: the pinned `codex app-server`, a [`FakeModel`]
+    /// and a fresh `CODEX_HOME` pointing the model provider at it.
+    pub fn codex(mut self) -> Self {
+        self.runtime = Runtime::Codex;
+        self
+    }
+
+    /// The pinned gitea-mcp as the threads' Gitea MCP server (URL and token
+    /// in `GITEA_URL` and `GITEA_TOKEN`, as the PyPI package reads them).
+    pub fn gitea_mcp(mut self) -> Self {
+        self.gitea_mcp = true;
+        self
+    }
+
+    /// Runs `app::run` on a thread of this process instead of the binary:
+    /// no output is captured and the process cannot be killed, but HTTP and
+    /// the whole server are tested in process.
+    pub fn in_process(mut self) -> Self {
+        self.in_process = true;
+        self
+    }
+
+    /// Sets a variable of the server's configuration (last one wins).
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Starts the peers, then the server.
+    pub fn start(self) -> TestApp {
+        self.start_peers(None)
+    }
+
+    /// Starts with `sim` as `gitea_url` and the other peers, then the server,
+    /// and points the simulator's webhook at it. The simulator comes set up:
+    /// its repositories, users and Issues exist before the server does, as
+    /// in a deployment (and a benchmark can measure it alone first).
+    pub fn start_with_gitea(mut self, sim: GiteaSim) -> TestApp {
+        self.gitea = Gitea::Sim;
+        self.start_peers(Some(sim))
+    }
+
+    fn start_peers(self, gitea: Option<GiteaSim>) -> TestApp {
+        let pg = match (&self.db_url, self.db) {
+            (None, Db::Postgres) => Some(PgDb::create()),
+            _ => None,
+        };
+        let model = (self.runtime == Runtime::Codex).then(FakeModel::start);
+        let peers = Peers {
+            git: (self.gitea == Gitea::Git).then(|| GitSim::start(Some(GITEA_TOKEN))),
+            gitea,
+            home: model.as_ref().map(CodexHome::new),
+            model,
+            _pg: pg,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let db_url = match (&self.db_url, &peers._pg) {
+            (Some(url), _) => url.clone(),
+            (None, Some(pg)) => pg.url.clone(),
+            (None, None) => format!("sqlite://{}", dir.path().join("bridge.db").display()),
+        };
+        TestApp::launch(self, Arc::new(peers), dir, db_url)
+    }
+}
+
+/// The peers of one app (and of its other instances).
+struct Peers {
+    git: Option<GitSim>,
+    gitea: Option<GiteaSim>,
+    model: Option<FakeModel>,
+    home: Option<CodexHome>,
+    /// Holds the PostgreSQL database for as long as any instance lives.
+    _pg: Option<PgDb>,
+}
+
+/// A running server and its peers; the server is killed on drop.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    pub db_url: String,
+    server: Server,
+    builder: TestAppBuilder,
+    peers: Arc<Peers>,
+    /// The SQLite file (unless another database was given), `state/`, `ws/`.
+    dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    pub fn builder() -> TestAppBuilder {
+        TestAppBuilder {
+            db: Db::Sqlite,
+            db_url: None,
+            gitea: Gitea::Unreachable,
+            runtime: Runtime::Default,
+            gitea_mcp: false,
+            in_process: false,
+            env: Vec::new(),
+        }
+    }
+
+    /// The binary on a fresh database, intake only.
+    pub fn start(db: Db) -> TestApp {
+        Self::builder().db(db).start()
+    }
+
+    fn launch(
+        builder: TestAppBuilder,
+        peers: Arc<Peers>,
+        dir: tempfile::TempDir,
+        db_url: String,
+    ) -> TestApp {
+        let env = configuration(&builder, &peers, dir.path(), &db_url);
+        let server = Server::start(builder.in_process, env);
+        let app = TestApp {
+            base: server.base.clone(),
+            db_url,
+            server,
+            builder,
+            peers,
+            dir,
+        };
+        app.point_webhook_here();
+        app
+    }
+
+    fn point_webhook_here(&self) {
+        if let Some(sim) = &self.peers.gitea {
+            sim.set_webhook(&self.url("/api/gitea/webhook"), SECRET);
+        }
+    }
+
+    /// Starts the server again on the same database, temp dir and peers (a
+    /// restart, after [`TestApp::kill9`] or [`TestApp::stop`]); the Gitea
+    /// simulator's webhook follows it.
+    pub fn start_again(&mut self) {
+        self.server.kill();
+        let env = configuration(&self.builder, &self.peers, self.dir.path(), &self.db_url);
+        self.server = Server::start(self.builder.in_process, env);
+        self.base = self.server.base.clone();
+        self.point_webhook_here();
+    }
+
+    /// A second server on the same database and peers, with its own temp dir
+    /// (state and workspaces), as another instance of a deployment. The
+    /// Gitea simulator's webhook goes to the instance started last.
+    pub fn another_instance(&self) -> TestApp {
+        TestApp::launch(
+            self.builder.clone(),
+            self.peers.clone(),
+            tempfile::tempdir().unwrap(),
+            self.db_url.clone(),
+        )
+    }
+
+    /// The git server ([`TestAppBuilder::git_sim`]).
+    pub fn git(&self) -> &GitSim {
+        self.peers
+            .git
+            .as_ref()
+            .expect("the app has no GitSim: ask for .git_sim()")
+    }
+
+    /// The Gitea simulator ([`TestAppBuilder::start_with_gitea`]).
+    pub fn gitea(&self) -> &GiteaSim {
+        self.peers
+            .gitea
+            .as_ref()
+            .expect("the app has no Gitea simulator: start it with .start_with_gitea(sim)")
+    }
+
+    /// The Codex model ([`TestAppBuilder::codex`]).
+    pub fn model(&self) -> &FakeModel {
+        self.peers
+            .model
+            .as_ref()
+            .expect("the app has no fake model: ask for .codex()")
+    }
+
+    /// The clone URL of `owner/name` on the git peer.
+    pub fn clone_url(&self, owner: &str, name: &str) -> String {
+        match (&self.peers.git, &self.peers.gitea) {
+            (Some(git), _) => git.clone_url(owner, name),
+            (None, Some(sim)) => sim.clone_url(owner, name),
+            (None, None) => {
+                panic!("the app has no git peer: ask for .git_sim() or .start_with_gitea(sim)")
+            }
+        }
+    }
+
+    /// The server's process id (the binary only).
+    pub fn pid(&self) -> u32 {
+        match &self.server.kind {
+            Kind::Process { child, .. } => child.id(),
+            _ => panic!("an in-process app has no process of its own"),
+        }
+    }
+
+    /// The server's temp dir (SQLite file, `state/`, `ws/`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn post_raw(&self, path: &str, headers: &[(String, String)], body: &[u8]) -> Reply {
+        let mut req = ureq::post(&self.url(path));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        reply(req.send_bytes(body))
+    }
+
+    pub fn webhook(&self, headers: &[(String, String)], body: &[u8]) -> Reply {
+        self.post_raw("/api/gitea/webhook", headers, body)
+    }
+
+    /// Posts a signed issue comment as Gitea would.
+    pub fn comment(
+        &self,
+        delivery: &str,
+        comment_id: i64,
+        text: &str,
+        repo: &str,
+        number: i64,
+    ) -> Reply {
+        let body = comment_body(comment_id, text, repo, number);
+        self.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
+            &body,
+        )
+    }
+
+    /// Posts a signed comment on Issue `number` of `acme/<repo>`, a
+    /// repository the git peer serves (its clone URL and `main` in the
+    /// payload); asserts 202 and returns the task.
+    pub fn task_comment(
+        &self,
+        delivery: &str,
+        comment_id: i64,
+        text: &str,
+        repo: &str,
+        number: i64,
+    ) -> String {
+        let mut v: Value =
+            serde_json::from_slice(&comment_body(comment_id, text, repo, number)).unwrap();
+        v["repository"]["clone_url"] = self.clone_url("acme", repo).into();
+        v["repository"]["default_branch"] = "main".into();
+        let body = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let r = self.webhook(
+            &gitea_headers(delivery, "issue_comment", "issue_comment", &body),
+            &body,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        r.json["taskId"].as_str().unwrap().to_owned()
+    }
+
+    pub fn get(&self, path: &str, token: Option<&str>) -> Reply {
+        let mut req = ureq::get(&self.url(path));
+        if let Some(t) = token {
+            req = req.set("Authorization", &format!("Bearer {t}"));
+        }
+        reply(req.call())
+    }
+
+    pub fn admin_get(&self, path: &str) -> Reply {
+        self.get(path, Some(ADMIN_TOKEN))
+    }
+
+    pub fn admin_post(&self, path: &str, body: &Value) -> Reply {
+        reply(
+            ureq::post(&self.url(path))
+                .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
+                .send_json(body.clone()),
+        )
+    }
+
+    /// Everything the binary wrote to stdout and stderr so far (since its
+    /// last start).
+    pub fn logs(&self) -> String {
+        match &self.server.kind {
+            Kind::Process { logs, .. } => logs.lock().unwrap().clone(),
+            _ => panic!(
+                "an in-process app's logs go to this process's tracing subscriber, \
+                 which the tests do not install: read logs from the binary"
+            ),
+        }
+    }
+
+    pub fn db(&self) -> DbConn {
+        connect(&self.db_url)
+    }
+
+    /// Waits until `cond` holds (for effects written in the background).
+    pub fn wait_for(&self, what: &str, cond: impl FnMut() -> bool) {
+        wait_until(what, Duration::from_secs(10), cond);
+    }
+
+    /// The actor tree's entry for a repository (`GET /api/gitea-workflow/actors`),
+    /// once its actor exists.
+    pub fn repo_actor(&self, repo_key: &str) -> Option<Value> {
+        let tree = self.admin_get("/api/gitea-workflow/actors");
+        assert_eq!(tree.status, 200, "{:?}", tree.json);
+        tree.json["repositories"]
+            .as_array()?
+            .iter()
+            .find(|r| r["repoKey"] == repo_key)
+            .cloned()
+    }
+
+    /// Waits until the repository's actor has finished two scheduling passes
+    /// after this call and the last one says `status`; its entry then. Call it
+    /// after the change the scheduler must see: the second pass began after
+    /// the first one ended, so after the change. What the test forbids (a task
+    /// started) would have happened by then.
+    pub fn wait_repo_passes(&self, repo_key: &str, status: &str) -> Value {
+        let passes = |r: &Option<Value>| r.as_ref().map_or(0, |r| r["passes"].as_u64().unwrap());
+        let start = passes(&self.repo_actor(repo_key));
+        let mut last = None;
+        let settled = poll_until(Duration::from_secs(20), || {
+            last = self.repo_actor(repo_key);
+            passes(&last) >= start + 2 && last.as_ref().is_some_and(|r| r["status"] == status)
+        });
+        match last {
+            Some(entry) if settled => entry,
+            _ => panic!(
+                "{repo_key}'s actor never finished two passes ending `{status}`; last: {last:?}"
+            ),
+        }
+    }
+
+    /// SIGKILL: no graceful anything, as when the machine loses the process.
+    /// The database, temp dir and peers stay.
+    pub fn kill9(&mut self) {
+        assert!(
+            matches!(self.server.kind, Kind::Process { .. }),
+            "an in-process app cannot be killed: use the binary"
+        );
+        self.server.kill();
+    }
+
+    /// A graceful stop (SIGTERM for the binary, the shutdown future in
+    /// process), waited for. The database, temp dir, peers and logs stay.
+    pub fn stop(&mut self) {
+        self.server.stop();
+    }
+}
+
+/// The server's configuration as `CODEX_BRIDGE_*` variables: what the rig
+/// always sets, what the peers need, then the test's own.
+fn configuration(
+    b: &TestAppBuilder,
+    peers: &Peers,
+    dir: &Path,
+    db_url: &str,
+) -> BTreeMap<String, String> {
+    let path = |p: PathBuf| p.to_str().unwrap().to_owned();
+    let mut env: BTreeMap<String, String> = [
+        ("CODEX_BRIDGE_LISTEN", "127.0.0.1:0".to_owned()),
+        ("CODEX_BRIDGE_DATABASE_URL", db_url.to_owned()),
+        ("CODEX_BRIDGE_WEBHOOK_SECRET", SECRET.to_owned()),
+        ("CODEX_BRIDGE_ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
+        ("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN.to_owned()),
+        ("CODEX_BRIDGE_GITEA_URL", "http://127.0.0.1:9".to_owned()),
+        ("CODEX_BRIDGE_BOT_LOGIN", BOT.to_owned()),
+        ("CODEX_BRIDGE_STATE_DIR", path(dir.join("state"))),
+        ("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws"))),
+        ("CODEX_BRIDGE_LOG_FILTER", "info".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    fn set(env: &mut BTreeMap<String, String>, k: &str, v: String) {
+        env.insert(k.to_owned(), v);
+    }
+    match b.gitea {
+        Gitea::Unreachable => {}
+        Gitea::Absent => {
+            env.remove("CODEX_BRIDGE_GITEA_URL");
+            env.remove("CODEX_BRIDGE_GITEA_TOKEN");
+        }
+        Gitea::Git => set(
+            &mut env,
+            "CODEX_BRIDGE_GITEA_URL",
+            peers.git.as_ref().unwrap().base_url(),
+        ),
+        Gitea::Sim => set(
+            &mut env,
+            "CODEX_BRIDGE_GITEA_URL",
+            peers.gitea.as_ref().unwrap().base_url(),
+        ),
+    }
+    match b.runtime {
+        Runtime::Default => {}
+        Runtime::Scripted => set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "scripted".into()),
+        Runtime::Codex => {
+            set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "codex".into());
+            set(&mut env, "CODEX_BRIDGE_CODEX_BIN", path(codex_bin()));
+            set(
+                &mut env,
+                "CODEX_BRIDGE_CODEX_HOME",
+                path(peers.home.as_ref().unwrap().path()),
+            );
+        }
+    }
+    if b.gitea_mcp {
+        set(&mut env, "CODEX_BRIDGE_GITEA_MCP_COMMAND", gitea_mcp_bin());
+        set(&mut env, "CODEX_BRIDGE_GITEA_MCP_ARGS", "[]".into());
+        set(
+            &mut env,
+            "CODEX_BRIDGE_GITEA_MCP_URL_ENV",
+            "GITEA_URL".into(),
+        );
+        set(
+            &mut env,
+            "CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV",
+            "GITEA_TOKEN".into(),
+        );
+    }
+    for (k, v) in &b.env {
+        env.insert(k.clone(), v.clone());
+    }
+    env
+}
+
+/// An HTTP answer: status and JSON body (Null when the body is not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub json: Value,
+}
+
+fn reply(result: Result<ureq::Response, ureq::Error>) -> Reply {
+    let resp = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("request failed: {e}"),
+    };
+    let status = resp.status();
+    let text = resp.into_string().unwrap_or_default();
+    Reply {
+        status,
+        json: serde_json::from_str(&text).unwrap_or(Value::Null),
+    }
+}
