@@ -172,6 +172,16 @@ impl Harness {
         }
     }
 
+    /// The task's detail as the admin API shows it (panics if it is gone).
+    pub async fn detail(&self, task_id: &str) -> tasks::TaskDetail {
+        let id = task_id.to_owned();
+        self.store
+            .read(move |c| tasks::detail(c, &id))
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     pub async fn wait_all(&self, ids: &[String], want: TaskState) {
         for id in ids {
             self.wait_state(id, want).await;
@@ -212,6 +222,15 @@ impl Harness {
             );
         }
     }
+}
+
+/// The states a task's history went through, in order.
+pub fn states_passed(detail: &tasks::TaskDetail) -> Vec<&'static str> {
+    detail
+        .transitions
+        .iter()
+        .map(|t| t.to_state.as_str())
+        .collect()
 }
 
 pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRequest {
@@ -523,18 +542,8 @@ fn runtime_unavailable_retries_once_then_fails() {
         let h = Harness::start(rt, settings());
         let id = h.comment("widgets", 1, 1, "@ccbot down").await;
         h.wait_state(&id, TaskState::Failed).await;
-        let i = id.clone();
-        let detail = h
-            .store
-            .read(move |c| tasks::detail(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
-        let path: Vec<&str> = detail
-            .transitions
-            .iter()
-            .map(|t| t.to_state.as_str())
-            .collect();
+        let detail = h.detail(&id).await;
+        let path = states_passed(&detail);
         assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.attempts.len(), 2);
         assert_eq!(
@@ -589,34 +598,14 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
             TaskState::Queued,
             "a blocked workspace holds its repository"
         );
-        let i = locked.clone();
-        let detail = h
-            .store
-            .read(move |c| tasks::detail(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
-        let path: Vec<&str> = detail
-            .transitions
-            .iter()
-            .map(|t| t.to_state.as_str())
-            .collect();
+        let detail = h.detail(&locked).await;
+        let path = states_passed(&detail);
         assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
         assert_eq!(detail.task.error_code.as_deref(), Some("git_auth_failed"));
         // Retrying cannot find what is not there: failed at once, with the
         // workspace's own code.
-        let i = gone.clone();
-        let detail = h
-            .store
-            .read(move |c| tasks::detail(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
-        let path: Vec<&str> = detail
-            .transitions
-            .iter()
-            .map(|t| t.to_state.as_str())
-            .collect();
+        let detail = h.detail(&gone).await;
+        let path = states_passed(&detail);
         assert_eq!(path, ["queued", "leased", "failed"]);
         assert_eq!(detail.task.error_code.as_deref(), Some("git_not_found"));
         assert!(h.runtime.calls().is_empty());
@@ -1063,13 +1052,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         h.wait_state(&id, TaskState::Succeeded).await;
         assert_eq!(h.runtime.decisions().len(), 1);
         assert!(!h.runtime.decisions()[0].1, "declined on timeout");
-        let i = id.clone();
-        let detail = h
-            .store
-            .read(move |c| tasks::detail(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
+        let detail = h.detail(&id).await;
         assert_eq!(detail.approvals.len(), 1);
         assert_eq!(detail.approvals[0].decision.as_deref(), Some("decline"));
         assert_eq!(
