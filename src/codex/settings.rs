@@ -34,6 +34,18 @@ pub struct GiteaMcp {
 }
 
 impl GiteaMcp {
+    /// gitea-mcp on stdio against an example Gitea, for unit tests.
+    #[cfg(test)]
+    pub(super) fn example() -> GiteaMcp {
+        GiteaMcp {
+            command: "gitea-mcp".into(),
+            args: vec!["-t".into(), "stdio".into()],
+            url_env: "GITEA_HOST".into(),
+            url: "https://git.example.com".into(),
+            token_env: "GITEA_ACCESS_TOKEN".into(),
+        }
+    }
+
     /// The dotted thread config of `thread/start` (`mcp_servers.gitea.*`).
     pub fn thread_config(&self) -> serde_json::Map<String, Value> {
         let mut m = serde_json::Map::new();
@@ -94,13 +106,7 @@ mod tests {
 
     #[test]
     fn the_mcp_token_is_passed_by_reference_and_never_in_thread_config() {
-        let mcp = GiteaMcp {
-            command: "gitea-mcp".into(),
-            args: vec!["-t".into(), "stdio".into()],
-            url_env: "GITEA_HOST".into(),
-            url: "https://git.example.com".into(),
-            token_env: "GITEA_ACCESS_TOKEN".into(),
-        };
+        let mcp = GiteaMcp::example();
         let config = Value::Object(mcp.thread_config());
         assert_eq!(
             config["mcp_servers.gitea.env_vars"],

@@ -57,13 +57,7 @@ mod tests {
     use std::time::Duration;
 
     fn settings() -> CodexSettings {
-        let mcp = GiteaMcp {
-            command: "gitea-mcp".into(),
-            args: vec!["-t".into(), "stdio".into()],
-            url_env: "GITEA_HOST".into(),
-            url: "https://git.example.com".into(),
-            token_env: "GITEA_ACCESS_TOKEN".into(),
-        };
+        let mcp = GiteaMcp::example();
         CodexSettings {
             codex_bin: "codex".into(),
             codex_home: "/tmp/h".into(),
