@@ -51,7 +51,7 @@ pub fn is_instance_id(s: &str) -> bool {
 
 /// `<instance>:<owner>/<name>`, owner and name folded to lower case: the unit
 /// of mutual exclusion (one lease, one queue, one clone per key).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+#[derive(Clone, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
 pub struct RepoKey {
     text: String,
@@ -157,7 +157,7 @@ impl ResourceKind {
 
 /// `<repoKey>:<issue|pull>:<number>`: one Issue or Pull Request, and so one
 /// session and one Codex thread.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
+#[derive(Clone, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
 pub struct ResourceKey {
     text: String,
@@ -355,6 +355,40 @@ macro_rules! key_text {
 }
 
 key_text!(RepoKey, ResourceKey, TaskId, OperationId);
+
+/// Keys whose parts are parsed out of their text compare, order and hash by
+/// that text alone: the parts follow from it.
+macro_rules! by_text {
+    ($($ty:ty),*) => {$(
+        impl PartialEq for $ty {
+            fn eq(&self, other: &Self) -> bool {
+                self.text == other.text
+            }
+        }
+
+        impl Eq for $ty {}
+
+        impl std::hash::Hash for $ty {
+            fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+                self.text.hash(state);
+            }
+        }
+
+        impl PartialOrd for $ty {
+            fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $ty {
+            fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+                self.text.cmp(&other.text)
+            }
+        }
+    )*};
+}
+
+by_text!(RepoKey, ResourceKey);
 text_column!(ResourceKind);
 
 impl fmt::Display for ResourceKind {
