@@ -371,6 +371,20 @@ fn repository_and_task_controls_are_idempotent_and_refuse_illegal_moves() {
         .status,
         404
     );
+    // A key that names no repository at all is refused as such.
+    let bad = s.admin_post(
+        "/api/gitea-workflow/repos/default:acme%2F..%2Fetc/disable",
+        &json!({"requestId": "dis-3", "reason": "x"}),
+    );
+    assert_eq!(bad.status, 400, "{:?}", bad.json);
+    assert_eq!(bad.json["code"], "invalid_repo_key", "{:?}", bad.json);
+    // Gitea's names ignore case: another spelling is the same repository.
+    let shouted = s.admin_post(
+        "/api/gitea-workflow/repos/default:ACME%2FWidgets/disable",
+        &json!({"requestId": "dis-4", "reason": "same repository"}),
+    );
+    assert_eq!(shouted.status, 200, "{:?}", shouted.json);
+    assert_eq!(s.comment("c-5", 5, "@ccbot five", "widgets", 1).status, 409);
 }
 
 #[test]
