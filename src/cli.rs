@@ -1,6 +1,7 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`.
 
 use crate::config::{Config, DatabaseUrl};
+use crate::domain::TaskId;
 use crate::lifecycle::TaskState;
 use crate::store::tasks::{self, TaskFilter, Verdict};
 use crate::store::{self, ConnSettings, DbConn, StoreError};
@@ -59,7 +60,7 @@ pub enum TasksCommand {
         json: bool,
     },
     /// Show one task: its record, transitions, attempts and audit events (JSON).
-    Show { task_id: String },
+    Show { task_id: TaskId },
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,7 +97,7 @@ pub enum VerdictArg {
 
 #[derive(Debug, clap::Args)]
 pub struct ReconcileArgs {
-    pub task_id: String,
+    pub task_id: TaskId,
     /// The uncertain attempt (see `codex-bridge tasks show TASK_ID`).
     pub attempt_id: String,
     pub verdict: VerdictArg,

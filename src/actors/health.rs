@@ -1,6 +1,7 @@
 //! The live actor tree as the admin API shows it (`GET /api/gitea-workflow/actors`).
 //! Each actor updates its own entry; the registry assembles the tree.
 
+use crate::domain::TaskId;
 use serde::Serialize;
 use std::fmt;
 
@@ -111,7 +112,7 @@ pub struct SessionHealth {
     pub session_key: String,
     pub status: SessionActorStatus,
     pub thread_id: Option<String>,
-    pub active_task: Option<String>,
+    pub active_task: Option<TaskId>,
     pub active_turn: Option<String>,
     /// The drain lane that starts turns for queued work, one at a time
     /// (`normal`: steering, when it comes, gets a lane of its own).
@@ -133,7 +134,7 @@ pub struct RepoHealth {
     pub lease_id: Option<String>,
     pub lease_expires_at: Option<String>,
     pub queue_depth: i64,
-    pub running_task: Option<String>,
+    pub running_task: Option<TaskId>,
     /// Scheduling passes finished since this process started the actor. The
     /// second one to finish after a change began after it and so saw it:
     /// waiting for two tells a reader what the scheduler made of the change,

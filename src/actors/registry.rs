@@ -10,7 +10,7 @@ use super::health::{
 use super::repo::{RepoActor, Wake};
 use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
-use crate::domain::{RepoKey, ResourceKey};
+use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::leases;
 use crate::store::queue;
 use actix::prelude::*;
@@ -234,7 +234,7 @@ impl Handler<TaskSettled> for Registry {
 pub struct AbortTask {
     pub session_key: ResourceKey,
     pub repo_key: RepoKey,
-    pub task_id: String,
+    pub task_id: TaskId,
 }
 
 impl Handler<AbortTask> for Registry {
@@ -256,7 +256,7 @@ impl Handler<AbortTask> for Registry {
 pub struct ApprovalDecided {
     pub session_key: ResourceKey,
     pub repo_key: RepoKey,
-    pub task_id: String,
+    pub task_id: TaskId,
 }
 
 impl Handler<ApprovalDecided> for Registry {

@@ -8,7 +8,7 @@ use super::health::{RepoActorStatus, RepoHealth};
 use super::registry::{DrainSession, Registry};
 use super::{catch_panic, ActorDeps};
 use crate::domain::states::RepoStatus;
-use crate::domain::{RepoKey, ResourceKey};
+use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
@@ -46,7 +46,7 @@ struct SchedulingOutcome {
     /// Session to hand a leased task to.
     dispatch: Option<(ResourceKey, RepoKey)>,
     status: RepoActorStatus,
-    running_task: Option<String>,
+    running_task: Option<TaskId>,
     /// Something changed: look again right away.
     again: bool,
 }

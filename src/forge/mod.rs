@@ -2,7 +2,7 @@
 //! the one REST fallback post, and who may trigger work. The Gitea client
 //! implements it; tests put stand-ins behind it.
 
-use crate::domain::ResourceKey;
+use crate::domain::{ResourceKey, TaskId};
 use futures_util::future::BoxFuture;
 
 pub mod scripted;
@@ -22,7 +22,7 @@ pub enum ReplyCheck {
 /// What the verifier needs to find a reply.
 #[derive(Debug, Clone)]
 pub struct ReplyQuery {
-    pub task_id: String,
+    pub task_id: TaskId,
     pub turn_id: String,
     pub resource_key: ResourceKey,
     pub final_text: Option<String>,

@@ -4,6 +4,7 @@
 
 use super::client::{GiteaClient, GiteaError};
 use super::forge::blocking;
+use crate::domain::TaskId;
 
 /// How the "received" receipt is given (config `receipt_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +66,7 @@ pub async fn add_reaction(
 
 /// What a receipt says: what happened and where to look. Never a secret,
 /// never the comment's text.
-pub fn receipt_text(state: &str, task_id: &str, error_code: Option<&str>) -> String {
+pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> String {
     let code = error_code.map(|c| format!(" (`{c}`)")).unwrap_or_default();
     let look = format!("An operator can look at task `{task_id}` in the codex-bridge admin view or with `codex-bridge tasks show {task_id}`.");
     match state {

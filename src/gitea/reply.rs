@@ -2,12 +2,13 @@
 //! comment is the answer of one task, and recognising the comment tool call
 //! of every generation of gitea-mcp in a turn's items.
 
+use crate::domain::TaskId;
 use serde_json::Value;
 
 /// The marker the agent's answer ends with. `turn` is the bridge's own id of
 /// the turn (its operation id): Codex names the turn only after it started,
 /// and the agent must know the marker before.
-pub fn reply_marker(task_id: &str, turn: &str) -> String {
+pub fn reply_marker(task_id: &TaskId, turn: &str) -> String {
     format!("<!-- codex-bridge task={task_id} turn={turn} -->")
 }
 
@@ -17,7 +18,7 @@ pub fn receipt_marker(comment_key: &str) -> String {
 }
 
 /// Whether `body` carries the reply marker of `task_id` (any of its turns).
-pub fn has_reply_marker(body: &str, task_id: &str) -> bool {
+pub fn has_reply_marker(body: &str, task_id: &TaskId) -> bool {
     body.contains(&format!("<!-- codex-bridge task={task_id} turn="))
 }
 
@@ -131,10 +132,18 @@ mod tests {
 
     #[test]
     fn markers() {
-        let m = reply_marker("t-1", "op-2");
-        assert_eq!(m, "<!-- codex-bridge task=t-1 turn=op-2 -->");
-        assert!(has_reply_marker(&format!("done\n\n{m}"), "t-1"));
-        assert!(!has_reply_marker(&m, "t-10"));
-        assert!(!has_reply_marker("<!-- codex-bridge task=t-1 -->", "t-1"));
+        let task = TaskId::parse("task-0190a2b4c5d6e7f8a9b0c1d2e3f4a5b6").unwrap();
+        let other = TaskId::parse("task-0190a2b4c5d6e7f8a9b0c1d2e3f4a5b7").unwrap();
+        let m = reply_marker(&task, "op-2");
+        assert_eq!(
+            m,
+            "<!-- codex-bridge task=task-0190a2b4c5d6e7f8a9b0c1d2e3f4a5b6 turn=op-2 -->"
+        );
+        assert!(has_reply_marker(&format!("done\n\n{m}"), &task));
+        assert!(!has_reply_marker(&m, &other));
+        assert!(!has_reply_marker(
+            &format!("<!-- codex-bridge task={task} -->"),
+            &task
+        ));
     }
 }

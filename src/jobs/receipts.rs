@@ -15,6 +15,7 @@
 //! is written.
 
 use crate::domain::states::CommentStatus;
+use crate::domain::TaskId;
 use crate::forge::{Forge, TriggerCheck};
 use crate::gitea::receipts::{add_reaction, post_once, receipt_text, ReceiptMode};
 use crate::gitea::reply::receipt_marker;
@@ -274,12 +275,12 @@ impl ReceiptWorker {
     async fn finish(
         &self,
         key: &str,
-        task_id: &str,
+        task_id: &TaskId,
         status: CommentStatus,
         comment_id: Option<i64>,
         error: Option<&str>,
     ) -> Result<(), crate::store::StoreError> {
-        let (k, t, e) = (key.to_owned(), task_id.to_owned(), error.map(str::to_owned));
+        let (k, t, e) = (key.to_owned(), task_id.clone(), error.map(str::to_owned));
         if status == CommentStatus::Failed {
             tracing::error!(task.id = %task_id, comment_key = %key, error = ?error, "receipt could not be written");
         }

@@ -6,20 +6,21 @@ use super::control::{idempotent, ControlRequest};
 use super::models::Approval;
 use super::schema::approvals;
 use super::{now, DbConn, StoreError};
+use crate::domain::TaskId;
 use crate::with_conn;
 use diesel::prelude::*;
 
 /// Records a pending approval for `task_id`.
 pub fn create(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     kind: &str,
     detail: &serde_json::Value,
     request_key: &str,
 ) -> Result<Approval, StoreError> {
     let approval = Approval {
         approval_id: format!("appr-{}", uuid::Uuid::now_v7().simple()),
-        task_id: task_id.to_owned(),
+        task_id: task_id.clone(),
         kind: kind.to_owned(),
         detail: detail.to_string(),
         status: "pending".into(),

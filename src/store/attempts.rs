@@ -7,6 +7,7 @@ use super::models::{Attempt, Task};
 use super::schema::{attempts, tasks};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
+use crate::domain::TaskId;
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -14,7 +15,7 @@ use diesel::prelude::*;
 /// Records a new execution attempt of a task (the identity reconciliation names).
 pub fn start_attempt(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     lease_id: Option<&str>,
     owner: Option<&str>,
 ) -> Result<Attempt, StoreError> {
@@ -24,7 +25,7 @@ pub fn start_attempt(
         .first(c))?;
     let attempt = Attempt {
         attempt_id: format!("att-{}", uuid::Uuid::now_v7().simple()),
-        task_id: task_id.to_owned(),
+        task_id: task_id.clone(),
         number: number.unwrap_or(0) + 1,
         lease_id: lease_id.map(str::to_owned),
         owner: owner.map(str::to_owned),
@@ -79,7 +80,7 @@ pub fn claim(
 /// setting `next_retry_at` when it goes to `retry_wait`.
 pub fn decide_move(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     expected_version: i64,
     to: TaskState,
     reason: &str,
@@ -111,7 +112,7 @@ pub fn decide_move(
 /// moving it: `None` when the task does not exist.
 pub fn task_version(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
 ) -> Result<Option<(TaskState, i64)>, StoreError> {
     let row: Option<(String, i64)> = with_conn!(conn, |c| tasks::table
         .filter(tasks::task_id.eq(task_id))
@@ -128,7 +129,7 @@ pub fn task_version(
 }
 
 /// Ends the task's current attempt with an outcome.
-pub fn end_attempt(conn: &mut DbConn, task_id: &str, outcome: &str) -> Result<(), StoreError> {
+pub fn end_attempt(conn: &mut DbConn, task_id: &TaskId, outcome: &str) -> Result<(), StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
         attempts::table
@@ -145,7 +146,7 @@ pub fn end_attempt(conn: &mut DbConn, task_id: &str, outcome: &str) -> Result<()
 }
 
 /// The task's active attempt.
-pub fn active_attempt(conn: &mut DbConn, task_id: &str) -> Result<Option<Attempt>, StoreError> {
+pub fn active_attempt(conn: &mut DbConn, task_id: &TaskId) -> Result<Option<Attempt>, StoreError> {
     Ok(with_conn!(conn, |c| attempts::table
         .filter(attempts::task_id.eq(task_id))
         .filter(attempts::status.eq("active"))

@@ -4,6 +4,7 @@
 use super::models::{AuditEvent, NewAuditEvent};
 use super::schema::audit_events;
 use super::{now, DbConn, StoreError};
+use crate::domain::TaskId;
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -12,7 +13,7 @@ use serde::Serialize;
 /// An event to append. Build with `Audit::new(action, actor)` and the setters.
 #[derive(Debug, Clone, Default)]
 pub struct Audit<'a> {
-    pub task_id: Option<&'a str>,
+    pub task_id: Option<&'a TaskId>,
     pub action: &'a str,
     pub actor: &'a str,
     pub from_state: Option<TaskState>,
@@ -32,7 +33,7 @@ impl<'a> Audit<'a> {
             ..Default::default()
         }
     }
-    pub fn task(mut self, task_id: &'a str) -> Self {
+    pub fn task(mut self, task_id: &'a TaskId) -> Self {
         self.task_id = Some(task_id);
         self
     }
@@ -67,7 +68,7 @@ pub struct AuditView {
     #[serde(skip)]
     pub seq: i64,
     pub event_id: String,
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     pub action: String,
     pub actor: String,
     pub from_state: Option<TaskState>,
@@ -129,7 +130,7 @@ pub fn record(conn: &mut DbConn, event: &Audit<'_>) -> Result<AuditView, StoreEr
     Ok(AuditView {
         seq: 0,
         event_id,
-        task_id: event.task_id.map(str::to_owned),
+        task_id: event.task_id.cloned(),
         action: event.action.to_owned(),
         actor: event.actor.to_owned(),
         from_state: event.from_state,
@@ -146,7 +147,7 @@ pub fn record(conn: &mut DbConn, event: &Audit<'_>) -> Result<AuditView, StoreEr
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     /// Only events at or after this stored time (RFC 3339 UTC).
     pub since: Option<String>,
     /// Only events after this sequence number (for paging).

@@ -11,18 +11,18 @@ use super::models::Comment;
 use super::schema::{comments, tasks};
 use super::{now, DbConn, StoreError};
 use crate::domain::states::{CommentKind, CommentStatus};
-use crate::domain::ResourceKey;
+use crate::domain::{ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 
 /// The key of a task's reply row of `kind` (reply or REST fallback).
-pub fn reply_key(task_id: &str, kind: CommentKind) -> String {
+pub fn reply_key(task_id: &TaskId, kind: CommentKind) -> String {
     format!("{task_id}:{kind}")
 }
 
 /// The key of a task's receipt for `state` (`received` for the accept).
-pub fn receipt_key(task_id: &str, state: TaskState) -> String {
+pub fn receipt_key(task_id: &TaskId, state: TaskState) -> String {
     format!("{task_id}:{RECEIPT_INFIX}{state}")
 }
 
@@ -37,7 +37,7 @@ pub fn receipt_state(comment_key: &str) -> Option<TaskState> {
 /// Queues a receipt; a second call for the same key does nothing.
 pub fn enqueue_receipt(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     resource_key: &ResourceKey,
     state: TaskState,
 ) -> Result<(), StoreError> {
@@ -61,7 +61,7 @@ pub fn enqueue_receipt(
 /// Queues the receipt of an abnormal end (called with every transition).
 pub fn on_transition(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     to_state: TaskState,
 ) -> Result<(), StoreError> {
     if !to_state.gets_receipt() {
@@ -208,7 +208,7 @@ pub fn mark(conn: &mut DbConn, key: &str, o: &Outcome<'_>) -> Result<(), StoreEr
 #[expect(clippy::too_many_arguments, reason = "the columns of one reply record")]
 pub fn record_reply(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     kind: CommentKind,
     resource_key: &ResourceKey,
     turn_id: Option<&str>,
@@ -254,7 +254,7 @@ pub fn find(conn: &mut DbConn, key: &str) -> Result<Option<Comment>, StoreError>
 }
 
 /// Every row of a task.
-pub fn of_task(conn: &mut DbConn, task_id: &str) -> Result<Vec<Comment>, StoreError> {
+pub fn of_task(conn: &mut DbConn, task_id: &TaskId) -> Result<Vec<Comment>, StoreError> {
     Ok(with_conn!(conn, |c| comments::table
         .filter(comments::task_id.eq(task_id))
         .order(comments::created_at.asc())

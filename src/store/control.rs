@@ -7,7 +7,7 @@ use super::models::Control;
 use super::schema::{control, control_requests};
 use super::{now, DbConn, StoreError};
 use crate::domain::states::RepoStatus;
-use crate::domain::RepoKey;
+use crate::domain::{RepoKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -34,12 +34,13 @@ pub fn idempotent<F>(
     conn: &mut DbConn,
     req: &ControlRequest,
     action: &str,
-    target: &str,
+    target: impl AsRef<str>,
     apply: F,
 ) -> Result<AuditView, StoreError>
 where
     F: FnOnce(&mut DbConn) -> Result<AuditView, StoreError>,
 {
+    let target = target.as_ref();
     let previous: Option<(String, String, String)> = with_conn!(conn, |c| control_requests::table
         .find(&req.request_id)
         .select((
@@ -84,7 +85,10 @@ fn audit_view_from_json(v: &serde_json::Value) -> Result<AuditView, StoreError> 
         seq: 0,
         event_id: s("eventId")
             .ok_or_else(|| StoreError::Query("stored result has no eventId".into()))?,
-        task_id: s("taskId"),
+        task_id: s("taskId")
+            .map(|t| TaskId::parse(&t))
+            .transpose()
+            .map_err(|e| StoreError::Query(format!("stored control result: {e}")))?,
         action: s("action").unwrap_or_default(),
         actor: s("actor").unwrap_or_default(),
         from_state: s("fromState").and_then(|t| TaskState::parse(&t).ok()),
@@ -180,7 +184,7 @@ pub fn set_repository_enabled(
 pub fn cancel_task(
     conn: &mut DbConn,
     req: &ControlRequest,
-    task_id: &str,
+    task_id: &TaskId,
 ) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "task.cancel", task_id, |conn| {
@@ -205,7 +209,7 @@ pub fn cancel_task(
 pub fn clear_workspace(
     conn: &mut DbConn,
     req: &ControlRequest,
-    task_id: &str,
+    task_id: &TaskId,
 ) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "task.clear_workspace", task_id, |conn| {
@@ -230,7 +234,7 @@ pub fn clear_workspace(
 pub fn abort_task(
     conn: &mut DbConn,
     req: &ControlRequest,
-    task_id: &str,
+    task_id: &TaskId,
 ) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "task.abort", task_id, |conn| {
@@ -291,7 +295,7 @@ fn transition_by_operator(
 pub fn reconcile_task(
     conn: &mut DbConn,
     req: &ControlRequest,
-    task_id: &str,
+    task_id: &TaskId,
     attempt_id: &str,
     verdict: super::tasks::Verdict,
 ) -> Result<AuditView, StoreError> {

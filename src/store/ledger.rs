@@ -7,7 +7,7 @@
 
 use super::schema::{operation_ledger, turn_events};
 use super::{now, DbConn, StoreError};
-use crate::domain::OperationId;
+use crate::domain::{OperationId, TaskId};
 use crate::with_conn;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -17,7 +17,7 @@ use serde::Serialize;
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntry {
     pub operation_id: OperationId,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub queue_id: String,
     pub attempt_id: Option<String>,
     pub status: String,
@@ -34,7 +34,7 @@ pub struct LedgerEntry {
 pub fn sending(
     conn: &mut DbConn,
     operation_id: &OperationId,
-    task_id: &str,
+    task_id: &TaskId,
     queue_id: &str,
     attempt_id: Option<&str>,
     thread_id: &str,
@@ -124,7 +124,7 @@ pub fn find(
 }
 
 /// The task's ledger entries, oldest first.
-pub fn of_task(conn: &mut DbConn, task_id: &str) -> Result<Vec<LedgerEntry>, StoreError> {
+pub fn of_task(conn: &mut DbConn, task_id: &TaskId) -> Result<Vec<LedgerEntry>, StoreError> {
     Ok(with_conn!(conn, |c| operation_ledger::table
         .filter(operation_ledger::task_id.eq(task_id))
         .order(operation_ledger::sending_at.asc())

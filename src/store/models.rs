@@ -3,7 +3,7 @@
 
 use super::schema::*;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode};
-use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind};
+use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -34,7 +34,7 @@ pub struct Session {
     pub number: i64,
     pub thread_id: Option<String>,
     pub status: String,
-    pub last_task_id: Option<String>,
+    pub last_task_id: Option<TaskId>,
     pub created_at: String,
     pub updated_at: String,
     pub version: i64,
@@ -57,7 +57,7 @@ pub struct Delivery {
     pub comment_id: Option<i64>,
     pub content_key: Option<String>,
     pub duplicate_of: Option<String>,
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     pub sender: Option<String>,
     pub payload_hash: String,
     pub received_at: String,
@@ -69,7 +69,7 @@ pub struct Delivery {
 pub struct Task {
     #[serde(skip)]
     pub id: i64,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub delivery_key: String,
     pub repo_key: RepoKey,
     pub session_key: ResourceKey,
@@ -99,7 +99,7 @@ pub struct Transition {
     #[serde(skip)]
     pub id: i64,
     #[serde(skip)]
-    pub task_id: String,
+    pub task_id: TaskId,
     #[serde(rename = "from")]
     pub from_state: Option<TaskState>,
     #[serde(rename = "to")]
@@ -114,7 +114,7 @@ pub struct Transition {
 #[derive(Insertable, Debug, Clone)]
 #[diesel(table_name = task_transitions)]
 pub struct NewTransition<'a> {
-    pub task_id: &'a str,
+    pub task_id: &'a TaskId,
     pub from_state: Option<TaskState>,
     pub to_state: TaskState,
     pub state_version: i64,
@@ -129,7 +129,7 @@ pub struct NewTransition<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
     pub attempt_id: String,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub number: i64,
     pub lease_id: Option<String>,
     pub owner: Option<String>,
@@ -147,7 +147,7 @@ pub struct OutboxEntry {
     pub id: i64,
     pub queue_id: String,
     pub session_key: ResourceKey,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub operation_id: OperationId,
     pub fingerprint: String,
     pub mode: SendMode,
@@ -166,7 +166,7 @@ pub struct OutboxEntry {
 #[serde(rename_all = "camelCase")]
 pub struct Turn {
     pub turn_id: String,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub thread_id: String,
     pub kind: String,
     pub status: String,
@@ -181,7 +181,7 @@ pub struct Turn {
 #[serde(rename_all = "camelCase")]
 pub struct Comment {
     pub comment_key: String,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub kind: CommentKind,
     pub resource_key: ResourceKey,
     pub turn_id: Option<String>,
@@ -201,7 +201,7 @@ pub struct Comment {
 #[serde(rename_all = "camelCase")]
 pub struct Approval {
     pub approval_id: String,
-    pub task_id: String,
+    pub task_id: TaskId,
     pub kind: String,
     pub detail: String,
     pub status: String,
@@ -218,7 +218,7 @@ pub struct Approval {
 pub struct AuditEvent {
     pub id: i64,
     pub event_id: String,
-    pub task_id: Option<String>,
+    pub task_id: Option<TaskId>,
     pub action: String,
     pub actor: String,
     pub from_state: Option<TaskState>,
@@ -235,7 +235,7 @@ pub struct AuditEvent {
 #[diesel(table_name = audit_events)]
 pub struct NewAuditEvent<'a> {
     pub event_id: &'a str,
-    pub task_id: Option<&'a str>,
+    pub task_id: Option<&'a TaskId>,
     pub action: &'a str,
     pub actor: &'a str,
     pub from_state: Option<TaskState>,

@@ -6,7 +6,7 @@ use super::models::{OutboxEntry, Session, Task};
 use super::queue::literal;
 use super::schema::{outbox_entries, sessions, tasks};
 use super::{now, DbConn, StoreError};
-use crate::domain::ResourceKey;
+use crate::domain::{ResourceKey, TaskId};
 use crate::with_conn;
 use diesel::prelude::*;
 
@@ -55,7 +55,10 @@ pub fn set_thread_once(
 }
 
 /// The outbox entry of a task: the message its session sends for it.
-pub fn outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<Option<OutboxEntry>, StoreError> {
+pub fn outbox_entry(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+) -> Result<Option<OutboxEntry>, StoreError> {
     Ok(with_conn!(conn, |c| outbox_entries::table
         .filter(outbox_entries::task_id.eq(task_id))
         .select(OutboxEntry::as_select())

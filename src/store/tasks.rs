@@ -8,6 +8,7 @@ use super::schema::{
     approvals, attempts, comments, outbox_entries, sessions, task_transitions, tasks, turns,
 };
 use super::{now, DbConn, StoreError};
+use crate::domain::TaskId;
 use crate::lifecycle::{self, Refusal, TaskState};
 use crate::with_conn;
 use diesel::prelude::*;
@@ -28,7 +29,7 @@ const TERMINAL_NAMES: [&str; 10] = [
 /// A requested state change.
 #[derive(Debug, Clone)]
 pub struct TransitionRequest<'a> {
-    pub task_id: &'a str,
+    pub task_id: &'a TaskId,
     pub to: TaskState,
     /// The `state_version` the caller saw; `None` takes the current one (still a CAS).
     pub expected_version: Option<i64>,
@@ -113,7 +114,7 @@ pub fn transition(
                 })),
         )?;
         tracing::warn!(
-            task.id = req.task_id,
+            task.id = %req.task_id,
             from = from.as_str(),
             to = req.to.as_str(),
             refusal = refusal.code(),
@@ -188,7 +189,7 @@ pub fn transition(
 /// A task ended: its outbox entry no longer counts against its session's
 /// capacity. Runs once per task, in the transaction of the transition that ended
 /// it (a terminal task never moves again).
-fn close_outbox_entry(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+fn close_outbox_entry(conn: &mut DbConn, task_id: &TaskId) -> Result<(), StoreError> {
     with_conn!(conn, |c| {
         let session: Option<String> = outbox_entries::table
             .filter(outbox_entries::task_id.eq(task_id))
@@ -224,7 +225,7 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
     Ok(())
 }
 
-pub fn find(conn: &mut DbConn, task_id: &str) -> Result<Option<Task>, StoreError> {
+pub fn find(conn: &mut DbConn, task_id: &TaskId) -> Result<Option<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::task_id.eq(task_id))
         .select(Task::as_select())
@@ -299,7 +300,7 @@ pub struct TaskDetail {
     pub audit: Vec<AuditView>,
 }
 
-pub fn detail(conn: &mut DbConn, task_id: &str) -> Result<Option<TaskDetail>, StoreError> {
+pub fn detail(conn: &mut DbConn, task_id: &TaskId) -> Result<Option<TaskDetail>, StoreError> {
     let Some(task) = find(conn, task_id)? else {
         return Ok(None);
     };
@@ -335,7 +336,7 @@ pub fn detail(conn: &mut DbConn, task_id: &str) -> Result<Option<TaskDetail>, St
     let audit = audit::list(
         conn,
         &audit::AuditFilter {
-            task_id: Some(task_id.to_owned()),
+            task_id: Some(task_id.clone()),
             limit: 1000,
             ..Default::default()
         },
@@ -355,7 +356,7 @@ pub fn detail(conn: &mut DbConn, task_id: &str) -> Result<Option<TaskDetail>, St
 }
 
 /// The task's transitions, oldest first.
-pub fn history(conn: &mut DbConn, task_id: &str) -> Result<Vec<Transition>, StoreError> {
+pub fn history(conn: &mut DbConn, task_id: &TaskId) -> Result<Vec<Transition>, StoreError> {
     Ok(with_conn!(conn, |c| task_transitions::table
         .filter(task_transitions::task_id.eq(task_id))
         .order(task_transitions::state_version.asc())
@@ -383,7 +384,7 @@ impl Verdict {
 /// about one named attempt. Never re-runs anything: it only records the verdict.
 pub fn reconcile(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     attempt_id: &str,
     verdict: Verdict,
     actor: &str,

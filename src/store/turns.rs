@@ -6,7 +6,7 @@ use super::audit::{self, Audit};
 use super::models::{OutboxEntry, Task, Turn};
 use super::schema::{operation_ledger, outbox_entries, sessions, tasks, turns};
 use super::{ledger, now, DbConn, StoreError};
-use crate::domain::OperationId;
+use crate::domain::{OperationId, TaskId};
 use crate::with_conn;
 use diesel::prelude::*;
 
@@ -76,7 +76,7 @@ pub fn record_turn_intent(
 /// the same commit.
 pub fn record_turn_admitted(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     thread_id: &str,
     turn_id: &str,
     kind: &str,
@@ -113,7 +113,7 @@ pub fn record_turn_admitted(
 /// Undoes the turn/start intent when the runtime proved nothing was sent
 /// (pre-admission failure): the entry is queued again, not "sending", and the
 /// ledger forgets the attempt, but only while it still says `sending`.
-pub fn release_intent(conn: &mut DbConn, task_id: &str) -> Result<(), StoreError> {
+pub fn release_intent(conn: &mut DbConn, task_id: &TaskId) -> Result<(), StoreError> {
     let at = now();
     with_conn!(conn, |c| {
         diesel::delete(
@@ -169,7 +169,10 @@ pub fn turn(conn: &mut DbConn, turn_id: &str) -> Result<Option<Turn>, StoreError
 
 /// The final text of the task's own turn (not of a reply-retry turn): what a
 /// reply publishes, durable since the turn ended.
-pub fn original_final_text(conn: &mut DbConn, task_id: &str) -> Result<Option<String>, StoreError> {
+pub fn original_final_text(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+) -> Result<Option<String>, StoreError> {
     let text: Option<Option<String>> = with_conn!(conn, |c| turns::table
         .filter(turns::task_id.eq(task_id))
         .filter(turns::kind.eq("normal"))
@@ -182,7 +185,7 @@ pub fn original_final_text(conn: &mut DbConn, task_id: &str) -> Result<Option<St
 }
 
 /// Whether the task's reply-retry turn has ended (completed, failed or interrupted).
-pub fn reply_retry_finished(conn: &mut DbConn, task_id: &str) -> Result<bool, StoreError> {
+pub fn reply_retry_finished(conn: &mut DbConn, task_id: &TaskId) -> Result<bool, StoreError> {
     let n: i64 = with_conn!(conn, |c| turns::table
         .filter(turns::task_id.eq(task_id))
         .filter(turns::kind.eq("reply_retry"))
@@ -197,7 +200,7 @@ pub fn reply_retry_finished(conn: &mut DbConn, task_id: &str) -> Result<bool, St
 /// only one), and the ledger holds the new operation as `sending`.
 pub fn begin_reply_retry(
     conn: &mut DbConn,
-    task_id: &str,
+    task_id: &TaskId,
     operation_id: &OperationId,
     queue_id: &str,
     thread_id: &str,

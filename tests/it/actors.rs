@@ -18,7 +18,7 @@ use codex_bridge::actors::{ActorDeps, ActorSettings, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
-use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject, TaskId};
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::ingest::{self, IngestOutcome};
@@ -134,7 +134,7 @@ impl Harness {
     }
 
     /// Commits a comment as the webhook would, then notifies the registry.
-    pub async fn comment(&self, repo: &str, number: i64, comment_id: i64, text: &str) -> String {
+    pub async fn comment(&self, repo: &str, number: i64, comment_id: i64, text: &str) -> TaskId {
         let req = request(repo, number, comment_id, text);
         let out = self
             .store
@@ -150,8 +150,8 @@ impl Harness {
         task_id
     }
 
-    pub async fn state(&self, task_id: &str) -> TaskState {
-        let id = task_id.to_owned();
+    pub async fn state(&self, task_id: &TaskId) -> TaskState {
+        let id = task_id.clone();
         let t = self
             .store
             .read(move |c| tasks::find(c, &id))
@@ -161,7 +161,7 @@ impl Harness {
         t.state
     }
 
-    pub async fn wait_state(&self, task_id: &str, want: TaskState) {
+    pub async fn wait_state(&self, task_id: &TaskId, want: TaskState) {
         let reached = poll_until_async(Duration::from_secs(15), || async move {
             self.state(task_id).await == want
         })
@@ -173,8 +173,8 @@ impl Harness {
     }
 
     /// The task's detail as the admin API shows it (panics if it is gone).
-    pub async fn detail(&self, task_id: &str) -> tasks::TaskDetail {
-        let id = task_id.to_owned();
+    pub async fn detail(&self, task_id: &TaskId) -> tasks::TaskDetail {
+        let id = task_id.clone();
         self.store
             .read(move |c| tasks::detail(c, &id))
             .await
@@ -182,7 +182,7 @@ impl Harness {
             .unwrap()
     }
 
-    pub async fn wait_all(&self, ids: &[String], want: TaskState) {
+    pub async fn wait_all(&self, ids: &[TaskId], want: TaskState) {
         for id in ids {
             self.wait_state(id, want).await;
         }

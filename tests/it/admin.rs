@@ -3,6 +3,7 @@
 
 use crate::support::*;
 use crate::testapp::*;
+use codex_bridge::domain::TaskId;
 use serde_json::{json, Value};
 
 const ROUTES: &[&str] = &[
@@ -395,7 +396,8 @@ fn reconcile_through_the_admin_api_needs_confirmation_and_the_right_attempt() {
     let id = s.comment("r-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()
-        .to_owned();
+        .parse::<TaskId>()
+        .unwrap();
     let mut c = s.db();
     let attempt = c
         .write_transaction(|c| {
@@ -457,7 +459,8 @@ fn approvals_are_listed_and_decided_once_through_the_api_and_the_cli() {
     let id = s.comment("a-1", 1, "@ccbot one", "widgets", 1).json["taskId"]
         .as_str()
         .unwrap()
-        .to_owned();
+        .parse::<TaskId>()
+        .unwrap();
     let mut c = s.db();
     let approval = c
         .write_transaction(|c| {

@@ -2,6 +2,7 @@
 
 use crate::support::*;
 use crate::testapp::*;
+use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
 use std::process::{Command, Output};
@@ -106,6 +107,7 @@ fn migrate_then_list_and_show() {
 }
 
 fn make_uncertain(url: &str, task_id: &str) -> String {
+    let task_id = &task_id.parse::<TaskId>().unwrap();
     let mut c = connect(url);
     c.write_transaction(|c| {
         let step = |c: &mut codex_bridge::store::DbConn, to| {
@@ -211,7 +213,9 @@ fn reconcile_needs_the_flag_the_right_attempt_and_an_uncertain_task() {
     assert_eq!(event["metadata"]["attemptId"], attempt.as_str());
 
     let mut c = connect(&url);
-    let t = tasks::find(&mut c, &uncertain).unwrap().unwrap();
+    let t = tasks::find(&mut c, &uncertain.parse().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!(t.state.as_str(), "failed");
     assert_eq!(t.error_code.as_deref(), Some("reconciled_failed"));
     assert_eq!(

@@ -4,7 +4,7 @@
 //! cut into batches.
 
 use crate::support::*;
-use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject, TaskId};
 use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::{run_migrations, DbConn};
 use proptest::prelude::*;
@@ -92,8 +92,8 @@ fn rows(c: &mut DbConn) -> Vec<i64> {
 /// appearance: ids are new each run (time-ordered), but which answers name the
 /// same task must not depend on how the deliveries were batched.
 fn canonical(outcomes: &[IngestOutcome]) -> Vec<IngestOutcome> {
-    let mut seen: Vec<String> = Vec::new();
-    let mut name = |id: &String| {
+    let mut seen: Vec<TaskId> = Vec::new();
+    let mut name = |id: &TaskId| {
         let n = match seen.iter().position(|s| s == id) {
             Some(n) => n,
             None => {
@@ -101,7 +101,7 @@ fn canonical(outcomes: &[IngestOutcome]) -> Vec<IngestOutcome> {
                 seen.len() - 1
             }
         };
-        format!("task#{n}")
+        TaskId::parse(&format!("task-{n:032x}")).unwrap()
     };
     outcomes
         .iter()

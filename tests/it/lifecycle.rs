@@ -4,6 +4,7 @@
 //! states never change, and the history replays to the current state.
 
 use crate::support::*;
+use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::{self, Refusal, TaskState};
 use codex_bridge::store::ingest;
 use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
@@ -30,7 +31,7 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
-fn seed(conn: &mut DbConn) -> Vec<String> {
+fn seed(conn: &mut DbConn) -> Vec<TaskId> {
     (0..TASKS)
         .map(|i| {
             // A few tasks a session, so that its outbox counter moves.
@@ -43,7 +44,7 @@ fn seed(conn: &mut DbConn) -> Vec<String> {
         .collect()
 }
 
-fn current(conn: &mut DbConn, task_id: &str) -> (TaskState, i64) {
+fn current(conn: &mut DbConn, task_id: &TaskId) -> (TaskState, i64) {
     let t = tasks::find(conn, task_id).unwrap().unwrap();
     (t.state, t.state_version)
 }
@@ -55,7 +56,7 @@ struct Tally {
     stale: usize,
 }
 
-fn writer(url: String, ids: Vec<String>, events: Vec<Event>) -> Tally {
+fn writer(url: String, ids: Vec<TaskId>, events: Vec<Event>) -> Tally {
     let mut conn = connect(&url);
     let mut tally = Tally::default();
     for ev in events {
@@ -104,7 +105,7 @@ fn writer(url: String, ids: Vec<String>, events: Vec<Event>) -> Tally {
     tally
 }
 
-fn check_invariants(conn: &mut DbConn, ids: &[String], tallies: &[Tally]) {
+fn check_invariants(conn: &mut DbConn, ids: &[TaskId], tallies: &[Tally]) {
     let mut history_rows = 0;
     for id in ids {
         let history = tasks::history(conn, id).unwrap();

@@ -2,6 +2,7 @@
 //! and up again.
 
 use crate::support::*;
+use codex_bridge::domain::TaskId;
 use codex_bridge::store::{revert_all_migrations, run_migrations, DbConn};
 
 fn names(dir: &str) -> Vec<String> {
@@ -285,7 +286,7 @@ fn keys_that_differ_only_in_case_are_merged(url: &str) {
             ingest::ingest_batch(c, &[comment(1, 1), comment(2, 1), comment(3, 2)])
         })
         .unwrap();
-    let ids: Vec<String> = outcomes
+    let ids: Vec<TaskId> = outcomes
         .iter()
         .map(|o| match o {
             IngestOutcome::Accepted { task_id, .. } => task_id.clone(),

@@ -38,7 +38,7 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
         r["passes"].as_u64().unwrap_or(0) >= 2 && r["queueDepth"] == 1
     });
     let mut db = s.db();
-    let history: Vec<String> = codex_bridge::store::tasks::history(&mut db, &task)
+    let history: Vec<String> = codex_bridge::store::tasks::history(&mut db, &task.parse().unwrap())
         .unwrap()
         .into_iter()
         .map(|t| t.to_state.to_string())

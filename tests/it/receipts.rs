@@ -9,6 +9,7 @@
 use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
 use crate::support::{poll_until_async, BOT, GITEA_TOKEN};
 use codex_bridge::config::DatabaseUrl;
+use codex_bridge::domain::TaskId;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
@@ -85,7 +86,7 @@ fn setup() -> Setup {
 }
 
 /// Accepts a comment through the webhook's path (the group commit).
-async fn accept(s: &Setup, comment_id: i64) -> String {
+async fn accept(s: &Setup, comment_id: i64) -> TaskId {
     let req = crate::actors::request("widgets", s.issue, comment_id, "@ccbot hi");
     match s.store.ingest(req).await.unwrap() {
         ingest::IngestOutcome::Accepted { task_id, .. } => task_id,
@@ -94,7 +95,7 @@ async fn accept(s: &Setup, comment_id: i64) -> String {
 }
 
 /// The comment POSTs that carry the marker of `task`'s receipt for `state`.
-fn receipt_posts(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
+fn receipt_posts(sim: &GiteaSim, task: &TaskId, state: &str) -> Vec<LoggedRequest> {
     let marker = comments::receipt_key(task, state.parse().unwrap());
     sim.requests()
         .into_iter()
@@ -104,7 +105,7 @@ fn receipt_posts(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> 
 }
 
 /// Waits (20 s at most) until the simulator has a 201 for that receipt.
-async fn wait_posted(sim: &GiteaSim, task: &str, state: &str) -> Vec<LoggedRequest> {
+async fn wait_posted(sim: &GiteaSim, task: &TaskId, state: &str) -> Vec<LoggedRequest> {
     let posted = poll_until_async(Duration::from_secs(20), || async {
         receipt_posts(sim, task, state)
             .iter()

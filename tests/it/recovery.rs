@@ -36,7 +36,7 @@ fn comment(s: &TestApp, delivery: &str, comment_id: i64, text: &str, number: i64
 }
 
 fn history(s: &TestApp, task_id: &str) -> Vec<String> {
-    codex_bridge::store::tasks::history(&mut s.db(), task_id)
+    codex_bridge::store::tasks::history(&mut s.db(), &task_id.parse().unwrap())
         .unwrap()
         .into_iter()
         .map(|t| t.to_state.to_string())
@@ -157,7 +157,7 @@ fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_
     assert_eq!(task_state(&mut c, &behind).as_deref(), Some("queued"));
 
     // The operator decides; then the next task runs.
-    let attempt = codex_bridge::store::tasks::detail(&mut c, &task)
+    let attempt = codex_bridge::store::tasks::detail(&mut c, &task.parse().unwrap())
         .unwrap()
         .unwrap()
         .attempts
@@ -282,7 +282,7 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         .cloned()
         .collect();
     for id in &uncertain {
-        let attempt = codex_bridge::store::tasks::detail(&mut c, id)
+        let attempt = codex_bridge::store::tasks::detail(&mut c, &id.parse().unwrap())
             .unwrap()
             .unwrap()
             .attempts

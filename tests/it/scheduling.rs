@@ -4,6 +4,7 @@
 //! PostgreSQL).
 
 use crate::support::*;
+use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::attempts;
 use codex_bridge::store::ingest::{self, IngestOutcome};
@@ -11,13 +12,13 @@ use codex_bridge::store::queue::{self, RepoWork};
 use codex_bridge::store::tasks::TransitionOutcome;
 use codex_bridge::store::{run_migrations, DbConn};
 
-fn next(c: &mut DbConn, repo: &str) -> Option<String> {
+fn next(c: &mut DbConn, repo: &str) -> Option<TaskId> {
     queue::next_runnable(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
 }
 
-fn holding(c: &mut DbConn, repo: &str) -> Option<String> {
+fn holding(c: &mut DbConn, repo: &str) -> Option<TaskId> {
     queue::holding_task(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
         .map(|t| t.task_id)
@@ -37,7 +38,7 @@ fn work(c: &mut DbConn) -> Vec<(String, i64)> {
 }
 
 /// Moves `task` as an actor does: by compare-and-swap on its version now.
-fn to(c: &mut DbConn, task: &str, state: TaskState, retry_at: Option<&str>) {
+fn to(c: &mut DbConn, task: &TaskId, state: TaskState, retry_at: Option<&str>) {
     let moved = c
         .write_transaction(|c| {
             let (_, version) = attempts::task_version(c, task)?.expect("the task exists");
@@ -60,7 +61,7 @@ fn arrival_order(mut c: DbConn) {
         ("gadgets", 4),
     ]
     .map(|(repo, n)| crate::actors::request(repo, n, n, "@ccbot go"));
-    let ids: Vec<String> = c
+    let ids: Vec<TaskId> = c
         .write_transaction(|c| ingest::ingest_batch(c, &reqs))
         .unwrap()
         .into_iter()

@@ -9,6 +9,7 @@ use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::control::{self, ControlRequest};
 use codex_bridge::store::{approvals, audit, comments, tasks};
@@ -26,8 +27,8 @@ fn operator(request_id: &str) -> ControlRequest {
     }
 }
 
-async fn audit_events(h: &Harness, task_id: &str) -> Vec<audit::AuditView> {
-    let id = task_id.to_owned();
+async fn audit_events(h: &Harness, task_id: &TaskId) -> Vec<audit::AuditView> {
+    let id = task_id.clone();
     h.store
         .read(move |c| {
             audit::list(
@@ -43,7 +44,7 @@ async fn audit_events(h: &Harness, task_id: &str) -> Vec<audit::AuditView> {
         .unwrap()
 }
 
-async fn audit_actions(h: &Harness, task_id: &str) -> Vec<String> {
+async fn audit_actions(h: &Harness, task_id: &TaskId) -> Vec<String> {
     audit_events(h, task_id)
         .await
         .into_iter()

@@ -207,7 +207,7 @@ pub fn exec(conn: &mut DbConn, sql: &str) -> Result<usize, diesel::result::Error
 
 /// A task's state and version, read directly from the database.
 pub fn task_state(conn: &mut DbConn, task_id: &str) -> Option<String> {
-    codex_bridge::store::tasks::find(conn, task_id)
+    codex_bridge::store::tasks::find(conn, &task_id.parse().unwrap())
         .unwrap()
         .map(|t| t.state.to_string())
 }
@@ -220,7 +220,8 @@ pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Durati
     }) {
         return;
     }
-    let history = codex_bridge::store::tasks::history(&mut conn, task_id).unwrap();
+    let history =
+        codex_bridge::store::tasks::history(&mut conn, &task_id.parse().unwrap()).unwrap();
     let path: Vec<String> = history.iter().map(|t| t.to_state.to_string()).collect();
     panic!("task {task_id} did not reach {state}; its history: {path:?}");
 }

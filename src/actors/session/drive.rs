@@ -16,7 +16,7 @@ use crate::actors::ActorDeps;
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
-use crate::domain::{OperationId, ResourceKey};
+use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
@@ -433,7 +433,7 @@ pub(super) fn fallback_status(status: CommentStatus) -> Option<Fallback> {
 
 /// What a commit needs, owned, so the writer may run it more than once.
 struct CommitCtx {
-    task_id: String,
+    task_id: TaskId,
     resource_key: ResourceKey,
     queue_id: String,
     entry_operation: Option<OperationId>,

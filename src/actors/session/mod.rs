@@ -23,7 +23,7 @@ mod turn;
 use super::health::{SessionActorStatus, SessionHealth};
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, ActorDeps};
-use crate::domain::{RepoKey, ResourceKey};
+use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::models::Task;
 use crate::store::{now, sessions};
 use actix::prelude::*;
@@ -42,7 +42,7 @@ pub struct Drain;
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct Abort {
-    pub task_id: String,
+    pub task_id: TaskId,
 }
 
 /// An approval of the task was decided through this process: the waiting
@@ -50,7 +50,7 @@ pub struct Abort {
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct ApprovalDecided {
-    pub task_id: String,
+    pub task_id: TaskId,
 }
 
 /// Stop if idle past the limit (sent periodically by the registry).
@@ -72,7 +72,7 @@ struct LaneState {
 /// The turn a drive follows, shared so `Abort` can reach it.
 #[derive(Debug, Clone, Default)]
 struct ActiveTurn {
-    task_id: Option<String>,
+    task_id: Option<TaskId>,
     thread_id: Option<String>,
     turn_id: Option<String>,
 }
@@ -105,10 +105,10 @@ impl Signals {
     }
 
     /// Whether the running drive follows `task_id`.
-    fn drives(&self, task_id: &str) -> bool {
+    fn drives(&self, task_id: &TaskId) -> bool {
         self.active
             .lock()
-            .map(|a| a.task_id.as_deref() == Some(task_id))
+            .map(|a| a.task_id.as_ref() == Some(task_id))
             .unwrap_or(false)
     }
 

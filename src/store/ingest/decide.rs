@@ -6,9 +6,9 @@ use super::lookups::BatchLookups;
 use super::rows::{
     AuditDraft, BatchRows, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow, TransitionRow,
 };
-use super::{fingerprint, new_task_id, IngestOutcome, OUTBOX_CAPACITY};
+use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
-use crate::domain::{IngestRequest, Intent, OperationId, Subject};
+use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
 use crate::store::StoreError;
@@ -21,7 +21,7 @@ fn delivery_row(
     req: &IngestRequest,
     status: &str,
     reason: Option<&str>,
-    task_id: Option<&str>,
+    task_id: Option<&TaskId>,
     duplicate_of: Option<&str>,
     at: &str,
 ) -> Delivery {
@@ -44,7 +44,7 @@ fn delivery_row(
             None
         },
         duplicate_of: duplicate_of.map(str::to_owned),
-        task_id: task_id.map(str::to_owned),
+        task_id: task_id.cloned(),
         sender: req.sender.clone(),
         payload_hash: req.payload_hash.clone(),
         received_at: at.to_owned(),
@@ -87,7 +87,7 @@ pub(super) fn delivery(
             lookups,
             rows,
             &original,
-            task_id.as_deref(),
+            task_id.as_ref(),
             at,
         ));
     }
@@ -156,7 +156,7 @@ pub(super) fn delivery(
 
 /// The answer a repeated delivery gets: what the first one got.
 fn replay_answer(lookups: &BatchLookups, original: &Delivery) -> IngestOutcome {
-    let state_of = |id: &Option<String>| {
+    let state_of = |id: &Option<TaskId>| {
         id.as_ref()
             .and_then(|t| lookups.task_states.get(t).cloned())
     };
@@ -193,7 +193,7 @@ fn duplicate(
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
     original_delivery: &str,
-    task_id: Option<&str>,
+    task_id: Option<&TaskId>,
     at: &str,
 ) -> IngestOutcome {
     record(
@@ -221,7 +221,7 @@ fn duplicate(
         at,
     );
     IngestOutcome::Duplicate {
-        task_id: task_id.map(str::to_owned),
+        task_id: task_id.cloned(),
         state: task_id.and_then(|t| lookups.task_states.get(t).cloned()),
     }
 }
@@ -231,10 +231,10 @@ fn comment_change(
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
     action: &str,
-    existing: Option<(String, String, String)>,
+    existing: Option<(TaskId, String, String)>,
     at: &str,
 ) -> IngestOutcome {
-    let task_id = existing.as_ref().map(|(id, _, _)| id.as_str());
+    let task_id = existing.as_ref().map(|(id, _, _)| id);
     record(
         lookups,
         rows,
@@ -259,7 +259,7 @@ fn comment_change(
     );
     IngestOutcome::Ignored {
         reason: action.replace('.', "_"),
-        task_id: task_id.map(str::to_owned),
+        task_id: task_id.cloned(),
     }
 }
 
@@ -369,7 +369,11 @@ fn create_task(
     }
     *open += 1;
 
-    let task_id = new_task_id();
+    // Time-ordered: the task id keys the tasks row and, through it, every
+    // child row the accept writes (history, outbox entry, receipt, audit
+    // events), so new ids append to those indexes. A replayed delivery still
+    // gets its original task: the stored delivery row names it.
+    let task_id = TaskId::mint();
     record(
         lookups,
         rows,

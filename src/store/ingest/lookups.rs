@@ -2,7 +2,7 @@
 //! decisions of a batch depend on, read with one query per table for the
 //! whole batch, then kept up to date in memory as its deliveries are decided.
 
-use crate::domain::{IngestRequest, Intent, RepoKey, ResourceKey, Subject};
+use crate::domain::{IngestRequest, Intent, RepoKey, ResourceKey, Subject, TaskId};
 use crate::store::models::Delivery;
 use crate::store::schema::{repositories, sessions, tasks, webhook_deliveries};
 use crate::store::{DbConn, StoreError};
@@ -17,13 +17,13 @@ pub(super) struct BatchLookups {
     /// delivery key → its row, stored or recorded earlier in the batch
     pub(super) deliveries: HashMap<String, Delivery>,
     /// content key → (delivery key, task id) of the delivery that claimed it.
-    pub(super) content: HashMap<String, (String, Option<String>)>,
+    pub(super) content: HashMap<String, (String, Option<TaskId>)>,
     /// repository key → status
     pub(super) repos: HashMap<RepoKey, String>,
     /// trigger key → (task id, state, delivery key)
-    pub(super) triggers: HashMap<String, (String, String, String)>,
+    pub(super) triggers: HashMap<String, (TaskId, String, String)>,
     /// task id → state, for the answers to repeated deliveries
-    pub(super) task_states: HashMap<String, String>,
+    pub(super) task_states: HashMap<TaskId, String>,
     /// session key → unfinished outbox entries, for every session that
     /// exists (in the store or created earlier in the batch)
     pub(super) open_entries: HashMap<ResourceKey, i64>,
@@ -81,7 +81,7 @@ impl BatchLookups {
                     .select(Delivery::as_select())
                     .load(c)
             })?;
-            let by_content: Vec<(Option<String>, String, Option<String>)> =
+            let by_content: Vec<(Option<String>, String, Option<TaskId>)> =
                 each_64(&content_keys, |keys| {
                     webhook_deliveries::table
                         // (NULL is in no IN list: only keyed rows match.)
@@ -105,7 +105,7 @@ impl BatchLookups {
                     .select((repositories::repo_key, repositories::status))
                     .load(c)
             })?;
-            let triggers: Vec<(String, String, String, String)> = each_64(&trigger_keys, |keys| {
+            let triggers: Vec<(String, TaskId, String, String)> = each_64(&trigger_keys, |keys| {
                 tasks::table
                     .filter(InKeys {
                         column: tasks::trigger_key,
@@ -149,14 +149,14 @@ impl BatchLookups {
                 .insert(trigger, (task_id, state, delivery_key));
         }
         // States of the tasks that repeated deliveries point at.
-        let wanted: Vec<String> = deliveries
+        let wanted: Vec<TaskId> = deliveries
             .iter()
             .filter_map(|d| d.task_id.clone())
             .chain(lookups.content.values().filter_map(|(_, t)| t.clone()))
             .filter(|t| !lookups.task_states.contains_key(t))
             .collect();
         if !wanted.is_empty() {
-            let states: Vec<(String, String)> = with_conn!(conn, |c| tasks::table
+            let states: Vec<(TaskId, String)> = with_conn!(conn, |c| tasks::table
                 .filter(tasks::task_id.eq_any(&wanted))
                 .select((tasks::task_id, tasks::state))
                 .load(c))?;

@@ -20,7 +20,7 @@ mod rows;
 use self::lookups::BatchLookups;
 use self::rows::BatchRows;
 use super::{now, sha256_hex, DbConn, StoreError};
-use crate::domain::{IngestRequest, RepoKey, ResourceKey, Subject};
+use crate::domain::{IngestRequest, RepoKey, ResourceKey, Subject, TaskId};
 
 /// Most entries a session's outbox holds for unfinished tasks.
 pub const OUTBOX_CAPACITY: i64 = 256;
@@ -29,16 +29,16 @@ pub const OUTBOX_CAPACITY: i64 = 256;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IngestOutcome {
     Accepted {
-        task_id: String,
+        task_id: TaskId,
         state: String,
     },
     Duplicate {
-        task_id: Option<String>,
+        task_id: Option<TaskId>,
         state: Option<String>,
     },
     Ignored {
         reason: String,
-        task_id: Option<String>,
+        task_id: Option<TaskId>,
     },
     RepositoryDisabled {
         repo_key: RepoKey,
@@ -46,18 +46,6 @@ pub enum IngestOutcome {
     OutboxFull {
         session_key: ResourceKey,
     },
-}
-
-/// A new task id: `task-` and 32 hex digits of a time-ordered UUID (v7).
-///
-/// Time order is what keeps ingest fast: the task id keys the tasks row and,
-/// through it, every child row the accept writes (history, outbox entry,
-/// receipt, audit events), so ordered ids append to those indexes instead of
-/// dirtying a random page of each per delivery (each dirty page is another
-/// 4 KiB in the WAL at every commit). A replayed delivery still gets its
-/// original task: the stored delivery row names it.
-pub fn new_task_id() -> String {
-    format!("task-{}", uuid::Uuid::now_v7().simple())
 }
 
 /// Ingests one delivery in the caller's transaction.

@@ -3,7 +3,7 @@
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
-use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind};
+use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
 use crate::store::schema::{
@@ -46,7 +46,7 @@ pub(super) struct SessionRow {
 #[derive(Insertable)]
 #[diesel(table_name = tasks, treat_none_as_default_value = false)]
 pub(super) struct TaskRow {
-    pub(super) task_id: String,
+    pub(super) task_id: TaskId,
     pub(super) delivery_key: String,
     pub(super) repo_key: RepoKey,
     pub(super) session_key: ResourceKey,
@@ -65,7 +65,7 @@ pub(super) struct TaskRow {
 #[derive(Insertable)]
 #[diesel(table_name = task_transitions, treat_none_as_default_value = false)]
 pub(super) struct TransitionRow {
-    pub(super) task_id: String,
+    pub(super) task_id: TaskId,
     pub(super) from_state: Option<TaskState>,
     pub(super) to_state: TaskState,
     pub(super) state_version: i64,
@@ -80,7 +80,7 @@ pub(super) struct TransitionRow {
 pub(super) struct OutboxRow {
     pub(super) queue_id: String,
     pub(super) session_key: ResourceKey,
-    pub(super) task_id: String,
+    pub(super) task_id: TaskId,
     pub(super) operation_id: OperationId,
     pub(super) fingerprint: String,
     pub(super) mode: SendMode,
@@ -96,7 +96,7 @@ pub(super) struct OutboxRow {
 #[diesel(table_name = audit_events, treat_none_as_default_value = false)]
 pub(super) struct AuditRow {
     pub(super) event_id: String,
-    pub(super) task_id: Option<String>,
+    pub(super) task_id: Option<TaskId>,
     pub(super) action: String,
     pub(super) actor: String,
     pub(super) from_state: Option<TaskState>,
@@ -156,7 +156,7 @@ pub(super) struct BatchRows {
 #[diesel(table_name = comments, treat_none_as_default_value = false)]
 pub(super) struct ReceiptRow {
     pub(super) comment_key: String,
-    pub(super) task_id: String,
+    pub(super) task_id: TaskId,
     pub(super) kind: CommentKind,
     pub(super) resource_key: ResourceKey,
     pub(super) status: CommentStatus,
@@ -168,7 +168,7 @@ pub(super) struct ReceiptRow {
 pub(super) struct AuditDraft<'a> {
     pub(super) action: &'a str,
     pub(super) actor: &'a str,
-    pub(super) task_id: Option<&'a str>,
+    pub(super) task_id: Option<&'a TaskId>,
     pub(super) states: (Option<TaskState>, Option<TaskState>),
     pub(super) delivery_id: Option<&'a str>,
     pub(super) comment_id: Option<i64>,
@@ -195,7 +195,7 @@ impl BatchRows {
     pub(super) fn audit(&mut self, e: AuditDraft<'_>, at: &str) {
         self.audits.push(AuditRow {
             event_id: format!("audit-{}", uuid::Uuid::now_v7().simple()),
-            task_id: e.task_id.map(str::to_owned),
+            task_id: e.task_id.cloned(),
             action: e.action.to_owned(),
             actor: e.actor.to_owned(),
             from_state: e.states.0,

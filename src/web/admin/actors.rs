@@ -4,7 +4,7 @@
 use super::ControlBody;
 use crate::actors::health::RegistryHealth;
 use crate::actors::registry::{AbortTask, Notify, Snapshot};
-use crate::domain::RepoKey;
+use crate::domain::{RepoKey, TaskId};
 use crate::store::audit::AuditView;
 use crate::store::control;
 use crate::store::tasks::{self, Verdict};
@@ -95,8 +95,12 @@ pub async fn enable_repo(
 }
 
 /// After a task control: wake its repository (and, for abort, its session).
-async fn after_task_control(state: &AppState, task_id: &str, abort: bool) -> Result<(), ApiError> {
-    let id = task_id.to_owned();
+async fn after_task_control(
+    state: &AppState,
+    task_id: &TaskId,
+    abort: bool,
+) -> Result<(), ApiError> {
+    let id = task_id.clone();
     let Some(task) = state.store.read(move |c| tasks::find(c, &id)).await? else {
         return Ok(());
     };
@@ -119,16 +123,17 @@ async fn after_task_control(state: &AppState, task_id: &str, abort: bool) -> Res
 /// answers with its audit event, then the actors hear of it.
 async fn task_control(
     state: web::Data<AppState>,
-    task_id: String,
+    path: String,
     body: ControlBody,
     op: fn(
         &mut crate::store::DbConn,
         &control::ControlRequest,
-        &str,
+        &TaskId,
     ) -> Result<AuditView, crate::store::StoreError>,
     abort: bool,
 ) -> Result<HttpResponse, ApiError> {
     let req = body.into_request()?;
+    let task_id = super::task_in_path(&path)?;
     let id = task_id.clone();
     let event = state.store.write(move |c| op(c, &req, &id)).await?;
     after_task_control(&state, &task_id, abort).await?;
@@ -226,7 +231,7 @@ pub async fn reconcile(
         )
     })?;
     let req = body.control.into_request()?;
-    let task_id = path.into_inner();
+    let task_id = super::task_in_path(&path.into_inner())?;
     let id = task_id.clone();
     let event = state
         .store

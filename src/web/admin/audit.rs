@@ -1,5 +1,6 @@
 //! `GET /api/gitea-workflow/audit?taskId=&since=&limit=&cursor=`: the append-only log.
 
+use crate::domain::TaskId;
 use crate::store::audit::{self, AuditFilter};
 use crate::store::normalize_time;
 use crate::web::auth::Admin;
@@ -33,8 +34,17 @@ pub async fn list(
         }
         None => 200,
     };
+    // No event names a text that is not a task id: it gets the empty page of
+    // an unknown task (once the other parameters are checked).
+    let (task_id, names_no_task) = match q.task_id.filter(|s| !s.is_empty()) {
+        Some(text) => match TaskId::parse(&text) {
+            Ok(id) => (Some(id), false),
+            Err(_) => (None, true),
+        },
+        None => (None, false),
+    };
     let filter = AuditFilter {
-        task_id: q.task_id.filter(|s| !s.is_empty()),
+        task_id,
         since: match q.since.filter(|s| !s.is_empty()) {
             Some(s) => Some(normalize_time(&s).ok_or_else(|| {
                 ApiError::bad_request(
@@ -55,7 +65,11 @@ pub async fn list(
         },
         limit,
     };
-    let events = state.store.read(move |c| audit::list(c, &filter)).await?;
+    let events = if names_no_task {
+        Vec::new()
+    } else {
+        state.store.read(move |c| audit::list(c, &filter)).await?
+    };
     let next = if events.len() as i64 == limit {
         events.last().map(|e| e.seq.to_string())
     } else {

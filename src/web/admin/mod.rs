@@ -7,6 +7,7 @@ mod control;
 pub(crate) mod overview;
 mod tasks;
 
+use crate::domain::TaskId;
 use crate::web::error::ApiError;
 use actix_web::web;
 use serde::Deserialize;
@@ -46,6 +47,12 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             )
             .route("/events", web::get().to(super::live::events)),
     );
+}
+
+/// The task a request path names. A text that is not a task id names no task:
+/// it gets the 404 of an unknown task, with what a task id looks like.
+fn task_in_path(text: &str) -> Result<TaskId, ApiError> {
+    TaskId::parse(text).map_err(|e| ApiError::NotFound(format!("task {text} ({e})")))
 }
 
 /// The body every control request carries: its `requestId` makes a repeated

@@ -66,7 +66,7 @@ pub async fn show(
     state: web::Data<AppState>,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let task_id = path.into_inner();
+    let task_id = super::task_in_path(&path.into_inner())?;
     let id = task_id.clone();
     let detail = state
         .store
