@@ -168,10 +168,12 @@ fn admin_api_lists_filters_and_pages(db: Db) {
         .map(|e| e["action"].as_str().unwrap())
         .collect();
     assert!(actions.contains(&"webhook.accept"), "{actions:?}");
-    assert_eq!(
-        s.admin_get("/api/gitea-workflow/tasks/task-nope").status,
-        404
-    );
+    // A text that is no task id names no task: the unknown task's 404.
+    for id in ["task-nope", "task-0190a2b4c5d6e7f8a9b0c1d2e3f4a5b6"] {
+        let missing = s.admin_get(&format!("/api/gitea-workflow/tasks/{id}"));
+        assert_eq!(missing.status, 404, "{id}");
+        assert_eq!(missing.json["code"], "not_found", "{id}");
+    }
 
     let audit = s.admin_get(&format!("/api/gitea-workflow/audit?taskId={}", ids[1]));
     assert_eq!(audit.status, 200);
