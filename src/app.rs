@@ -24,26 +24,35 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     }
 }
 
-/// Starts the actor tree for the configured agent runtime (`None`: intake only).
-fn start_actors(
-    config: &Config,
-    store: &Store,
-) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
+/// The actor tree (`None`: intake only), and whether its agent runtime can
+/// run turns now.
+type Actors = (
+    Option<actix::Addr<crate::actors::registry::Registry>>,
+    crate::agent::Availability,
+);
+
+/// Starts the actor tree for the configured agent runtime (`None`: intake
+/// only); for Codex also its keeper, which starts the app-server now and
+/// publishes whether turns can run (a Codex that cannot run never stops the
+/// server: tasks wait `queued` until it can).
+fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::scripted::ScriptedAgent;
-    use crate::agent::Agent;
+    use crate::agent::{Agent, Availability};
     use crate::config::AgentRuntimeKind;
     use crate::forge::scripted::ScriptedForge;
     use crate::forge::Forge;
     use actix::Actor;
 
-    let (runtime, verifier): (Arc<dyn Agent>, Arc<dyn Forge>) = match config.agent_runtime {
+    let (runtime, verifier, agent): (Arc<dyn Agent>, Arc<dyn Forge>, Availability) = match config
+        .agent_runtime
+    {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
-                 (set agent_runtime to run them)"
+                 (set agent_runtime = \"codex\" to run them)"
             );
-            return Ok(None);
+            return Ok((None, Availability::always()));
         }
         AgentRuntimeKind::Codex => {
             use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
@@ -83,6 +92,8 @@ fn start_actors(
                 },
                 notices,
             );
+            let (status, agent) = Availability::channel();
+            actix::spawn(codex.clone().keep_available(status));
             let verifier: Arc<dyn Forge> = match gitea_client(config) {
                 Some(client) => Arc::new(crate::gitea::GiteaForge::new(
                     client,
@@ -91,10 +102,12 @@ fn start_actors(
                 )),
                 // The scheduler holds every task (see `hold` below), and says why.
                 None => Arc::new(crate::gitea::ForgeNotConfigured {
-                    reason: crate::readiness::gitea_not_configured(config).unwrap_or_default(),
+                    reason: crate::readiness::gitea_not_configured(config)
+                        .map(|b| format!("{}; {}", b.message, b.action))
+                        .unwrap_or_default(),
                 }),
             };
-            (Arc::new(codex), verifier)
+            (Arc::new(codex), verifier, agent)
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -109,6 +122,7 @@ fn start_actors(
                     config.state_dir.join("scripted-history.json"),
                 )),
                 Arc::new(ScriptedForge::default()),
+                Availability::always(),
             )
         }
     };
@@ -135,6 +149,7 @@ fn start_actors(
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
+    settings.agent = agent.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
@@ -142,7 +157,7 @@ fn start_actors(
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok(Some(Registry::new(deps).start()))
+    Ok((Some(Registry::new(deps).start()), agent))
 }
 
 /// Records what the Codex client reports about itself ([`CodexNotice`]s) in
@@ -207,7 +222,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let registry = start_actors(&config, &store)?;
+    let (registry, agent) = start_actors(&config, &store)?;
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
@@ -217,6 +232,7 @@ pub async fn run(
         },
         config: Arc::new(config),
         registry,
+        agent,
         sessions: crate::web::auth::Sessions::new(&secrets.admin_token),
         secrets,
         store,

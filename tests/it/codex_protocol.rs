@@ -270,6 +270,13 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         "v2/CollaborationModeListParams",
         &CollaborationModeList {},
     );
+    check_request(
+        &schema,
+        "v2/GetAccountParams",
+        &AccountRead {
+            refresh_token: false,
+        },
+    );
     let policies = [
         AskForApproval::Untrusted,
         AskForApproval::OnRequest,
@@ -416,6 +423,8 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
     let reads: Vec<(&str, &[&str], &str)> = reads![
         IncomingMessage => "JSONRPCMessage",
         ErrorBody => "JSONRPCErrorError",
+        AccountReadResponse => "v2/GetAccountResponse",
+        AccountSummary => "v2/Account",
         ThreadStartResponse => "v2/ThreadStartResponse",
         ThreadSummary => "v2/Thread",
         TurnStartResponse => "v2/TurnStartResponse",

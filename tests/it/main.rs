@@ -7,6 +7,7 @@ mod actors;
 mod admin;
 mod browser;
 mod cli;
+mod codex_availability;
 mod codex_paths;
 mod codex_protocol;
 mod codex_resume;
