@@ -30,7 +30,7 @@ mod support;
 mod gitsim;
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/giteasim.rs"]
+#[path = "../tests/it/giteasim/mod.rs"]
 mod giteasim;
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
