@@ -223,13 +223,41 @@ impl GiteaSim {
         number: i64,
         body: &str,
     ) -> serde_json::Value {
+        self.web_comment(user, owner, repo, number, body, true)
+    }
+
+    /// As [`GiteaSim::post_comment_as`], but Gitea never sends its webhook
+    /// (as when the hook was missing, inactive or its queue lost): the
+    /// comment is only in the REST API, for a catch-up to find.
+    pub fn post_comment_without_webhook(
+        &self,
+        user: &str,
+        owner: &str,
+        repo: &str,
+        number: i64,
+        body: &str,
+    ) -> serde_json::Value {
+        self.web_comment(user, owner, repo, number, body, false)
+    }
+
+    fn web_comment(
+        &self,
+        user: &str,
+        owner: &str,
+        repo: &str,
+        number: i64,
+        body: &str,
+        hook: bool,
+    ) -> serde_json::Value {
         let body = body.replace("\r\n", "\n").replace('\n', "\r\n");
         let mut d = self.sim.data.lock().unwrap();
         d.ensure_user(user);
         let issue_id = d.issue_id(owner, repo, number).expect("no such issue");
         let id = d.add_comment(issue_id, user, &body, true);
         let comment = d.comment_json(self.sim.base(), d.comment(id).unwrap());
-        self.sim.comment_hook(&d, "created", id, user, None);
+        if hook {
+            self.sim.comment_hook(&d, "created", id, user, None);
+        }
         comment.to_value()
     }
 
@@ -263,5 +291,22 @@ impl GiteaSim {
     /// Move the simulator's clock (timestamps of new comments, edits).
     pub fn advance_clock(&self, by: Duration) {
         self.sim.data.lock().unwrap().clock_offset += by.as_secs() as i64;
+    }
+
+    // -- commit statuses -------------------------------------------------------
+
+    /// The statuses set on commit `sha` (full id), oldest first, as the API
+    /// shows each.
+    pub fn statuses(&self, owner: &str, repo: &str, sha: &str) -> Vec<serde_json::Value> {
+        let d = self.sim.data.lock().unwrap();
+        let repo_id = d
+            .repo(owner, repo)
+            .unwrap_or_else(|| panic!("giteasim: no repository {owner}/{repo}"))
+            .id;
+        d.statuses
+            .iter()
+            .filter(|s| s.repo_id == repo_id && s.sha == sha)
+            .map(|s| d.status_json(self.sim.base(), s).to_value())
+            .collect()
     }
 }

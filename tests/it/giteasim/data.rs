@@ -83,6 +83,23 @@ pub(crate) struct Comment {
     pub(crate) reactions: Vec<Reaction>,
 }
 
+/// One commit status (Gitea's `commit_status` row).
+pub(crate) struct CommitStatus {
+    pub(crate) repo_id: i64,
+    /// The full commit id the status was set on.
+    pub(crate) sha: String,
+    /// Per repository and commit, from 1: what the API calls the status's `id`.
+    pub(crate) index: i64,
+    /// As the client sent it: Gitea stores any word (only the five known
+    /// ones count towards the combined state).
+    pub(crate) state: String,
+    pub(crate) target_url: String,
+    pub(crate) description: String,
+    pub(crate) context: String,
+    pub(crate) creator: String,
+    pub(crate) created: i64,
+}
+
 #[derive(Default)]
 pub(crate) struct Data {
     pub(crate) next_id: i64,
@@ -90,6 +107,7 @@ pub(crate) struct Data {
     pub(crate) repos: Vec<Repo>,
     pub(crate) issues: Vec<Issue>,
     pub(crate) comments: Vec<Comment>,
+    pub(crate) statuses: Vec<CommitStatus>,
     /// Added to the wall clock, in seconds.
     pub(crate) clock_offset: i64,
 }

@@ -44,7 +44,8 @@
 //!
 //! # REST endpoints (codes and bodies as Gitea's)
 //!
-//! - `GET /version`, `GET /user`
+//! - `GET /version`, `GET /user`, `GET /user/repos` (owned and collaborated
+//!   repositories by name, each with the caller's `permissions`; paged)
 //! - `GET /repos/{o}/{r}` (Repository, `permissions` = the caller's)
 //! - `GET /repos/{o}/{r}/issues/{n}` (Issue, also for PRs; issues and PRs share
 //!   one index per repository), `GET /repos/{o}/{r}/pulls/{n}` (PullRequest;
@@ -60,9 +61,26 @@
 //!   and DELETE by someone neither author nor writer: 403 with empty body
 //! - `GET/POST/DELETE /repos/{o}/{r}/issues/comments/{id}/reactions`: POST 201
 //!   new, 200 already there, 403 `'x' is not an allowed reaction`; DELETE 200
+//! - `GET /repos/{o}/{r}/issues/comments?since=&before=&page=&limit=`: the
+//!   repository's plain comments by creation time (then id); `since`/`before`
+//!   on the updated time; paged only when `page` is given (Gitea then lists
+//!   them all, whatever `limit`); `X-Total-Count`, no `Link`
 //! - `GET /repos/{o}/{r}/collaborators/{user}/permission`: `{permission,
 //!   role_name, user}`; 403 unless the caller is site admin, repo admin or asks
 //!   about itself; 404 unknown user
+//! - `GET/POST /repos/{o}/{r}/hooks`, `GET/PATCH/DELETE .../hooks/{id}`:
+//!   repository (or site) admins only (403 `user should be an owner or a
+//!   collaborator with admin write of a repository`); POST 201 (made inactive
+//!   unless `active: true`; no events means `push`; the same URL twice makes
+//!   two hooks; 422 for a bad type, config or URL), PATCH 200 (the secret
+//!   cannot change; the events are rewritten, left out meaning `push`),
+//!   DELETE 204; `config` shows `url` and `content_type`, never the secret
+//! - `POST /repos/{o}/{r}/statuses/{sha}` `{state, target_url, description,
+//!   context}`: 201 (write needed: 403 `user should have a permission to
+//!   write to a repo`; a commit that does not exist: bare 500);
+//!   `GET .../statuses/{sha}` and `GET .../commits/{ref}/statuses` (newest
+//!   first, `sort`, `state`, paged with `Link`), `GET .../commits/{ref}/status`
+//!   (latest per context, combined state)
 //! - anything else under `/api/`: 404 with Gitea's not-found body.
 //!
 //! JSON answers are compact with a trailing newline, HTML-escaped like Go
@@ -73,20 +91,34 @@
 //!
 //! # Webhooks
 //!
-//! [`GiteaSim::set_webhook`] configures one repository-independent hook (all
-//! events, JSON content). Every comment created, edited or deleted — from the
-//! test side *or through the REST API, the bot's own included* — makes a
-//! `HookTask` whose body is `json.MarshalIndent(payload, "", "  ")` of an
-//! `IssueCommentPayload` (with the top-level `pull_request` for PRs), and
-//! headers `X-Gitea-*`, `X-Gogs-*`, `X-GitHub-*`, `X-Hub-Signature(-256)`,
-//! `User-Agent: Go-http-client/1.1`. One background worker delivers tasks in
-//! order (5 s timeout, no retry, like Gitea); [`GiteaSim::deliveries`] gives
-//! status and response body per delivery, [`GiteaSim::wait_idle`] waits for
-//! the queue, [`GiteaSim::redeliver`] is Gitea's "Replay" (same bytes, new
-//! delivery id), [`GiteaSim::set_auto_deliver`]`(false)` keeps new tasks
-//! undelivered until [`GiteaSim::deliver_pending`].
-//! [`GiteaSim::set_issue_events`]`(true)` adds `issues`/`opened` deliveries
-//! for [`GiteaSim::create_issue`].
+//! Repository webhooks are made through the API (above) or with
+//! [`GiteaSim::add_webhook`]; [`GiteaSim::set_webhook`] is the test's own
+//! hook, which hears every repository like a system hook (every comment
+//! event, JSON). Every comment created, edited or deleted — from the test
+//! side *or through the REST API, the bot's own included* — makes one
+//! `HookTask` per active repository hook subscribed to its event
+//! (`issue_comment`, or `pull_request_comment` on a PR; review events count
+//! under `pull_request_review`), then one for the test's hook. The body is
+//! `json.MarshalIndent(payload, "", "  ")` of an `IssueCommentPayload` (with
+//! the top-level `pull_request` for PRs), the headers `X-Gitea-*`,
+//! `X-Gogs-*`, `X-GitHub-*`, `X-Hub-Signature(-256)` signed with that
+//! hook's secret, `User-Agent: Go-http-client/1.1` (a `form` hook sends
+//! `payload=<JSON>`, still signed over the JSON; a hook's authorization
+//! header goes as `Authorization`). One background worker delivers tasks in
+//! order (5 s timeout, no retry, the hook read when the task runs, like
+//! Gitea); [`GiteaSim::deliveries`] gives hook, URL, status and response body
+//! per delivery, [`GiteaSim::wait_idle`] waits for the queue,
+//! [`GiteaSim::redeliver`] is Gitea's "Replay" (same bytes, new delivery
+//! id), [`GiteaSim::set_auto_deliver`]`(false)` keeps new tasks undelivered
+//! until [`GiteaSim::deliver_pending`]. [`GiteaSim::set_issue_events`]`(true)`
+//! adds `issues`/`opened` deliveries for [`GiteaSim::create_issue`] to the
+//! test's hook. For a catch-up to find: [`GiteaSim::lose_webhooks`]`(true)`
+//! (events make no task at all) and
+//! [`GiteaSim::post_comment_without_webhook`].
+//!
+//! # Commit statuses
+//!
+//! [`GiteaSim::statuses`] shows what was set on a commit, oldest first.
 //!
 //! # Request log and faults
 //!
@@ -107,8 +139,12 @@
 //!
 //! - Webhook requests carry an extra `Accept: */*` (ureq always sets it); the
 //!   sender asks for gzip like Go but records a gzipped answer undecoded.
-//! - One webhook; no `pull_request`, `issues` edited/closed, review or push
-//!   events; no labels, milestones, assignees, closing or merging.
+//! - No owner (organization) hooks; no `pull_request`, `issues`
+//!   edited/closed, review or push events (a hook may subscribe to them and
+//!   hears nothing); no hook test deliveries; no labels, milestones,
+//!   assignees, closing or merging.
+//! - A hook lists its events in a fixed order; Gitea's order is not stable
+//!   (a Go map): compare them as sets.
 //! - A user without read access gets 404 (as Gitea does for private
 //!   repositories), never 403; 403 on comment creation comes from a locked
 //!   issue or [`GiteaSim::deny_comments_for`].
@@ -134,7 +170,7 @@ mod shapes;
 
 pub use data::Perm;
 pub use faults::LoggedRequest;
-pub use hooks::Delivery;
+pub use hooks::{Delivery, TEST_HOOK};
 pub use json::{go_json, J};
 
 use crate::gitsim::GitRepos;

@@ -2,7 +2,7 @@
 //! `api.PullRequest`, `api.Comment`, `api.Reaction`), field for field in
 //! the order Go marshals them.
 
-use crate::giteasim::data::{Comment, Data, Issue, Perm, Reaction, Repo};
+use crate::giteasim::data::{Comment, CommitStatus, Data, Issue, Perm, Reaction, Repo};
 use crate::giteasim::json::obj;
 use crate::giteasim::{rfc3339, J};
 use crate::gitsim::GitRepos;
@@ -337,6 +337,31 @@ impl Data {
             ("user", self.user_json(base, &r.user, false)),
             ("content", (&r.content).into()),
             ("created_at", rfc3339(r.created).into()),
+        ])
+    }
+
+    /// `api.CommitStatus`: its `id` is the per-commit index, its state is
+    /// under `status`, and `updated_at` repeats `created_at` (as Gitea's
+    /// converter does).
+    pub(crate) fn status_json(&self, base: &str, s: &CommitStatus) -> J {
+        let repo = self.repo_by_id(s.repo_id);
+        obj(vec![
+            ("id", s.index.into()),
+            ("status", (&s.state).into()),
+            ("target_url", (&s.target_url).into()),
+            ("description", (&s.description).into()),
+            (
+                "url",
+                format!(
+                    "{base}/api/v1/repos/{}/{}/statuses/{}",
+                    repo.owner, repo.name, s.sha
+                )
+                .into(),
+            ),
+            ("context", (&s.context).into()),
+            ("creator", self.user_json(base, &s.creator, false)),
+            ("created_at", rfc3339(s.created).into()),
+            ("updated_at", rfc3339(s.created).into()),
         ])
     }
 }
