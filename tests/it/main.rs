@@ -18,6 +18,7 @@ mod e2e;
 mod fakemodel;
 mod floors;
 mod gitea_client;
+mod gitea_client_admin;
 mod giteasim;
 mod giteasim_selftest;
 mod gitsim;
