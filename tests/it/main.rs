@@ -19,6 +19,8 @@ mod e2e;
 mod fakemodel;
 mod floors;
 mod gitea_client;
+mod gitea_client_admin;
+mod gitea_hook;
 mod giteasim;
 mod giteasim_selftest;
 mod gitsim;
