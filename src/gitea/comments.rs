@@ -92,6 +92,38 @@ impl GiteaClient {
     }
 }
 
+/// A part of a repository's comment listing ([`GiteaClient::list_repo_comments_from`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommentListing {
+    pub comments: Vec<RepoComment>,
+    /// Every comment updated since the time asked for is here; `false`: the
+    /// page limit ended the read, and more follow (each created at or after
+    /// the last one here, in Gitea's order).
+    pub complete: bool,
+}
+
+impl GiteaClient {
+    /// The repository's comments updated at or after `since`, in Gitea's
+    /// order, at most `max_pages` pages of them: a caller that must not
+    /// read for ever learns whether it has them all.
+    pub fn list_repo_comments_from(
+        &self,
+        owner: &str,
+        repo: &str,
+        since: DateTime<Utc>,
+        max_pages: u32,
+    ) -> Result<CommentListing, GiteaError> {
+        let what = format!("the comments of {owner}/{repo}");
+        let path = format!("{}/issues/comments", Self::repo_path(owner, repo));
+        let since = since.to_rfc3339_opts(SecondsFormat::Secs, true);
+        let pages = self.read_pages(&path, &[("since", since)], &what, max_pages)?;
+        Ok(CommentListing {
+            comments: pages.items,
+            complete: pages.complete,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,8 +41,33 @@ impl GiteaClient {
         query: &[(&str, String)],
         what: &str,
     ) -> Result<Vec<T>, GiteaError> {
+        match self.read_pages(path, query, what, MAX_PAGES)? {
+            Pages {
+                items,
+                complete: true,
+            } => Ok(items),
+            Pages { .. } => Err(GiteaError::Transport {
+                what: what.to_owned(),
+                detail: format!(
+                    "Gitea kept answering with more pages after page {MAX_PAGES}; \
+                     check that gitea_url points at Gitea itself"
+                ),
+            }),
+        }
+    }
+
+    /// The first `max_pages` pages of the listing at `path` at most, and
+    /// whether they are all of it: for a caller that reads a long listing a
+    /// part at a time.
+    pub(super) fn read_pages<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+        what: &str,
+        max_pages: u32,
+    ) -> Result<Pages<T>, GiteaError> {
         let mut items: Vec<T> = Vec::new();
-        for page in 1..=MAX_PAGES {
+        for page in 1..=max_pages {
             let mut url = form_urlencoded::Serializer::new(String::new());
             for (k, v) in query {
                 url.append_pair(k, v);
@@ -61,17 +86,25 @@ impl GiteaClient {
                 (None, None) => got < PAGE_LIMIT,
             };
             if done {
-                return Ok(items);
+                return Ok(Pages {
+                    items,
+                    complete: true,
+                });
             }
         }
-        Err(GiteaError::Transport {
-            what: what.to_owned(),
-            detail: format!(
-                "Gitea kept answering with more pages after page {MAX_PAGES}; \
-                 check that gitea_url points at Gitea itself"
-            ),
+        Ok(Pages {
+            items,
+            complete: false,
         })
     }
+}
+
+/// What [`GiteaClient::read_pages`] read.
+#[derive(Debug)]
+pub(super) struct Pages<T> {
+    pub(super) items: Vec<T>,
+    /// The pages read were all the listing had.
+    pub(super) complete: bool,
 }
 
 #[cfg(test)]
