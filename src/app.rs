@@ -160,6 +160,38 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
     Ok((Some(Registry::new(deps).start()), agent))
 }
 
+/// Starts the catch-up of comments whose webhook never arrived, unless
+/// `catchup_interval_secs` is 0 or no Gitea client is configured. It is part
+/// of intake: it runs whatever the agent runtime, `none` included.
+fn start_catchup(
+    config: &Config,
+    store: &Store,
+    normalizer: &Normalizer,
+    registry: Option<actix::Addr<crate::actors::registry::Registry>>,
+) {
+    use crate::jobs::catchup::{CatchupSettings, CatchupWorker};
+    let Some(settings) = CatchupSettings::from_config(config) else {
+        tracing::info!(
+            "catchup_interval_secs = 0: comments whose webhook never arrived are not caught up"
+        );
+        return;
+    };
+    let Some(client) = gitea_client(config) else {
+        tracing::info!(
+            "no catch-up of missed webhooks: it reads comments through Gitea's API, which needs gitea_url and gitea_token"
+        );
+        return;
+    };
+    let worker = CatchupWorker::new(
+        store.clone(),
+        client,
+        Arc::new(normalizer.clone()),
+        registry,
+        settings,
+    );
+    actix::spawn(worker.run());
+}
+
 /// Records what the Codex client reports about itself ([`CodexNotice`]s) in
 /// the audit log, until the client is gone. A notice the store refuses is
 /// only logged: the client logged it as well when it arose.
@@ -223,13 +255,15 @@ pub async fn run(
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
     let (registry, agent) = start_actors(&config, &store)?;
+    let normalizer = Normalizer {
+        instance_id: config.instance_id.clone(),
+        bot_login: config.bot_login.clone(),
+    };
+    start_catchup(&config, &store, &normalizer, registry.clone());
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
-        normalizer: Normalizer {
-            instance_id: config.instance_id.clone(),
-            bot_login: config.bot_login.clone(),
-        },
+        normalizer,
         config: Arc::new(config),
         registry,
         agent,

@@ -6,7 +6,8 @@
 //! - [`webhook`]: `POST /api/gitea/webhook`: signature ([`webhook::verify`]),
 //!   normalisation ([`webhook::event`]), Gitea's mention rules ([`webhook::mention`]).
 //! - [`web`]: the admin API and health endpoints.
-//! - [`jobs`]: background jobs above the actors (the receipts worker).
+//! - [`jobs`]: background jobs above the actors (the receipts worker, the
+//!   catch-up of comments whose webhook never arrived).
 //! - [`store`]: diesel over SQLite or PostgreSQL; the group-commit writer, the
 //!   ingest transaction, tasks, audit, control.
 //! - [`lifecycle`]: the task state machine, as data.

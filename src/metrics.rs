@@ -12,8 +12,8 @@
 
 use prometheus::proto::MetricFamily;
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -38,6 +38,10 @@ pub const WEBHOOK_OUTCOMES: &[&str] = &[
 /// Reply verification outcomes.
 pub const VERIFICATION_OUTCOMES: &[&str] = &["confirmed", "missing", "unknown"];
 
+/// How a catch-up pass ended: every repository read, or some failed (their
+/// errors are in the log and the audit log).
+pub const CATCHUP_OUTCOMES: &[&str] = &["complete", "incomplete"];
+
 /// Actor kinds whose restarts are counted.
 const ACTOR_KINDS: &[&str] = &["repo", "session"];
 
@@ -52,6 +56,11 @@ const SETTLE_BUCKETS: &[f64] = &[
 /// Buckets of a turn's duration: seconds to the 30-minute default timeout and beyond.
 const TURN_BUCKETS: &[f64] = &[
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0,
+];
+
+/// Buckets of a catch-up pass: one listing per repository, hundreds of them.
+const CATCHUP_BUCKETS: &[f64] = &[
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
 /// The task states of the lifecycle (kept here as names so this module stays a leaf;
@@ -92,6 +101,9 @@ struct Process {
     turn: Histogram,
     settle: Histogram,
     turns_in_progress: IntGauge,
+    catchup_passes: IntCounterVec,
+    catchup_tasks: IntCounter,
+    catchup_pass: Histogram,
 }
 
 impl Process {
@@ -149,6 +161,24 @@ impl Process {
                 r,
                 "codex_bridge_turns_in_progress",
                 "Turns this process is running now.",
+            )?,
+            catchup_passes: counter(
+                r,
+                "codex_bridge_catchup_passes_total",
+                "Catch-up passes over the known repositories' comments, by outcome.",
+                "outcome",
+                CATCHUP_OUTCOMES,
+            )?,
+            catchup_tasks: int_counter(
+                r,
+                "codex_bridge_catchup_tasks_total",
+                "Tasks created by the catch-up for comments whose webhook never arrived.",
+            )?,
+            catchup_pass: histogram(
+                r,
+                "codex_bridge_catchup_pass_duration_seconds",
+                "Time one catch-up pass took over every known repository.",
+                CATCHUP_BUCKETS,
             )?,
             registry: registry.clone(),
         };
@@ -208,6 +238,12 @@ fn histogram(
     Ok(h)
 }
 
+fn int_counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCounter> {
+    let c = IntCounter::with_opts(Opts::new(name, help))?;
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
 fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
     let g = IntGauge::with_opts(Opts::new(name, help))?;
     r.register(Box::new(g.clone()))?;
@@ -231,6 +267,21 @@ pub fn webhook(outcome: &str, took: Duration) {
     if let Ok(p) = process() {
         p.webhooks.with_label_values(&[outcome]).inc();
         p.accept.observe(took.as_secs_f64());
+    }
+}
+
+/// A catch-up pass ended (`outcome`: one of [`CATCHUP_OUTCOMES`]) after `took`.
+pub fn catchup_pass(outcome: &str, took: Duration) {
+    if let Ok(p) = process() {
+        p.catchup_passes.with_label_values(&[outcome]).inc();
+        p.catchup_pass.observe(took.as_secs_f64());
+    }
+}
+
+/// The catch-up created a task.
+pub fn catchup_task() {
+    if let Ok(p) = process() {
+        p.catchup_tasks.inc();
     }
 }
 
@@ -445,6 +496,9 @@ mod tests {
                 "codex_bridge_actor_restarts_total counter",
                 "codex_bridge_actors gauge",
                 "codex_bridge_build_info gauge",
+                "codex_bridge_catchup_pass_duration_seconds histogram",
+                "codex_bridge_catchup_passes_total counter",
+                "codex_bridge_catchup_tasks_total counter",
                 "codex_bridge_queue_depth gauge",
                 "codex_bridge_reply_verifications_total counter",
                 "codex_bridge_running_turns gauge",
@@ -464,6 +518,9 @@ mod tests {
             "codex_bridge_task_transitions_total{state=\"rejected\"} ",
             "codex_bridge_actor_restarts_total{kind=\"session\"} ",
             "codex_bridge_reply_verifications_total{outcome=\"unknown\"} ",
+            "codex_bridge_catchup_passes_total{outcome=\"incomplete\"} ",
+            "codex_bridge_catchup_tasks_total ",
+            "codex_bridge_catchup_pass_duration_seconds_bucket{le=\"300\"} ",
             "codex_bridge_webhook_accept_duration_seconds_bucket{le=\"0.0025\"} ",
             "codex_bridge_turn_settle_seconds_bucket{le=\"0.0005\"} ",
             "codex_bridge_turn_duration_seconds_bucket{le=\"3600\"} ",

@@ -111,6 +111,12 @@ pub const KEYS: &[(&str, &str)] = &[
         "how often the registry looks for due work in the store (default 5000)",
     ),
     (
+        "catchup_interval_secs",
+        "how often every known repository's comments are read through Gitea's API, so that a \
+         mentioning comment whose webhook never arrived still becomes a task; 0 turns it off \
+         (default 60)",
+    ),
+    (
         "gitea_mcp_command",
         "the Gitea MCP server each thread gets, e.g. gitea-mcp (unset: none)",
     ),

@@ -107,6 +107,9 @@ pub struct Config {
     pub retry_backoff_secs: u64,
     pub max_attempts: i64,
     pub scheduler_sweep_ms: u64,
+    /// Seconds between catch-up passes over the known repositories' comments
+    /// (0: no catch-up).
+    pub catchup_interval_secs: u64,
     /// A separate listener for `/metrics` without a token (`None`: main listener only).
     pub metrics_listen: Option<String>,
     /// Proxies whose forwarded headers are believed (see `web::client`).

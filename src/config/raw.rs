@@ -75,6 +75,8 @@ pub(super) struct Raw {
     pub max_attempts: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub scheduler_sweep_ms: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub catchup_interval_secs: Option<u128>,
     #[serde(deserialize_with = "text")]
     pub gitea_mcp_command: Option<String>,
     #[serde(deserialize_with = "arguments")]

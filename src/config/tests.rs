@@ -50,6 +50,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.default_policy.approval_policy, ApprovalPolicy::Never);
     assert_eq!(c.default_policy.sandbox, Sandbox::DangerFullAccess);
     assert_eq!(c.default_policy.turn_timeout, Duration::from_secs(1800));
+    assert_eq!(c.catchup_interval_secs, 60);
     let pg = Config::from_sources(
         None,
         &env(&[("CODEX_BRIDGE_DATABASE_URL", "postgres://u@localhost/db")]),
@@ -120,6 +121,7 @@ fn every_documented_key_is_read_from_the_environment() {
         ("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "4"),
         ("CODEX_BRIDGE_MAX_ATTEMPTS", "3"),
         ("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "150"),
+        ("CODEX_BRIDGE_CATCHUP_INTERVAL_SECS", "0"),
     ]);
     for key in set.keys() {
         let name = key.trim_start_matches("CODEX_BRIDGE_").to_ascii_lowercase();
@@ -136,6 +138,12 @@ fn every_documented_key_is_read_from_the_environment() {
         (7, 4, 3)
     );
     assert_eq!(c.scheduler_sweep_ms, 150);
+    assert_eq!(c.catchup_interval_secs, 0, "0 turns the catch-up off");
+    let err = error(&[("CODEX_BRIDGE_CATCHUP_INTERVAL_SECS", "86401")]);
+    assert!(
+        err.contains("catchup_interval_secs") && err.contains("0..=86400"),
+        "{err}"
+    );
     let err = error(&[
         ("CODEX_BRIDGE_LEASE_TTL_SECS", "5"),
         ("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "5"),

@@ -156,6 +156,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         10,
         600_000,
     )?;
+    let catchup_interval_secs = number(
+        "catchup_interval_secs",
+        raw.catchup_interval_secs,
+        60,
+        0,
+        86_400,
+    )?;
     if let Some(addr) = &raw.metrics_listen {
         check_listen("metrics_listen", addr, "127.0.0.1:9464")?;
     }
@@ -206,6 +213,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         retry_backoff_secs,
         max_attempts,
         scheduler_sweep_ms,
+        catchup_interval_secs,
         metrics_listen: raw.metrics_listen,
         trusted_proxies,
     })

@@ -1,6 +1,7 @@
 //! Background jobs above the actors: work that runs on its own schedule,
-//! reads and writes the store and calls the clients, outside any session.
-//! Now the receipts worker ([`receipts`]); later the status updates and the
-//! catch-up of missed webhooks belong here too.
+//! reads and writes the store and calls the clients, outside any session:
+//! the receipts worker ([`receipts`]) and the catch-up of comments whose
+//! webhook never arrived ([`catchup`]).
 
+pub mod catchup;
 pub mod receipts;

@@ -19,6 +19,7 @@ pub mod writer;
 pub mod approvals;
 pub mod attempts;
 pub mod audit;
+pub mod catchup;
 pub mod comments;
 pub mod control;
 pub mod ingest;

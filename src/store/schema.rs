@@ -48,6 +48,17 @@ diesel::table! {
 }
 
 diesel::table! {
+    catchup_cursors (repo_key) {
+        repo_key -> Text,
+        since -> Text,
+        last_comment_id -> Nullable<Int8>,
+        updated_at -> Text,
+        lease_owner -> Nullable<Text>,
+        lease_expires_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     comments (comment_key) {
         comment_key -> Text,
         task_id -> Text,
@@ -247,6 +258,7 @@ diesel::table! {
     }
 }
 
+diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
 diesel::joinable!(outbox_entries -> sessions (session_key));
 diesel::joinable!(sessions -> repositories (repo_key));
@@ -258,6 +270,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     approvals,
     attempts,
     audit_events,
+    catchup_cursors,
     comments,
     control,
     control_requests,

@@ -122,6 +122,23 @@ struct IssueCommentPayload {
     changes: Option<Changes>,
 }
 
+/// A comment event, from a webhook's payload or the repository's comment
+/// listing, as the rules read it.
+pub(super) struct CommentEvent {
+    /// `created`, `edited` or `deleted`.
+    pub(super) action: String,
+    /// Where it is and who wrote it.
+    pub(super) subject: Subject,
+    pub(super) comment_id: i64,
+    pub(super) body: String,
+    /// Who caused the event (the author, for a listed comment).
+    pub(super) sender: String,
+    pub(super) created_at: String,
+    pub(super) updated_at: String,
+    /// The body before an edit, when the event says.
+    pub(super) body_before: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct Review {
     #[serde(default)]
@@ -231,49 +248,66 @@ impl Normalizer {
             Some(pr) => (Some(pr.head.name.clone()), Some(pr.base.name.clone())),
             None => (None, None),
         };
-        let comment_id = p.comment.id;
-        req.action = Some(p.action.clone());
-        req.sender = Some(p.sender.login.clone());
+        let event = CommentEvent {
+            action: p.action,
+            subject: Subject {
+                repo: self.repo(p.repository)?,
+                kind: if is_pull {
+                    ResourceKind::Pull
+                } else {
+                    ResourceKind::Issue
+                },
+                number: p.issue.number,
+                comment_id: Some(p.comment.id),
+                author: p.comment.user.login,
+                head_ref,
+                base_ref,
+            },
+            comment_id: p.comment.id,
+            body: p.comment.body,
+            sender: p.sender.login,
+            created_at: p.comment.created_at,
+            updated_at: p.comment.updated_at,
+            body_before: p.changes.and_then(|c| c.body).map(|b| b.from),
+        };
+        self.comment_event(req, event);
+        Ok(())
+    }
+
+    /// The one set of rules for a comment, whichever way it came (a webhook,
+    /// or the catch-up's listing): the keys that find it again, the bot's own
+    /// comments, Gitea's mention rules, and what each action means.
+    pub(super) fn comment_event(&self, req: &mut IngestRequest, e: CommentEvent) {
+        req.action = Some(e.action.clone());
+        req.sender = Some(e.sender.clone());
         req.content_key = Some(format!(
             "{}:comment:{}:{}:{}",
-            self.instance_id, comment_id, p.action, p.comment.updated_at
+            self.instance_id, e.comment_id, e.action, e.updated_at
         ));
-        req.subject = Some(Subject {
-            repo: self.repo(p.repository)?,
-            kind: if is_pull {
-                ResourceKind::Pull
-            } else {
-                ResourceKind::Issue
-            },
-            number: p.issue.number,
-            comment_id: Some(comment_id),
-            author: p.comment.user.login.clone(),
-            head_ref,
-            base_ref,
-        });
-        let trigger_key = format!("{}:comment:{}", self.instance_id, comment_id);
+        let trigger_key = format!("{}:comment:{}", self.instance_id, e.comment_id);
         // Never answer ourselves, even when a reply quotes the mention.
-        if self.is_bot(&p.comment.user.login) || self.is_bot(&p.sender.login) {
+        let own = self.is_bot(&e.subject.author) || self.is_bot(&e.sender);
+        req.subject = Some(e.subject);
+        if own {
             req.intent = Intent::Ignore {
                 reason: "bot_comment",
             };
-            return Ok(());
+            return;
         }
-        let mentioned = mention::mentions(&p.comment.body, &self.bot_login);
-        req.intent = match p.action.as_str() {
+        let mentioned = mention::mentions(&e.body, &self.bot_login);
+        req.intent = match e.action.as_str() {
             "created" if mentioned => Intent::Trigger {
                 trigger_key,
-                text: p.comment.body,
-                written_at: p.comment.created_at,
+                text: e.body,
+                written_at: e.created_at,
             },
             "created" => Intent::Ignore {
                 reason: "no_mention",
             },
             "edited" => {
-                let mentioned_before = p
-                    .changes
-                    .and_then(|c| c.body)
-                    .map(|b| mention::mentions(&b.from, &self.bot_login));
+                let mentioned_before = e
+                    .body_before
+                    .map(|b| mention::mentions(&b, &self.bot_login));
                 if !mentioned && mentioned_before != Some(true) {
                     Intent::Ignore {
                         reason: "no_mention",
@@ -281,8 +315,8 @@ impl Normalizer {
                 } else {
                     Intent::Edit {
                         trigger_key,
-                        text: p.comment.body,
-                        written_at: p.comment.updated_at,
+                        text: e.body,
+                        written_at: e.updated_at,
                         // Only a known earlier body without a mention counts as "added".
                         mention_added: mentioned && mentioned_before == Some(false),
                     }
@@ -296,7 +330,6 @@ impl Normalizer {
                 reason: "unsupported_action",
             },
         };
-        Ok(())
     }
 
     fn review(&self, req: &mut IngestRequest, p: ReviewPayload) -> Result<(), NormalizeError> {
@@ -354,12 +387,13 @@ impl Normalizer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gitea");
 
-    fn fixture(name: &str) -> (DeliveryHeaders, Vec<u8>) {
+    /// A fixture's headers and body (also for the listed comments' tests).
+    pub(in crate::webhook) fn fixture(name: &str) -> (DeliveryHeaders, Vec<u8>) {
         let body = std::fs::read(format!("{FIXTURES}/{name}.json")).unwrap();
         let headers: serde_json::Value = serde_json::from_slice(
             &std::fs::read(format!("{FIXTURES}/{name}.headers.json")).unwrap(),
@@ -376,7 +410,7 @@ mod tests {
         )
     }
 
-    fn normalizer() -> Normalizer {
+    pub(in crate::webhook) fn normalizer() -> Normalizer {
         Normalizer {
             instance_id: "default".into(),
             bot_login: "ccbot".into(),

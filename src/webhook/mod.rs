@@ -1,8 +1,10 @@
 //! `POST /api/gitea/webhook`, the hot path: read the raw body within the
 //! limit → verify the HMAC → normalise → one transaction in the store → 202.
-//! Nothing here waits on git, Codex or Gitea.
+//! Nothing here waits on git, Codex or Gitea. Its rules also serve the
+//! catch-up of comments whose webhook never came ([`listed`]).
 
 pub mod event;
+pub mod listed;
 pub mod mention;
 pub mod verify;
 

@@ -1,14 +1,20 @@
 //! `GET /api/gitea-workflow/overview`: pause state, queue, running work, tasks
 //! per state, the last hour of webhooks, and `blockers`: why no task runs
 //! now (`[{code, message, action}]`, empty when tasks run), which the web
-//! view shows as a banner until it is fixed.
+//! view shows as a banner until it is fixed, and `catchup`: whether comments
+//! whose webhook never arrived are caught up, and what that cannot see.
 
-use crate::store::{control, format_time, tasks, views};
+use crate::store::{catchup, control, format_time, tasks, views};
 use crate::web::auth::Admin;
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
 use actix_web::{web, HttpResponse};
 use std::collections::BTreeMap;
+
+/// What the catch-up's listing of a repository's comments cannot see, so an
+/// operator knows what a lost webhook may still have cost.
+pub const CATCHUP_BLIND_SPOTS: &str = "submitted reviews (Gitea lists only plain comments), \
+     and edits or deletions of comments made while webhooks were lost";
 
 pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(compute(&state).await?))
@@ -20,6 +26,10 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
     // Why nothing runs: the configuration's blockers and the agent runtime's,
     // the same the scheduler holds on.
     let blockers = crate::readiness::all_blockers(&state.config, &state.agent.now());
+    let catchup_on = state.config.catchup_interval_secs > 0
+        && state.config.gitea_url.is_some()
+        && state.config.gitea_token.is_some();
+    let interval = state.config.catchup_interval_secs;
     let body = state
         .store
         .read(move |c| {
@@ -27,6 +37,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
             let by_state: BTreeMap<String, i64> = tasks::count_by_state(c)?.into_iter().collect();
             let hour_ago = format_time(chrono::Utc::now() - chrono::Duration::hours(1));
             let counts = views::overview_counts(c, &hour_ago)?;
+            let caught = catchup::summary(c)?;
             let get = |s: &str| by_state.get(s).copied().unwrap_or(0);
             Ok(serde_json::json!({
                 "instanceId": instance,
@@ -40,6 +51,13 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
                 "repositories": counts.repositories,
                 "webhooksLastHour": counts.webhooks_by_status,
                 "blockers": blockers,
+                "catchup": {
+                    "enabled": catchup_on,
+                    "intervalSecs": interval,
+                    "repositories": caught.repositories,
+                    "lastPassAt": caught.last_pass_at,
+                    "cannotSee": CATCHUP_BLIND_SPOTS,
+                },
             }))
         })
         .await?;

@@ -348,7 +348,19 @@ function renderOverview() {
       h("section", { class: "panel" }, h("h2", {}, "Tasks per state"),
         table(["state", "tasks"], states, "No tasks yet.")),
       h("section", { class: "panel" }, h("h2", {}, "Webhooks in the last hour"),
-        table(["outcome", "deliveries"], hookRows, "No webhook in the last hour."))));
+        table(["outcome", "deliveries"], hookRows, "No webhook in the last hour."))),
+    catchupLine(o.catchup));
+}
+
+// Whether comments whose webhook never arrived are caught up, and what that cannot see.
+function catchupLine(c) {
+  if (!c) return null;
+  const state = c.enabled
+    ? "every " + c.intervalSecs + " s over " + c.repositories + " repositor" + (c.repositories === 1 ? "y" : "ies") +
+      (c.lastPassAt ? ", last " + when(c.lastPassAt) : "")
+    : "off";
+  return h("p", { class: "small muted", id: "catchup-line" },
+    "Catch-up of missed webhooks: " + state + ". It cannot see " + c.cannotSee + ".");
 }
 
 function lane(name, l) {

@@ -293,6 +293,12 @@ impl GiteaSim {
         self.sim.data.lock().unwrap().clock_offset += by.as_secs() as i64;
     }
 
+    /// Move the simulator's clock back (what is created next is stamped as
+    /// if it had happened that long ago, before the bridge first saw it).
+    pub fn rewind_clock(&self, by: Duration) {
+        self.sim.data.lock().unwrap().clock_offset -= by.as_secs() as i64;
+    }
+
     // -- commit statuses -------------------------------------------------------
 
     /// The statuses set on commit `sha` (full id), oldest first, as the API

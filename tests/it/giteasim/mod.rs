@@ -87,7 +87,8 @@
 //! (`\u003c`), `Content-Type: application/json;charset=utf-8`; errors are
 //! `{"message","url":"<base>/api/swagger"}`, not-found adds `"errors":null`.
 //! Comment ids are global and increasing; timestamps RFC 3339 UTC, second
-//! precision, from a clock a test can move ([`GiteaSim::advance_clock`]).
+//! precision, from a clock a test can move ([`GiteaSim::advance_clock`],
+//! [`GiteaSim::rewind_clock`]).
 //!
 //! # Webhooks
 //!

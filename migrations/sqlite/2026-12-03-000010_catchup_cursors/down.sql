@@ -1,0 +1,1 @@
+DROP TABLE catchup_cursors;
