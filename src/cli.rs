@@ -1,4 +1,7 @@
-//! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`.
+//! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`, and
+//! `codex login|status|logout` ([`codex`]).
+
+pub mod codex;
 
 use crate::config::{Config, DatabaseUrl};
 use crate::domain::TaskId;
@@ -38,6 +41,11 @@ pub enum Command {
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
     /// Never re-runs anything; it records the verdict and an audit event.
     Reconcile(ReconcileArgs),
+    /// Sign the running server's Codex in or out, or show its account.
+    Codex {
+        #[command(subcommand)]
+        command: codex::CodexCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]

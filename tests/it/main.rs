@@ -8,6 +8,7 @@ mod admin;
 mod browser;
 mod cli;
 mod codex_availability;
+mod codex_login;
 mod codex_paths;
 mod codex_protocol;
 mod codex_resume;
