@@ -6,6 +6,7 @@
 mod actors;
 mod admin;
 mod browser;
+mod browser_codex;
 mod cli;
 mod codex_availability;
 mod codex_login;
