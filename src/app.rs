@@ -24,11 +24,21 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     }
 }
 
-/// The actor tree (`None`: intake only), and whether its agent runtime can
-/// run turns now.
+/// The actor tree (`None`: intake only), whether its agent runtime can run
+/// turns now, and how it is signed in (Codex only).
 type Actors = (
     Option<actix::Addr<crate::actors::registry::Registry>>,
     crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
+);
+
+/// The configured agent runtime: its turns, the forge that checks its
+/// replies, whether it can run now, and how it is signed in (Codex only).
+type Runtime = (
+    Arc<dyn crate::agent::Agent>,
+    Arc<dyn crate::forge::Forge>,
+    crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
 
 /// Starts the actor tree for the configured agent runtime (`None`: intake
@@ -37,22 +47,21 @@ type Actors = (
 /// server: tasks wait `queued` until it can).
 fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
+    use crate::agent::account::AccountControl;
     use crate::agent::scripted::ScriptedAgent;
-    use crate::agent::{Agent, Availability};
+    use crate::agent::Availability;
     use crate::config::AgentRuntimeKind;
     use crate::forge::scripted::ScriptedForge;
     use crate::forge::Forge;
     use actix::Actor;
 
-    let (runtime, verifier, agent): (Arc<dyn Agent>, Arc<dyn Forge>, Availability) = match config
-        .agent_runtime
-    {
+    let (runtime, verifier, agent, account): Runtime = match config.agent_runtime {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
                  (set agent_runtime = \"codex\" to run them)"
             );
-            return Ok((None, Availability::always()));
+            return Ok((None, Availability::always(), None));
         }
         AgentRuntimeKind::Codex => {
             use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
@@ -107,7 +116,8 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
                         .unwrap_or_default(),
                 }),
             };
-            (Arc::new(codex), verifier, agent)
+            let account: Arc<dyn AccountControl> = Arc::new(codex.clone());
+            (Arc::new(codex), verifier, agent, Some(account))
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -123,6 +133,7 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
                 )),
                 Arc::new(ScriptedForge::default()),
                 Availability::always(),
+                None,
             )
         }
     };
@@ -157,7 +168,7 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok((Some(Registry::new(deps).start()), agent))
+    Ok((Some(Registry::new(deps).start()), agent, account))
 }
 
 /// Records what the Codex client reports about itself ([`CodexNotice`]s) in
@@ -222,7 +233,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let (registry, agent) = start_actors(&config, &store)?;
+    let (registry, agent, account) = start_actors(&config, &store)?;
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
@@ -233,6 +244,7 @@ pub async fn run(
         config: Arc::new(config),
         registry,
         agent,
+        account,
         sessions: crate::web::auth::Sessions::new(&secrets.admin_token),
         secrets,
         store,

@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         Command::Tasks { command } => cli::tasks_command(&config, command),
         Command::Approvals { command } => cli::approvals_command(&config, command),
         Command::Reconcile(a) => cli::reconcile(&config, a),
+        Command::Codex { command } => cli::codex::codex_command(&config, command),
         Command::Gitea {
             command: GiteaCommand::Hook(a),
         } => cli::hook::run(&config, &a),

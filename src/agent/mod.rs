@@ -2,8 +2,10 @@
 //! turns on it. The Codex app-server client implements this; tests use the
 //! [`scripted`] runtime. A runtime speaks its protocol and returns typed events;
 //! it knows nothing of the store or the actors. Whether it can run turns at
-//! all (its process, its account) it publishes as an [`Availability`].
+//! all (its process, its account) it publishes as an [`Availability`]; how
+//! an operator signs it in is [`account`].
 
+pub mod account;
 mod availability;
 pub mod scripted;
 

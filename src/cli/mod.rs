@@ -1,6 +1,8 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `approvals`,
-//! `reconcile`, and `gitea hook` ([`hook`]).
+//! `reconcile`, `gitea hook` ([`hook`]) and `codex login|status|logout`
+//! ([`codex`]).
 
+pub mod codex;
 pub mod hook;
 
 use crate::config::{Config, DatabaseUrl};
@@ -41,6 +43,11 @@ pub enum Command {
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
     /// Never re-runs anything; it records the verdict and an audit event.
     Reconcile(ReconcileArgs),
+    /// Sign the running server's Codex in or out, or show its account.
+    Codex {
+        #[command(subcommand)]
+        command: codex::CodexCommand,
+    },
     /// Set Gitea up for the bridge.
     Gitea {
         #[command(subcommand)]

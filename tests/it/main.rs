@@ -6,8 +6,10 @@
 mod actors;
 mod admin;
 mod browser;
+mod browser_codex;
 mod cli;
 mod codex_availability;
+mod codex_login;
 mod codex_paths;
 mod codex_protocol;
 mod codex_resume;
