@@ -28,6 +28,7 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
 fn start_actors(
     config: &Config,
     store: &Store,
+    secrets: &crate::config::ServerSecrets,
 ) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::scripted::ScriptedAgent;
@@ -135,6 +136,9 @@ fn start_actors(
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
+    settings.redactor = settings
+        .redactor
+        .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
@@ -207,7 +211,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let registry = start_actors(&config, &store)?;
+    let registry = start_actors(&config, &store, &secrets)?;
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {

@@ -1,6 +1,7 @@
 //! The Codex app-server client: one long-lived `codex app-server` process
 //! (`process`), JSON-RPC over its stdio ([`rpc`]) in the protocol's own
-//! types ([`protocol`]), what the server sends routed to the turns (`route`),
+//! types ([`protocol`]), what the server sends routed to the turns (`route`)
+//! with their items and token usage read for the transcript (`transcript`),
 //! and the [`Agent`] the session actors drive ([`CodexAgent`]). It speaks the
 //! protocol and returns typed events; it knows nothing of the store or the
 //! actors: what the audit log should hold about it leaves as
@@ -16,6 +17,7 @@ mod route;
 pub mod rpc;
 mod settings;
 mod thread;
+mod transcript;
 
 pub use agent::CodexAgent;
 pub use notice::{notice_channel, CodexNotice, NoticeSender, NOTICE_BACKLOG};

@@ -6,6 +6,7 @@
 mod actors;
 mod admin;
 mod browser;
+mod browser_transcript;
 mod cli;
 mod codex_paths;
 mod codex_protocol;
@@ -36,6 +37,7 @@ mod schema;
 mod session;
 mod support;
 mod testapp;
+mod transcripts;
 mod walvfs;
 mod webhook;
 mod workspace;

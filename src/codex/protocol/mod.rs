@@ -12,11 +12,13 @@
 //! a [`Refusal`]; a message of a known method that does not parse is an
 //! [`Unreadable`] error for the caller to log and report, never a panic.
 
+mod item;
 mod jsonrpc;
 mod notification;
 mod server_request;
 mod turn;
 
+pub use item::*;
 pub use jsonrpc::*;
 pub use notification::*;
 pub use server_request::*;

@@ -101,6 +101,8 @@ pub struct TestAppBuilder {
     gitea_mcp: bool,
     in_process: bool,
     env: Vec<(String, String)>,
+    /// The model slug Codex is told it talks to (the fake model answers all).
+    codex_model: Option<String>,
 }
 
 impl TestAppBuilder {
@@ -142,6 +144,13 @@ impl TestAppBuilder {
     /// and a fresh `CODEX_HOME` pointing the model provider at it.
     pub fn codex(mut self) -> Self {
         self.runtime = Runtime::Codex;
+        self
+    }
+
+    /// Codex believes its model is `slug` (still the fake one): Codex offers
+    /// some tools, `apply_patch` among them, only to model slugs it knows.
+    pub fn codex_model(mut self, slug: &str) -> Self {
+        self.codex_model = Some(slug.into());
         self
     }
 
@@ -189,7 +198,13 @@ impl TestAppBuilder {
         let peers = Peers {
             git: (self.gitea == Gitea::Git).then(|| GitSim::start(Some(GITEA_TOKEN))),
             gitea,
-            home: model.as_ref().map(CodexHome::new),
+            home: model.as_ref().map(|m| {
+                let home = CodexHome::new(m);
+                if let Some(slug) = &self.codex_model {
+                    home.set_model(slug);
+                }
+                home
+            }),
             model,
             _pg: pg,
         };
@@ -235,6 +250,7 @@ impl TestApp {
             gitea_mcp: false,
             in_process: false,
             env: Vec::new(),
+            codex_model: None,
         }
     }
 
