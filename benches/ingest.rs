@@ -1356,6 +1356,8 @@ impl Server {
             .env("CODEX_BRIDGE_WEBHOOK_SECRET", secret)
             .env("CODEX_BRIDGE_ADMIN_TOKEN", admin_token)
             .env("CODEX_BRIDGE_BOT_LOGIN", BOT_LOGIN)
+            // Intake alone is measured: no agent runtime (the default is codex).
+            .env("CODEX_BRIDGE_AGENT_RUNTIME", "none")
             .env("CODEX_BRIDGE_STATE_DIR", dir.path().join("state"))
             .env("CODEX_BRIDGE_WORKSPACE_ROOT", dir.path().join("workspaces"))
             .env("CODEX_BRIDGE_LOG_FILTER", "warn");

@@ -29,8 +29,14 @@ mod support;
 #[path = "../tests/it/gitsim.rs"]
 mod gitsim;
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/giteasim.rs"]
+#[allow(
+    dead_code,
+    unused_imports,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+#[path = "../tests/it/giteasim/mod.rs"]
 mod giteasim;
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]

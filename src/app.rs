@@ -24,27 +24,48 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     }
 }
 
-/// Starts the actor tree for the configured agent runtime (`None`: intake only).
+/// The actor tree (`None`: intake only), whether its agent runtime can run
+/// turns now, and how it is signed in (Codex only).
+type Actors = (
+    Option<actix::Addr<crate::actors::registry::Registry>>,
+    crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
+);
+
+/// The configured agent runtime: its turns, the forge that checks its
+/// replies, whether it can run now, and how it is signed in (Codex only).
+type Runtime = (
+    Arc<dyn crate::agent::Agent>,
+    Arc<dyn crate::forge::Forge>,
+    crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
+);
+
+/// Starts the actor tree for the configured agent runtime (`None`: intake
+/// only); for Codex also its keeper, which starts the app-server now and
+/// publishes whether turns can run (a Codex that cannot run never stops the
+/// server: tasks wait `queued` until it can).
 fn start_actors(
     config: &Config,
     store: &Store,
     secrets: &crate::config::ServerSecrets,
-) -> anyhow::Result<Option<actix::Addr<crate::actors::registry::Registry>>> {
+) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
+    use crate::agent::account::AccountControl;
     use crate::agent::scripted::ScriptedAgent;
-    use crate::agent::Agent;
+    use crate::agent::Availability;
     use crate::config::AgentRuntimeKind;
     use crate::forge::scripted::ScriptedForge;
     use crate::forge::Forge;
     use actix::Actor;
 
-    let (runtime, verifier): (Arc<dyn Agent>, Arc<dyn Forge>) = match config.agent_runtime {
+    let (runtime, verifier, agent, account): Runtime = match config.agent_runtime {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
-                 (set agent_runtime to run them)"
+                 (set agent_runtime = \"codex\" to run them)"
             );
-            return Ok(None);
+            return Ok((None, Availability::always(), None));
         }
         AgentRuntimeKind::Codex => {
             use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
@@ -84,6 +105,8 @@ fn start_actors(
                 },
                 notices,
             );
+            let (status, agent) = Availability::channel();
+            actix::spawn(codex.clone().keep_available(status));
             let verifier: Arc<dyn Forge> = match gitea_client(config) {
                 Some(client) => Arc::new(crate::gitea::GiteaForge::new(
                     client,
@@ -92,10 +115,13 @@ fn start_actors(
                 )),
                 // The scheduler holds every task (see `hold` below), and says why.
                 None => Arc::new(crate::gitea::ForgeNotConfigured {
-                    reason: crate::readiness::gitea_not_configured(config).unwrap_or_default(),
+                    reason: crate::readiness::gitea_not_configured(config)
+                        .map(|b| format!("{}; {}", b.message, b.action))
+                        .unwrap_or_default(),
                 }),
             };
-            (Arc::new(codex), verifier)
+            let account: Arc<dyn AccountControl> = Arc::new(codex.clone());
+            (Arc::new(codex), verifier, agent, Some(account))
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -110,6 +136,8 @@ fn start_actors(
                     config.state_dir.join("scripted-history.json"),
                 )),
                 Arc::new(ScriptedForge::default()),
+                Availability::always(),
+                None,
             )
         }
     };
@@ -139,6 +167,7 @@ fn start_actors(
     settings.redactor = settings
         .redactor
         .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
+    settings.agent = agent.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
@@ -146,7 +175,7 @@ fn start_actors(
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok(Some(Registry::new(deps).start()))
+    Ok((Some(Registry::new(deps).start()), agent, account))
 }
 
 /// Records what the Codex client reports about itself ([`CodexNotice`]s) in
@@ -211,7 +240,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let registry = start_actors(&config, &store, &secrets)?;
+    let (registry, agent, account) = start_actors(&config, &store, &secrets)?;
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
@@ -221,6 +250,8 @@ pub async fn run(
         },
         config: Arc::new(config),
         registry,
+        agent,
+        account,
         sessions: crate::web::auth::Sessions::new(&secrets.admin_token),
         secrets,
         store,

@@ -2,7 +2,7 @@
 //! start logging, and hand over to `app` or `cli`.
 
 use clap::Parser;
-use codex_bridge::cli::{self, Cli, Command};
+use codex_bridge::cli::{self, Cli, Command, GiteaCommand};
 use codex_bridge::config::Config;
 use std::process::ExitCode;
 
@@ -22,6 +22,10 @@ fn main() -> ExitCode {
         Command::Tasks { command } => cli::tasks_command(&config, command),
         Command::Approvals { command } => cli::approvals_command(&config, command),
         Command::Reconcile(a) => cli::reconcile(&config, a),
+        Command::Codex { command } => cli::codex::codex_command(&config, command),
+        Command::Gitea {
+            command: GiteaCommand::Hook(a),
+        } => cli::hook::run(&config, &a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

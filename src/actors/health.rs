@@ -28,6 +28,9 @@ pub enum RepoActorStatus {
     Disabled,
     /// The process may start no task (see [`RegistryHealth::held`]).
     Held,
+    /// The agent runtime cannot run turns now (see [`RegistryHealth::held`]):
+    /// tasks wait, and start once it can.
+    AgentUnavailable,
     /// Restarted after a fault, before its next scheduling pass ends.
     Restarting,
     /// No actor of this process reports on the repository (its sessions do),
@@ -48,6 +51,7 @@ impl RepoActorStatus {
             RepoActorStatus::Paused => "paused",
             RepoActorStatus::Disabled => "disabled",
             RepoActorStatus::Held => "held",
+            RepoActorStatus::AgentUnavailable => "agent_unavailable",
             RepoActorStatus::Restarting => "restarting",
             RepoActorStatus::Unknown => "unknown",
         }
@@ -156,7 +160,8 @@ pub struct RegistryHealth {
     pub repositories: Vec<RepoHealth>,
     pub session_actors: usize,
     pub repo_actors: usize,
-    /// Why no task may start in this process (empty: tasks run).
+    /// Why no task may start in this process now (empty: tasks run): the
+    /// configuration's blockers, then the agent runtime's.
     pub held: Vec<crate::readiness::Blocker>,
 }
 
@@ -177,6 +182,7 @@ mod tests {
             RepoActorStatus::Paused,
             RepoActorStatus::Disabled,
             RepoActorStatus::Held,
+            RepoActorStatus::AgentUnavailable,
             RepoActorStatus::Restarting,
             RepoActorStatus::Unknown,
         ] {

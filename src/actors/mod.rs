@@ -64,6 +64,11 @@ pub struct ActorSettings {
     /// While it is not empty the repo actors lease nothing, so tasks wait
     /// `queued` for a process that can run them safely.
     pub hold: Vec<crate::readiness::Blocker>,
+    /// Whether the agent runtime can run turns now (its process, its
+    /// account), as the runtime publishes it. While it cannot, the repo
+    /// actors lease nothing new: a task leased then would only use up an
+    /// attempt. The registry wakes them when it changes.
+    pub agent: crate::agent::Availability,
 }
 
 impl ActorSettings {
@@ -91,6 +96,7 @@ impl ActorSettings {
             bot_login: "codex-bot".into(),
             redactor: redact::Redactor::default(),
             hold: Vec::new(),
+            agent: crate::agent::Availability::always(),
         }
     }
 
@@ -105,7 +111,8 @@ impl ActorSettings {
     }
 
     /// The configured timings, identity and thread policies (`hold` is left
-    /// empty: readiness decides it).
+    /// empty: readiness decides it; `agent` always available: the app gives
+    /// the runtime's own).
     pub fn from_config(config: &Config) -> Self {
         let mut s = ActorSettings::new(&config.instance_id);
         s.lease_ttl = Duration::from_secs(config.lease_ttl_secs);

@@ -150,12 +150,44 @@ impl Actor for Registry {
         }
         self.sweep(ctx);
         ctx.run_interval(self.deps.settings.sweep, |act, ctx| act.sweep(ctx));
+        // The agent runtime's availability changes: look for work at once
+        // (queued tasks start as soon as it can run them), and let the
+        // repositories show that it cannot.
+        let mut agent = self.deps.settings.agent.clone();
+        let me = ctx.address();
+        ctx.spawn(
+            async move {
+                while agent.changed().await {
+                    me.do_send(AgentChanged);
+                }
+            }
+            .into_actor(self),
+        );
         let idle = self.deps.settings.session_idle;
         ctx.run_interval(idle.min(std::time::Duration::from_secs(60)), |act, _| {
             for (_, child) in act.sessions.values() {
                 child.addr.do_send(StopIfIdle);
             }
         });
+    }
+}
+
+/// The agent runtime's availability changed.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+struct AgentChanged;
+
+impl Handler<AgentChanged> for Registry {
+    type Result = ();
+
+    /// Wakes every repository actor there is (so each shows what the
+    /// change means for it) and every repository with work, as a sweep does.
+    fn handle(&mut self, _: AgentChanged, ctx: &mut Self::Context) {
+        let known: Vec<RepoKey> = self.repos.keys().cloned().collect();
+        for repo_key in &known {
+            self.wake_repo(repo_key, ctx);
+        }
+        self.sweep(ctx);
     }
 }
 
@@ -312,7 +344,13 @@ impl Handler<Snapshot> for Registry {
             repo_actors: self.repos.len(),
             session_actors: self.sessions.len(),
             repositories: repos,
-            held: self.deps.settings.hold.clone(),
+            held: {
+                let mut held = self.deps.settings.hold.clone();
+                held.extend(crate::readiness::runtime_blockers(
+                    &self.deps.settings.agent.now(),
+                ));
+                held
+            },
         })
     }
 }

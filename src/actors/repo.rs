@@ -190,24 +190,81 @@ impl Handler<Wake> for RepoActor {
     }
 }
 
+/// What one scheduling pass decides on, read together: the store's rows,
+/// the configuration's hold and whether the agent runtime can run a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Snapshot {
+    /// The configuration keeps this process from starting any task.
+    held: bool,
+    /// The agent runtime can run a turn now.
+    agent_ready: bool,
+    paused: bool,
+    /// The repository's status; `None` while the store has no row for it.
+    repo: Option<RepoStatus>,
+    /// The state of the task that holds the repository, if one does.
+    holding: Option<TaskState>,
+    /// A queued task is due.
+    next: bool,
+}
+
+/// What a scheduling pass does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Start nothing, and give back the lease this process holds.
+    Release(RepoActorStatus),
+    /// Start nothing, and keep whatever lease this process holds.
+    Keep(RepoActorStatus),
+    /// Hold the lease for the task that holds the repository, and hand that
+    /// task to its session (which drives it, or recovers it by history).
+    Resume,
+    /// Lease the repository, claim the next task and prepare its workspace.
+    Claim,
+}
+
+/// The scheduling decision, from what the pass saw alone.
+fn decide(s: &Snapshot) -> Plan {
+    if s.held {
+        // Nothing may start here, not even a task an earlier run left leased
+        // or running: its session would start or verify a turn this process
+        // cannot vouch for. Every task stays where it is, for a process that can.
+        return Plan::Release(RepoActorStatus::Held);
+    }
+    let Some(repo) = s.repo else {
+        return Plan::Keep(RepoActorStatus::Idle);
+    };
+    match s.holding {
+        // An operator decides; nothing else runs here until then.
+        Some(TaskState::BlockedWorkspace) => return Plan::Release(RepoActorStatus::Blocked),
+        Some(state) if state.awaits_operator() => return Plan::Release(RepoActorStatus::Uncertain),
+        // Its session cannot reach the agent to drive or recover it now.
+        // A lease held for it stays held (its session may be mid-turn on a
+        // process that is coming back); none is taken for it.
+        Some(_) if !s.agent_ready => return Plan::Keep(RepoActorStatus::AgentUnavailable),
+        Some(_) => return Plan::Resume,
+        None => {}
+    }
+    if s.paused {
+        Plan::Release(RepoActorStatus::Paused)
+    } else if repo != RepoStatus::Active {
+        Plan::Release(RepoActorStatus::Disabled)
+    } else if !s.next {
+        Plan::Release(RepoActorStatus::Idle)
+    } else if !s.agent_ready {
+        // A task leased now would only use up an attempt on an agent that
+        // cannot run it: it waits `queued`, and the registry wakes us when
+        // the agent can.
+        Plan::Release(RepoActorStatus::AgentUnavailable)
+    } else {
+        Plan::Claim
+    }
+}
+
 /// One look at the store: decide, claim, prepare, dispatch.
 async fn schedule_pass(
     deps: Arc<ActorDeps>,
     repo_key: RepoKey,
     held: Option<Lease>,
 ) -> Result<SchedulingOutcome, StoreError> {
-    if !deps.settings.hold.is_empty() {
-        // Nothing may start here, not even a task an earlier run left leased
-        // or running: its session would start or verify a turn this process
-        // cannot vouch for. Every task stays where it is, for a process that can.
-        return Ok(SchedulingOutcome {
-            lease: release(&deps, held).await,
-            dispatch: None,
-            status: RepoActorStatus::Held,
-            running_task: None,
-            again: false,
-        });
-    }
     let store = deps.store.clone();
     let owner = deps.settings.owner.clone();
     let ttl = deps.settings.lease_ttl;
@@ -222,6 +279,14 @@ async fn schedule_pass(
             ))
         })
         .await?;
+    let snapshot = Snapshot {
+        held: !deps.settings.hold.is_empty(),
+        agent_ready: deps.settings.agent.now().can_run(),
+        paused,
+        repo: repo.as_ref().map(|r| r.status),
+        holding: holding.as_ref().map(|t| t.state),
+        next: next.is_some(),
+    };
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
         dispatch: None,
@@ -229,46 +294,34 @@ async fn schedule_pass(
         running_task: holding.as_ref().map(|t| t.task_id.clone()),
         again: false,
     };
-    let Some(repo) = repo else {
-        return Ok(outcome);
-    };
-
-    if let Some(task) = holding {
-        if task.state.awaits_operator() {
-            // An operator decides; nothing else runs here until then.
-            outcome.status = if task.state == TaskState::BlockedWorkspace {
-                RepoActorStatus::Blocked
-            } else {
-                RepoActorStatus::Uncertain
-            };
+    let plan = decide(&snapshot);
+    let (repo, next) = match (plan, repo, holding, next) {
+        (Plan::Release(status), ..) => {
+            outcome.status = status;
             outcome.lease = release(&deps, held).await;
             return Ok(outcome);
         }
-        // The session drives it (and recovers it by history if it lost sight
-        // of it). We must hold the lease to let it.
-        outcome.status = RepoActorStatus::Busy;
-        let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-            outcome.status = RepoActorStatus::BusyElsewhere;
-            outcome.lease = None;
+        (Plan::Keep(status), ..) => {
+            outcome.status = status;
             return Ok(outcome);
-        };
-        outcome.lease = Some(lease);
-        outcome.dispatch = Some((task.session_key.clone(), repo_key));
-        return Ok(outcome);
-    }
-
-    if paused || repo.status != RepoStatus::Active {
-        outcome.status = if paused {
-            RepoActorStatus::Paused
-        } else {
-            RepoActorStatus::Disabled
-        };
-        outcome.lease = release(&deps, held).await;
-        return Ok(outcome);
-    }
-    let Some(next) = next else {
-        outcome.lease = release(&deps, held).await;
-        return Ok(outcome);
+        }
+        (Plan::Resume, _, Some(task), _) => {
+            // The session drives it (and recovers it by history if it lost
+            // sight of it). We must hold the lease to let it.
+            outcome.status = RepoActorStatus::Busy;
+            let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+                outcome.status = RepoActorStatus::BusyElsewhere;
+                outcome.lease = None;
+                return Ok(outcome);
+            };
+            outcome.lease = Some(lease);
+            outcome.dispatch = Some((task.session_key.clone(), repo_key));
+            return Ok(outcome);
+        }
+        (Plan::Claim, Some(repo), None, Some(next)) => (repo, next),
+        // `decide` resumes only with a holding task and claims only with a
+        // repository and a next task and no holding one.
+        (Plan::Resume | Plan::Claim, ..) => return Ok(outcome),
     };
     // Lease and claim in one transaction: one commit on the way to the turn.
     let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
@@ -428,8 +481,152 @@ async fn workspace_failed(
 
 #[cfg(test)]
 mod tests {
+    use super::{decide, Plan, Snapshot};
+    use crate::actors::health::RepoActorStatus;
+    use crate::domain::states::RepoStatus;
     use crate::lifecycle::TaskState;
     use crate::store::queue::HOLDING_STATES;
+    use proptest::prelude::*;
+
+    /// A repository with a due task, nothing holding it, all running.
+    fn due() -> Snapshot {
+        Snapshot {
+            held: false,
+            agent_ready: true,
+            paused: false,
+            repo: Some(RepoStatus::Active),
+            holding: None,
+            next: true,
+        }
+    }
+
+    #[test]
+    fn a_due_task_is_claimed_only_while_the_agent_can_run_it() {
+        assert_eq!(decide(&due()), Plan::Claim);
+        let waiting = Snapshot {
+            agent_ready: false,
+            ..due()
+        };
+        assert_eq!(
+            decide(&waiting),
+            Plan::Release(RepoActorStatus::AgentUnavailable)
+        );
+    }
+
+    #[test]
+    fn a_holding_task_keeps_its_lease_but_is_not_resumed_while_the_agent_cannot_run() {
+        let running = Snapshot {
+            holding: Some(TaskState::Running),
+            next: false,
+            ..due()
+        };
+        assert_eq!(decide(&running), Plan::Resume);
+        assert_eq!(
+            decide(&Snapshot {
+                agent_ready: false,
+                ..running
+            }),
+            Plan::Keep(RepoActorStatus::AgentUnavailable)
+        );
+        // An operator's decision comes first, the agent or not.
+        for agent_ready in [true, false] {
+            let blocked = Snapshot {
+                holding: Some(TaskState::BlockedWorkspace),
+                agent_ready,
+                ..due()
+            };
+            assert_eq!(decide(&blocked), Plan::Release(RepoActorStatus::Blocked));
+            let uncertain = Snapshot {
+                holding: Some(TaskState::NeedsReconciliation),
+                ..blocked
+            };
+            assert_eq!(
+                decide(&uncertain),
+                Plan::Release(RepoActorStatus::Uncertain)
+            );
+        }
+    }
+
+    #[test]
+    fn the_operators_and_the_configurations_word_comes_before_the_agents() {
+        let no_agent = Snapshot {
+            agent_ready: false,
+            ..due()
+        };
+        assert_eq!(
+            decide(&Snapshot {
+                held: true,
+                ..no_agent
+            }),
+            Plan::Release(RepoActorStatus::Held)
+        );
+        assert_eq!(
+            decide(&Snapshot {
+                paused: true,
+                ..no_agent
+            }),
+            Plan::Release(RepoActorStatus::Paused)
+        );
+        assert_eq!(
+            decide(&Snapshot {
+                repo: Some(RepoStatus::Disabled),
+                ..no_agent
+            }),
+            Plan::Release(RepoActorStatus::Disabled)
+        );
+        assert_eq!(
+            decide(&Snapshot {
+                next: false,
+                ..no_agent
+            }),
+            Plan::Release(RepoActorStatus::Idle)
+        );
+    }
+
+    fn snapshots() -> impl Strategy<Value = Snapshot> {
+        let repo = prop_oneof![
+            Just(None),
+            Just(Some(RepoStatus::Active)),
+            Just(Some(RepoStatus::Disabled)),
+            Just(Some(RepoStatus::Blocked)),
+        ];
+        let holding = prop_oneof![
+            Just(None),
+            proptest::sample::select(TaskState::ALL.to_vec())
+                .prop_filter("holds", |s| s.holds_repository())
+                .prop_map(Some),
+        ];
+        (any::<[bool; 4]>(), repo, holding).prop_map(
+            |([held, agent_ready, paused, next], repo, holding)| Snapshot {
+                held,
+                agent_ready,
+                paused,
+                repo,
+                holding,
+                next,
+            },
+        )
+    }
+
+    proptest! {
+        /// Nothing reaches a session unless the agent can run it and nothing
+        /// else forbids it; a new task only with nothing holding the repository.
+        #[test]
+        fn no_task_starts_unless_everything_allows_it(s in snapshots()) {
+            match decide(&s) {
+                Plan::Claim => {
+                    prop_assert!(s.agent_ready && !s.held && !s.paused && s.next);
+                    prop_assert_eq!(s.repo, Some(RepoStatus::Active));
+                    prop_assert_eq!(s.holding, None);
+                }
+                Plan::Resume => {
+                    prop_assert!(s.agent_ready && !s.held);
+                    prop_assert!(s.holding.is_some_and(|h| !h.awaits_operator()));
+                }
+                Plan::Keep(_) | Plan::Release(_) => {}
+            }
+        }
+    }
 
     /// The store finds the task that holds a repository by its own list of
     /// states; the scheduler acts on what the lifecycle says holds one.

@@ -1,10 +1,18 @@
 //! The agent runtime as the session actor sees it: a thread per Issue/PR and
 //! turns on it. The Codex app-server client implements this; tests use the
 //! [`scripted`] runtime. A runtime speaks its protocol and returns typed events;
-//! it knows nothing of the store or the actors.
+//! it knows nothing of the store or the actors. Whether it can run turns at
+//! all (its process, its account) it publishes as an [`Availability`]; how
+//! an operator signs it in is [`account`].
 
+pub mod account;
+mod availability;
 pub mod scripted;
 pub mod transcript;
+
+pub use availability::{
+    AccountState, Availability, ProcessState, RuntimeStatus, StartProblem, StatusSender,
+};
 
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use crate::domain::{OperationId, ResourceKey};

@@ -19,15 +19,15 @@ use futures_util::{FutureExt, StreamExt};
 use std::path::Path;
 use std::sync::Arc;
 
-struct Inner {
-    process: Process,
-    router: Router,
+pub(super) struct Inner {
+    pub(super) process: Process,
+    pub(super) router: Router,
 }
 
 /// The Codex runtime. Cloning shares the process.
 #[derive(Clone)]
 pub struct CodexAgent {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 fn rpc_to_runtime(e: RpcError) -> AgentError {
@@ -56,7 +56,7 @@ impl CodexAgent {
     }
 
     async fn connection(&self) -> Result<Arc<RpcConnection>, AgentError> {
-        self.inner.process.connection().await
+        Ok(self.inner.process.connection().await?)
     }
 
     /// Ends the app-server process (an interrupt that was never confirmed,

@@ -3,6 +3,7 @@
 //! every request it makes of us, so no turn can hang on one. What the router
 //! cannot read or will not grant is logged and reported as a [`CodexNotice`].
 
+use super::account::AccountEvents;
 use super::notice::{CodexNotice, NoticeSender};
 use super::protocol::{
     ApprovalKind, ApprovalRequest, McpServerStartupState, McpToolCallItem, Refusal, RequestId,
@@ -42,6 +43,8 @@ pub(super) struct Router {
     /// (thread, server) → start-up status.
     mcp: Arc<Mutex<HashMap<(String, String), StartupStatus>>>,
     mcp_changed: Arc<tokio::sync::Notify>,
+    /// Sign-ins and account changes (`account.rs`).
+    account: Arc<AccountEvents>,
     notices: NoticeSender,
 }
 
@@ -52,8 +55,13 @@ impl Router {
             approvals: Arc::default(),
             mcp: Arc::default(),
             mcp_changed: Arc::default(),
+            account: Arc::default(),
             notices,
         }
+    }
+
+    pub(super) fn account(&self) -> &AccountEvents {
+        &self.account
     }
 
     pub(super) fn notices(&self) -> &NoticeSender {
@@ -152,6 +160,7 @@ impl Router {
                     if let Ok(mut sinks) = self.sinks.lock() {
                         sinks.clear();
                     }
+                    self.account.connection_closed();
                     break;
                 }
             }
@@ -275,6 +284,20 @@ impl Router {
                     },
                 });
             }
+            ServerNotification::AccountLoginCompleted(n) => {
+                if n.success {
+                    tracing::info!(login.id = ?n.login_id, "codex sign-in completed");
+                } else {
+                    tracing::warn!(login.id = ?n.login_id, error = ?n.error, "codex sign-in failed");
+                }
+                self.account.completed(&n);
+                self.notices.send(CodexNotice::LoginCompleted {
+                    login_id: n.login_id,
+                    success: n.success,
+                    error: n.error,
+                });
+            }
+            ServerNotification::AccountUpdated => self.account.updated(),
             ServerNotification::Unused { method, thread_id } => {
                 tracing::trace!(%method, "app-server notification codex-bridge does not use");
                 // Counted all the same: `seq` orders everything seen on the turn.

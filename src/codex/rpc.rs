@@ -79,6 +79,8 @@ pub struct RpcConnection {
     out: mpsc::UnboundedSender<String>,
     pending: Pending,
     open: Arc<AtomicBool>,
+    /// Becomes `true` when the connection ends, for [`RpcConnection::closed`].
+    closed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl RpcConnection {
@@ -96,8 +98,10 @@ impl RpcConnection {
         let (in_tx, in_rx) = mpsc::unbounded_channel::<Incoming>();
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let open = Arc::new(AtomicBool::new(true));
+        let (closed_tx, closed) = tokio::sync::watch::channel(false);
+        let closed_tx = Arc::new(closed_tx);
 
-        let writer_open = open.clone();
+        let (writer_open, writer_closed) = (open.clone(), closed_tx.clone());
         tokio::spawn(async move {
             let mut stdin = stdin;
             while let Some(line) = out_rx.recv().await {
@@ -110,6 +114,7 @@ impl RpcConnection {
                 if let Err(e) = written {
                     tracing::warn!(error = %e, "writing to the app-server failed");
                     writer_open.store(false, Ordering::SeqCst);
+                    writer_closed.send_replace(true);
                     break;
                 }
             }
@@ -122,6 +127,7 @@ impl RpcConnection {
                 dispatch(&line, &reader_pending, &in_tx);
             }
             reader_open.store(false, Ordering::SeqCst);
+            closed_tx.send_replace(true);
             // Everyone still waiting learns the connection is gone.
             let waiting: Vec<_> = reader_pending
                 .lock()
@@ -139,6 +145,7 @@ impl RpcConnection {
                 out: out_tx,
                 pending,
                 open,
+                closed,
             }),
             in_rx,
         )
@@ -146,6 +153,14 @@ impl RpcConnection {
 
     pub fn is_open(&self) -> bool {
         self.open.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the connection has ended (the process exited, closed
+    /// its stdout, or stopped taking input).
+    pub async fn closed(&self) {
+        let mut closed = self.closed.clone();
+        // An error means both ends' tasks are gone: closed as well.
+        let _ = closed.wait_for(|c| *c).await;
     }
 
     /// Sends a typed request and reads its answer.
@@ -365,6 +380,9 @@ mod tests {
         let err = waiting.await.unwrap().unwrap_err();
         assert!(matches!(err, RpcError::ClosedAfterSend { .. }), "{err:?}");
         assert!(matches!(incoming.recv().await, Some(Incoming::Closed)));
+        tokio::time::timeout(Duration::from_secs(5), conn.closed())
+            .await
+            .expect("closed() resolves once the pipe is gone");
         assert_eq!(
             conn.request("x", &json!({}), Duration::from_secs(1))
                 .await

@@ -83,7 +83,8 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "agent_runtime",
-        "none (intake only), codex, or scripted (tests: plays directives, no model) (default none)",
+        "codex (the app-server), none (intake only), or scripted (tests: plays directives, no \
+         model) (default codex)",
     ),
     (
         "lease_ttl_secs",

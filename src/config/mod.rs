@@ -212,7 +212,7 @@ pub enum LogFormat {
 
 words!(LogFormat, "expected plain or json", { Plain => "plain", Json => "json" });
 
-/// `agent_runtime`: which agent runtime runs the turns.
+/// `agent_runtime`: which agent runtime runs the turns (default `codex`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentRuntimeKind {

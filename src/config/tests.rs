@@ -41,6 +41,8 @@ fn defaults_are_the_documented_ones() {
         DatabaseUrl::Sqlite(PathBuf::from("./data/codex-bridge.db"))
     );
     assert_eq!(c.instance_id, "default");
+    assert_eq!(c.agent_runtime, AgentRuntimeKind::Codex);
+    assert_eq!(c.codex_bin, PathBuf::from("codex"));
     assert_eq!(c.max_body_bytes, 1024 * 1024);
     assert_eq!(c.writer_threads, 1);
     assert_eq!(c.receipt_mode, ReceiptMode::Comment);

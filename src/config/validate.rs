@@ -90,7 +90,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         600_000,
     )?;
-    let agent_runtime = word("agent_runtime", raw.agent_runtime, AgentRuntimeKind::None)?;
+    let agent_runtime = word("agent_runtime", raw.agent_runtime, AgentRuntimeKind::Codex)?;
     let codex_bin = PathBuf::from(raw.codex_bin.unwrap_or_else(|| "codex".into()));
     let codex_home = raw
         .codex_home

@@ -131,7 +131,19 @@ impl std::fmt::Debug for GiteaClient {
     }
 }
 
-type Answer = Result<(u16, Value, Option<String>), GiteaError>;
+/// One answer: its status, its JSON (`Null` when empty) and the paging
+/// headers Gitea sets on listings.
+#[derive(Debug)]
+pub(super) struct Reply {
+    pub(super) status: u16,
+    pub(super) body: Value,
+    /// `X-Total-Count`: the items of the whole listing, not of this page.
+    pub(super) total: Option<u64>,
+    /// `Link` (only some listings have it).
+    pub(super) link: Option<String>,
+}
+
+pub(super) type Answer = Result<Reply, GiteaError>;
 
 impl GiteaClient {
     pub fn new(base_url: &str, token: SecretString) -> GiteaClient {
@@ -158,7 +170,7 @@ impl GiteaClient {
         &self.base
     }
 
-    fn repo_path(owner: &str, repo: &str) -> String {
+    pub(super) fn repo_path(owner: &str, repo: &str) -> String {
         format!(
             "/api/v1/repos/{}/{}",
             encode_segment(owner),
@@ -166,9 +178,14 @@ impl GiteaClient {
         )
     }
 
-    /// One request, no retry. Returns status, JSON body (Null when empty) and
-    /// `X-Total-Count`.
-    fn call(&self, method: &str, path: &str, body: Option<&Value>, what: &str) -> Answer {
+    /// One request, no retry.
+    pub(super) fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Answer {
         let url = format!("{}{}", self.base, path);
         let req = self
             .agent
@@ -211,7 +228,10 @@ impl GiteaClient {
             }
         };
         let status = response.status();
-        let total = response.header("X-Total-Count").map(str::to_owned);
+        let total = response
+            .header("X-Total-Count")
+            .and_then(|t| t.trim().parse().ok());
+        let link = response.header("Link").map(str::to_owned);
         let text = response.into_string().map_err(|e| GiteaError::Transport {
             what: what.to_owned(),
             detail: format!("reading the answer: {e}"),
@@ -224,11 +244,16 @@ impl GiteaClient {
                 detail: format!("the answer is not JSON: {e}"),
             })?
         };
-        Ok((status, value, total))
+        Ok(Reply {
+            status,
+            body: value,
+            total,
+            link,
+        })
     }
 
     /// A read: retried with backoff while the failure is transient.
-    fn read(&self, path: &str, what: &str) -> Answer {
+    pub(super) fn read(&self, path: &str, what: &str) -> Answer {
         let mut waits = self.read_backoff.iter();
         loop {
             match self.call("GET", path, None, what) {
@@ -244,7 +269,10 @@ impl GiteaClient {
         }
     }
 
-    fn decode<T: serde::de::DeserializeOwned>(value: Value, what: &str) -> Result<T, GiteaError> {
+    pub(super) fn decode<T: serde::de::DeserializeOwned>(
+        value: Value,
+        what: &str,
+    ) -> Result<T, GiteaError> {
         serde_json::from_value(value).map_err(|e| GiteaError::Transport {
             what: what.to_owned(),
             detail: format!("unexpected answer shape: {e}"),
@@ -253,7 +281,7 @@ impl GiteaClient {
 
     /// `GET /api/v1/version`.
     pub fn version(&self) -> Result<String, GiteaError> {
-        let (_, v, _) = self.read("/api/v1/version", "the Gitea version")?;
+        let v = self.read("/api/v1/version", "the Gitea version")?.body;
         Ok(v.get("version")
             .and_then(Value::as_str)
             .unwrap_or_default()
@@ -269,8 +297,7 @@ impl GiteaClient {
     ) -> Result<Vec<Comment>, GiteaError> {
         let what = format!("the comments of {owner}/{repo}#{number}");
         let path = format!("{}/issues/{number}/comments", Self::repo_path(owner, repo));
-        let (_, v, _) = self.read(&path, &what)?;
-        Self::decode(v, &what)
+        Self::decode(self.read(&path, &what)?.body, &what)
     }
 
     /// The first comment on an Issue/PR by `author` (case-insensitive, as
@@ -301,8 +328,8 @@ impl GiteaClient {
         let what = format!("comment {id} of {owner}/{repo}");
         let path = format!("{}/issues/comments/{id}", Self::repo_path(owner, repo));
         match self.read(&path, &what) {
-            Ok((204, _, _)) => Ok(None),
-            Ok((_, v, _)) => Self::decode(v, &what).map(Some),
+            Ok(Reply { status: 204, .. }) => Ok(None),
+            Ok(reply) => Self::decode(reply.body, &what).map(Some),
             Err(e) if e.status() == Some(404) => Ok(None),
             Err(e) => Err(e),
         }
@@ -318,8 +345,8 @@ impl GiteaClient {
     ) -> Result<Comment, GiteaError> {
         let what = format!("a new comment on {owner}/{repo}#{number}");
         let path = format!("{}/issues/{number}/comments", Self::repo_path(owner, repo));
-        let (_, v, _) = self.call("POST", &path, Some(&json!({ "body": body })), &what)?;
-        Self::decode(v, &what)
+        let reply = self.call("POST", &path, Some(&json!({ "body": body })), &what)?;
+        Self::decode(reply.body, &what)
     }
 
     /// Adds a reaction to a comment; `true` when new (201), `false` when it was
@@ -336,9 +363,8 @@ impl GiteaClient {
             "{}/issues/comments/{comment_id}/reactions",
             Self::repo_path(owner, repo)
         );
-        let (status, _, _) =
-            self.call("POST", &path, Some(&json!({ "content": content })), &what)?;
-        Ok(status == 201)
+        let reply = self.call("POST", &path, Some(&json!({ "content": content })), &what)?;
+        Ok(reply.status == 201)
     }
 
     /// The reactions on a comment: (user login, content) each.
@@ -353,7 +379,7 @@ impl GiteaClient {
             "{}/issues/comments/{comment_id}/reactions",
             Self::repo_path(owner, repo)
         );
-        let (_, v, _) = self.read(&path, &what)?;
+        let v = self.read(&path, &what)?.body;
         Ok(v.as_array()
             .map(|items| {
                 items
@@ -379,14 +405,14 @@ impl GiteaClient {
     pub fn get_issue(&self, owner: &str, repo: &str, number: i64) -> Result<Value, GiteaError> {
         let what = format!("issue {owner}/{repo}#{number}");
         let path = format!("{}/issues/{number}", Self::repo_path(owner, repo));
-        Ok(self.read(&path, &what)?.1)
+        Ok(self.read(&path, &what)?.body)
     }
 
     /// `GET /pulls/{n}`: the PR's head and base.
     pub fn get_pull(&self, owner: &str, repo: &str, number: i64) -> Result<PullRefs, GiteaError> {
         let what = format!("pull request {owner}/{repo}#{number}");
         let path = format!("{}/pulls/{number}", Self::repo_path(owner, repo));
-        let (_, v, _) = self.read(&path, &what)?;
+        let v = self.read(&path, &what)?.body;
         let s = |p: &str| {
             v.pointer(p)
                 .and_then(Value::as_str)
@@ -403,7 +429,7 @@ impl GiteaClient {
     /// `GET /repos/{o}/{r}`.
     pub fn get_repo(&self, owner: &str, repo: &str) -> Result<RepoInfo, GiteaError> {
         let what = format!("repository {owner}/{repo}");
-        let (_, v, _) = self.read(&Self::repo_path(owner, repo), &what)?;
+        let v = self.read(&Self::repo_path(owner, repo), &what)?.body;
         Ok(RepoInfo {
             clone_url: v
                 .get("clone_url")
@@ -435,8 +461,10 @@ impl GiteaClient {
             encode_segment(user)
         );
         match self.read(&path, &what) {
-            Ok((_, v, _)) => Ok(Permission::parse(
-                v.get("permission")
+            Ok(reply) => Ok(Permission::parse(
+                reply
+                    .body
+                    .get("permission")
                     .and_then(Value::as_str)
                     .unwrap_or("none"),
             )),
@@ -448,7 +476,7 @@ impl GiteaClient {
 
 /// Percent-encodes one path segment (Gitea names are plain, but never trust
 /// them into a URL).
-fn encode_segment(s: &str) -> String {
+pub(super) fn encode_segment(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

@@ -1,6 +1,6 @@
 //! The admin web view in a real browser: headless Chromium driven through
 //! WebDriver (chromedriver, started here on a free port) against the real
-//! binary with the scripted runtime. `scripts/test` installs Debian's
+//! binary with the scripted runtime (and once with a Codex that cannot start). `scripts/test` installs Debian's
 //! `chromium` and `chromium-driver`; without them these tests fail and say so.
 //!
 //! A failing browser test leaves a screenshot in
@@ -280,7 +280,7 @@ pub(crate) async fn sign_in(c: &Client, s: &TestApp, token: &str) {
 }
 
 /// Fills the open action dialog and confirms; returns the audit action shown.
-async fn confirm_action(c: &Client, reason: &str) -> String {
+pub(crate) async fn confirm_action(c: &Client, reason: &str) -> String {
     let reason_box = el(c, "#action-reason").await;
     reason_box.send_keys(reason).await.unwrap();
     click(c, "#action-submit").await;
@@ -413,6 +413,39 @@ fn browser_pause_intake_keeps_the_next_webhook_queued() {
         wait_state(s, &task, "succeeded");
         text_until(&c, "#queue-depth", |t| t == "0").await;
         text_until(&c, "#intake-status", |t| t == "running").await;
+    });
+}
+
+/// A Codex that cannot start: a banner on every page says why and what to
+/// do, and goes, through the live overview, once codex is installed where
+/// `codex_bin` points.
+#[test]
+fn browser_a_codex_that_cannot_start_shows_a_banner_until_it_is_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("codex");
+    let s = &TestApp::builder()
+        .codex()
+        .env("CODEX_BRIDGE_CODEX_BIN", bin.to_str().unwrap())
+        .start();
+    let bin = &bin;
+    browser_test("codex_banner", |c| async move {
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        let item = "#banner [data-code=codex_not_installed]";
+        let text = text_until(&c, item, |t| t.contains("codex_bin")).await;
+        assert!(text.contains("What to do: install codex"), "{text}");
+        click(&c, "a[data-view=actors]").await;
+        text_until(&c, item, |t| t.contains("codex_bin")).await;
+
+        std::os::unix::fs::symlink(crate::codexhome::codex_bin(), bin).unwrap();
+        // The keeper tries again within its backoff, then the overview's next tick.
+        wait_until_async("the banner to go", Duration::from_secs(60), || async {
+            c.execute("return document.getElementById('banner').hidden", vec![])
+                .await
+                .unwrap()
+                == json!(true)
+        })
+        .await;
+        assert!(c.find(Locator::Css(item)).await.is_err());
     });
 }
 

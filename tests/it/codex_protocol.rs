@@ -3,9 +3,12 @@
 //! message the bridge sends validates against its definition (and, in its
 //! envelope, against the union of its direction, which ties the method to its
 //! params); every field the bridge reads is in the definition it mirrors; and
-//! samples the schema accepts are read as the bridge expects.
+//! samples the schema accepts are read as the bridge expects, as is the
+//! recorded sign-in that `codex_login.rs` plays back (`recorded`).
 //!
 //! Without the codex binary this fails (see [`codex_bin`]); it never skips.
+
+mod recorded;
 
 use crate::codexhome::codex_bin;
 use codex_bridge::codex::protocol::*;
@@ -270,6 +273,40 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         "v2/CollaborationModeListParams",
         &CollaborationModeList {},
     );
+    check_request(
+        &schema,
+        "v2/GetAccountParams",
+        &AccountRead {
+            refresh_token: false,
+        },
+    );
+    check_request(
+        &schema,
+        "v2/LoginAccountParams",
+        &LoginStart::ApiKey {
+            api_key: "sk-test-1".to_owned().into(),
+        },
+    );
+    check_request(
+        &schema,
+        "v2/LoginAccountParams",
+        &LoginStart::ChatgptDeviceCode,
+    );
+    check_request(
+        &schema,
+        "v2/GetAccountRateLimitsParams",
+        &RateLimitsRead {
+            exclude_reset_credit_details: true,
+        },
+    );
+    // `account/logout` takes no params: the whole request against its union.
+    let logout = value(&OutgoingRequest {
+        id: 7,
+        method: Logout::METHOD,
+        params: &Logout,
+    });
+    schema.validate("JSONRPCRequest", &logout);
+    schema.validate("ClientRequest", &logout);
     let policies = [
         AskForApproval::Untrusted,
         AskForApproval::OnRequest,
@@ -416,6 +453,13 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
     let reads: Vec<(&str, &[&str], &str)> = reads![
         IncomingMessage => "JSONRPCMessage",
         ErrorBody => "JSONRPCErrorError",
+        AccountReadResponse => "v2/GetAccountResponse",
+        AccountSummary => "v2/Account",
+        DeviceCodeStarted => "v2/LoginAccountResponse#chatgptDeviceCode",
+        RateLimitsReadResponse => "v2/GetAccountRateLimitsResponse",
+        RateLimitSnapshot => "v2/RateLimitSnapshot",
+        RateLimitWindow => "v2/RateLimitWindow",
+        AccountLoginCompletedNotification => "v2/AccountLoginCompletedNotification",
         ThreadStartResponse => "v2/ThreadStartResponse",
         ThreadSummary => "v2/Thread",
         TurnStartResponse => "v2/TurnStartResponse",
@@ -459,6 +503,15 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
                 missing.push(format!("{name}.{field} (codex's {definition})"));
             }
         }
+    }
+    // The kinds of account and sign-in answer the bridge tells apart.
+    for branch in [
+        "v2/Account#apiKey",
+        "v2/Account#chatgpt",
+        "v2/LoginAccountResponse#apiKey",
+        "v2/LoginAccountResponse#chatgptDeviceCode",
+    ] {
+        schema.definition(branch);
     }
     // And every status the bridge tells apart.
     let statuses: Vec<(&str, &[&str], &str)> = vec![

@@ -334,6 +334,17 @@ impl GitRepos {
         self.try_git(&repo, &["rev-parse", "--verify", "-q", &spec])
     }
 
+    /// The commit `rev` names (a full or short id, a branch, a tag), as
+    /// Gitea's `GetCommit` resolves it; `None` when it names none.
+    pub fn resolve_commit(&self, owner: &str, name: &str, rev: &str) -> Option<String> {
+        if rev.starts_with('-') {
+            return None;
+        }
+        let repo = self.repo_path(owner, name);
+        let spec = format!("{rev}^{{commit}}");
+        self.try_git(&repo, &["rev-parse", "--verify", "-q", &spec])
+    }
+
     fn git(
         &self,
         repo: &Path,

@@ -1,6 +1,7 @@
 //! A server that runs turns but cannot check who may trigger them or verify
 //! the replies (no Gitea client) takes every webhook, starts nothing, and says
-//! why in `/readyz`, the actor tree and the admin overview.
+//! why in `/readyz`, the actor tree and the admin overview. (A Codex that
+//! cannot run does the same: `codex_availability.rs`.)
 
 use crate::support::*;
 use crate::testapp::*;
@@ -59,6 +60,11 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
         "gitea_not_configured"
     );
 
+    // The binary is there: once its app-server has started, Gitea alone
+    // makes the server degraded.
+    s.wait_for("the codex app-server started", || {
+        s.get("/readyz", None).json["codex"] == json!({"state": "ok"})
+    });
     let ready = s.get("/readyz", None);
     assert_eq!(ready.status, 200, "intake goes on: {:?}", ready.json);
     assert_eq!(ready.json["status"], "degraded");
@@ -69,11 +75,9 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
         reason.contains("gitea_url") && reason.contains("gitea_token"),
         "{reason}"
     );
-    assert_eq!(
-        ready.json["codex"],
-        json!({"state": "ok", "reason": null}),
-        "the binary is there: Gitea alone makes it degraded"
-    );
+    let action = ready.json["gitea"]["action"].as_str().unwrap();
+    assert!(action.contains("gitea_token"), "{action}");
+    assert_eq!(ready.json["codexAccount"], json!({"state": "not_required"}));
 
     let overview = s.admin_get("/api/gitea-workflow/overview");
     assert_eq!(overview.status, 200);
@@ -81,6 +85,7 @@ fn without_gitea_a_codex_server_accepts_mentions_and_keeps_them_queued() {
     assert_eq!(blockers.len(), 1, "{blockers:?}");
     assert_eq!(blockers[0]["code"], "gitea_not_configured");
     assert_eq!(blockers[0]["message"], reason);
+    assert_eq!(blockers[0]["action"], action);
     assert_eq!(overview.json["queueDepth"], 1);
 }
 

@@ -12,12 +12,14 @@
 //! a [`Refusal`]; a message of a known method that does not parse is an
 //! [`Unreadable`] error for the caller to log and report, never a panic.
 
+mod account;
 mod item;
 mod jsonrpc;
 mod notification;
 mod server_request;
 mod turn;
 
+pub use account::*;
 pub use item::*;
 pub use jsonrpc::*;
 pub use notification::*;

@@ -1,7 +1,8 @@
 //! The notifications the bridge reads: a turn's items, token usage, errors
-//! and end, and the start-up status of a thread's MCP servers.
+//! and end, the start-up status of a thread's MCP servers, and the account's
+//! sign-in.
 
-use super::{parse, ThreadItem, Turn, TurnError, Unreadable};
+use super::{parse, AccountLoginCompletedNotification, ThreadItem, Turn, TurnError, Unreadable};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -14,6 +15,11 @@ pub enum ServerNotification {
     TokenUsageUpdated(ThreadTokenUsageUpdatedNotification),
     Error(ErrorNotification),
     TurnCompleted(TurnCompletedNotification),
+    /// A sign-in ended (`account/login/completed`).
+    AccountLoginCompleted(AccountLoginCompletedNotification),
+    /// The account changed (`account/updated`: signed in or out); the bridge
+    /// reads it again rather than reading this.
+    AccountUpdated,
     /// A method the bridge does not use (deltas, warnings, …).
     Unused {
         method: String,
@@ -28,6 +34,8 @@ impl ServerNotification {
     pub const TOKEN_USAGE_UPDATED: &'static str = "thread/tokenUsage/updated";
     pub const ERROR: &'static str = "error";
     pub const TURN_COMPLETED: &'static str = "turn/completed";
+    pub const ACCOUNT_LOGIN_COMPLETED: &'static str = "account/login/completed";
+    pub const ACCOUNT_UPDATED: &'static str = "account/updated";
 
     /// Reads a notification of `method`.
     pub fn parse(method: &str, params: Value) -> Result<ServerNotification, Unreadable> {
@@ -42,6 +50,10 @@ impl ServerNotification {
             }
             Self::ERROR => ServerNotification::Error(parse(method, params)?),
             Self::TURN_COMPLETED => ServerNotification::TurnCompleted(parse(method, params)?),
+            Self::ACCOUNT_LOGIN_COMPLETED => {
+                ServerNotification::AccountLoginCompleted(parse(method, params)?)
+            }
+            Self::ACCOUNT_UPDATED => ServerNotification::AccountUpdated,
             _ => ServerNotification::Unused {
                 method: method.to_owned(),
                 thread_id: ThreadScoped::of(&params),

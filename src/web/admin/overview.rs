@@ -1,6 +1,7 @@
 //! `GET /api/gitea-workflow/overview`: pause state, queue, running work, tasks
 //! per state, the last hour of webhooks, and `blockers`: why no task runs
-//! (`[{code, message}]`, empty when tasks run).
+//! now (`[{code, message, action}]`, empty when tasks run), which the web
+//! view shows as a banner until it is fixed.
 
 use crate::store::{control, format_time, tasks, views};
 use crate::web::auth::Admin;
@@ -16,8 +17,9 @@ pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, A
 /// The overview document (also the live view's `overview` event).
 pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let instance = state.config.instance_id.clone();
-    // Why nothing runs, from the configuration: the same list the scheduler holds on.
-    let blockers = crate::readiness::blockers(&state.config);
+    // Why nothing runs: the configuration's blockers and the agent runtime's,
+    // the same the scheduler holds on.
+    let blockers = crate::readiness::all_blockers(&state.config, &state.agent.now());
     let body = state
         .store
         .read(move |c| {

@@ -102,6 +102,7 @@ const HEALTH = {
   paused: ["approval", "paused"],
   disabled: ["off", "disabled"],
   held: ["blocked", "held: no task may start"],
+  agent_unavailable: ["blocked", "waiting for the agent runtime"],
 };
 
 function health(status) {
@@ -331,12 +332,8 @@ function renderOverview() {
     h("tr", {}, h("td", {}, h("a", { href: "#tasks?state=" + s }, stateBadge(s))), h("td", { class: "num" }, by[s])));
   const hookRows = Object.entries(hooks).map(([s, n]) =>
     h("tr", {}, h("td", {}, s), h("td", { class: "num" }, n)));
-  const blockers = (o.blockers || []).map((b) =>
-    h("li", { "data-code": b.code }, h("b", {}, b.code), " — ", b.message));
   view(
     h("h1", {}, "Overview"),
-    blockers.length ? h("section", { class: "panel", id: "blockers" },
-      h("h2", {}, "Why no task runs"), h("ul", {}, blockers)) : null,
     h("div", { class: "cards" },
       intake,
       card("Queue depth", o.queueDepth, "queue-depth", null, "#tasks?state=queued"),
@@ -643,10 +640,25 @@ function updateBadges() {
   const c = document.getElementById("attention-count");
   c.hidden = n === 0;
   c.textContent = String(n);
+  updateBanner(live.overview);
+}
+
+// The banner on every page: why no task runs now (each blocker with what to
+// do), and a paused intake. It goes as soon as the overview says it is fixed.
+function updateBanner(o) {
   const banner = document.getElementById("banner");
-  const o = live.overview;
-  banner.hidden = !(o && o.paused);
-  banner.textContent = o && o.paused ? "Intake is paused" + (o.pauseReason ? ": " + o.pauseReason : "") + " — new tasks wait in the queue." : "";
+  const blockers = (o && o.blockers) || [];
+  const lines = blockers.map((b) =>
+    h("p", { class: "banner-item", "data-code": b.code },
+      h("b", { class: "banner-reason" }, b.message),
+      b.action ? h("span", { class: "banner-action" }, " What to do: " + b.action) : null));
+  if (o && o.paused) {
+    lines.push(h("p", { class: "banner-item", "data-code": "paused" },
+      "Intake is paused" + (o.pauseReason ? ": " + o.pauseReason : "") + " — new tasks wait in the queue."));
+  }
+  banner.hidden = lines.length === 0;
+  banner.className = "banner" + (blockers.length ? " bad" : "");
+  banner.replaceChildren(...lines);
 }
 
 function connect() {

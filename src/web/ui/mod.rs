@@ -17,6 +17,7 @@ const APP_HTML: &str = include_str!("app.html");
 const APP_CSS: &str = include_str!("app.css");
 const APP_JS: &str = include_str!("app.js");
 const TRANSCRIPT_JS: &str = include_str!("transcript.js");
+const CODEX_JS: &str = include_str!("codex.js");
 
 /// Only our own files: no inline script, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -71,6 +72,7 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "transcript.js" => (TRANSCRIPT_JS, "text/javascript; charset=utf-8"),
+        "codex.js" => (CODEX_JS, "text/javascript; charset=utf-8"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()

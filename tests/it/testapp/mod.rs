@@ -3,7 +3,7 @@
 //! ```ignore
 //! let sim = GiteaSim::start();      // set up first: repositories, users, Issues
 //! sim.create_repo("acme", "widgets");
-//! let app = TestApp::builder()      // SQLite file of its own, intake only
+//! let app = TestApp::builder()      // SQLite file of its own, intake only (agent_runtime = none)
 //!     .postgres()                   // or a fresh database in the throwaway cluster
 //!     .codex()                      // real `codex app-server`, fake model, own CODEX_HOME
 //!     .gitea_mcp()                  // real PyPI gitea-mcp for the threads
@@ -83,12 +83,20 @@ enum Gitea {
 /// Which agent runtime the server runs.
 #[derive(Clone, Copy, PartialEq)]
 enum Runtime {
-    /// The configuration's default (`none`: intake only).
-    Default,
+    /// `none`: intake only.
+    IntakeOnly,
     /// `scripted`: turns play the directives in the comment text.
     Scripted,
     /// The real `codex app-server`, with [`FakeModel`] as its model.
     Codex,
+    /// As [`Runtime::Codex`], but `agent_runtime` left unset: the default.
+    CodexByDefault,
+}
+
+impl Runtime {
+    fn is_codex(self) -> bool {
+        matches!(self, Runtime::Codex | Runtime::CodexByDefault)
+    }
 }
 
 /// How to start a [`TestApp`]; see the module doc.
@@ -98,6 +106,8 @@ pub struct TestAppBuilder {
     db_url: Option<String>,
     gitea: Gitea,
     runtime: Runtime,
+    /// Appended to the Codex home's `config.toml` before the server starts.
+    codex_config: String,
     gitea_mcp: bool,
     in_process: bool,
     env: Vec<(String, String)>,
@@ -154,6 +164,20 @@ impl TestAppBuilder {
         self
     }
 
+    /// As [`TestAppBuilder::codex`], with `agent_runtime` left unset: what
+    /// an operator gets who does not choose.
+    pub fn codex_by_default(mut self) -> Self {
+        self.runtime = Runtime::CodexByDefault;
+        self
+    }
+
+    /// Lines appended to the Codex home's `config.toml` (its last table is
+    /// `[model_providers.fake]`, so bare keys set the fake provider's).
+    pub fn codex_config(mut self, lines: &str) -> Self {
+        self.codex_config.push_str(lines);
+        self
+    }
+
     /// The pinned gitea-mcp as the threads' Gitea MCP server (URL and token
     /// in `GITEA_URL` and `GITEA_TOKEN`, as the PyPI package reads them).
     pub fn gitea_mcp(mut self) -> Self {
@@ -194,17 +218,20 @@ impl TestAppBuilder {
             (None, Db::Postgres) => Some(PgDb::create()),
             _ => None,
         };
-        let model = (self.runtime == Runtime::Codex).then(FakeModel::start);
+        let model = self.runtime.is_codex().then(FakeModel::start);
+        let home = model.as_ref().map(|model| {
+            let home = CodexHome::new(model);
+            if let Some(slug) = &self.codex_model {
+                home.set_model(slug);
+            }
+            let config = std::fs::read_to_string(home.config_path()).unwrap();
+            std::fs::write(home.config_path(), config + &self.codex_config).unwrap();
+            home
+        });
         let peers = Peers {
             git: (self.gitea == Gitea::Git).then(|| GitSim::start(Some(GITEA_TOKEN))),
             gitea,
-            home: model.as_ref().map(|m| {
-                let home = CodexHome::new(m);
-                if let Some(slug) = &self.codex_model {
-                    home.set_model(slug);
-                }
-                home
-            }),
+            home,
             model,
             _pg: pg,
         };
@@ -246,7 +273,8 @@ impl TestApp {
             db: Db::Sqlite,
             db_url: None,
             gitea: Gitea::Unreachable,
-            runtime: Runtime::Default,
+            runtime: Runtime::IntakeOnly,
+            codex_config: String::new(),
             gitea_mcp: false,
             in_process: false,
             env: Vec::new(),
@@ -330,6 +358,15 @@ impl TestApp {
             .model
             .as_ref()
             .expect("the app has no fake model: ask for .codex()")
+    }
+
+    /// The `CODEX_HOME` the server's app-server runs with ([`TestAppBuilder::codex`]).
+    pub fn codex_home(&self) -> PathBuf {
+        self.peers
+            .home
+            .as_ref()
+            .expect("the app has no Codex home: ask for .codex()")
+            .path()
     }
 
     /// The clone URL of `owner/name` on the git peer.
@@ -548,10 +585,12 @@ fn configuration(
         ),
     }
     match b.runtime {
-        Runtime::Default => {}
+        Runtime::IntakeOnly => set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "none".into()),
         Runtime::Scripted => set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "scripted".into()),
-        Runtime::Codex => {
-            set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "codex".into());
+        Runtime::Codex | Runtime::CodexByDefault => {
+            if b.runtime == Runtime::Codex {
+                set(&mut env, "CODEX_BRIDGE_AGENT_RUNTIME", "codex".into());
+            }
             set(&mut env, "CODEX_BRIDGE_CODEX_BIN", path(codex_bin()));
             set(
                 &mut env,

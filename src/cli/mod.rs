@@ -1,4 +1,9 @@
-//! The command line: `serve`, `migrate`, `tasks list|show`, `reconcile`.
+//! The command line: `serve`, `migrate`, `tasks list|show`, `approvals`,
+//! `reconcile`, `gitea hook` ([`hook`]) and `codex login|status|logout`
+//! ([`codex`]).
+
+pub mod codex;
+pub mod hook;
 
 use crate::config::{Config, DatabaseUrl};
 use crate::domain::TaskId;
@@ -38,6 +43,28 @@ pub enum Command {
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
     /// Never re-runs anything; it records the verdict and an audit event.
     Reconcile(ReconcileArgs),
+    /// Sign the running server's Codex in or out, or show its account.
+    Codex {
+        #[command(subcommand)]
+        command: codex::CodexCommand,
+    },
+    /// Set Gitea up for the bridge.
+    Gitea {
+        #[command(subcommand)]
+        command: GiteaCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GiteaCommand {
+    /// Create each repository's webhook to the bridge, or bring it up to date.
+    ///
+    /// The hook: type gitea, JSON, signed with webhook_secret, the comment and
+    /// review events, active. A hook already pointing at URL is kept, updated
+    /// or replaced; duplicates are removed. One line per repository; exits
+    /// non-zero if any failed. Needs gitea_url, gitea_token (a repository
+    /// admin's) and webhook_secret.
+    Hook(hook::HookArgs),
 }
 
 #[derive(Debug, Subcommand)]

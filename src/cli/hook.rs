@@ -1,0 +1,575 @@
+//! `codex-bridge gitea hook`: installs the webhook that sends a repository's
+//! comments and reviews to the bridge, through Gitea's API.
+//!
+//! For each repository: read its hooks, decide ([`plan`], pure), act, and
+//! print one line. The hook the bridge wants is type `gitea`, JSON, signed
+//! with `webhook_secret`, subscribed to [`BRIDGE_EVENTS`], active, on every
+//! branch. A hook already pointing at the URL is kept when it is that,
+//! edited when it is not (the events are always sent: Gitea resets a hook's
+//! events to `push` when an edit leaves them out), and replaced when an edit
+//! cannot fix it (another hook type, or `--recreate`: Gitea never shows a
+//! hook's secret and cannot change it, so a changed `webhook_secret` reaches
+//! a hook only through a new one). Further hooks at the same URL would
+//! deliver every comment twice: they are removed. Running it again changes
+//! nothing.
+
+use crate::config::{env_name, Config};
+use crate::domain::keys::is_gitea_name;
+use crate::gitea::hooks::{Hook, HookContentType, HookEdit, HookEvent, NewHook};
+use crate::gitea::{GiteaClient, GiteaError};
+use anyhow::bail;
+use secrecy::SecretString;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// What the bridge's webhook endpoint acts on: comments on Issues and Pull
+/// Requests, and submitted reviews (Gitea delivers those under
+/// `pull_request_review_*` event types to this one subscription).
+pub const BRIDGE_EVENTS: [HookEvent; 3] = [
+    HookEvent::IssueComment,
+    HookEvent::PullRequestComment,
+    HookEvent::PullRequestReview,
+];
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["repo", "all"])))]
+pub struct HookArgs {
+    /// The repository, as OWNER/NAME (repeat for several).
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub repo: Vec<RepoName>,
+    /// Every repository the bot administers (GET /user/repos, admin permission).
+    #[arg(long)]
+    pub all: bool,
+    /// Where Gitea sends the webhooks: the bridge's /api/gitea/webhook as Gitea reaches it.
+    #[arg(long, value_name = "URL", value_parser = parse_url)]
+    pub url: String,
+    /// Replace the hook even when it looks right, so that it carries the current
+    /// webhook_secret (Gitea never shows a hook's secret and cannot change it).
+    #[arg(long)]
+    pub recreate: bool,
+}
+
+fn parse_url(s: &str) -> Result<String, String> {
+    let host = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"));
+    match host {
+        Some(rest) if !rest.is_empty() && !rest.starts_with('/') => Ok(s.to_owned()),
+        _ => Err(
+            "expected an http:// or https:// URL, e.g. https://bridge.example/api/gitea/webhook"
+                .into(),
+        ),
+    }
+}
+
+/// A repository as `OWNER/NAME`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoName {
+    pub owner: String,
+    pub name: String,
+}
+
+impl FromStr for RepoName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RepoName, String> {
+        match s.split_once('/') {
+            Some((owner, name)) if is_gitea_name(owner) && is_gitea_name(name) => Ok(RepoName {
+                owner: owner.to_owned(),
+                name: name.to_owned(),
+            }),
+            _ => Err(format!(
+                "expected OWNER/NAME (letters, digits, '-', '_', '.'), got {s:?}"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for RepoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// How a hook at the URL differs from the bridge's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Drift {
+    Inactive,
+    ContentType(String),
+    MissingEvents(Vec<HookEvent>),
+    ExtraEvents(Vec<HookEvent>),
+    BranchFilter(String),
+}
+
+fn names(events: &[HookEvent]) -> String {
+    events
+        .iter()
+        .map(HookEvent::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Drift::Inactive => f.write_str("it was inactive"),
+            Drift::ContentType(ct) => write!(f, "it sent {ct} instead of json"),
+            Drift::MissingEvents(e) => write!(f, "it lacked {}", names(e)),
+            Drift::ExtraEvents(e) => write!(f, "it also sent {}", names(e)),
+            Drift::BranchFilter(b) => write!(f, "it filtered branches by {b:?}"),
+        }
+    }
+}
+
+/// Why a hook is replaced rather than edited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplaceWhy {
+    /// `--recreate`.
+    Asked,
+    /// A `slack`, `gogs`, ... hook: an edit cannot change the type.
+    Kind(String),
+}
+
+/// What to do with a repository's hooks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// No hook points at the URL.
+    Create,
+    /// Hook `id` already is the bridge's.
+    Keep { id: i64 },
+    /// Hook `id` points at the URL but differs.
+    Update { id: i64, drift: Vec<Drift> },
+    /// Hook `id` is replaced: a new one first, then it is deleted.
+    Replace { id: i64, why: ReplaceWhy },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub action: Action,
+    /// Further hooks at the URL, to delete.
+    pub duplicates: Vec<i64>,
+}
+
+/// Decides, from a repository's hooks, what makes it have exactly one hook
+/// to `url` that is the bridge's. Among several hooks at the URL the one
+/// kept is a `gitea` one if any, the oldest first.
+pub fn plan(existing: &[Hook], url: &str, recreate: bool) -> Plan {
+    let mut at_url: Vec<&Hook> = existing.iter().filter(|h| h.config.url == url).collect();
+    at_url.sort_by_key(|h| (h.kind != "gitea", h.id));
+    let Some((kept, rest)) = at_url.split_first() else {
+        return Plan {
+            action: Action::Create,
+            duplicates: Vec::new(),
+        };
+    };
+    let duplicates = rest.iter().map(|h| h.id).collect();
+    let action = if kept.kind != "gitea" {
+        Action::Replace {
+            id: kept.id,
+            why: ReplaceWhy::Kind(kept.kind.clone()),
+        }
+    } else if recreate {
+        Action::Replace {
+            id: kept.id,
+            why: ReplaceWhy::Asked,
+        }
+    } else {
+        match drift(kept) {
+            drift if drift.is_empty() => Action::Keep { id: kept.id },
+            drift => Action::Update { id: kept.id, drift },
+        }
+    };
+    Plan { action, duplicates }
+}
+
+fn drift(hook: &Hook) -> Vec<Drift> {
+    let mut drift = Vec::new();
+    if !hook.active {
+        drift.push(Drift::Inactive);
+    }
+    match &hook.config.content_type {
+        Some(HookContentType::Json) => {}
+        Some(other) => drift.push(Drift::ContentType(other.as_str().to_owned())),
+        None => drift.push(Drift::ContentType("nothing said".to_owned())),
+    }
+    let has: BTreeSet<&HookEvent> = hook.events.iter().collect();
+    let wanted: BTreeSet<&HookEvent> = BRIDGE_EVENTS.iter().collect();
+    let missing: Vec<HookEvent> = wanted.difference(&has).map(|e| (*e).clone()).collect();
+    let extra: Vec<HookEvent> = has.difference(&wanted).map(|e| (*e).clone()).collect();
+    if !missing.is_empty() {
+        drift.push(Drift::MissingEvents(missing));
+    }
+    if !extra.is_empty() {
+        drift.push(Drift::ExtraEvents(extra));
+    }
+    if !matches!(hook.branch_filter.as_str(), "" | "*") {
+        drift.push(Drift::BranchFilter(hook.branch_filter.clone()));
+    }
+    drift
+}
+
+/// What was done to one repository.
+enum Outcome {
+    Created { id: i64 },
+    Unchanged { id: i64 },
+    Updated { id: i64, drift: Vec<Drift> },
+    Replaced { old: i64, new: i64, why: ReplaceWhy },
+}
+
+impl Outcome {
+    /// The hook kept the secret it was made with (which nobody can read).
+    fn kept_secret(&self) -> bool {
+        matches!(self, Outcome::Unchanged { .. } | Outcome::Updated { .. })
+    }
+
+    /// The line printed for the repository, after its name.
+    fn describe(&self, url: &str, removed: &[i64]) -> String {
+        let events = names(&BRIDGE_EVENTS);
+        let line = match self {
+            Outcome::Created { id } => format!("created webhook {id}: sends {events} to {url}"),
+            Outcome::Unchanged { id } => {
+                format!("unchanged: webhook {id} already sends {events} to {url}")
+            }
+            Outcome::Updated { id, drift } => {
+                let drift: Vec<String> = drift.iter().map(Drift::to_string).collect();
+                format!("updated webhook {id} ({})", drift.join("; "))
+            }
+            Outcome::Replaced { old, new, why } => {
+                let why = match why {
+                    ReplaceWhy::Asked => "--recreate".to_owned(),
+                    ReplaceWhy::Kind(kind) => {
+                        format!("it was a {kind} hook, which an edit cannot change")
+                    }
+                };
+                format!("replaced webhook {old} with webhook {new} ({why})")
+            }
+        };
+        if removed.is_empty() {
+            return line;
+        }
+        let ids: Vec<String> = removed.iter().map(i64::to_string).collect();
+        format!("{line}; removed duplicate webhook {}", ids.join(", "))
+    }
+}
+
+/// `gitea_url`, `gitea_token` and `webhook_secret`, or an error naming the
+/// one missing.
+fn settings(config: &Config) -> anyhow::Result<(String, SecretString, SecretString)> {
+    let missing = |key: &str, why: &str| {
+        anyhow::anyhow!(
+            "config key `{key}` is not set: {why} (set it in the config file or as {})",
+            env_name(key)
+        )
+    };
+    let Some(url) = config.gitea_url.clone() else {
+        return Err(missing("gitea_url", "`gitea hook` talks to Gitea's API"));
+    };
+    let Some(token) = config.gitea_token.clone() else {
+        return Err(missing(
+            "gitea_token",
+            "`gitea hook` needs the token of a user who administers the repositories",
+        ));
+    };
+    let Some(secret) = config.webhook_secret.clone() else {
+        return Err(missing(
+            "webhook_secret",
+            "the hook is signed with the secret the server checks; a server that \
+             generated its own keeps it in <state_dir>/generated-secrets.toml",
+        ));
+    };
+    Ok((url, token, secret))
+}
+
+/// Runs the command: one line per repository on stdout; an error (so a
+/// non-zero exit) when any repository failed.
+pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
+    let (gitea_url, token, secret) = settings(config)?;
+    let client = GiteaClient::new(&gitea_url, token);
+    let repos = if args.all {
+        admin_repos(&client)?
+    } else {
+        args.repo.clone()
+    };
+    if repos.is_empty() {
+        println!(
+            "no repository: the bot administers none (GET /user/repos shows no admin permission)"
+        );
+        return Ok(());
+    }
+    let (mut failed, mut kept_secret) = (0, false);
+    for repo in &repos {
+        match install(&client, repo, &args.url, &secret, args.recreate) {
+            Ok((outcome, removed)) => {
+                kept_secret |= outcome.kept_secret();
+                println!("{repo}: {}", outcome.describe(&args.url, &removed));
+            }
+            Err(why) => {
+                failed += 1;
+                println!("{repo}: failed: {why}");
+            }
+        }
+    }
+    if kept_secret {
+        println!(
+            "note: Gitea never shows a webhook's secret and cannot change it; if webhook_secret \
+             changed since these hooks were made, run again with --recreate"
+        );
+    }
+    if failed > 0 {
+        bail!(
+            "{failed} of {} repositories failed (see above)",
+            repos.len()
+        );
+    }
+    Ok(())
+}
+
+/// `--all`: the repositories whose `permissions.admin` the bot holds.
+fn admin_repos(client: &GiteaClient) -> anyhow::Result<Vec<RepoName>> {
+    let listed = client.list_my_repos().map_err(|e| {
+        anyhow::anyhow!("cannot list the bot's repositories: {}", explain(&e, None))
+    })?;
+    Ok(listed
+        .into_iter()
+        .filter(|r| r.permissions.admin)
+        .map(|r| RepoName {
+            owner: r.owner.login,
+            name: r.name,
+        })
+        .collect())
+}
+
+/// Reads, decides, acts; the outcome and the duplicates removed, or why not.
+fn install(
+    client: &GiteaClient,
+    repo: &RepoName,
+    url: &str,
+    secret: &SecretString,
+    recreate: bool,
+) -> Result<(Outcome, Vec<i64>), String> {
+    let (owner, name) = (repo.owner.as_str(), repo.name.as_str());
+    let fail = |e: GiteaError| explain(&e, Some(repo));
+    let hooks = client.list_hooks(owner, name).map_err(fail)?;
+    let plan = plan(&hooks, url, recreate);
+    let create = || {
+        let made = client
+            .create_hook(
+                owner,
+                name,
+                &NewHook {
+                    url,
+                    content_type: HookContentType::Json,
+                    secret,
+                    events: &BRIDGE_EVENTS,
+                },
+            )
+            .map_err(fail)?;
+        check_kept(&made)?;
+        Ok::<_, String>(made.id)
+    };
+    let outcome = match plan.action {
+        Action::Create => Outcome::Created { id: create()? },
+        Action::Keep { id } => Outcome::Unchanged { id },
+        Action::Update { id, drift } => {
+            let edited = client
+                .edit_hook(
+                    owner,
+                    name,
+                    id,
+                    &HookEdit {
+                        url,
+                        content_type: HookContentType::Json,
+                        events: &BRIDGE_EVENTS,
+                        branch_filter: "*",
+                        active: true,
+                    },
+                )
+                .map_err(fail)?;
+            check_kept(&edited)?;
+            Outcome::Updated { id, drift }
+        }
+        Action::Replace { id, why } => {
+            let new = create()?;
+            client.delete_hook(owner, name, id).map_err(|e| {
+                format!(
+                    "made webhook {new}, but webhook {id} is still there: {}",
+                    explain(&e, Some(repo))
+                )
+            })?;
+            Outcome::Replaced { old: id, new, why }
+        }
+    };
+    for &dup in &plan.duplicates {
+        client.delete_hook(owner, name, dup).map_err(|e| {
+            format!(
+                "the hook is in place, but duplicate webhook {dup} is still there: {}",
+                explain(&e, Some(repo))
+            )
+        })?;
+    }
+    Ok((outcome, plan.duplicates))
+}
+
+/// A Gitea that does not know an event drops it silently: say so rather
+/// than report a hook that will never deliver reviews.
+fn check_kept(hook: &Hook) -> Result<(), String> {
+    let missing: Vec<HookEvent> = BRIDGE_EVENTS
+        .iter()
+        .filter(|e| !hook.events.contains(e))
+        .cloned()
+        .collect();
+    if missing.is_empty() && hook.active {
+        return Ok(());
+    }
+    Err(format!(
+        "Gitea kept webhook {} without {}{}: it may be too old for them; \
+         upgrade Gitea or set the hook up by hand",
+        hook.id,
+        names(&missing),
+        if hook.active { "" } else { " (and inactive)" }
+    ))
+}
+
+/// A failure as an operator reads it: what happened and what to do.
+fn explain(e: &GiteaError, repo: Option<&RepoName>) -> String {
+    let repo = repo.map_or_else(|| "the repositories".to_owned(), RepoName::to_string);
+    match e.status() {
+        Some(401) => format!("{e}; check gitea_token"),
+        Some(403) => format!(
+            "{e}; the bot must administer {repo}: make it an admin collaborator, \
+             or add the webhook by hand in the repository's settings"
+        ),
+        Some(404) => format!(
+            "{e}; Gitea shows the bot no repository {repo}: check the name and that \
+             the bot is a collaborator"
+        ),
+        Some(422) => format!("{e}; check --url"),
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gitea::hooks::HookConfig;
+
+    const URL: &str = "https://bridge.example/api/gitea/webhook";
+
+    fn hook(id: i64, url: &str, events: &[HookEvent]) -> Hook {
+        Hook {
+            id,
+            kind: "gitea".into(),
+            config: HookConfig {
+                url: url.into(),
+                content_type: Some(HookContentType::Json),
+            },
+            events: events.to_vec(),
+            active: true,
+            branch_filter: "*".into(),
+        }
+    }
+
+    fn plan_of(hooks: &[Hook]) -> Plan {
+        plan(hooks, URL, false)
+    }
+
+    #[test]
+    fn no_hook_at_the_url_makes_one() {
+        let elsewhere = hook(1, "https://other.example/hook", &BRIDGE_EVENTS);
+        assert_eq!(
+            plan_of(&[elsewhere]),
+            Plan {
+                action: Action::Create,
+                duplicates: vec![]
+            }
+        );
+        assert_eq!(plan_of(&[]).action, Action::Create);
+    }
+
+    #[test]
+    fn the_bridges_hook_is_kept_whatever_the_event_order() {
+        let mut events = BRIDGE_EVENTS.to_vec();
+        events.reverse();
+        let mut h = hook(4, URL, &events);
+        h.branch_filter = String::new();
+        assert_eq!(plan_of(&[h]).action, Action::Keep { id: 4 });
+    }
+
+    #[test]
+    fn a_hook_that_differs_is_updated_saying_how() {
+        let mut h = hook(5, URL, &[HookEvent::IssueComment, HookEvent::Push]);
+        h.active = false;
+        h.config.content_type = Some(HookContentType::Form);
+        h.branch_filter = "main".into();
+        assert_eq!(
+            plan_of(&[h]).action,
+            Action::Update {
+                id: 5,
+                drift: vec![
+                    Drift::Inactive,
+                    Drift::ContentType("form".into()),
+                    Drift::MissingEvents(vec![
+                        HookEvent::PullRequestComment,
+                        HookEvent::PullRequestReview
+                    ]),
+                    Drift::ExtraEvents(vec![HookEvent::Push]),
+                    Drift::BranchFilter("main".into()),
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn one_hook_stays_and_the_duplicates_go() {
+        let old = hook(3, URL, &[HookEvent::IssueComment]);
+        let newer = hook(9, URL, &BRIDGE_EVENTS);
+        let mut slack = hook(2, URL, &BRIDGE_EVENTS);
+        slack.kind = "slack".into();
+        let p = plan_of(&[newer, slack, old]);
+        assert!(matches!(p.action, Action::Update { id: 3, .. }), "{p:?}");
+        assert_eq!(p.duplicates, vec![9, 2]);
+    }
+
+    #[test]
+    fn what_an_edit_cannot_fix_is_replaced() {
+        let mut gogs = hook(6, URL, &BRIDGE_EVENTS);
+        gogs.kind = "gogs".into();
+        assert_eq!(
+            plan_of(&[gogs]).action,
+            Action::Replace {
+                id: 6,
+                why: ReplaceWhy::Kind("gogs".into())
+            }
+        );
+        let right = hook(7, URL, &BRIDGE_EVENTS);
+        assert_eq!(
+            plan(&[right], URL, true).action,
+            Action::Replace {
+                id: 7,
+                why: ReplaceWhy::Asked
+            }
+        );
+    }
+
+    #[test]
+    fn repository_names_and_urls_are_checked() {
+        let r: RepoName = "acme/widgets".parse().unwrap();
+        assert_eq!((r.owner.as_str(), r.name.as_str()), ("acme", "widgets"));
+        assert_eq!(r.to_string(), "acme/widgets");
+        for bad in [
+            "acme",
+            "acme/",
+            "/widgets",
+            "acme/wid/gets",
+            "acme/wid gets",
+            "../x",
+        ] {
+            assert!(bad.parse::<RepoName>().is_err(), "{bad}");
+        }
+        assert!(parse_url(URL).is_ok());
+        for bad in ["bridge.example/hook", "ftp://x", "https://", "http:///x"] {
+            assert!(parse_url(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Repositories, issues, pulls and collaborators: `GET /repos/{o}/{r}`,
+//! `/issues/{n}`, `/pulls/{n}`, `/collaborators/{user}/permission`, and the
+//! caller's own repositories, `GET /user/repos`.
+
+use super::{listed, Call, InRepo, ListOptions};
+use crate::giteasim::data::{Data, Perm};
+use crate::giteasim::json::obj;
+use crate::giteasim::server::{error, json, not_found, Answer};
+
+pub(super) fn route(r: &InRepo, d: &mut Data, rest: &[&str]) -> Option<Answer> {
+    let call = r.call;
+    let base = call.base;
+    let doer = call.doer;
+    let issue_of = |d: &Data, n: &str| {
+        let n: i64 = n.parse().ok()?;
+        d.issues
+            .iter()
+            .find(|i| i.repo_id == r.repo_id && i.number == n)
+            .map(|i| i.id)
+    };
+    let answer = match (call.method, rest) {
+        ("GET", []) => json(200, d.repo_json(base, d.repo_by_id(r.repo_id), Some(doer))),
+        ("GET", ["issues", n]) => match issue_of(d, n) {
+            Some(id) => json(200, d.issue_json(base, d.issue(id), Some(doer))),
+            None => not_found(base),
+        },
+        ("GET", ["pulls", n]) => match issue_of(d, n).filter(|id| d.issue(*id).pull.is_some()) {
+            Some(id) => json(
+                200,
+                d.pull_json(base, &call.sim.git, d.issue(id), Some(doer)),
+            ),
+            None => not_found(base),
+        },
+        ("GET", ["collaborators", user, "permission"]) => permission(r, d, user),
+        _ => return None,
+    };
+    Some(answer)
+}
+
+/// `GET /collaborators/{user}/permission`: 403 unless the caller is site
+/// admin, repository admin or asks about itself; 404 for an unknown user.
+fn permission(r: &InRepo, d: &Data, user: &str) -> Answer {
+    let call = r.call;
+    let base = call.base;
+    let site_admin = d.user(call.doer).is_some_and(|u| u.is_admin);
+    if !site_admin && !call.doer.eq_ignore_ascii_case(user) && r.perm < Perm::Admin {
+        return error(
+            base,
+            403,
+            "Only admins can query all permissions, repo admins can query all repo \
+             permissions, collaborators can query only their own",
+        );
+    }
+    let Some(target) = d.user(user).map(|u| u.login.clone()) else {
+        return error(
+            base,
+            404,
+            &format!("user does not exist [uid: 0, name: {user}]"),
+        );
+    };
+    let repo = d.repo_by_id(r.repo_id);
+    let p = d.perm(repo, Some(&target));
+    let role = if repo.owner.eq_ignore_ascii_case(&target) {
+        "owner"
+    } else {
+        p.as_str()
+    };
+    json(
+        200,
+        obj(vec![
+            ("permission", p.as_str().into()),
+            ("role_name", role.into()),
+            ("user", d.user_json(base, &target, false)),
+        ]),
+    )
+}
+
+/// `GET /user/repos`: the repositories the caller owns or collaborates on
+/// (a site administrator's included, not everyone's), by name, each with
+/// the caller's `permissions`; paged (page 1 when not given), `Link` and
+/// `X-Total-Count`.
+pub(super) fn user_repos(call: &Call, d: &Data) -> Answer {
+    let mut mine: Vec<_> = d
+        .repos
+        .iter()
+        .filter(|r| {
+            r.owner.eq_ignore_ascii_case(call.doer)
+                || r.perms
+                    .iter()
+                    .any(|(u, p)| u.eq_ignore_ascii_case(call.doer) && *p > Perm::None)
+        })
+        .collect();
+    mine.sort_by_key(|r| (r.name.to_ascii_lowercase(), r.id));
+    let total = mine.len();
+    let opts = ListOptions::from_query(call.query);
+    let list = opts
+        .page_of(mine)
+        .into_iter()
+        .map(|r| d.repo_json(call.base, r, Some(call.doer)))
+        .collect();
+    listed(call, list, total, Some(opts.size))
+}
