@@ -45,7 +45,11 @@ type Runtime = (
 /// only); for Codex also its keeper, which starts the app-server now and
 /// publishes whether turns can run (a Codex that cannot run never stops the
 /// server: tasks wait `queued` until it can).
-fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
+fn start_actors(
+    config: &Config,
+    store: &Store,
+    secrets: &crate::config::ServerSecrets,
+) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::account::AccountControl;
     use crate::agent::scripted::ScriptedAgent;
@@ -160,6 +164,9 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
+    settings.redactor = settings
+        .redactor
+        .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
     settings.agent = agent.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
@@ -233,7 +240,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let (registry, agent, account) = start_actors(&config, &store)?;
+    let (registry, agent, account) = start_actors(&config, &store, &secrets)?;
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {

@@ -8,6 +8,7 @@
 //! nothing but the message in flight.
 
 pub mod health;
+pub mod redact;
 pub mod registry;
 pub mod repo;
 pub mod session;
@@ -56,6 +57,8 @@ pub struct ActorSettings {
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
     /// The bot's Gitea login (named in the turn's prompt).
     pub bot_login: String,
+    /// Scrubs this server's secrets out of what a turn's transcript stores.
+    pub redactor: redact::Redactor,
     /// Why this process must start no task (say, no Gitea client to check a
     /// commenter's permission and verify the reply); empty: schedule normally.
     /// While it is not empty the repo actors lease nothing, so tasks wait
@@ -91,6 +94,7 @@ impl ActorSettings {
             sandbox: Sandbox::DangerFullAccess,
             repositories: Arc::new(BTreeMap::new()),
             bot_login: "codex-bot".into(),
+            redactor: redact::Redactor::default(),
             hold: Vec::new(),
             agent: crate::agent::Availability::always(),
         }
@@ -123,6 +127,17 @@ impl ActorSettings {
         s.sandbox = config.default_policy.sandbox;
         s.repositories = Arc::new(config.repositories.clone());
         s.bot_login = config.bot_login.clone();
+        // Generated secrets are not in the configuration: the app adds them.
+        s.redactor = redact::Redactor::new(
+            [
+                &config.gitea_token,
+                &config.webhook_secret,
+                &config.admin_token,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
         s
     }
 }

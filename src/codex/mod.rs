@@ -1,6 +1,7 @@
 //! The Codex app-server client: one long-lived `codex app-server` process
 //! (`process`), JSON-RPC over its stdio ([`rpc`]) in the protocol's own
-//! types ([`protocol`]), what the server sends routed to the turns (`route`),
+//! types ([`protocol`]), what the server sends routed to the turns (`route`)
+//! with their items and token usage read for the transcript (`transcript`),
 //! and the [`Agent`] the session actors drive ([`CodexAgent`]), kept started
 //! by its keeper (`keeper`, [`CodexAgent::keep_available`]), which publishes
 //! whether Codex can run turns as an [`Availability`]; it is signed in and
@@ -23,6 +24,7 @@ mod route;
 pub mod rpc;
 mod settings;
 mod thread;
+mod transcript;
 
 pub use agent::CodexAgent;
 pub use notice::{notice_channel, CodexNotice, NoticeSender, NOTICE_BACKLOG};

@@ -27,6 +27,7 @@ pub mod ledger;
 pub mod queue;
 pub mod sessions;
 pub mod tasks;
+pub mod transcripts;
 pub mod turns;
 pub mod views;
 pub mod walvfs;

@@ -205,11 +205,42 @@ diesel::table! {
 }
 
 diesel::table! {
+    transcript_items (turn_id, item_id) {
+        turn_id -> Text,
+        seq -> Int8,
+        item_id -> Text,
+        kind -> Text,
+        status -> Text,
+        started_at -> Text,
+        completed_at -> Nullable<Text>,
+        payload -> Text,
+    }
+}
+
+diesel::table! {
     turn_events (turn_id, seq) {
         turn_id -> Text,
         seq -> Int8,
         kind -> Text,
         at -> Text,
+    }
+}
+
+diesel::table! {
+    turn_token_usage (turn_id) {
+        turn_id -> Text,
+        thread_id -> Text,
+        start_input_tokens -> Int8,
+        start_cached_input_tokens -> Int8,
+        start_output_tokens -> Int8,
+        start_reasoning_tokens -> Int8,
+        start_total_tokens -> Int8,
+        end_input_tokens -> Int8,
+        end_cached_input_tokens -> Int8,
+        end_output_tokens -> Int8,
+        end_reasoning_tokens -> Int8,
+        end_total_tokens -> Int8,
+        updated_at -> Text,
     }
 }
 
@@ -268,7 +299,9 @@ diesel::allow_tables_to_appear_in_same_query!(
     sessions,
     task_transitions,
     tasks,
+    transcript_items,
     turn_events,
+    turn_token_usage,
     turns,
     webhook_deliveries,
 );

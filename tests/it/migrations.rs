@@ -293,7 +293,11 @@ fn keys_that_differ_only_in_case_are_merged(url: &str) {
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261202000009");
+    // Back to just before 000009 (through any later migrations).
+    let mut reverted = Vec::new();
+    while reverted.last().map(String::as_str) != Some("20261202000009") {
+        reverted.push(revert_last_migration(&mut c).unwrap());
+    }
     // What an older build wrote for `ACME/Widgets`: its own repository (disabled
     // by an operator), session and lease, holding the first task of Issue 1
     // and all of Issue 2, Issue 2's task ended.

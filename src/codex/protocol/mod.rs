@@ -13,12 +13,14 @@
 //! [`Unreadable`] error for the caller to log and report, never a panic.
 
 mod account;
+mod item;
 mod jsonrpc;
 mod notification;
 mod server_request;
 mod turn;
 
 pub use account::*;
+pub use item::*;
 pub use jsonrpc::*;
 pub use notification::*;
 pub use server_request::*;

@@ -7,6 +7,7 @@ mod codex;
 mod control;
 pub(crate) mod overview;
 mod tasks;
+mod transcripts;
 
 use crate::domain::TaskId;
 use crate::web::error::ApiError;
@@ -19,6 +20,14 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/overview", web::get().to(overview::get))
             .route("/tasks", web::get().to(tasks::list))
             .route("/tasks/{task_id}", web::get().to(tasks::show))
+            .route(
+                "/tasks/{task_id}/transcript",
+                web::get().to(transcripts::task_transcript),
+            )
+            .route(
+                "/sessions/{session_key:.+}/turns",
+                web::get().to(transcripts::session_turns),
+            )
             .route("/audit", web::get().to(audit::list))
             .route("/control/pause", web::post().to(control::pause))
             .route("/control/resume", web::post().to(control::resume))
