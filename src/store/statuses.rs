@@ -135,7 +135,7 @@ fn last_of_task(
 /// Unfinished rows, as the literal condition of the partial index
 /// `commit_statuses_open`: a planner uses a partial index only for a query
 /// that contains its condition, so this is never a bound parameter.
-const OPEN: &str = "commit_statuses.progress IN ('pending', 'posting')";
+pub const OPEN: &str = "commit_statuses.progress IN ('pending', 'posting')";
 
 fn open_rows() -> diesel::expression::SqlLiteral<diesel::sql_types::Bool> {
     diesel::dsl::sql::<diesel::sql_types::Bool>(OPEN)

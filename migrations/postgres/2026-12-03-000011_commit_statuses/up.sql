@@ -30,5 +30,5 @@ CREATE TABLE commit_statuses (
 );
 CREATE INDEX commit_statuses_task ON commit_statuses (task_id, id);
 CREATE INDEX commit_statuses_commit ON commit_statuses (repo_key, sha, id);
--- The worker's queue: only unfinished rows are indexed.
-CREATE INDEX commit_statuses_open ON commit_statuses (next_attempt_at) WHERE progress IN ('pending', 'posting');
+-- The worker's queue: only unfinished rows are indexed, in queue order.
+CREATE INDEX commit_statuses_open ON commit_statuses (id, next_attempt_at) WHERE progress IN ('pending', 'posting');
