@@ -264,6 +264,24 @@ fn a_failed_pull_request_task_ends_its_status_as_failure() {
 }
 
 #[test]
+fn a_pull_request_task_an_operator_stops_ends_its_status_as_error() {
+    let p = Pr::start();
+    let task = p.comment(p.pr, "@ccbot fix it [hang]");
+    p.wait_latest("pending", Duration::from_secs(60));
+    let r = p.app.admin_post(
+        &format!("/api/gitea-workflow/tasks/{task}/abort"),
+        &json!({"requestId": "abort-1", "reason": "test"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    p.wait(&task, "aborted");
+    // Stopped is no verdict on the work: `error`, not `failure`.
+    p.wait_latest("error", Duration::from_secs(30));
+    assert_eq!(p.states(), ["pending", "error"]);
+    let description = p.statuses()[1]["description"].as_str().unwrap().to_owned();
+    assert!(description.starts_with("Stopped"), "{description}");
+}
+
+#[test]
 fn a_status_post_that_fails_is_retried_and_the_task_still_succeeds() {
     let p = Pr::start();
     // Gitea answers the first statuses POST 500, as when it is down.
