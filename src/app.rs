@@ -152,6 +152,13 @@ fn start_actors(
             .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
     }
     if let Some(client) = gitea_client(config) {
+        let statuses = crate::jobs::statuses::StatusWorker {
+            store: store.clone(),
+            client: client.clone(),
+            public_url: config.public_url.clone(),
+            safety_interval: crate::jobs::statuses::StatusWorker::SAFETY_INTERVAL,
+        };
+        actix::spawn(statuses.run());
         let worker = crate::jobs::receipts::ReceiptWorker {
             store: store.clone(),
             client,

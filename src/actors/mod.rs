@@ -149,6 +149,12 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Blocking: clone or fetch, then check out what the task needs; the
     /// work tree.
     fn prepare(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<PathBuf, WorkspaceError>;
+    /// As [`Workspaces::prepare`], with the commit checked out when the
+    /// workspaces know it: a pull request task's commit statuses go on it.
+    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
+        self.prepare(repo, checkout)
+            .map(|path| Ready { path, head: None })
+    }
     /// The workspace folder of a repository (validated, under the root).
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError>;
 }
@@ -158,9 +164,25 @@ impl Workspaces for WorkspaceManager {
         WorkspaceManager::prepare(self, repo, checkout).map(|p| p.path)
     }
 
+    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
+        WorkspaceManager::prepare(self, repo, checkout).map(|p| Ready {
+            path: p.path,
+            head: Some(p.head),
+        })
+    }
+
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
         WorkspaceManager::path_for(self, owner, name)
     }
+}
+
+/// A workspace ready for a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// The work tree.
+    pub path: PathBuf,
+    /// The commit checked out (full sha), when the workspaces say.
+    pub head: Option<String>,
 }
 
 /// What the actors are given when the process starts: the store, the agent

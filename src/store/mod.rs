@@ -26,6 +26,7 @@ pub mod leases;
 pub mod ledger;
 pub mod queue;
 pub mod sessions;
+pub mod statuses;
 pub mod tasks;
 pub mod transcripts;
 pub mod turns;

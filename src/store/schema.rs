@@ -67,6 +67,25 @@ diesel::table! {
 }
 
 diesel::table! {
+    commit_statuses (id) {
+        id -> Int8,
+        task_id -> Text,
+        repo_key -> Text,
+        resource_key -> Text,
+        sha -> Text,
+        state -> Text,
+        description -> Text,
+        task_state -> Text,
+        progress -> Text,
+        attempts -> Int8,
+        next_attempt_at -> Nullable<Text>,
+        last_error -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+    }
+}
+
+diesel::table! {
     control (id) {
         id -> Int8,
         global_paused -> Bool,
@@ -160,6 +179,14 @@ diesel::table! {
         updated_at -> Text,
         version -> Int8,
         open_entries -> Int8,
+    }
+}
+
+diesel::table! {
+    task_heads (task_id) {
+        task_id -> Text,
+        sha -> Text,
+        recorded_at -> Text,
     }
 }
 
@@ -290,6 +317,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     attempts,
     audit_events,
     comments,
+    commit_statuses,
     control,
     control_requests,
     leases,
@@ -297,6 +325,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     outbox_entries,
     repositories,
     sessions,
+    task_heads,
     task_transitions,
     tasks,
     transcript_items,

@@ -40,6 +40,7 @@ mod recovery;
 mod scheduling;
 mod schema;
 mod session;
+mod statuses;
 mod support;
 mod testapp;
 mod transcripts;
