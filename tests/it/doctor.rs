@@ -21,6 +21,9 @@ const EVENTS: [&str; 3] = [
     "pull_request_review",
 ];
 
+/// A broken thing: what, the config changes, the `--url`, the line that fails.
+type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str, &'a str);
+
 struct Rig {
     sim: GiteaSim,
     _model: FakeModel,
@@ -172,7 +175,7 @@ fn doctor_passes_a_working_setup_and_fails_each_broken_thing_on_its_own_line() {
     let file = rig.path("a-file");
     std::fs::write(&file, "not a directory").unwrap();
     let unwritable = format!("{}/ws", file.to_str().unwrap());
-    let cases: [(&str, Vec<(&str, &str)>, &str, &str); 5] = [
+    let cases: [Case; 5] = [
         (
             "wrong token",
             vec![("GITEA_TOKEN", "not-the-bots-token-0000")],
