@@ -68,43 +68,10 @@ fn start_actors(
             return Ok((None, Availability::always(), None));
         }
         AgentRuntimeKind::Codex => {
-            use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
-            // The thread-level Gitea MCP server: its URL in thread config, its
-            // token only in the app-server's environment, by reference.
-            let mut thread_config = serde_json::Map::new();
-            let mut env = Vec::new();
-            if let Some(command) = &config.gitea_mcp_command {
-                let url = config.gitea_url.clone().ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "config key `gitea_url` is required when gitea_mcp_command is set"
-                    )
-                })?;
-                let mcp = GiteaMcp {
-                    command: command.clone(),
-                    args: config.gitea_mcp_args.clone(),
-                    url_env: config.gitea_mcp_url_env.clone(),
-                    url,
-                    token_env: config.gitea_mcp_token_env.clone(),
-                };
-                thread_config = mcp.thread_config();
-                if let Some(token) = &config.gitea_token {
-                    env.push((config.gitea_mcp_token_env.clone(), token.clone()));
-                }
-            }
+            use crate::codex::CodexAgent;
             let (notices, notice_rx) = crate::codex::notice_channel();
             actix::spawn(record_notices(store.clone(), notice_rx));
-            let codex = CodexAgent::new(
-                CodexSettings {
-                    codex_bin: config.codex_bin.clone(),
-                    codex_home: config.codex_home.clone(),
-                    developer_instructions: developer_instructions(&config.bot_login),
-                    thread_config,
-                    env,
-                    request_timeout: std::time::Duration::from_secs(30),
-                    nice: config.codex_nice,
-                },
-                notices,
-            );
+            let codex = CodexAgent::new(codex_settings(config)?, notices);
             let (status, agent) = Availability::channel();
             actix::spawn(codex.clone().keep_available(status));
             let verifier: Arc<dyn Forge> = match gitea_client(config) {
@@ -366,4 +333,39 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// How the server runs its app-server: the binary, CODEX_HOME, and the
+/// thread-level Gitea MCP server (its URL in thread config, its token only
+/// in the app-server's environment, by reference). `doctor` starts its probe
+/// from the same settings.
+pub fn codex_settings(config: &Config) -> anyhow::Result<crate::codex::CodexSettings> {
+    use crate::codex::{developer_instructions, CodexSettings, GiteaMcp};
+    let mut thread_config = serde_json::Map::new();
+    let mut env = Vec::new();
+    if let Some(command) = &config.gitea_mcp_command {
+        let url = config.gitea_url.clone().ok_or_else(|| {
+            anyhow::anyhow!("config key `gitea_url` is required when gitea_mcp_command is set")
+        })?;
+        let mcp = GiteaMcp {
+            command: command.clone(),
+            args: config.gitea_mcp_args.clone(),
+            url_env: config.gitea_mcp_url_env.clone(),
+            url,
+            token_env: config.gitea_mcp_token_env.clone(),
+        };
+        thread_config = mcp.thread_config();
+        if let Some(token) = &config.gitea_token {
+            env.push((config.gitea_mcp_token_env.clone(), token.clone()));
+        }
+    }
+    Ok(CodexSettings {
+        codex_bin: config.codex_bin.clone(),
+        codex_home: config.codex_home.clone(),
+        developer_instructions: developer_instructions(&config.bot_login),
+        thread_config,
+        env,
+        request_timeout: std::time::Duration::from_secs(30),
+        nice: config.codex_nice,
+    })
 }

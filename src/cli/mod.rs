@@ -1,8 +1,9 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `approvals`,
-//! `reconcile`, `gitea hook` ([`hook`]) and `codex login|status|logout`
-//! ([`codex`]).
+//! `reconcile`, `gitea hook` ([`hook`]), `codex login|status|logout`
+//! ([`codex`]) and `doctor` ([`doctor`]).
 
 pub mod codex;
+pub mod doctor;
 pub mod hook;
 
 use crate::config::{Config, DatabaseUrl};
@@ -48,6 +49,10 @@ pub enum Command {
         #[command(subcommand)]
         command: codex::CodexCommand,
     },
+    /// Check the configuration, the store, Gitea, Codex, the Gitea MCP server and
+    /// the workspace: one line per check (ok, warn or fail, with what to do).
+    /// Exits 0 only when nothing failed. Never prints a secret.
+    Doctor(doctor::DoctorArgs),
     /// Set Gitea up for the bridge.
     Gitea {
         #[command(subcommand)]

@@ -18,6 +18,7 @@ mod account;
 mod agent;
 mod keeper;
 mod notice;
+pub mod probe;
 mod process;
 pub mod protocol;
 mod route;

@@ -21,6 +21,7 @@ pub mod attempts;
 pub mod audit;
 pub mod comments;
 pub mod control;
+pub mod health;
 pub mod ingest;
 pub mod leases;
 pub mod ledger;

@@ -18,6 +18,7 @@ mod codex_runtime;
 mod codex_smoke;
 mod codexhome;
 mod deploy;
+mod doctor;
 mod e2e;
 mod fakemodel;
 mod floors;
