@@ -263,6 +263,16 @@ mod tests {
     }
 
     proptest! {
+        // Failing cases are kept beside the integration tests' and replayed first.
+        #![proptest_config(ProptestConfig {
+            failure_persistence: Some(Box::new(
+                proptest::test_runner::FileFailurePersistence::Direct(
+                    "tests/proptest-regressions/domain-statuses.txt"
+                )
+            )),
+            ..ProptestConfig::default()
+        })]
+
         /// Whatever the rows, at most one is posted, it is the newest and
         /// nothing of its commit is in flight; a row in flight is left to its
         /// worker; every other older unfinished row is superseded; no
