@@ -85,8 +85,25 @@ fn rig() -> Result<Rig> {
     })
 }
 
-/// RSS growth for `n` idle session actors, per actor.
-async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
+/// What `n` idle session actors cost: the allocator's live bytes per actor
+/// (the figure judged), and the process's RSS before and after.
+struct IdleCost {
+    live_per_actor: f64,
+    rss_before: u64,
+    rss_after: u64,
+}
+
+/// Bytes the allocator has handed out and not got back. RSS also holds pages
+/// jemalloc keeps after a burst of short-lived futures (its decay takes
+/// seconds), so it says more about the start-up burst than about an idle actor.
+fn live_bytes() -> Result<u64> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().map_err(|e| anyhow::anyhow!("jemalloc epoch: {e}"))?;
+    let bytes = stats::allocated::read().map_err(|e| anyhow::anyhow!("jemalloc stats: {e}"))?;
+    Ok(bytes as u64)
+}
+
+async fn idle_sessions(n: usize) -> Result<IdleCost> {
     let rig = rig()?;
     // Warm up the store and the runtime of actix before measuring.
     for i in 0..100 {
@@ -95,8 +112,9 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
             repo_key: "default:warm/w".parse()?,
         });
     }
-    wait_sessions(&rig.registry, 100).await?;
-    let before = rss_bytes()?;
+    wait_settled(&rig.registry, 100).await?;
+    let rss_before = rss_bytes()?;
+    let live_before = live_bytes()?;
     for i in 0..n {
         rig.registry.do_send(DrainSession {
             session_key: format!("default:acme/r{}:issue:{}", i % 500, i + 1).parse()?,
@@ -106,29 +124,36 @@ async fn idle_sessions(n: usize) -> Result<(f64, u64, u64)> {
             tokio::task::yield_now().await;
         }
     }
-    wait_sessions(&rig.registry, n + 100).await?;
-    // Let every session finish its start-up pass (idle means no work in flight).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = rss_bytes()?;
+    wait_settled(&rig.registry, n + 100).await?;
+    let live_after = live_bytes()?;
+    let rss_after = rss_bytes()?;
     drop(rig);
-    Ok((
-        (after.saturating_sub(before)) as f64 / n as f64,
-        before,
-        after,
-    ))
+    Ok(IdleCost {
+        live_per_actor: live_after.saturating_sub(live_before) as f64 / n as f64,
+        rss_before,
+        rss_after,
+    })
 }
 
-async fn wait_sessions(registry: &Addr<Registry>, n: usize) -> Result<()> {
+/// Waits until `n` session actors have each finished a drive and have none
+/// running or queued: idle, with no start-up work in flight.
+async fn wait_settled(registry: &Addr<Registry>, n: usize) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let tree = registry.send(Snapshot).await?;
-        if tree.session_actors >= n {
+        let settled = tree
+            .repositories
+            .iter()
+            .flat_map(|r| &r.sessions)
+            .filter(|s| s.normal_lane.passes > 0 && !s.normal_lane.busy && s.mailbox_backlog == 0)
+            .count();
+        if settled >= n {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("only {} of {n} session actors started", tree.session_actors);
+            bail!("only {settled} of {n} session actors settled");
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -215,7 +240,9 @@ fn main() -> Result<()> {
     };
     // Each phase in its own actix system, so one phase's actors are gone
     // before the next is measured.
-    let (per_session, before, after) = System::new().block_on(idle_sessions(sessions))?;
+    let idle = System::new().block_on(idle_sessions(sessions))?;
+    let per_session = idle.live_per_actor;
+    let rss_per_session = idle.rss_after.saturating_sub(idle.rss_before) as f64 / sessions as f64;
     let burst = System::new().block_on(scheduling(repos, Duration::ZERO))?;
     // A steady stream over the same repositories: 150 commits a second.
     let paced = System::new().block_on(scheduling(repos, Duration::from_micros(6_667)))?;
@@ -225,11 +252,12 @@ fn main() -> Result<()> {
     ];
     println!("actor benchmark ({}):", if full { "full" } else { "smoke" });
     println!(
-        "  idle session actors: {sessions}, RSS {:.1} MiB -> {:.1} MiB, {:.0} bytes ({:.2} KiB) per actor  target <= 16 KiB  {}",
-        before as f64 / 1048576.0,
-        after as f64 / 1048576.0,
+        "  idle session actors: {sessions}, live heap {:.0} bytes ({:.2} KiB) per actor (RSS {:.1} MiB -> {:.1} MiB, {:.2} KiB per actor)  target <= 16 KiB  {}",
         per_session,
         per_session / 1024.0,
+        idle.rss_before as f64 / 1048576.0,
+        idle.rss_after as f64 / 1048576.0,
+        rss_per_session / 1024.0,
         if per_session <= 16.0 * 1024.0 { "PASS" } else { "MISS" }
     );
     for f in &runs {
@@ -246,8 +274,8 @@ fn main() -> Result<()> {
         let json = serde_json::json!({
             "benchmark": "actors",
             "sessions": sessions,
-            "rssBeforeBytes": before,
-            "rssAfterBytes": after,
+            "rssBeforeBytes": idle.rss_before,
+            "rssAfterBytes": idle.rss_after,
             "bytesPerIdleSession": per_session,
             "scheduling": runs.iter().map(|f| serde_json::json!({
                 "run": f.label, "p50Ms": f.p50, "p99Ms": f.p99, "maxMs": f.max, "count": f.count,

@@ -24,74 +24,54 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     }
 }
 
-/// The actor tree (`None`: intake only), and whether its agent runtime can
-/// run turns now.
+/// The actor tree (`None`: intake only), whether its agent runtime can run
+/// turns now, and how it is signed in (Codex only).
 type Actors = (
     Option<actix::Addr<crate::actors::registry::Registry>>,
     crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
+);
+
+/// The configured agent runtime: its turns, the forge that checks its
+/// replies, whether it can run now, and how it is signed in (Codex only).
+type Runtime = (
+    Arc<dyn crate::agent::Agent>,
+    Arc<dyn crate::forge::Forge>,
+    crate::agent::Availability,
+    Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
 
 /// Starts the actor tree for the configured agent runtime (`None`: intake
 /// only); for Codex also its keeper, which starts the app-server now and
 /// publishes whether turns can run (a Codex that cannot run never stops the
 /// server: tasks wait `queued` until it can).
-fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
+fn start_actors(
+    config: &Config,
+    store: &Store,
+    secrets: &crate::config::ServerSecrets,
+) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
+    use crate::agent::account::AccountControl;
     use crate::agent::scripted::ScriptedAgent;
-    use crate::agent::{Agent, Availability};
+    use crate::agent::Availability;
     use crate::config::AgentRuntimeKind;
     use crate::forge::scripted::ScriptedForge;
     use crate::forge::Forge;
     use actix::Actor;
 
-    let (runtime, verifier, agent): (Arc<dyn Agent>, Arc<dyn Forge>, Availability) = match config
-        .agent_runtime
-    {
+    let (runtime, verifier, agent, account): Runtime = match config.agent_runtime {
         AgentRuntimeKind::None => {
             tracing::warn!(
                 "agent_runtime = none: webhooks are stored and queued, but no turn runs \
                  (set agent_runtime = \"codex\" to run them)"
             );
-            return Ok((None, Availability::always()));
+            return Ok((None, Availability::always(), None));
         }
         AgentRuntimeKind::Codex => {
-            use crate::codex::{developer_instructions, CodexAgent, CodexSettings, GiteaMcp};
-            // The thread-level Gitea MCP server: its URL in thread config, its
-            // token only in the app-server's environment, by reference.
-            let mut thread_config = serde_json::Map::new();
-            let mut env = Vec::new();
-            if let Some(command) = &config.gitea_mcp_command {
-                let url = config.gitea_url.clone().ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "config key `gitea_url` is required when gitea_mcp_command is set"
-                    )
-                })?;
-                let mcp = GiteaMcp {
-                    command: command.clone(),
-                    args: config.gitea_mcp_args.clone(),
-                    url_env: config.gitea_mcp_url_env.clone(),
-                    url,
-                    token_env: config.gitea_mcp_token_env.clone(),
-                };
-                thread_config = mcp.thread_config();
-                if let Some(token) = &config.gitea_token {
-                    env.push((config.gitea_mcp_token_env.clone(), token.clone()));
-                }
-            }
+            use crate::codex::CodexAgent;
             let (notices, notice_rx) = crate::codex::notice_channel();
             actix::spawn(record_notices(store.clone(), notice_rx));
-            let codex = CodexAgent::new(
-                CodexSettings {
-                    codex_bin: config.codex_bin.clone(),
-                    codex_home: config.codex_home.clone(),
-                    developer_instructions: developer_instructions(&config.bot_login),
-                    thread_config,
-                    env,
-                    request_timeout: std::time::Duration::from_secs(30),
-                    nice: config.codex_nice,
-                },
-                notices,
-            );
+            let codex = CodexAgent::new(codex_settings(config)?, notices);
             let (status, agent) = Availability::channel();
             actix::spawn(codex.clone().keep_available(status));
             let verifier: Arc<dyn Forge> = match gitea_client(config) {
@@ -107,7 +87,8 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
                         .unwrap_or_default(),
                 }),
             };
-            (Arc::new(codex), verifier, agent)
+            let account: Arc<dyn AccountControl> = Arc::new(codex.clone());
+            (Arc::new(codex), verifier, agent, Some(account))
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -123,6 +104,7 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
                 )),
                 Arc::new(ScriptedForge::default()),
                 Availability::always(),
+                None,
             )
         }
     };
@@ -137,6 +119,13 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
             .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
     }
     if let Some(client) = gitea_client(config) {
+        let statuses = crate::jobs::statuses::StatusWorker {
+            store: store.clone(),
+            client: client.clone(),
+            public_url: config.public_url.clone(),
+            safety_interval: crate::jobs::statuses::StatusWorker::SAFETY_INTERVAL,
+        };
+        actix::spawn(statuses.run());
         let worker = crate::jobs::receipts::ReceiptWorker {
             store: store.clone(),
             client,
@@ -149,6 +138,9 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
     settings.hold = crate::readiness::blockers(config);
+    settings.redactor = settings
+        .redactor
+        .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
     settings.agent = agent.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
@@ -157,7 +149,7 @@ fn start_actors(config: &Config, store: &Store) -> anyhow::Result<Actors> {
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok((Some(Registry::new(deps).start()), agent))
+    Ok((Some(Registry::new(deps).start()), agent, account))
 }
 
 /// Starts the catch-up of comments whose webhook never arrived, unless
@@ -254,7 +246,7 @@ pub async fn run(
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
 
-    let (registry, agent) = start_actors(&config, &store)?;
+    let (registry, agent, account) = start_actors(&config, &store, &secrets)?;
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
         bot_login: config.bot_login.clone(),
@@ -267,6 +259,7 @@ pub async fn run(
         config: Arc::new(config),
         registry,
         agent,
+        account,
         sessions: crate::web::auth::Sessions::new(&secrets.admin_token),
         secrets,
         store,
@@ -374,4 +367,39 @@ async fn shutdown_signal() {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
+}
+
+/// How the server runs its app-server: the binary, CODEX_HOME, and the
+/// thread-level Gitea MCP server (its URL in thread config, its token only
+/// in the app-server's environment, by reference). `doctor` starts its probe
+/// from the same settings.
+pub fn codex_settings(config: &Config) -> anyhow::Result<crate::codex::CodexSettings> {
+    use crate::codex::{developer_instructions, CodexSettings, GiteaMcp};
+    let mut thread_config = serde_json::Map::new();
+    let mut env = Vec::new();
+    if let Some(command) = &config.gitea_mcp_command {
+        let url = config.gitea_url.clone().ok_or_else(|| {
+            anyhow::anyhow!("config key `gitea_url` is required when gitea_mcp_command is set")
+        })?;
+        let mcp = GiteaMcp {
+            command: command.clone(),
+            args: config.gitea_mcp_args.clone(),
+            url_env: config.gitea_mcp_url_env.clone(),
+            url,
+            token_env: config.gitea_mcp_token_env.clone(),
+        };
+        thread_config = mcp.thread_config();
+        if let Some(token) = &config.gitea_token {
+            env.push((config.gitea_mcp_token_env.clone(), token.clone()));
+        }
+    }
+    Ok(CodexSettings {
+        codex_bin: config.codex_bin.clone(),
+        codex_home: config.codex_home.clone(),
+        developer_instructions: developer_instructions(&config.bot_login),
+        thread_config,
+        env,
+        request_timeout: std::time::Duration::from_secs(30),
+        nice: config.codex_nice,
+    })
 }

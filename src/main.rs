@@ -11,6 +11,9 @@ fn main() -> ExitCode {
     let config = match Config::load(args.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
+            if matches!(args.command, Command::Doctor(_)) {
+                print!("{}", cli::doctor::config_failed(&e));
+            }
             eprintln!("codex-bridge: {e}");
             return ExitCode::from(2);
         }
@@ -22,6 +25,8 @@ fn main() -> ExitCode {
         Command::Tasks { command } => cli::tasks_command(&config, command),
         Command::Approvals { command } => cli::approvals_command(&config, command),
         Command::Reconcile(a) => cli::reconcile(&config, a),
+        Command::Codex { command } => cli::codex::codex_command(&config, command),
+        Command::Doctor(a) => cli::doctor::run(&config, &a),
         Command::Gitea {
             command: GiteaCommand::Hook(a),
         } => cli::hook::run(&config, &a),

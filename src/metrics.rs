@@ -42,6 +42,14 @@ pub const VERIFICATION_OUTCOMES: &[&str] = &["confirmed", "missing", "unknown"];
 /// errors are in the log and the audit log).
 pub const CATCHUP_OUTCOMES: &[&str] = &["complete", "incomplete"];
 
+/// Commit statuses the bridge sets, by state.
+pub const COMMIT_STATUS_STATES: &[&str] = &["pending", "success", "failure", "error"];
+
+/// What became of one commit status: posted; a failed POST to be tried
+/// again; given up (refused, or retries exhausted); not posted because a
+/// newer status of the same commit came first.
+pub const COMMIT_STATUS_OUTCOMES: &[&str] = &["posted", "retry", "failed", "superseded"];
+
 /// Actor kinds whose restarts are counted.
 const ACTOR_KINDS: &[&str] = &["repo", "session"];
 
@@ -98,6 +106,7 @@ struct Process {
     transitions: IntCounterVec,
     restarts: IntCounterVec,
     verifications: IntCounterVec,
+    commit_statuses: IntCounterVec,
     turn: Histogram,
     settle: Histogram,
     turns_in_progress: IntGauge,
@@ -144,6 +153,13 @@ impl Process {
                 "Replies checked in Gitea, by outcome.",
                 "outcome",
                 VERIFICATION_OUTCOMES,
+            )?,
+            commit_statuses: counter2(
+                r,
+                "codex_bridge_commit_statuses_total",
+                "Commit statuses of pull request tasks written to Gitea by this process, by state and outcome.",
+                ("state", COMMIT_STATUS_STATES),
+                ("outcome", COMMIT_STATUS_OUTCOMES),
             )?,
             turn: histogram(
                 r,
@@ -226,6 +242,25 @@ fn counter(
     Ok(c)
 }
 
+/// A counter with two labels, every pair of their `known` values
+/// pre-registered at 0.
+fn counter2(
+    r: &Registry,
+    name: &str,
+    help: &str,
+    (first, first_known): (&str, &[&str]),
+    (second, second_known): (&str, &[&str]),
+) -> prometheus::Result<IntCounterVec> {
+    let c = IntCounterVec::new(Opts::new(name, help), &[first, second])?;
+    for a in first_known {
+        for b in second_known {
+            c.get_metric_with_label_values(&[a, b])?;
+        }
+    }
+    r.register(Box::new(c.clone()))?;
+    Ok(c)
+}
+
 /// A histogram with fixed upper bounds (seconds).
 fn histogram(
     r: &Registry,
@@ -296,6 +331,14 @@ pub fn actor_restart(kind: &str) {
 pub fn reply_verification(outcome: &str) {
     if let Ok(p) = process() {
         p.verifications.with_label_values(&[outcome]).inc();
+    }
+}
+
+/// One commit status handled (`state`: one of [`COMMIT_STATUS_STATES`],
+/// `outcome`: one of [`COMMIT_STATUS_OUTCOMES`]).
+pub fn commit_status(state: &str, outcome: &str) {
+    if let Ok(p) = process() {
+        p.commit_statuses.with_label_values(&[state, outcome]).inc();
     }
 }
 
@@ -499,6 +542,7 @@ mod tests {
                 "codex_bridge_catchup_pass_duration_seconds histogram",
                 "codex_bridge_catchup_passes_total counter",
                 "codex_bridge_catchup_tasks_total counter",
+                "codex_bridge_commit_statuses_total counter",
                 "codex_bridge_queue_depth gauge",
                 "codex_bridge_reply_verifications_total counter",
                 "codex_bridge_running_turns gauge",
@@ -521,6 +565,7 @@ mod tests {
             "codex_bridge_catchup_passes_total{outcome=\"incomplete\"} ",
             "codex_bridge_catchup_tasks_total ",
             "codex_bridge_catchup_pass_duration_seconds_bucket{le=\"300\"} ",
+            "codex_bridge_commit_statuses_total{outcome=\"superseded\",state=\"error\"} ",
             "codex_bridge_webhook_accept_duration_seconds_bucket{le=\"0.0025\"} ",
             "codex_bridge_turn_settle_seconds_bucket{le=\"0.0005\"} ",
             "codex_bridge_turn_duration_seconds_bucket{le=\"3600\"} ",

@@ -8,6 +8,7 @@
 //! nothing but the message in flight.
 
 pub mod health;
+pub mod redact;
 pub mod registry;
 pub mod repo;
 pub mod session;
@@ -56,6 +57,8 @@ pub struct ActorSettings {
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
     /// The bot's Gitea login (named in the turn's prompt).
     pub bot_login: String,
+    /// Scrubs this server's secrets out of what a turn's transcript stores.
+    pub redactor: redact::Redactor,
     /// Why this process must start no task (say, no Gitea client to check a
     /// commenter's permission and verify the reply); empty: schedule normally.
     /// While it is not empty the repo actors lease nothing, so tasks wait
@@ -91,6 +94,7 @@ impl ActorSettings {
             sandbox: Sandbox::DangerFullAccess,
             repositories: Arc::new(BTreeMap::new()),
             bot_login: "codex-bot".into(),
+            redactor: redact::Redactor::default(),
             hold: Vec::new(),
             agent: crate::agent::Availability::always(),
         }
@@ -123,6 +127,17 @@ impl ActorSettings {
         s.sandbox = config.default_policy.sandbox;
         s.repositories = Arc::new(config.repositories.clone());
         s.bot_login = config.bot_login.clone();
+        // Generated secrets are not in the configuration: the app adds them.
+        s.redactor = redact::Redactor::new(
+            [
+                &config.gitea_token,
+                &config.webhook_secret,
+                &config.admin_token,
+            ]
+            .into_iter()
+            .flatten()
+            .cloned(),
+        );
         s
     }
 }
@@ -134,6 +149,12 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Blocking: clone or fetch, then check out what the task needs; the
     /// work tree.
     fn prepare(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<PathBuf, WorkspaceError>;
+    /// As [`Workspaces::prepare`], with the commit checked out when the
+    /// workspaces know it: a pull request task's commit statuses go on it.
+    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
+        self.prepare(repo, checkout)
+            .map(|path| Ready { path, head: None })
+    }
     /// The workspace folder of a repository (validated, under the root).
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError>;
 }
@@ -143,9 +164,25 @@ impl Workspaces for WorkspaceManager {
         WorkspaceManager::prepare(self, repo, checkout).map(|p| p.path)
     }
 
+    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
+        WorkspaceManager::prepare(self, repo, checkout).map(|p| Ready {
+            path: p.path,
+            head: Some(p.head),
+        })
+    }
+
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
         WorkspaceManager::path_for(self, owner, name)
     }
+}
+
+/// A workspace ready for a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// The work tree.
+    pub path: PathBuf,
+    /// The commit checked out (full sha), when the workspaces say.
+    pub head: Option<String>,
 }
 
 /// What the actors are given when the process starts: the store, the agent

@@ -14,7 +14,7 @@ use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{attempts, control, format_time, now, queue, StoreError};
+use crate::store::{attempts, control, format_time, now, queue, statuses, StoreError};
 use crate::workspace::{Checkout, Disposition, RepoSpec, WorkspaceError};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -363,7 +363,7 @@ async fn schedule_pass(
         },
     };
     let workspaces = deps.workspaces.clone();
-    let prepared = tokio::task::spawn_blocking(move || workspaces.prepare(&spec, &checkout))
+    let prepared = tokio::task::spawn_blocking(move || workspaces.ready(&spec, &checkout))
         .await
         .unwrap_or_else(|e| {
             Err(WorkspaceError::Unfinished {
@@ -372,8 +372,11 @@ async fn schedule_pass(
             })
         });
     match prepared {
-        Ok(path) => {
-            tracing::debug!(task.id = %next.task_id, path = %path.display(), "workspace ready");
+        Ok(prepared) => {
+            tracing::debug!(task.id = %next.task_id, path = %prepared.path.display(), "workspace ready");
+            if let (true, Some(head)) = (next.resource_key.is_pull(), prepared.head) {
+                record_head(&deps, &next.task_id, head).await;
+            }
             outcome.dispatch = Some((next.session_key.clone(), repo_key));
         }
         Err(err) => {
@@ -382,6 +385,20 @@ async fn schedule_pass(
         }
     }
     Ok(outcome)
+}
+
+/// Records the commit a pull request task's workspace was checked out at,
+/// which its commit statuses go on. Statuses never hold a task up: if the
+/// store refuses, the task runs without them.
+async fn record_head(deps: &Arc<ActorDeps>, task_id: &TaskId, head: String) {
+    let t = task_id.clone();
+    let recorded = deps
+        .store
+        .write(move |c| statuses::record_head(c, &t, &head))
+        .await;
+    if let Err(e) = recorded {
+        tracing::warn!(task.id = %task_id, error = %e, "could not record the pull request's head; this task sets no commit status");
+    }
 }
 
 async fn acquire(

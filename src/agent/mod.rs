@@ -2,10 +2,13 @@
 //! turns on it. The Codex app-server client implements this; tests use the
 //! [`scripted`] runtime. A runtime speaks its protocol and returns typed events;
 //! it knows nothing of the store or the actors. Whether it can run turns at
-//! all (its process, its account) it publishes as an [`Availability`].
+//! all (its process, its account) it publishes as an [`Availability`]; how
+//! an operator signs it in is [`account`].
 
+pub mod account;
 mod availability;
 pub mod scripted;
+pub mod transcript;
 
 pub use availability::{
     AccountState, Availability, ProcessState, RuntimeStatus, StartProblem, StatusSender,
@@ -65,6 +68,20 @@ pub enum TurnEvent {
         /// `inProgress`, `completed` or `failed`.
         status: String,
         error: Option<String>,
+    },
+    /// An item of the turn started or completed: what the transcript shows.
+    /// Sent before the event the same notification makes (same `seq`).
+    Item {
+        seq: i64,
+        phase: transcript::ItemPhase,
+        item: transcript::TranscriptItem,
+    },
+    /// The thread's token totals before the turn's first model request
+    /// (`start`) and now (`end`): the turn used `end - start`.
+    TokenUsage {
+        seq: i64,
+        start: transcript::TokenCounts,
+        end: transcript::TokenCounts,
     },
     /// The turn ended in failure.
     Failed { seq: i64, error: String },

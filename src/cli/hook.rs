@@ -50,7 +50,7 @@ pub struct HookArgs {
     pub recreate: bool,
 }
 
-fn parse_url(s: &str) -> Result<String, String> {
+pub(super) fn parse_url(s: &str) -> Result<String, String> {
     let host = s
         .strip_prefix("https://")
         .or_else(|| s.strip_prefix("http://"));

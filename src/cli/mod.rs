@@ -1,6 +1,9 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `approvals`,
-//! `reconcile`, and `gitea hook` ([`hook`]).
+//! `reconcile`, `gitea hook` ([`hook`]), `codex login|status|logout`
+//! ([`codex`]) and `doctor` ([`doctor`]).
 
+pub mod codex;
+pub mod doctor;
 pub mod hook;
 
 use crate::config::{Config, DatabaseUrl};
@@ -41,6 +44,15 @@ pub enum Command {
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
     /// Never re-runs anything; it records the verdict and an audit event.
     Reconcile(ReconcileArgs),
+    /// Sign the running server's Codex in or out, or show its account.
+    Codex {
+        #[command(subcommand)]
+        command: codex::CodexCommand,
+    },
+    /// Check the configuration, the store, Gitea, Codex, the Gitea MCP server and
+    /// the workspace: one line per check (ok, warn or fail, with what to do).
+    /// Exits 0 only when nothing failed. Never prints a secret.
+    Doctor(doctor::DoctorArgs),
     /// Set Gitea up for the bridge.
     Gitea {
         #[command(subcommand)]

@@ -6,7 +6,8 @@
 //! cannot run it, so an operator can fix the setup while tasks wait `queued`
 //! with their attempts untouched; the keeper finds the fix by itself
 //! (a failed start is tried again after the process's backoff, 1 s doubling
-//! to 60 s; a missing account is read again every few seconds).
+//! to 60 s; a missing account is read again every few seconds, and at once
+//! after a sign-in or sign-out, `account.rs`).
 
 use super::agent::CodexAgent;
 use super::process::start_backoff;
@@ -74,6 +75,9 @@ impl CodexAgent {
                 tokio::select! {
                     _ = conn.closed() => break,
                     _ = tokio::time::sleep(recheck) => {},
+                    // A sign-in or sign-out: read the account now, so tasks
+                    // start (or wait) at once.
+                    _ = self.inner.router.account().changed() => {},
                     _ = status.closed() => return,
                 }
             }

@@ -1,6 +1,6 @@
 //! What the Codex client reports about itself for the audit log: a capability
 //! it goes without, a request of the app-server it refused, a message it
-//! could not read. The client only sends [`CodexNotice`]s; whoever owns the
+//! could not read, a sign-in that ended. The client only sends [`CodexNotice`]s; whoever owns the
 //! audit log (the app's wiring) records them, so the client knows nothing
 //! of the store.
 
@@ -27,6 +27,13 @@ pub enum CodexNotice {
     /// A message of a known method that codex-bridge could not read (the
     /// app-server speaks a protocol this version does not know).
     UnreadableMessage { method: String, error: String },
+    /// A sign-in ended (`account/login/completed`); `login_id` is `None`
+    /// for an API key, which is done when its request is answered.
+    LoginCompleted {
+        login_id: Option<String>,
+        success: bool,
+        error: Option<String>,
+    },
 }
 
 impl CodexNotice {
@@ -36,6 +43,7 @@ impl CodexNotice {
             CodexNotice::CapabilityDowngrade { .. } => "capability_downgrade",
             CodexNotice::ServerRequestDeclined { .. } => "codex.server_request_declined",
             CodexNotice::UnreadableMessage { .. } => "codex.message_unreadable",
+            CodexNotice::LoginCompleted { .. } => "codex.login_completed",
         }
     }
 
@@ -53,6 +61,11 @@ impl CodexNotice {
             CodexNotice::UnreadableMessage { method, error } => {
                 json!({ "method": method, "error": error })
             }
+            CodexNotice::LoginCompleted {
+                login_id,
+                success,
+                error,
+            } => json!({ "loginId": login_id, "success": success, "error": error }),
         }
     }
 }

@@ -24,6 +24,10 @@ struct Live {
     loaded: HashSet<String>,
 }
 
+/// The `-c` override that keeps the app-server's credentials (an API key,
+/// ChatGPT tokens) in files under CODEX_HOME.
+const CREDENTIALS_IN_CODEX_HOME: &str = "cli_auth_credentials_store=\"file\"";
+
 /// Why the app-server could not be started. `detail` is for the log and
 /// the authenticated admin view: it may name the binary's path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,6 +217,10 @@ impl Process {
             tokio::process::Command::new(&s.codex_bin)
         };
         cmd.arg("app-server")
+            // Credentials as files under CODEX_HOME, which the bridge owns:
+            // a headless server has no keyring to keep them in, and a
+            // sign-in through the bridge must be found by the next process.
+            .args(["-c", CREDENTIALS_IN_CODEX_HOME])
             .env_clear()
             .env("CODEX_HOME", &s.codex_home)
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())

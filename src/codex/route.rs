@@ -3,12 +3,15 @@
 //! every request it makes of us, so no turn can hang on one. What the router
 //! cannot read or will not grant is logged and reported as a [`CodexNotice`].
 
+use super::account::AccountEvents;
 use super::notice::{CodexNotice, NoticeSender};
 use super::protocol::{
     ApprovalKind, ApprovalRequest, McpServerStartupState, McpToolCallItem, Refusal, RequestId,
     ServerNotification, ThreadItem, ThreadScoped, TurnStatus, Unreadable,
 };
 use super::rpc::{Incoming, RpcConnection};
+use super::transcript::{token_counts, transcript_item};
+use crate::agent::transcript::{ItemPhase, TokenCounts};
 use crate::agent::{AgentError, TurnEvent};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -22,6 +25,8 @@ struct Sink {
     seq: i64,
     last_agent_text: Option<String>,
     last_error: Option<String>,
+    /// The thread's token totals before the turn's first model request.
+    tokens_before: Option<TokenCounts>,
 }
 
 /// Start-up status of a thread's MCP server, and why it failed.
@@ -38,6 +43,8 @@ pub(super) struct Router {
     /// (thread, server) → start-up status.
     mcp: Arc<Mutex<HashMap<(String, String), StartupStatus>>>,
     mcp_changed: Arc<tokio::sync::Notify>,
+    /// Sign-ins and account changes (`account.rs`).
+    account: Arc<AccountEvents>,
     notices: NoticeSender,
 }
 
@@ -48,8 +55,13 @@ impl Router {
             approvals: Arc::default(),
             mcp: Arc::default(),
             mcp_changed: Arc::default(),
+            account: Arc::default(),
             notices,
         }
+    }
+
+    pub(super) fn account(&self) -> &AccountEvents {
+        &self.account
     }
 
     pub(super) fn notices(&self) -> &NoticeSender {
@@ -76,6 +88,7 @@ impl Router {
                     seq: 0,
                     last_agent_text: None,
                     last_error: None,
+                    tokens_before: None,
                 },
             );
         }
@@ -147,6 +160,7 @@ impl Router {
                     if let Ok(mut sinks) = self.sinks.lock() {
                         sinks.clear();
                     }
+                    self.account.connection_closed();
                     break;
                 }
             }
@@ -192,14 +206,26 @@ impl Router {
                 self.mcp_changed.notify_waiters();
             }
             ServerNotification::ItemStarted(n) => {
-                self.on_turn(&n.thread_id, |seq, _| match n.item {
-                    ThreadItem::McpToolCall(call) => Some(tool_call(seq, "started", call)),
-                    _ => None,
+                self.on_turn(&n.thread_id, |seq, _| {
+                    let mut events = vec![TurnEvent::Item {
+                        seq,
+                        phase: ItemPhase::Started,
+                        item: transcript_item(&n.item),
+                    }];
+                    if let ThreadItem::McpToolCall(call) = n.item {
+                        events.push(tool_call(seq, "started", call));
+                    }
+                    events
                 });
             }
             ServerNotification::ItemCompleted(n) => {
                 self.on_turn(&n.thread_id, |seq, sink| {
-                    Some(match n.item {
+                    let item = TurnEvent::Item {
+                        seq,
+                        phase: ItemPhase::Completed,
+                        item: transcript_item(&n.item),
+                    };
+                    let event = match n.item {
                         ThreadItem::McpToolCall(call) => tool_call(seq, "completed", call),
                         ThreadItem::UserMessage(m) => TurnEvent::Delivered {
                             seq,
@@ -212,14 +238,30 @@ impl Router {
                                 kind: "agentMessage".into(),
                             }
                         }
-                        ThreadItem::Other { kind } => TurnEvent::Progress { seq, kind },
-                    })
+                        other => TurnEvent::Progress {
+                            seq,
+                            kind: other.kind().to_owned(),
+                        },
+                    };
+                    vec![item, event]
+                });
+            }
+            ServerNotification::TokenUsageUpdated(n) => {
+                self.on_turn(&n.thread_id, |seq, sink| {
+                    let usage = n.token_usage;
+                    let end = token_counts(&usage.total);
+                    // Before the first request of this turn: its total less
+                    // that request's share. Kept, so later updates agree.
+                    let start = *sink
+                        .tokens_before
+                        .get_or_insert_with(|| end.since(token_counts(&usage.last)));
+                    vec![TurnEvent::TokenUsage { seq, start, end }]
                 });
             }
             ServerNotification::Error(n) => {
                 self.on_turn(&n.thread_id, |_, sink| {
                     sink.last_error = Some(n.error.message);
-                    None
+                    Vec::new()
                 });
             }
             ServerNotification::TurnCompleted(n) => {
@@ -242,19 +284,33 @@ impl Router {
                     },
                 });
             }
+            ServerNotification::AccountLoginCompleted(n) => {
+                if n.success {
+                    tracing::info!(login.id = ?n.login_id, "codex sign-in completed");
+                } else {
+                    tracing::warn!(login.id = ?n.login_id, error = ?n.error, "codex sign-in failed");
+                }
+                self.account.completed(&n);
+                self.notices.send(CodexNotice::LoginCompleted {
+                    login_id: n.login_id,
+                    success: n.success,
+                    error: n.error,
+                });
+            }
+            ServerNotification::AccountUpdated => self.account.updated(),
             ServerNotification::Unused { method, thread_id } => {
                 tracing::trace!(%method, "app-server notification codex-bridge does not use");
                 // Counted all the same: `seq` orders everything seen on the turn.
                 if let Some(thread) = thread_id {
-                    self.on_turn(&thread, |_, _| None);
+                    self.on_turn(&thread, |_, _| Vec::new());
                 }
             }
         }
     }
 
     /// Gives the turn on `thread` (if one is routed) its next sequence
-    /// number, and sends the event `f` makes of it.
-    fn on_turn(&self, thread: &str, f: impl FnOnce(i64, &mut Sink) -> Option<TurnEvent>) {
+    /// number, and sends the events `f` makes of it.
+    fn on_turn(&self, thread: &str, f: impl FnOnce(i64, &mut Sink) -> Vec<TurnEvent>) {
         let Ok(mut sinks) = self.sinks.lock() else {
             return;
         };
@@ -262,7 +318,7 @@ impl Router {
             return;
         };
         sink.seq += 1;
-        if let Some(event) = f(sink.seq, sink) {
+        for event in f(sink.seq, sink) {
             let _ = sink.tx.send(event);
         }
     }
@@ -522,10 +578,28 @@ mod tests {
             peer.send(msg).await;
         }
         let mut seen = Vec::new();
+        let mut items = Vec::new();
         while let Some(e) = events.recv().await {
-            seen.push(e);
+            match e {
+                TurnEvent::Item { seq, phase, item } => items.push((seq, phase, item)),
+                e => seen.push(e),
+            }
         }
         assert_eq!(seen.len(), 5, "{seen:?}");
+        // Each item notification also reports the item, first, with its seq.
+        let items: Vec<_> = items
+            .iter()
+            .map(|(seq, phase, i)| (*seq, *phase, i.item_id.as_str(), i.body.kind()))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (2, ItemPhase::Completed, "u", "userMessage"),
+                (3, ItemPhase::Started, "c", "mcpToolCall"),
+                (4, ItemPhase::Completed, "c", "mcpToolCall"),
+                (5, ItemPhase::Completed, "r", "reasoning"),
+            ]
+        );
         assert_eq!(
             seen[0],
             TurnEvent::Delivered {
@@ -556,6 +630,43 @@ mod tests {
         assert!(matches!(
             peer.notice().await,
             CodexNotice::UnreadableMessage { method, .. } if method == "turn/completed"
+        ));
+    }
+
+    /// A turn's token usage: the thread's totals before its first model
+    /// request (total less that request's share) and after each one.
+    #[tokio::test]
+    async fn token_usage_reports_the_threads_totals_before_the_turn_and_now() {
+        let mut peer = Peer::start();
+        let mut events = peer.router.open_turn("t1");
+        let usage = |total: i64, last: i64| {
+            let b = |n: i64| {
+                json!({"totalTokens": n, "inputTokens": n - n / 3, "cachedInputTokens": 0,
+                "outputTokens": n / 3, "reasoningOutputTokens": 0})
+            };
+            json!({"method": "thread/tokenUsage/updated", "params": {"threadId": "t1", "turnId": "u1",
+                "tokenUsage": {"total": b(total), "last": b(last), "modelContextWindow": null}}})
+        };
+        // The thread had used 30 tokens before this turn; its two requests use 15 and 6.
+        peer.send(usage(45, 15)).await;
+        peer.send(usage(51, 6)).await;
+        peer.send(json!({"method": "turn/completed", "params": {"threadId": "t1", "turn": {"id": "u1", "status": "interrupted"}}}))
+            .await;
+        let mut seen = Vec::new();
+        while let Some(e) = events.recv().await {
+            seen.push(e);
+        }
+        let totals: Vec<_> = seen
+            .iter()
+            .filter_map(|e| match e {
+                TurnEvent::TokenUsage { seq, start, end } => Some((*seq, start.total, end.total)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(totals, [(1, 30, 45), (2, 30, 51)]);
+        assert!(matches!(
+            seen.last(),
+            Some(TurnEvent::Interrupted { seq: 3 })
         ));
     }
 }

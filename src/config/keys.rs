@@ -179,6 +179,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "logins that may never trigger work (a list; JSON array in the environment)",
     ),
     (
+        "public_url",
+        "the external base URL of this server, e.g. https://bridge.example.com, for links to a \
+         task's admin page from the commit statuses of pull requests (unset: no links)",
+    ),
+    (
         "repositories",
         "per-repository overrides of approval_policy, sandbox and turn_timeout_secs: a table keyed \
          by owner/name (a JSON object in the environment)",

@@ -114,6 +114,9 @@ pub struct Config {
     pub metrics_listen: Option<String>,
     /// Proxies whose forwarded headers are believed (see `web::client`).
     pub trusted_proxies: TrustedProxies,
+    /// The external base URL of this server (no trailing `/`), for links
+    /// to it in what the bridge writes into Gitea; `None`: no links.
+    pub public_url: Option<String>,
 }
 
 impl fmt::Debug for Config {

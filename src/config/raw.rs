@@ -107,6 +107,8 @@ pub(super) struct Raw {
     pub trigger_deny: Option<Vec<String>>,
     #[serde(deserialize_with = "repositories")]
     pub repositories: Option<BTreeMap<String, RawRepo>>,
+    #[serde(deserialize_with = "text")]
+    pub public_url: Option<String>,
 }
 
 /// One entry of `repositories`, as read: what it leaves out comes from the

@@ -93,6 +93,23 @@ impl Config {
     }
 }
 
+impl Config {
+    /// The admin token of a server started with this configuration, for a
+    /// client on the same machine (`codex-bridge codex …`): the configured
+    /// one, else the one the server generated into `state_dir`. `None` when
+    /// there is neither: nothing is generated here, since a token the server
+    /// does not know would only be refused.
+    pub fn known_admin_token(&self) -> Result<Option<SecretString>, ConfigError> {
+        if let Some(token) = &self.admin_token {
+            return Ok(Some(token.clone()));
+        }
+        if !self.state_dir.join(FILE_NAME).exists() {
+            return Ok(None);
+        }
+        Ok(Some(self.server_secrets()?.admin_token))
+    }
+}
+
 /// Takes group and other permissions off an existing secrets file, saying so:
 /// the secrets in it may already have been read. Refuses when that cannot be
 /// done (say, the file belongs to another user).
@@ -192,6 +209,22 @@ mod tests {
             mode(&first.generated_file.unwrap()) & 0o077,
             0,
             "generated secrets must not be readable by others"
+        );
+    }
+
+    #[test]
+    fn a_client_finds_the_servers_admin_token_and_never_makes_one_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = config_in(&dir.path().join("state"));
+        assert!(c.known_admin_token().unwrap().is_none());
+        assert!(
+            !dir.path().join("state").join(FILE_NAME).exists(),
+            "nothing generated"
+        );
+        let server = c.server_secrets().unwrap();
+        assert_eq!(
+            c.known_admin_token().unwrap().unwrap().expose_secret(),
+            server.admin_token.expose_secret()
         );
     }
 

@@ -422,3 +422,37 @@ fn config_words_are_their_serde_names() {
         assert_eq!(w.as_str().parse::<TriggerPermission>(), Ok(*w));
     }
 }
+
+#[test]
+fn public_url_is_an_http_base_url_kept_without_its_trailing_slash() {
+    let c = Config::from_sources(None, &env(&[])).unwrap();
+    assert_eq!(c.public_url, None);
+    for (given, kept) in [
+        ("https://bridge.example.com/", "https://bridge.example.com"),
+        ("http://10.0.0.5:8080", "http://10.0.0.5:8080"),
+        ("https://example.com/bridge/", "https://example.com/bridge"),
+    ] {
+        let c = Config::from_sources(None, &env(&[("CODEX_BRIDGE_PUBLIC_URL", given)])).unwrap();
+        assert_eq!(c.public_url.as_deref(), Some(kept), "{given}");
+    }
+    for bad in [
+        "bridge.example.com",
+        "ftp://bridge.example.com",
+        "https://",
+        "https:///admin",
+        "https://user:pw@bridge.example.com",
+        "https://bridge.example.com/?x=1",
+        "https://bridge.example.com/#frag",
+        "https://bridge example.com",
+    ] {
+        let err = error(&[("CODEX_BRIDGE_PUBLIC_URL", bad)]);
+        assert!(
+            err.contains("public_url") && err.contains("https://bridge.example.com"),
+            "{bad}: {err}"
+        );
+        assert!(!err.contains("pw@"), "{err}");
+    }
+    let (_dir, path) = file("public_url = \"https://bridge.example.com\"\n");
+    let c = Config::from_sources(Some(&path), &env(&[])).unwrap();
+    assert_eq!(c.public_url.as_deref(), Some("https://bridge.example.com"));
+}

@@ -172,6 +172,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         }
         None => TrustedProxies::default(),
     };
+    let public_url = raw.public_url.map(|u| public_url(&u)).transpose()?;
 
     Ok(Config {
         listen,
@@ -216,7 +217,34 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         catchup_interval_secs,
         metrics_listen: raw.metrics_listen,
         trusted_proxies,
+        public_url,
     })
+}
+
+/// `public_url`: an absolute http(s) URL with a host and no query or
+/// fragment (links are made by appending paths to it), kept without its
+/// trailing `/`.
+fn public_url(url: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| {
+        invalid(
+            "public_url",
+            format!(
+                "{why}: expected the server's external base URL, e.g. https://bridge.example.com"
+            ),
+        )
+    };
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"))
+        .ok_or_else(|| bad("not an http:// or https:// URL"))?;
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() || host.contains('@') {
+        return Err(bad("it names no host (or carries user information)"));
+    }
+    if url.contains(['?', '#']) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("it has a query, a fragment or a space"));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
 }
 
 /// A whole number of `key` within `min..=max`, or `default` when unset.

@@ -12,6 +12,7 @@ use diesel::sql_types::Text;
 use diesel::{AsExpression, FromSqlRow};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// Why a key could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -51,14 +52,18 @@ pub fn is_instance_id(s: &str) -> bool {
 
 /// `<instance>:<owner>/<name>`, owner and name folded to lower case: the unit
 /// of mutual exclusion (one lease, one queue, one clone per key).
+///
+/// The text is shared, not copied, when a key is cloned: the actor tree holds
+/// a session's key in its registry, its actor and its messages, for every
+/// Issue/PR it has seen.
 #[derive(Clone, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
 pub struct RepoKey {
-    text: String,
+    text: Arc<str>,
     /// Where the `:` after the instance id is.
-    colon: usize,
+    colon: u32,
     /// Where the `/` between owner and name is.
-    slash: usize,
+    slash: u32,
 }
 
 impl RepoKey {
@@ -86,10 +91,11 @@ impl RepoKey {
                 "owner and name use only letters, digits, '-', '_' and '.'",
             ));
         }
+        // Both fit: an instance id is at most 64 bytes, a Gitea name 100.
         Ok(RepoKey {
-            colon: instance.len(),
-            slash: instance.len() + 1 + owner.len(),
-            text: text.to_ascii_lowercase(),
+            colon: instance.len() as u32,
+            slash: (instance.len() + 1 + owner.len()) as u32,
+            text: text.to_ascii_lowercase().into(),
         })
     }
 
@@ -98,17 +104,17 @@ impl RepoKey {
     }
 
     pub fn instance(&self) -> &str {
-        &self.text[..self.colon]
+        &self.text[..self.colon as usize]
     }
 
     /// The owner, folded to lower case.
     pub fn owner(&self) -> &str {
-        &self.text[self.colon + 1..self.slash]
+        &self.text[self.colon as usize + 1..self.slash as usize]
     }
 
     /// The repository's name, folded to lower case.
     pub fn name(&self) -> &str {
-        &self.text[self.slash + 1..]
+        &self.text[self.slash as usize + 1..]
     }
 }
 
@@ -156,11 +162,11 @@ impl ResourceKind {
 }
 
 /// `<repoKey>:<issue|pull>:<number>`: one Issue or Pull Request, and so one
-/// session and one Codex thread.
+/// session and one Codex thread. Clones share the text, as [`RepoKey`]'s do.
 #[derive(Clone, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
 pub struct ResourceKey {
-    text: String,
+    text: Arc<str>,
     repo: RepoKey,
     kind: ResourceKind,
     number: i64,
@@ -169,7 +175,7 @@ pub struct ResourceKey {
 impl ResourceKey {
     pub fn new(repo: RepoKey, kind: ResourceKind, number: i64) -> ResourceKey {
         ResourceKey {
-            text: format!("{}:{}:{number}", repo.as_str(), kind.as_str()),
+            text: format!("{}:{}:{number}", repo.as_str(), kind.as_str()).into(),
             repo,
             kind,
             number,

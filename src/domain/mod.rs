@@ -12,3 +12,4 @@ pub mod request;
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
 pub mod policy;
 pub mod states;
+pub mod statuses;

@@ -120,6 +120,42 @@ text_enum!(
     }
 );
 
+text_enum!(
+    /// What a commit status says, in Gitea's words (the subset the bridge sets).
+    CommitStatusState, "commit status state" {
+        /// A turn of the task runs on the commit.
+        Pending = "pending",
+        Success = "success",
+        /// The task ended without the work done.
+        Failure = "failure",
+        /// The task ended without a verdict: held for an operator, cancelled or stopped.
+        Error = "error",
+    }
+);
+
+text_enum!(
+    /// Where a commit status row is on its way into Gitea.
+    StatusProgress, "commit status progress" {
+        Pending = "pending",
+        /// Being posted: a crash here leaves it uncertain, and it is posted
+        /// again (Gitea keeps both; they are identical).
+        Posting = "posting",
+        Posted = "posted",
+        /// A newer status of the same commit came first: posting this one
+        /// would show a stale state.
+        Superseded = "superseded",
+        /// Gitea refused it, or it kept failing.
+        Failed = "failed",
+    }
+);
+
+impl StatusProgress {
+    /// Rows the statuses worker still has to finish.
+    pub fn is_open(self) -> bool {
+        matches!(self, StatusProgress::Pending | StatusProgress::Posting)
+    }
+}
+
 impl CommentStatus {
     /// Rows the receipts worker still has to finish.
     pub const OPEN: [CommentStatus; 2] = [CommentStatus::Pending, CommentStatus::Posting];
@@ -136,6 +172,12 @@ mod tests {
         }
         for k in CommentKind::ALL {
             assert_eq!(CommentKind::parse(k.as_str()), Ok(*k));
+        }
+        for s in StatusProgress::ALL {
+            assert_eq!(StatusProgress::parse(s.as_str()), Ok(*s));
+        }
+        for s in CommitStatusState::ALL {
+            assert_eq!(CommitStatusState::parse(s.as_str()), Ok(*s));
         }
         assert!(OutboxStatus::parse("Queued").is_err());
         assert_eq!(

@@ -28,6 +28,12 @@ pub struct RepoEntry {
 }
 
 impl GiteaClient {
+    /// The token's user (`GET /user`): proves the token and names the bot.
+    pub fn current_user(&self) -> Result<User, GiteaError> {
+        let what = "the token's user";
+        Self::decode(self.read("/api/v1/user", what)?.body, what)
+    }
+
     /// Every repository the token's user owns or collaborates on (all pages).
     pub fn list_my_repos(&self) -> Result<Vec<RepoEntry>, GiteaError> {
         self.read_all("/api/v1/user/repos", &[], "the bot's repositories")

@@ -1,7 +1,9 @@
 //! Background jobs above the actors: work that runs on its own schedule,
 //! reads and writes the store and calls the clients, outside any session:
-//! the receipts worker ([`receipts`]) and the catch-up of comments whose
-//! webhook never arrived ([`catchup`]).
+//! the receipts worker ([`receipts`]), the commit statuses worker
+//! ([`statuses`]) and the catch-up of comments whose webhook never arrived
+//! ([`catchup`]).
 
 pub mod catchup;
 pub mod receipts;
+pub mod statuses;

@@ -78,6 +78,25 @@ diesel::table! {
 }
 
 diesel::table! {
+    commit_statuses (id) {
+        id -> Int8,
+        task_id -> Text,
+        repo_key -> Text,
+        resource_key -> Text,
+        sha -> Text,
+        state -> Text,
+        description -> Text,
+        task_state -> Text,
+        progress -> Text,
+        attempts -> Int8,
+        next_attempt_at -> Nullable<Text>,
+        last_error -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+    }
+}
+
+diesel::table! {
     control (id) {
         id -> Int8,
         global_paused -> Bool,
@@ -175,6 +194,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    task_heads (task_id) {
+        task_id -> Text,
+        sha -> Text,
+        recorded_at -> Text,
+    }
+}
+
+diesel::table! {
     task_transitions (id) {
         id -> Int8,
         task_id -> Text,
@@ -216,11 +243,42 @@ diesel::table! {
 }
 
 diesel::table! {
+    transcript_items (turn_id, item_id) {
+        turn_id -> Text,
+        seq -> Int8,
+        item_id -> Text,
+        kind -> Text,
+        status -> Text,
+        started_at -> Text,
+        completed_at -> Nullable<Text>,
+        payload -> Text,
+    }
+}
+
+diesel::table! {
     turn_events (turn_id, seq) {
         turn_id -> Text,
         seq -> Int8,
         kind -> Text,
         at -> Text,
+    }
+}
+
+diesel::table! {
+    turn_token_usage (turn_id) {
+        turn_id -> Text,
+        thread_id -> Text,
+        start_input_tokens -> Int8,
+        start_cached_input_tokens -> Int8,
+        start_output_tokens -> Int8,
+        start_reasoning_tokens -> Int8,
+        start_total_tokens -> Int8,
+        end_input_tokens -> Int8,
+        end_cached_input_tokens -> Int8,
+        end_output_tokens -> Int8,
+        end_reasoning_tokens -> Int8,
+        end_total_tokens -> Int8,
+        updated_at -> Text,
     }
 }
 
@@ -272,6 +330,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     audit_events,
     catchup_cursors,
     comments,
+    commit_statuses,
     control,
     control_requests,
     leases,
@@ -279,9 +338,12 @@ diesel::allow_tables_to_appear_in_same_query!(
     outbox_entries,
     repositories,
     sessions,
+    task_heads,
     task_transitions,
     tasks,
+    transcript_items,
     turn_events,
+    turn_token_usage,
     turns,
     webhook_deliveries,
 );

@@ -221,6 +221,7 @@ pub(crate) fn append_history(conn: &mut DbConn, row: &NewTransition<'_>) -> Resu
     event.error_code = row.error_code;
     audit::record(conn, &event)?;
     super::comments::on_transition(conn, row.task_id, row.to_state)?;
+    super::statuses::on_transition(conn, row.task_id, row.to_state, row.error_code)?;
     crate::metrics::transition_written(row.to_state.as_str());
     Ok(())
 }

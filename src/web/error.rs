@@ -27,6 +27,14 @@ pub enum ApiError {
     /// Nothing was stored; the caller may retry.
     #[error("the store is unavailable, nothing was stored; retry later")]
     Unavailable,
+    /// The agent runtime is not running and could not be started: nothing
+    /// was done, the caller may retry once it runs.
+    #[error("{0}")]
+    AgentUnavailable(String),
+    /// The agent runtime answered, and refused (or could not reach its
+    /// model's provider).
+    #[error("{0}")]
+    AgentRefused(String),
 }
 
 impl ApiError {
@@ -47,6 +55,8 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unavailable => "store_unavailable",
+            ApiError::AgentUnavailable(_) => "codex_unavailable",
+            ApiError::AgentRefused(_) => "codex_refused",
         }
     }
 }
@@ -61,7 +71,10 @@ impl ResponseError for ApiError {
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::AgentUnavailable(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::AgentRefused(_) => StatusCode::BAD_GATEWAY,
         }
     }
 

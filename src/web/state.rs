@@ -14,6 +14,9 @@ pub struct AppState {
     /// Whether the agent runtime can run turns now, as it last found
     /// (`/readyz`, the overview's blockers).
     pub agent: crate::agent::Availability,
+    /// Signs the agent runtime in and out (`/api/gitea-workflow/codex`);
+    /// `None` unless the runtime is Codex.
+    pub account: Option<std::sync::Arc<dyn crate::agent::account::AccountControl>>,
     pub secrets: ServerSecrets,
     pub store: Store,
     pub normalizer: Normalizer,

@@ -44,7 +44,10 @@ async fn receive(
         Err(ApiError::UnsupportedMediaType(_)) => "unsupported_media_type",
         Err(ApiError::Conflict { code, .. }) if *code == "outbox_full" => "outbox_full",
         Err(ApiError::Conflict { .. }) => "disabled",
-        Err(ApiError::Unavailable) => "unavailable",
+        // The webhook never asks the agent runtime: only the store is unavailable here.
+        Err(ApiError::Unavailable | ApiError::AgentUnavailable(_) | ApiError::AgentRefused(_)) => {
+            "unavailable"
+        }
         Err(ApiError::Forbidden { .. }) => "forbidden",
     };
     crate::metrics::webhook(outcome, started.elapsed());

@@ -150,7 +150,7 @@ async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
 }
 
 /// Runs `body` with a fresh browser; on failure saves a screenshot first.
-fn browser_test<F, Fut>(name: &str, body: F)
+pub(crate) fn browser_test<F, Fut>(name: &str, body: F)
 where
     F: FnOnce(Client) -> Fut,
     Fut: Future<Output = ()>,
@@ -210,7 +210,7 @@ fn wait_state(s: &TestApp, task: &str, state: &str) {
     wait_task_state(&s.db_url, task, state, WAIT);
 }
 
-async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
+pub(crate) async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
     c.wait()
         .at_most(WAIT)
         .for_element(Locator::Css(css))
@@ -219,7 +219,7 @@ async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
 }
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
-async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+pub(crate) async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
     let last = std::cell::RefCell::new(String::new());
     let shown = poll_until_async(WAIT, || async {
         let Ok(e) = c.find(Locator::Css(css)).await else {
@@ -242,7 +242,7 @@ async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String 
 }
 
 /// Clicks `css`, finding it again if a live update re-rendered it meanwhile.
-async fn click(c: &Client, css: &str) {
+pub(crate) async fn click(c: &Client, css: &str) {
     let last = std::cell::RefCell::new(String::new());
     let clicked = poll_until_async(WAIT, || async {
         let failed = match c.find(Locator::Css(css)).await {
@@ -272,7 +272,7 @@ async fn wait_narrow_layout(c: &Client) {
     c.execute_async(drawn, vec![]).await.unwrap();
 }
 
-async fn sign_in(c: &Client, s: &TestApp, token: &str) {
+pub(crate) async fn sign_in(c: &Client, s: &TestApp, token: &str) {
     c.goto(&s.url("/admin")).await.unwrap();
     let input = el(c, "#token").await;
     input.send_keys(token).await.unwrap();
@@ -280,7 +280,7 @@ async fn sign_in(c: &Client, s: &TestApp, token: &str) {
 }
 
 /// Fills the open action dialog and confirms; returns the audit action shown.
-async fn confirm_action(c: &Client, reason: &str) -> String {
+pub(crate) async fn confirm_action(c: &Client, reason: &str) -> String {
     let reason_box = el(c, "#action-reason").await;
     reason_box.send_keys(reason).await.unwrap();
     click(c, "#action-submit").await;

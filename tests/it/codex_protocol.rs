@@ -3,9 +3,12 @@
 //! message the bridge sends validates against its definition (and, in its
 //! envelope, against the union of its direction, which ties the method to its
 //! params); every field the bridge reads is in the definition it mirrors; and
-//! samples the schema accepts are read as the bridge expects.
+//! samples the schema accepts are read as the bridge expects, as is the
+//! recorded sign-in that `codex_login.rs` plays back (`recorded`).
 //!
 //! Without the codex binary this fails (see [`codex_bin`]); it never skips.
+
+mod recorded;
 
 use crate::codexhome::codex_bin;
 use codex_bridge::codex::protocol::*;
@@ -277,6 +280,33 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             refresh_token: false,
         },
     );
+    check_request(
+        &schema,
+        "v2/LoginAccountParams",
+        &LoginStart::ApiKey {
+            api_key: "sk-test-1".to_owned().into(),
+        },
+    );
+    check_request(
+        &schema,
+        "v2/LoginAccountParams",
+        &LoginStart::ChatgptDeviceCode,
+    );
+    check_request(
+        &schema,
+        "v2/GetAccountRateLimitsParams",
+        &RateLimitsRead {
+            exclude_reset_credit_details: true,
+        },
+    );
+    // `account/logout` takes no params: the whole request against its union.
+    let logout = value(&OutgoingRequest {
+        id: 7,
+        method: Logout::METHOD,
+        params: &Logout,
+    });
+    schema.validate("JSONRPCRequest", &logout);
+    schema.validate("ClientRequest", &logout);
     let policies = [
         AskForApproval::Untrusted,
         AskForApproval::OnRequest,
@@ -425,6 +455,11 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         ErrorBody => "JSONRPCErrorError",
         AccountReadResponse => "v2/GetAccountResponse",
         AccountSummary => "v2/Account",
+        DeviceCodeStarted => "v2/LoginAccountResponse#chatgptDeviceCode",
+        RateLimitsReadResponse => "v2/GetAccountRateLimitsResponse",
+        RateLimitSnapshot => "v2/RateLimitSnapshot",
+        RateLimitWindow => "v2/RateLimitWindow",
+        AccountLoginCompletedNotification => "v2/AccountLoginCompletedNotification",
         ThreadStartResponse => "v2/ThreadStartResponse",
         ThreadSummary => "v2/Thread",
         TurnStartResponse => "v2/TurnStartResponse",
@@ -435,6 +470,13 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         UserMessageItem => "v2/ThreadItem#userMessage",
         AgentMessageItem => "v2/ThreadItem#agentMessage",
         McpToolCallItem => "v2/ThreadItem#mcpToolCall",
+        CommandExecutionItem => "v2/ThreadItem#commandExecution",
+        FileChangeItem => "v2/ThreadItem#fileChange",
+        FileUpdateChange => "v2/FileUpdateChange",
+        ReasoningItem => "v2/ThreadItem#reasoning",
+        ThreadTokenUsageUpdatedNotification => "v2/ThreadTokenUsageUpdatedNotification",
+        ThreadTokenUsage => "v2/ThreadTokenUsage",
+        TokenUsageBreakdown => "v2/TokenUsageBreakdown",
         McpToolCallError => "v2/McpToolCallError",
         McpToolCallResult => "v2/McpToolCallResult",
         McpServerStatusUpdatedNotification => "v2/McpServerStatusUpdatedNotification",
@@ -449,7 +491,9 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         FileChangeApprovalParams => "FileChangeRequestApprovalParams",
         ElicitationParams => "McpServerElicitationRequestParams",
         // Not checkable here: `McpContentBlock` (MCP's own content blocks)
-        // and `ElicitationMeta` (`_meta`), which the schema leaves free-form.
+        // and `ElicitationMeta` (`_meta`), which the schema leaves free-form;
+        // `UserInputPart` and `PatchChangeKind` (tagged by `type`: the
+        // samples below read each of their tags).
     ];
     let mut missing = Vec::new();
     for (name, fields, definition) in &reads {
@@ -459,6 +503,15 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
                 missing.push(format!("{name}.{field} (codex's {definition})"));
             }
         }
+    }
+    // The kinds of account and sign-in answer the bridge tells apart.
+    for branch in [
+        "v2/Account#apiKey",
+        "v2/Account#chatgpt",
+        "v2/LoginAccountResponse#apiKey",
+        "v2/LoginAccountResponse#chatgptDeviceCode",
+    ] {
+        schema.definition(branch);
     }
     // And every status the bridge tells apart.
     let statuses: Vec<(&str, &[&str], &str)> = vec![
@@ -472,6 +525,16 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             "McpServerStartupState",
             variants_of::<McpServerStartupState>(),
             "v2/McpServerStartupState",
+        ),
+        (
+            "CommandExecutionStatus",
+            variants_of::<CommandExecutionStatus>(),
+            "v2/CommandExecutionStatus",
+        ),
+        (
+            "PatchApplyStatus",
+            variants_of::<PatchApplyStatus>(),
+            "v2/PatchApplyStatus",
         ),
     ];
     for (name, variants, definition) in &statuses {
@@ -545,9 +608,126 @@ fn messages_the_schema_accepts_are_read_as_the_bridge_expects() {
         "v2/ItemStartedNotification",
     ) {
         ServerNotification::ItemStarted(ItemNotification {
-            item: ThreadItem::Other { kind },
+            item: ThreadItem::CommandExecution(c),
             ..
-        }) => assert_eq!(kind, "commandExecution"),
+        }) => {
+            assert_eq!((c.id.as_str(), c.command.as_str()), ("x", "ls"));
+            assert_eq!(c.status, CommandExecutionStatus::InProgress);
+            assert_eq!(c.exit_code, None);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The items the transcript shows, as the schema describes them.
+    match notification(
+        ServerNotification::ITEM_COMPLETED,
+        item(
+            json!({"type": "commandExecution", "id": "x", "command": "cargo test", "cwd": "/w",
+            "commandActions": [{"type": "unknown", "command": "cargo test"}], "status": "failed",
+            "exitCode": 101, "aggregatedOutput": "1 failed\n", "durationMs": 900, "processId": null}),
+        ),
+        "v2/ItemCompletedNotification",
+    ) {
+        ServerNotification::ItemCompleted(ItemNotification {
+            item: ThreadItem::CommandExecution(c),
+            ..
+        }) => {
+            assert_eq!(c.status, CommandExecutionStatus::Failed);
+            assert_eq!(c.exit_code, Some(101));
+            assert_eq!(c.aggregated_output.as_deref(), Some("1 failed\n"));
+            assert_eq!(c.duration_ms, Some(900));
+        }
+        other => panic!("{other:?}"),
+    }
+    match notification(
+        ServerNotification::ITEM_COMPLETED,
+        item(
+            json!({"type": "fileChange", "id": "p", "status": "completed", "changes": [
+            {"path": "/w/a.txt", "kind": {"type": "add"}, "diff": "hello\n"},
+            {"path": "/w/b.rs", "kind": {"type": "update", "move_path": "/w/c.rs"}, "diff": "@@ -1 +1 @@\n-a\n+b\n"},
+            {"path": "/w/d.rs", "kind": {"type": "delete"}, "diff": "gone\n"}]}),
+        ),
+        "v2/ItemCompletedNotification",
+    ) {
+        ServerNotification::ItemCompleted(ItemNotification {
+            item: ThreadItem::FileChange(f),
+            ..
+        }) => {
+            assert_eq!(f.status, PatchApplyStatus::Completed);
+            let kinds: Vec<_> = f.changes.iter().map(|c| c.kind.clone()).collect();
+            assert_eq!(
+                kinds,
+                [
+                    PatchChangeKind::Add,
+                    PatchChangeKind::Update {
+                        move_path: Some("/w/c.rs".into())
+                    },
+                    PatchChangeKind::Delete
+                ]
+            );
+            assert_eq!(f.changes[1].diff, "@@ -1 +1 @@\n-a\n+b\n");
+        }
+        other => panic!("{other:?}"),
+    }
+    match notification(
+        ServerNotification::ITEM_COMPLETED,
+        item(
+            json!({"type": "reasoning", "id": "r", "summary": ["looked at the parser"], "content": []}),
+        ),
+        "v2/ItemCompletedNotification",
+    ) {
+        ServerNotification::ItemCompleted(ItemNotification {
+            item: ThreadItem::Reasoning(r),
+            ..
+        }) => assert_eq!(r.summary, ["looked at the parser"]),
+        other => panic!("{other:?}"),
+    }
+    match notification(
+        ServerNotification::ITEM_COMPLETED,
+        item(json!({"type": "agentMessage", "id": "m9", "text": "done"})),
+        "v2/ItemCompletedNotification",
+    ) {
+        ServerNotification::ItemCompleted(ItemNotification {
+            item: ThreadItem::AgentMessage(m),
+            ..
+        }) => assert_eq!((m.id.as_str(), m.text.as_str()), ("m9", "done")),
+        other => panic!("{other:?}"),
+    }
+    match notification(
+        ServerNotification::ITEM_COMPLETED,
+        item(json!({"type": "contextCompaction", "id": "cc"})),
+        "v2/ItemCompletedNotification",
+    ) {
+        ServerNotification::ItemCompleted(ItemNotification {
+            item: ThreadItem::Other { kind, id },
+            ..
+        }) => assert_eq!((kind.as_str(), id.as_str()), ("contextCompaction", "cc")),
+        other => panic!("{other:?}"),
+    }
+    let breakdown = |total: i64| {
+        json!({"totalTokens": total, "inputTokens": total - 5, "cachedInputTokens": 2,
+        "cacheWriteInputTokens": 0, "outputTokens": 5, "reasoningOutputTokens": 1})
+    };
+    match notification(
+        ServerNotification::TOKEN_USAGE_UPDATED,
+        json!({"threadId": "thr-1", "turnId": "turn-1",
+            "tokenUsage": {"total": breakdown(30), "last": breakdown(15), "modelContextWindow": 258400}}),
+        "v2/ThreadTokenUsageUpdatedNotification",
+    ) {
+        ServerNotification::TokenUsageUpdated(n) => {
+            assert_eq!(n.thread_id, "thr-1");
+            let t = n.token_usage.total;
+            assert_eq!(
+                (
+                    t.total_tokens,
+                    t.input_tokens,
+                    t.cached_input_tokens,
+                    t.output_tokens,
+                    t.reasoning_output_tokens
+                ),
+                (30, 25, 2, 5, 1)
+            );
+            assert_eq!(n.token_usage.last.total_tokens, 15);
+        }
         other => panic!("{other:?}"),
     }
     match notification(

@@ -54,6 +54,14 @@ impl CodexHome {
         home
     }
 
+    /// Names the model `slug` instead of `fake-model` (before spawning).
+    pub fn set_model(&self, slug: &str) {
+        let config = std::fs::read_to_string(self.config_path()).unwrap();
+        let renamed = config.replacen("model = \"fake-model\"", &format!("model = \"{slug}\""), 1);
+        assert_ne!(config, renamed, "no model line in {config}");
+        std::fs::write(self.config_path(), renamed).unwrap();
+    }
+
     /// The directory to pass as `CODEX_HOME`.
     pub fn path(&self) -> PathBuf {
         self.dir.path().join("codex")

@@ -211,6 +211,37 @@ fn receipt_queries_use_the_partial_index_sqlite() {
     assert!(uses_index(&next), "{next:?}");
 }
 
+/// The commit statuses worker reads its queue through the partial index
+/// `commit_statuses_open`, as the receipts worker reads its own: each pass
+/// reads the unfinished statuses only, not every status ever set.
+#[test]
+fn commit_status_queries_use_the_partial_index_sqlite() {
+    use codex_bridge::store::statuses::OPEN;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = migrated_sqlite(&dir);
+    let mut plan = |query: &str| query_plan(&mut c, query);
+    let uses_index = |plan: &[String]| {
+        plan.iter()
+            .any(|d| d.contains("INDEX commit_statuses_open"))
+            && !plan
+                .iter()
+                .any(|d| d.starts_with("SCAN commit_statuses") && !d.contains("INDEX"))
+    };
+    // due
+    let due = plan(&format!(
+        "SELECT commit_statuses.id FROM commit_statuses WHERE {OPEN} \
+         AND (commit_statuses.next_attempt_at IS NULL OR commit_statuses.next_attempt_at <= '2026-12-01') \
+         ORDER BY commit_statuses.id LIMIT 32"
+    ));
+    assert!(uses_index(&due), "{due:?}");
+    // next_due
+    let next = plan(&format!(
+        "SELECT min(commit_statuses.next_attempt_at) FROM commit_statuses WHERE {OPEN} \
+         AND commit_statuses.next_attempt_at > '2026-12-01'"
+    ));
+    assert!(uses_index(&next), "{next:?}");
+}
+
 /// Migration 000007 counts the unfinished outbox entries of the sessions that a
 /// store already holds: applied again over rows written without it, each
 /// session's `open_entries` is its entries whose task has not ended.

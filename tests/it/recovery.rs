@@ -225,9 +225,12 @@ fn a_workspace_is_really_cloned_and_the_token_stays_out_of_it() {
 #[test]
 fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a_dead_one() {
     // Two instances: one database and git server, state and workspaces each.
+    // Leases outlive four missed heartbeats, so that only the kill ends one:
+    // a loaded machine can hold a heartbeat back for seconds, and a lease
+    // taken from a live instance spends an attempt of the task it covered.
     let mut a = scripted_on_git()
         .postgres()
-        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "2")
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "5")
         .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
         .env("CODEX_BRIDGE_RETRY_BACKOFF_SECS", "0")

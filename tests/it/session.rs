@@ -181,6 +181,33 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
         h.wait_state(&id, TaskState::Succeeded).await;
         assert_eq!(h.runtime.decisions().len(), 1);
         assert!(h.runtime.decisions()[0].1, "accepted");
+        // The transcript: the prompt as sent, then the approval and its decision.
+        let t = id.clone();
+        let page = h
+            .store
+            .read(move |c| {
+                use codex_bridge::store::transcripts::{task_transcript, TranscriptCursor};
+                task_transcript(c, &t, None, TranscriptCursor::START, 10)
+            })
+            .await
+            .unwrap();
+        let items: Vec<_> = page.turns[0]
+            .items
+            .iter()
+            .map(|i| serde_json::to_value(i).unwrap())
+            .collect();
+        assert_eq!(items.len(), 2, "{items:?}");
+        assert_eq!(items[0]["kind"], "prompt");
+        assert_eq!(
+            items[0]["parts"][1],
+            serde_json::json!({"text": "@ccbot risky", "untrusted": true})
+        );
+        assert_eq!(items[1]["kind"], "approval");
+        assert_eq!(items[1]["request"], "command");
+        assert_eq!(
+            (&items[1]["status"], &items[1]["decision"]),
+            (&serde_json::json!("accepted"), &serde_json::json!("accept"))
+        );
         System::current().stop();
     });
 }

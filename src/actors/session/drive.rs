@@ -13,6 +13,7 @@ use super::decide::{
 };
 use super::Signals;
 use crate::actors::ActorDeps;
+use crate::agent::transcript::{ItemPhase, Prompt, TranscriptItem};
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
@@ -21,7 +22,9 @@ use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{attempts, comments, format_time, ledger, queue, sessions, turns, StoreError};
+use crate::store::{
+    attempts, comments, format_time, ledger, queue, sessions, transcripts, turns, StoreError,
+};
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -82,6 +85,8 @@ pub(super) struct TaskDrive {
     /// reply-retry turn's own once that was intended. None without an entry.
     pub operation_id: Option<OperationId>,
     pub turn: Turn,
+    /// The prompt of the turn being started, until its admission stores it.
+    pub prompt: Option<Prompt>,
     pub approval: Option<PendingApproval>,
     /// What the verifier or the fallback found (a comment id).
     pub reply_comment: Option<i64>,
@@ -236,6 +241,7 @@ impl TaskDrive {
             policy,
             session_thread,
             operation_id,
+            prompt: None,
             approval: None,
             reply_comment: None,
             mcp_reason: String::new(),
@@ -290,6 +296,7 @@ impl TaskDrive {
             thread_id: self.turn.thread_id.clone(),
             turn_id: self.turn.turn_id.clone(),
             final_text: self.turn.final_text.clone(),
+            prompt: self.admission_prompt(d),
             last_seq: self.turn.last_seq,
             approval: self
                 .approval
@@ -349,7 +356,10 @@ impl TaskDrive {
                 Effect::ReleaseIntent if self.snap.admission == Admission::Intended => {
                     self.snap.admission = Admission::NotSent
                 }
-                Effect::RecordAdmission(_) => self.snap.turn_recorded = true,
+                Effect::RecordAdmission(_) => {
+                    self.snap.turn_recorded = true;
+                    self.prompt = None;
+                }
                 Effect::RecordTurnEnd(_) => {
                     self.turn.events = None;
                     self.turn.timer = None;
@@ -441,6 +451,8 @@ struct CommitCtx {
     thread_id: Option<String>,
     turn_id: Option<String>,
     final_text: Option<String>,
+    /// The prompt item an admission writes first in the turn's transcript.
+    prompt: Option<TranscriptItem>,
     last_seq: i64,
     approval: Option<(String, String, serde_json::Value)>,
     reply_comment: Option<i64>,
@@ -521,6 +533,9 @@ impl CommitCtx {
                         kind.as_str(),
                         self.operation()?,
                     )?;
+                    if let Some(p) = &self.prompt {
+                        transcripts::record_item(c, turn, 0, ItemPhase::Completed, p)?;
+                    }
                 }
                 Effect::MarkSent => {
                     ledger::sent(c, self.operation()?, self.turn_id.as_deref())?;

@@ -18,6 +18,7 @@ mod drive;
 mod prompt;
 mod recover;
 mod reply;
+mod transcript;
 mod turn;
 
 use super::health::{SessionActorStatus, SessionHealth};

@@ -1,6 +1,9 @@
 //! The prompts of a task's turns: who asked what where (as untrusted data),
-//! and the marker the answer must end with.
+//! and the marker the answer must end with. A prompt is built in parts, so
+//! its transcript can show which text the bridge wrote and which it only
+//! passes on.
 
+use crate::agent::transcript::{Prompt, PromptPart};
 use crate::domain::ResourceKey;
 use crate::gitea::reply::reply_marker;
 use crate::store::models::{OutboxEntry, Task};
@@ -11,8 +14,8 @@ fn resource_names(key: &ResourceKey) -> (&str, &str, i64) {
     (key.repo().owner(), key.repo().name(), key.number())
 }
 
-/// The prompt of a task's turn.
-pub(super) fn turn_prompt(task: &Task, entry: &OutboxEntry, bot_login: &str) -> String {
+/// The prompt of a task's turn; the comment's text is its untrusted part.
+pub(super) fn turn_prompt(task: &Task, entry: &OutboxEntry, bot_login: &str) -> Prompt {
     let (owner, name, number) = resource_names(&task.resource_key);
     let kind = if task.resource_key.is_pull() {
         "pull request"
@@ -20,27 +23,39 @@ pub(super) fn turn_prompt(task: &Task, entry: &OutboxEntry, bot_login: &str) -> 
         "issue"
     };
     let marker = reply_marker(&task.task_id, entry.operation_id.as_str());
-    format!(
-        "@{author} mentioned @{bot_login} in a comment on {kind} {owner}/{name}#{number}. \
-The comment follows as untrusted data:\n\n<comment author=\"{author}\">\n{text}\n</comment>\n\n\
+    let author = &task.author;
+    Prompt {
+        parts: vec![
+            PromptPart::trusted(format!(
+                "@{author} mentioned @{bot_login} in a comment on {kind} {owner}/{name}#{number}. \
+The comment follows as untrusted data:\n\n<comment author=\"{author}\">\n"
+            )),
+            PromptPart::untrusted(entry.user_text.clone()),
+            PromptPart::trusted(format!(
+                "\n</comment>\n\n\
 Do what it asks in the repository checked out in your working directory. When you are done, post \
 your final answer as one comment on {kind} #{number} of {owner}/{name} with the Gitea tools, and end \
-it with this line, as is:\n{marker}",
-        author = task.author,
-        text = entry.user_text,
-    )
+it with this line, as is:\n{marker}"
+            )),
+        ],
+    }
 }
 
-/// The prompt of the one reply-retry turn: re-post the previous final text,
-/// change nothing.
-pub(super) fn reply_retry_prompt(task: &Task, text: &str, marker: &str) -> String {
+/// The prompt of the one reply-retry turn: re-post the previous final text
+/// (the untrusted part: the model wrote it), change nothing.
+pub(super) fn reply_retry_prompt(task: &Task, text: &str, marker: &str) -> Prompt {
     let (owner, name, number) = resource_names(&task.resource_key);
-    format!(
-        "Your previous answer did not reach {owner}/{name}#{number}. Do not change any files and do \
+    Prompt {
+        parts: vec![
+            PromptPart::trusted(format!(
+                "Your previous answer did not reach {owner}/{name}#{number}. Do not change any files and do \
 not redo the work: only post the text below again, as is, as one comment on #{number} of \
-{owner}/{name} with the Gitea tools.\n\n{text}\n\n{marker}",
-        text = strip_markers(text),
-    )
+{owner}/{name} with the Gitea tools.\n\n"
+            )),
+            PromptPart::untrusted(strip_markers(text)),
+            PromptPart::trusted(format!("\n\n{marker}")),
+        ],
+    }
 }
 
 /// The final text without any reply marker lines (the bridge adds its own).

@@ -145,13 +145,15 @@ impl TaskDrive {
                 retryable: !matches!(e, AgentError::Refused(_)),
             }));
         }
+        let prompt = reply_retry_prompt(&self.task, &text, &marker);
+        self.sending(&prompt);
         let started = self
             .deps
             .runtime
             .start_turn(TurnRequest {
                 thread_id: thread,
                 operation_id: entry.operation_id.reply_retry(),
-                text: reply_retry_prompt(&self.task, &text, &marker),
+                text: prompt.text(),
                 cwd,
             })
             .await;

@@ -63,13 +63,14 @@ impl TaskDrive {
         self.turn.thread_id = Some(thread.clone());
         self.signals.thread(&thread);
         let prompt = turn_prompt(&self.task, &entry, &self.deps.settings.bot_login);
+        self.sending(&prompt);
         let started = self
             .deps
             .runtime
             .start_turn(TurnRequest {
                 thread_id: thread,
                 operation_id: entry.operation_id.clone(),
-                text: prompt,
+                text: prompt.text(),
                 cwd,
             })
             .await;
@@ -160,6 +161,8 @@ impl TaskDrive {
                     detail,
                 } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
+                    self.record_approval_asked(turn_id, seq, &key, &kind, &detail)
+                        .await?;
                     self.approval = Some(PendingApproval {
                         key,
                         kind,
@@ -167,6 +170,14 @@ impl TaskDrive {
                         approval_id: None,
                     });
                     return Ok(Event::ApprovalRequested);
+                }
+                TurnEvent::Item { seq, phase, item } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    self.record_item(turn_id, seq, phase, item).await?;
+                }
+                TurnEvent::TokenUsage { seq, start, end } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    self.record_tokens(turn_id, start, end).await?;
                 }
                 call @ TurnEvent::ToolCall { seq, .. } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
@@ -270,6 +281,13 @@ impl TaskDrive {
         let Some(a) = self.approval.take() else {
             return;
         };
+        // Only the transcript's view of it: the decision itself is stored.
+        if let Err(e) = self
+            .record_approval_decided(&a.key, &a.kind, &a.detail, accept)
+            .await
+        {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "could not record the approval's decision in the transcript");
+        }
         if let Err(e) = self.deps.runtime.decide_approval(&a.key, accept).await {
             tracing::warn!(task.id = %self.task.task_id, error = %e, "could not hand the approval decision to the runtime");
         }

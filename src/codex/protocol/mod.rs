@@ -12,11 +12,15 @@
 //! a [`Refusal`]; a message of a known method that does not parse is an
 //! [`Unreadable`] error for the caller to log and report, never a panic.
 
+mod account;
+mod item;
 mod jsonrpc;
 mod notification;
 mod server_request;
 mod turn;
 
+pub use account::*;
+pub use item::*;
 pub use jsonrpc::*;
 pub use notification::*;
 pub use server_request::*;
@@ -89,38 +93,4 @@ pub struct CollaborationModeList {}
 impl Request for CollaborationModeList {
     const METHOD: &'static str = "collaborationMode/list";
     type Response = IgnoredAny;
-}
-
-/// `account/read` (`GetAccountParams`): whether the app-server is signed in,
-/// and whether its model provider needs that at all.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AccountRead {
-    /// `false`: read what is stored, never refresh a token.
-    pub refresh_token: bool,
-}
-
-impl Request for AccountRead {
-    const METHOD: &'static str = "account/read";
-    type Response = AccountReadResponse;
-}
-
-/// The answer to [`AccountRead`] (`GetAccountResponse`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AccountReadResponse {
-    /// The signed-in account, if any.
-    #[serde(default)]
-    pub account: Option<AccountSummary>,
-    /// The configured model provider needs an OpenAI account (a custom or
-    /// local provider does not).
-    pub requires_openai_auth: bool,
-}
-
-/// Which kind of account is signed in (`Account`): `apiKey`, `chatgpt`, or
-/// a cloud provider's; the bridge only tells "some" from "none".
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-pub struct AccountSummary {
-    #[serde(rename = "type")]
-    pub kind: String,
 }

@@ -1,7 +1,8 @@
-//! The notifications the bridge reads: a turn's items, errors and end, and
-//! the start-up status of a thread's MCP servers.
+//! The notifications the bridge reads: a turn's items, token usage, errors
+//! and end, the start-up status of a thread's MCP servers, and the account's
+//! sign-in.
 
-use super::{parse, ThreadItem, Turn, TurnError, Unreadable};
+use super::{parse, AccountLoginCompletedNotification, ThreadItem, Turn, TurnError, Unreadable};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -11,9 +12,15 @@ pub enum ServerNotification {
     McpServerStatusUpdated(McpServerStatusUpdatedNotification),
     ItemStarted(ItemNotification),
     ItemCompleted(ItemNotification),
+    TokenUsageUpdated(ThreadTokenUsageUpdatedNotification),
     Error(ErrorNotification),
     TurnCompleted(TurnCompletedNotification),
-    /// A method the bridge does not use (deltas, token usage, warnings, …).
+    /// A sign-in ended (`account/login/completed`).
+    AccountLoginCompleted(AccountLoginCompletedNotification),
+    /// The account changed (`account/updated`: signed in or out); the bridge
+    /// reads it again rather than reading this.
+    AccountUpdated,
+    /// A method the bridge does not use (deltas, warnings, …).
     Unused {
         method: String,
         thread_id: Option<String>,
@@ -24,8 +31,11 @@ impl ServerNotification {
     pub const MCP_SERVER_STATUS_UPDATED: &'static str = "mcpServer/startupStatus/updated";
     pub const ITEM_STARTED: &'static str = "item/started";
     pub const ITEM_COMPLETED: &'static str = "item/completed";
+    pub const TOKEN_USAGE_UPDATED: &'static str = "thread/tokenUsage/updated";
     pub const ERROR: &'static str = "error";
     pub const TURN_COMPLETED: &'static str = "turn/completed";
+    pub const ACCOUNT_LOGIN_COMPLETED: &'static str = "account/login/completed";
+    pub const ACCOUNT_UPDATED: &'static str = "account/updated";
 
     /// Reads a notification of `method`.
     pub fn parse(method: &str, params: Value) -> Result<ServerNotification, Unreadable> {
@@ -35,8 +45,15 @@ impl ServerNotification {
             }
             Self::ITEM_STARTED => ServerNotification::ItemStarted(parse(method, params)?),
             Self::ITEM_COMPLETED => ServerNotification::ItemCompleted(parse(method, params)?),
+            Self::TOKEN_USAGE_UPDATED => {
+                ServerNotification::TokenUsageUpdated(parse(method, params)?)
+            }
             Self::ERROR => ServerNotification::Error(parse(method, params)?),
             Self::TURN_COMPLETED => ServerNotification::TurnCompleted(parse(method, params)?),
+            Self::ACCOUNT_LOGIN_COMPLETED => {
+                ServerNotification::AccountLoginCompleted(parse(method, params)?)
+            }
+            Self::ACCOUNT_UPDATED => ServerNotification::AccountUpdated,
             _ => ServerNotification::Unused {
                 method: method.to_owned(),
                 thread_id: ThreadScoped::of(&params),
@@ -96,6 +113,38 @@ pub enum McpServerStartupState {
 pub struct ItemNotification {
     pub thread_id: String,
     pub item: ThreadItem,
+}
+
+/// `thread/tokenUsage/updated` (`v2/ThreadTokenUsageUpdatedNotification`):
+/// the thread's cumulative usage, after each model request of a turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTokenUsageUpdatedNotification {
+    pub thread_id: String,
+    pub token_usage: ThreadTokenUsage,
+}
+
+/// `v2/ThreadTokenUsage`: the thread's totals, and the last request's share.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct ThreadTokenUsage {
+    pub total: TokenUsageBreakdown,
+    pub last: TokenUsageBreakdown,
+}
+
+/// `v2/TokenUsageBreakdown`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TokenUsageBreakdown {
+    #[serde(default)]
+    pub input_tokens: i64,
+    #[serde(default)]
+    pub cached_input_tokens: i64,
+    #[serde(default)]
+    pub output_tokens: i64,
+    #[serde(default)]
+    pub reasoning_output_tokens: i64,
+    #[serde(default)]
+    pub total_tokens: i64,
 }
 
 /// `error` (`v2/ErrorNotification`): the turn's failure, before its

@@ -43,7 +43,7 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
 }
 
 /// Path values may arrive with `/` and `:` percent-encoded.
-fn decode_key(raw: &str) -> String {
+pub(super) fn decode_key(raw: &str) -> String {
     raw.replace("%2F", "/")
         .replace("%2f", "/")
         .replace("%3A", ":")

@@ -3,9 +3,11 @@
 pub(crate) mod actors;
 mod approvals;
 mod audit;
+mod codex;
 mod control;
 pub(crate) mod overview;
 mod tasks;
+mod transcripts;
 
 use crate::domain::TaskId;
 use crate::web::error::ApiError;
@@ -18,6 +20,14 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/overview", web::get().to(overview::get))
             .route("/tasks", web::get().to(tasks::list))
             .route("/tasks/{task_id}", web::get().to(tasks::show))
+            .route(
+                "/tasks/{task_id}/transcript",
+                web::get().to(transcripts::task_transcript),
+            )
+            .route(
+                "/sessions/{session_key:.+}/turns",
+                web::get().to(transcripts::session_turns),
+            )
             .route("/audit", web::get().to(audit::list))
             .route("/control/pause", web::post().to(control::pause))
             .route("/control/resume", web::post().to(control::resume))
@@ -45,6 +55,14 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 "/tasks/{task_id}/clear-workspace",
                 web::post().to(actors::clear_workspace),
             )
+            .route("/codex", web::get().to(codex::account))
+            .route("/codex/account", web::get().to(codex::account))
+            .route("/codex/login", web::post().to(codex::login))
+            .route(
+                "/codex/login/{login_id}",
+                web::get().to(codex::login_status),
+            )
+            .route("/codex/logout", web::post().to(codex::logout))
             .route("/events", web::get().to(super::live::events)),
     );
 }
@@ -86,25 +104,30 @@ impl ControlBody {
             .ok_or_else(|| {
                 ApiError::bad_request("invalid_reason", "reason is required (1-2000 characters)")
             })?;
-        let operator = self
-            .operator
-            .map(|s| s.trim().to_owned())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "admin".into());
-        if operator.len() > 64
-            || !operator
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-        {
-            return Err(ApiError::bad_request(
-                "invalid_operator",
-                "operator: at most 64 letters, digits or -_.@",
-            ));
-        }
         Ok(crate::store::control::ControlRequest {
             request_id,
             reason,
-            actor: format!("admin:{operator}"),
+            actor: actor_of(self.operator)?,
         })
     }
+}
+
+/// Who is acting, as the audit log names them: `admin:<operator>`, or
+/// `admin:admin` when no operator is given.
+fn actor_of(operator: Option<String>) -> Result<String, ApiError> {
+    let operator = operator
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "admin".into());
+    if operator.len() > 64
+        || !operator
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    {
+        return Err(ApiError::bad_request(
+            "invalid_operator",
+            "operator: at most 64 letters, digits or -_.@",
+        ));
+    }
+    Ok(format!("admin:{operator}"))
 }

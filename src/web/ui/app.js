@@ -500,6 +500,7 @@ async function renderTask(id) {
     ["Issue/PR", giteaLink(t.resourceKey)], ["repository", t.repoKey], ["author", t.author || "—"],
     ["attempt", t.attempt], ["reply attempt", t.replyAttempt], ["thread", t.threadId || "—"], ["turn", t.turnId || "—"],
     ["error", t.errorCode || "—"], ["created", time(t.createdAt)], ["updated", time(t.updatedAt)],
+    ["session", h("a", { href: "#session/" + encodeURIComponent(t.sessionKey), id: "session-link" }, "all turns")],
   ];
   const transitions = (d.transitions || []).map((x) => h("li", {},
     h("div", {}, x.from ? stateBadge(x.from) : "—", " → ", stateBadge(x.to)),
@@ -546,6 +547,7 @@ async function renderTask(id) {
       table(["#", "attempt", "status", "outcome", "owner", "started"], attempts, "No attempt yet.")),
     h("section", { class: "panel" }, h("h2", {}, "Turns"),
       table(["turn", "kind", "status", "started", "completed"], turns, "No turn yet.")),
+    transcriptSection(t.taskId),
     ledger.length ? h("section", { class: "panel" }, h("h2", {}, "Ledger"), table([], ledger)) : null,
     h("section", { class: "panel" }, h("h2", {}, "Audit events"),
       table(["action", "actor", "state", "reason", "at"], audit, "No audit event.")));
@@ -598,11 +600,13 @@ function route() {
   const hash = location.hash.replace(/^#/, "") || "overview";
   const [path, query] = hash.split("?");
   if (path.startsWith("task/")) current = { view: "task", arg: decodeURIComponent(path.slice(5)) };
+  else if (path.startsWith("session/")) current = { view: "session", arg: decodeURIComponent(path.slice(8)) };
   else if (path === "tasks") current = { view: "tasks", arg: query || "" };
   else if (["overview", "actors", "attention"].includes(path)) current = { view: path, arg: null };
   else current = { view: "overview", arg: null };
   for (const a of document.querySelectorAll("nav a")) {
-    a.classList.toggle("active", a.dataset.view === current.view || (current.view === "task" && a.dataset.view === "tasks"));
+    a.classList.toggle("active", a.dataset.view === current.view ||
+      (["task", "session"].includes(current.view) && a.dataset.view === "tasks"));
   }
   render();
 }
@@ -612,6 +616,7 @@ function render() {
     case "actors": return renderActors();
     case "tasks": return renderTasks(current.arg);
     case "task": return renderTask(current.arg);
+    case "session": return renderSession(current.arg);
     case "attention": return renderAttention();
     default: return renderOverview();
   }

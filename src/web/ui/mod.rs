@@ -16,6 +16,8 @@ const LOGIN_HTML: &str = include_str!("login.html");
 const APP_HTML: &str = include_str!("app.html");
 const APP_CSS: &str = include_str!("app.css");
 const APP_JS: &str = include_str!("app.js");
+const TRANSCRIPT_JS: &str = include_str!("transcript.js");
+const CODEX_JS: &str = include_str!("codex.js");
 
 /// Only our own files: no inline script, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -69,6 +71,8 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
     let (body, kind) = match path.as_str() {
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
+        "transcript.js" => (TRANSCRIPT_JS, "text/javascript; charset=utf-8"),
+        "codex.js" => (CODEX_JS, "text/javascript; charset=utf-8"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()

@@ -111,6 +111,8 @@ pub struct TestAppBuilder {
     gitea_mcp: bool,
     in_process: bool,
     env: Vec<(String, String)>,
+    /// The model slug Codex is told it talks to (the fake model answers all).
+    codex_model: Option<String>,
 }
 
 impl TestAppBuilder {
@@ -152,6 +154,13 @@ impl TestAppBuilder {
     /// and a fresh `CODEX_HOME` pointing the model provider at it.
     pub fn codex(mut self) -> Self {
         self.runtime = Runtime::Codex;
+        self
+    }
+
+    /// Codex believes its model is `slug` (still the fake one): Codex offers
+    /// some tools, `apply_patch` among them, only to model slugs it knows.
+    pub fn codex_model(mut self, slug: &str) -> Self {
+        self.codex_model = Some(slug.into());
         self
     }
 
@@ -212,6 +221,9 @@ impl TestAppBuilder {
         let model = self.runtime.is_codex().then(FakeModel::start);
         let home = model.as_ref().map(|model| {
             let home = CodexHome::new(model);
+            if let Some(slug) = &self.codex_model {
+                home.set_model(slug);
+            }
             let config = std::fs::read_to_string(home.config_path()).unwrap();
             std::fs::write(home.config_path(), config + &self.codex_config).unwrap();
             home
@@ -266,6 +278,7 @@ impl TestApp {
             gitea_mcp: false,
             in_process: false,
             env: Vec::new(),
+            codex_model: None,
         }
     }
 

@@ -1,0 +1,2 @@
+DROP TABLE turn_token_usage;
+DROP TABLE transcript_items;
