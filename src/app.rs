@@ -389,7 +389,9 @@ pub fn codex_settings(config: &Config) -> anyhow::Result<crate::codex::CodexSett
             token_env: config.gitea_mcp_token_env.clone(),
         };
         thread_config = mcp.thread_config();
-        if let Some(token) = &config.gitea_token {
+        // The agent gets its own token when one is configured: the bot's is
+        // a repository admin's, more than commenting needs.
+        if let Some(token) = config.agent_gitea_token() {
             env.push((config.gitea_mcp_token_env.clone(), token.clone()));
         }
     }

@@ -131,6 +131,7 @@ impl ActorSettings {
         s.redactor = redact::Redactor::new(
             [
                 &config.gitea_token,
+                &config.gitea_mcp_token,
                 &config.webhook_secret,
                 &config.admin_token,
             ]

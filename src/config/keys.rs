@@ -184,6 +184,17 @@ pub const KEYS: &[(&str, &str)] = &[
          task's admin page from the commit statuses of pull requests (unset: no links)",
     ),
     (
+        "trust_fork_prs",
+        "true: a pull request from a fork, or one whose head commit's author lacks \
+         trigger_permission, runs with the repository's own policy and Gitea tools; false: it \
+         runs read-only, without Gitea write tools, and the bridge posts its answer (default false)",
+    ),
+    (
+        "gitea_mcp_token",
+        "the token handed to the agent's Gitea MCP server, by reference: a token of a user who \
+         may only comment (unset: gitea_token, the bot's own, which doctor warns about)",
+    ),
+    (
         "repositories",
         "per-repository overrides of approval_policy, sandbox and turn_timeout_secs: a table keyed \
          by owner/name (a JSON object in the environment)",

@@ -117,6 +117,13 @@ pub struct Config {
     /// The external base URL of this server (no trailing `/`), for links
     /// to it in what the bridge writes into Gitea; `None`: no links.
     pub public_url: Option<String>,
+    /// Whether an untrusted pull request (from a fork, or whose head
+    /// commit's author lacks `trigger_permission`) runs with the
+    /// repository's own policy and tools anyway.
+    pub trust_fork_prs: bool,
+    /// The token the agent's Gitea MCP server gets (`None`: `gitea_token`).
+    /// Kept apart because the bot's own token is a repository admin's.
+    pub gitea_mcp_token: Option<SecretString>,
 }
 
 impl fmt::Debug for Config {
@@ -131,6 +138,7 @@ impl fmt::Debug for Config {
             .field("gitea_url", &self.gitea_url)
             .field("gitea_token", &set(&self.gitea_token))
             .field("admin_token", &set(&self.admin_token))
+            .field("gitea_mcp_token", &set(&self.gitea_mcp_token))
             .field("workspace_root", &self.workspace_root)
             .field("state_dir", &self.state_dir)
             .field("max_body_bytes", &self.max_body_bytes)
@@ -139,6 +147,12 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
+    /// The token the agent's Gitea MCP server gets: `gitea_mcp_token`, else
+    /// the bot's own `gitea_token`.
+    pub fn agent_gitea_token(&self) -> Option<&SecretString> {
+        self.gitea_mcp_token.as_ref().or(self.gitea_token.as_ref())
+    }
+
     /// Reads `path` (if given) and the process environment, and validates everything.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut env = BTreeMap::new();

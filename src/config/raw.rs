@@ -109,6 +109,10 @@ pub(super) struct Raw {
     pub repositories: Option<BTreeMap<String, RawRepo>>,
     #[serde(deserialize_with = "text")]
     pub public_url: Option<String>,
+    #[serde(deserialize_with = "flag")]
+    pub trust_fork_prs: Option<bool>,
+    #[serde(deserialize_with = "secret")]
+    pub gitea_mcp_token: Option<SecretString>,
 }
 
 /// One entry of `repositories`, as read: what it leaves out comes from the
@@ -165,6 +169,22 @@ fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
         Value::Num(_, n) => Ok(Some(number_text(*n))),
         Value::Bool(_, b) => Ok(Some(b.to_string())),
         other => Err(format!("expected a string, found {}", kind(other))),
+    })
+}
+
+/// A boolean: TOML `true`/`false`, or the same words in the environment.
+fn flag<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    with(d, |v| match &v {
+        Value::Bool(_, b) => Ok(Some(*b)),
+        Value::String(_, s) => match filled(s).as_deref() {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(other) => Err(format!(
+                "`{other}` is not a boolean; expected true or false"
+            )),
+        },
+        other => Err(format!("expected true or false, found {}", kind(other))),
     })
 }
 

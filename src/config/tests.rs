@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
+use secrecy::ExposeSecret;
 use std::time::Duration;
 
 fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -455,4 +456,37 @@ fn public_url_is_an_http_base_url_kept_without_its_trailing_slash() {
     let (_dir, path) = file("public_url = \"https://bridge.example.com\"\n");
     let c = Config::from_sources(Some(&path), &env(&[])).unwrap();
     assert_eq!(c.public_url.as_deref(), Some("https://bridge.example.com"));
+}
+
+#[test]
+fn trust_fork_prs_is_off_unless_said_and_the_agent_token_falls_back_to_the_bots() {
+    let c = Config::from_sources(
+        None,
+        &env(&[("CODEX_BRIDGE_GITEA_TOKEN", "bot-admin-token")]),
+    )
+    .unwrap();
+    assert!(!c.trust_fork_prs);
+    assert_eq!(
+        c.agent_gitea_token().map(|t| t.expose_secret().to_owned()),
+        Some("bot-admin-token".to_owned())
+    );
+    let c = Config::from_sources(
+        None,
+        &env(&[
+            ("CODEX_BRIDGE_GITEA_TOKEN", "bot-admin-token"),
+            ("CODEX_BRIDGE_GITEA_MCP_TOKEN", "agent-comment-token"),
+            ("CODEX_BRIDGE_TRUST_FORK_PRS", "true"),
+        ]),
+    )
+    .unwrap();
+    assert!(c.trust_fork_prs);
+    assert_eq!(
+        c.agent_gitea_token().map(|t| t.expose_secret().to_owned()),
+        Some("agent-comment-token".to_owned())
+    );
+    assert!(!format!("{c:?}").contains("agent-comment-token"));
+    let err = error(&[("CODEX_BRIDGE_TRUST_FORK_PRS", "yes")]);
+    assert!(err.contains("trust_fork_prs"), "{err}");
+    let err = error(&[("CODEX_BRIDGE_GITEA_MCP_TOKEN", "  ")]);
+    assert!(err.contains("gitea_mcp_token"), "{err}");
 }

@@ -28,6 +28,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
     let webhook_secret = checked_secret(SecretKey::WebhookSecret, raw.webhook_secret)?;
     let admin_token = checked_secret(SecretKey::AdminToken, raw.admin_token)?;
     let gitea_token = checked_secret(SecretKey::GiteaToken, raw.gitea_token)?;
+    let gitea_mcp_token = checked_secret(SecretKey::GiteaMcpToken, raw.gitea_mcp_token)?;
 
     let bot_login = raw.bot_login.unwrap_or_else(|| "codex-bot".into());
     if !is_gitea_name(&bot_login) {
@@ -218,6 +219,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         metrics_listen: raw.metrics_listen,
         trusted_proxies,
         public_url,
+        trust_fork_prs: raw.trust_fork_prs.unwrap_or(false),
+        gitea_mcp_token,
     })
 }
 
@@ -309,6 +312,7 @@ pub(super) enum SecretKey {
     WebhookSecret,
     GiteaToken,
     AdminToken,
+    GiteaMcpToken,
 }
 
 impl SecretKey {
@@ -317,13 +321,14 @@ impl SecretKey {
             SecretKey::WebhookSecret => "webhook_secret",
             SecretKey::GiteaToken => "gitea_token",
             SecretKey::AdminToken => "admin_token",
+            SecretKey::GiteaMcpToken => "gitea_mcp_token",
         }
     }
 
     /// Ours to choose (generated when unset), so held to a length; the Gitea
     /// token is whatever Gitea issued.
     fn generated(self) -> bool {
-        self != SecretKey::GiteaToken
+        !matches!(self, SecretKey::GiteaToken | SecretKey::GiteaMcpToken)
     }
 
     /// Sent in an `Authorization` header, which cannot hold a line break.
@@ -342,8 +347,14 @@ impl SecretKey {
                  least 16 characters (e.g. `openssl rand -hex 32`)"
                     .to_owned()
             } else {
-                "is empty: set the bot's Gitea API token, or leave the key out to run without Gitea"
-                    .to_owned()
+                match self {
+                    SecretKey::GiteaMcpToken => "is empty: set the token the agent's Gitea MCP \
+                         server gets, or leave the key out to hand it gitea_token"
+                        .to_owned(),
+                    _ => "is empty: set the bot's Gitea API token, or leave the key out to run \
+                          without Gitea"
+                        .to_owned(),
+                }
             });
         }
         if self.in_header() && secret.chars().any(char::is_control) {

@@ -27,27 +27,51 @@ pub fn check(config: &Config) -> Vec<Check> {
             "set gitea_mcp_command (e.g. gitea-mcp) and gitea_mcp_args",
         )];
     };
-    vec![match list_tools(config, command) {
-        Ok(tools) => match tools.iter().find(|t| t.contains("comment")) {
-            Some(tool) => Check::ok(
+    vec![
+        token(config),
+        match list_tools(config, command) {
+            Ok(tools) => match tools.iter().find(|t| t.contains("comment")) {
+                Some(tool) => Check::ok(
+                    AREA,
+                    "tools",
+                    format!("{command} lists {} tools, {tool} among them", tools.len()),
+                ),
+                None => Check::fail(
+                    AREA,
+                    "tools",
+                    format!("{command} lists no comment tool ({} tools)", tools.len()),
+                    "use a Gitea MCP server that can create comments",
+                ),
+            },
+            Err(why) => Check::fail(
                 AREA,
                 "tools",
-                format!("{command} lists {} tools, {tool} among them", tools.len()),
-            ),
-            None => Check::fail(
-                AREA,
-                "tools",
-                format!("{command} lists no comment tool ({} tools)", tools.len()),
-                "use a Gitea MCP server that can create comments",
+                why,
+                "check gitea_mcp_command, gitea_mcp_args and the *_env keys",
             ),
         },
-        Err(why) => Check::fail(
+    ]
+}
+
+/// Whether the agent's server holds a token of its own: the bot's
+/// `gitea_token` is a repository admin's, and whatever the agent is talked
+/// into doing with its Gitea tools, it does with that token.
+fn token(config: &Config) -> Check {
+    let same = match (&config.gitea_mcp_token, &config.gitea_token) {
+        (None, _) => true,
+        (Some(mcp), Some(bot)) => mcp.expose_secret() == bot.expose_secret(),
+        (Some(_), None) => false,
+    };
+    if same {
+        Check::warn(
             AREA,
-            "tools",
-            why,
-            "check gitea_mcp_command, gitea_mcp_args and the *_env keys",
-        ),
-    }]
+            "token",
+            "the agent's Gitea MCP server holds the bot's admin token",
+            "set gitea_mcp_token to a token of a user with write access only",
+        )
+    } else {
+        Check::ok(AREA, "token", "gitea_mcp_token is its own token")
+    }
 }
 
 /// The names of the tools the server lists, or why none were.
@@ -67,7 +91,7 @@ fn list_tools(config: &Config, command: &str) -> Result<Vec<String>, String> {
     if let Some(url) = &config.gitea_url {
         cmd.env(&config.gitea_mcp_url_env, url);
     }
-    if let Some(token) = &config.gitea_token {
+    if let Some(token) = config.agent_gitea_token() {
         cmd.env(&config.gitea_mcp_token_env, token.expose_secret());
     }
     let mut child = cmd
