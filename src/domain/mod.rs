@@ -13,3 +13,4 @@ pub use request::{IngestRequest, Intent, RepoRef, Subject};
 pub mod policy;
 pub mod states;
 pub mod statuses;
+pub mod trust;

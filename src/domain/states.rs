@@ -89,6 +89,17 @@ text_enum!(
 );
 
 text_enum!(
+    /// What a thread was created to be trusted with (see `domain::trust`):
+    /// fixed when the thread is created, stored beside its id.
+    ThreadTrust, "thread trust" {
+        /// The repository's own policy and the Gitea tools.
+        Trusted = "trusted",
+        /// Read-only, no Gitea write tool; the bridge posts the answer.
+        Untrusted = "untrusted",
+    }
+);
+
+text_enum!(
     /// What a comment row is about.
     CommentKind, "comment kind" {
         /// A status receipt on the triggering comment's thread.
