@@ -1,7 +1,9 @@
 //! What the actors need from the forge (Gitea): proving that a reply landed,
-//! the one REST fallback post, and who may trigger work. The Gitea client
+//! the bridge's REST post of a reply, who may trigger work, and the facts a
+//! pull request's trust rests on. The Gitea client
 //! implements it; tests put stand-ins behind it.
 
+use crate::domain::trust::PrFacts;
 use crate::domain::{ResourceKey, TaskId};
 use futures_util::future::BoxFuture;
 
@@ -53,6 +55,20 @@ pub trait Forge: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<i64, String>> {
         let _ = (resource_key, body);
         Box::pin(async { Err("this forge cannot post comments".to_owned()) })
+    }
+
+    /// Where the pull request's head lives and whether its head commit's
+    /// author holds `trigger_permission`. An `Err` (the question could not be
+    /// answered) makes the pull request untrusted: the default fails closed.
+    fn pr_facts(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<PrFacts, String>> {
+        let _ = resource_key;
+        Box::pin(async {
+            Err(
+                "this forge cannot read a pull request's head; configure gitea_url and \
+                 gitea_token"
+                    .to_owned(),
+            )
+        })
     }
 
     /// Whether `author` may trigger work on the resource's repository.

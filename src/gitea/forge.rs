@@ -4,6 +4,7 @@
 
 use super::client::{GiteaClient, GiteaError, Permission};
 use super::reply::has_reply_marker;
+use crate::domain::trust::PrFacts;
 use crate::domain::ResourceKey;
 use crate::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use futures_util::future::BoxFuture;
@@ -70,6 +71,34 @@ impl GiteaForge {
     }
 }
 
+impl GiteaForge {
+    /// Whether `login` holds `trigger_permission` on the repository (or is
+    /// in `trigger_allow`, and not in `trigger_deny`). A permission Gitea
+    /// will not tell (403) is not held; a Gitea that cannot answer is an
+    /// error.
+    async fn holds_trigger_permission(
+        &self,
+        owner: &str,
+        repo: &str,
+        login: &str,
+    ) -> Result<bool, String> {
+        let lower = login.to_ascii_lowercase();
+        if self.policy.deny.contains(&lower) {
+            return Ok(false);
+        }
+        if self.policy.allow.contains(&lower) {
+            return Ok(true);
+        }
+        let client = self.client.clone();
+        let (o, r, l) = (owner.to_owned(), repo.to_owned(), login.to_owned());
+        match blocking(move || client.permission(&o, &r, &l)).await {
+            Ok(p) => Ok(p >= self.policy.min),
+            Err(e) if e.status() == Some(403) => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
 /// Runs a blocking Gitea call on the blocking pool.
 pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, GiteaError> + Send + 'static,
@@ -124,6 +153,34 @@ impl Forge for GiteaForge {
                 .await
                 .map(|c| c.id)
                 .map_err(|e| e.to_string())
+        }
+        .boxed()
+    }
+
+    fn pr_facts(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<PrFacts, String>> {
+        let this = self.clone();
+        async move {
+            let owner = resource_key.repo().owner().to_owned();
+            let repo = resource_key.repo().name().to_owned();
+            let number = resource_key.number();
+            let client = this.client.clone();
+            let (o, r) = (owner.clone(), repo.clone());
+            let (head, author) = blocking(move || {
+                let head = client.pull_head(&o, &r, number)?;
+                let author = client.commit_author(&o, &r, &head.sha)?;
+                Ok((head, author))
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            // An author Gitea cannot name is no one who holds a permission.
+            let permitted = match author {
+                Some(login) => this.holds_trigger_permission(&owner, &repo, &login).await?,
+                None => false,
+            };
+            Ok(PrFacts {
+                head_in_base_repo: head.in_base_repo,
+                head_author_permitted: permitted,
+            })
         }
         .boxed()
     }

@@ -1,6 +1,7 @@
 //! Everything that talks to Gitea: the REST client ([`client`], with
 //! [`paging`] for listings read to the end), repository webhooks
-//! ([`hooks`]), commit statuses ([`statuses`]), a repository's comments
+//! ([`hooks`]), commit statuses ([`statuses`]), what a pull request's
+//! trust rests on ([`pulls`]), a repository's comments
 //! ([`comments`]), the bot's repositories ([`repos`]), the reply markers and
 //! the recognition of the agent's comment tool calls ([`reply`]), the
 //! verifier / REST fallback / trigger permission the actors use
@@ -12,6 +13,7 @@ pub mod comments;
 pub mod forge;
 pub mod hooks;
 pub mod paging;
+pub mod pulls;
 pub mod receipts;
 pub mod reply;
 pub mod repos;
