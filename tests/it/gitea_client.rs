@@ -209,3 +209,65 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
         .count();
     assert_eq!(with_marker, 1);
 }
+
+/// What a pull request's trust rests on, read as Gitea states it: a
+/// same-repository head by an admin is provably ours; a fork's head, or a
+/// head whose author maps to no user (or to one without write), is not.
+#[actix_web::test]
+async fn pull_request_facts_name_a_forks_head_and_an_unknown_author() {
+    use codex_bridge::domain::trust::PrFacts;
+    use codex_bridge::domain::ResourceKey;
+    use codex_bridge::forge::Forge;
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    let forge = GiteaForge::new(client(&sim), BOT, TriggerPolicy::default());
+    let key = |n: i64| ResourceKey::parse(&format!("default:acme/widgets:pull:{n}")).unwrap();
+
+    sim.commit("acme", "widgets", "topic", "t.txt", "t\n", "topic");
+    let ours = sim.create_pull("acme", "widgets", "Ours", "", "acme", "topic", "main");
+    let facts = forge.pr_facts(key(ours)).await.unwrap();
+    assert_eq!(
+        facts,
+        PrFacts {
+            head_in_base_repo: true,
+            head_author_permitted: true
+        }
+    );
+
+    sim.commit_as("acme", "widgets", "stray", "s.txt", "s\n", "stray", None);
+    let stray = sim.create_pull("acme", "widgets", "Stray", "", "acme", "stray", "main");
+    let facts = forge.pr_facts(key(stray)).await.unwrap();
+    assert!(
+        facts.head_in_base_repo && !facts.head_author_permitted,
+        "{facts:?}"
+    );
+
+    sim.add_user("mallory");
+    sim.fork_repo("acme", "widgets", "mallory");
+    sim.commit_as(
+        "mallory",
+        "widgets",
+        "evil",
+        "e.txt",
+        "e\n",
+        "evil",
+        Some("mallory"),
+    );
+    let fork = sim.create_fork_pull(
+        "acme", "widgets", "mallory", "Evil", "", "mallory", "evil", "main",
+    );
+    let facts = forge.pr_facts(key(fork)).await.unwrap();
+    assert_eq!(
+        facts,
+        PrFacts {
+            head_in_base_repo: false,
+            head_author_permitted: false
+        }
+    );
+    // The fork's commit is in the base repository, as Gitea keeps it.
+    assert_eq!(
+        sim.resolve_pull_head("acme", "widgets", fork),
+        sim.branch_head("mallory", "widgets", "evil")
+    );
+}

@@ -240,6 +240,25 @@ impl GitRepos {
         contents: &str,
         message: &str,
     ) -> String {
+        self.commit_by(owner, name, branch, file, contents, message, None)
+    }
+
+    /// As [`GitRepos::commit`], authored by `author` (name, e-mail) instead
+    /// of the fixed test identity.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a commit's fields, as git takes them"
+    )]
+    pub fn commit_by(
+        &self,
+        owner: &str,
+        name: &str,
+        branch: &str,
+        file: &str,
+        contents: &str,
+        message: &str,
+        author: Option<(&str, &str)>,
+    ) -> String {
         let repo = self.repo_path(owner, name);
         let parent = self
             .try_git(
@@ -277,7 +296,14 @@ impl GitRepos {
         if let Some(parent) = &parent {
             args.extend(["-p", parent.as_str()]);
         }
-        let commit = self.git(&repo, &args, None, &[]);
+        let who: Vec<(&str, &Path)> = match author {
+            Some((n, e)) => vec![
+                ("GIT_AUTHOR_NAME", Path::new(n)),
+                ("GIT_AUTHOR_EMAIL", Path::new(e)),
+            ],
+            None => Vec::new(),
+        };
+        let commit = self.git(&repo, &args, None, &who);
         self.git(
             &repo,
             &["update-ref", &format!("refs/heads/{branch}"), &commit],
@@ -299,6 +325,62 @@ impl GitRepos {
             &[],
         );
         sha
+    }
+
+    /// A bare copy of `owner/name` as `fork_owner/name`, as Gitea's fork.
+    pub fn fork_repo(&self, owner: &str, name: &str, fork_owner: &str) {
+        let from = self.repo_path(owner, name);
+        let to = self.repo_path(fork_owner, name);
+        std::fs::create_dir_all(&to).unwrap();
+        self.git(
+            &to,
+            &["init", "--quiet", "--bare", "--initial-branch=main"],
+            None,
+            &[],
+        );
+        self.git(
+            &to,
+            &[
+                "fetch",
+                "--quiet",
+                from.to_str().unwrap(),
+                "+refs/heads/*:refs/heads/*",
+            ],
+            None,
+            &[],
+        );
+    }
+
+    /// Point the base repository's `refs/pull/<number>/head` at the tip of
+    /// `branch` in the fork `fork_owner/name`, copying its commits, as Gitea
+    /// does for a pull request from a fork; returns that commit.
+    pub fn set_fork_pull_ref(
+        &self,
+        owner: &str,
+        name: &str,
+        number: i64,
+        fork_owner: &str,
+        branch: &str,
+    ) -> String {
+        let repo = self.repo_path(owner, name);
+        let fork = self.repo_path(fork_owner, name);
+        let refspec = format!("+refs/heads/{branch}:refs/pull/{number}/head");
+        self.git(
+            &repo,
+            &["fetch", "--quiet", fork.to_str().unwrap(), &refspec],
+            None,
+            &[],
+        );
+        self.branch_head(fork_owner, name, branch)
+    }
+
+    /// The author e-mail of commit `sha`, if the repository has it.
+    pub fn commit_author_email(&self, owner: &str, name: &str, sha: &str) -> Option<String> {
+        if sha.starts_with('-') {
+            return None;
+        }
+        let repo = self.repo_path(owner, name);
+        self.try_git(&repo, &["log", "-1", "--format=%ae", sha])
     }
 
     /// Delete a branch (its commits stay reachable from any other ref).

@@ -94,14 +94,82 @@ impl GiteaSim {
         contents: &str,
         message: &str,
     ) -> String {
-        self.sim
-            .git
-            .commit(owner, name, branch, file, contents, message)
+        // Authored by the owner, whom Gitea maps to a user with admin rights.
+        let email = format!("{}@example.com", owner.to_ascii_lowercase());
+        self.sim.git.commit_by(
+            owner,
+            name,
+            branch,
+            file,
+            contents,
+            message,
+            Some((owner, &email)),
+        )
+    }
+
+    /// As [`GiteaSim::commit`], authored by `login` (`None`: an address no
+    /// user of the instance has).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a commit's fields, as git takes them"
+    )]
+    pub fn commit_as(
+        &self,
+        owner: &str,
+        name: &str,
+        branch: &str,
+        file: &str,
+        contents: &str,
+        message: &str,
+        login: Option<&str>,
+    ) -> String {
+        let email = match login {
+            Some(l) => format!("{}@example.com", l.to_ascii_lowercase()),
+            None => "stranger@elsewhere.invalid".to_owned(),
+        };
+        let name_of = login.unwrap_or("stranger");
+        self.sim.git.commit_by(
+            owner,
+            name,
+            branch,
+            file,
+            contents,
+            message,
+            Some((name_of, &email)),
+        )
+    }
+
+    /// Fork `owner/name` as `fork_owner/name` (public, like most forks;
+    /// `fork_owner` gets admin on it as its owner).
+    pub fn fork_repo(&self, owner: &str, name: &str, fork_owner: &str) {
+        self.sim.git.fork_repo(owner, name, fork_owner);
+        let mut d = self.sim.data.lock().unwrap();
+        d.ensure_user(fork_owner);
+        let id = d.alloc();
+        let now = d.now();
+        d.repos.push(Repo {
+            id,
+            owner: fork_owner.to_owned(),
+            name: name.to_owned(),
+            private: false,
+            default_branch: "main".into(),
+            perms: Vec::new(),
+            created: now,
+            next_index: 1,
+        });
     }
 
     /// The commit at the tip of `branch`.
     pub fn branch_head(&self, owner: &str, name: &str, branch: &str) -> String {
         self.sim.git.branch_head(owner, name, branch)
+    }
+
+    /// The commit the base repository's `refs/pull/<number>/head` names.
+    pub fn resolve_pull_head(&self, owner: &str, name: &str, number: i64) -> String {
+        self.sim
+            .git
+            .resolve_commit(owner, name, &format!("refs/pull/{number}/head"))
+            .expect("giteasim: no such pull request ref")
     }
 
     /// Delete a branch.
@@ -158,6 +226,7 @@ impl GiteaSim {
                 author,
                 Some(Pull {
                     id,
+                    head_repo_id: None,
                     head: head.to_owned(),
                     base: base.to_owned(),
                     head_sha,
@@ -166,6 +235,57 @@ impl GiteaSim {
             )
         };
         self.sim.git.set_pull_ref(owner, repo, number, head);
+        number
+    }
+
+    /// Open a pull request into `owner/name`'s `base` from branch `head` of
+    /// the fork `fork_owner/name` (see [`GiteaSim::fork_repo`]); sets the
+    /// base repository's `refs/pull/<n>/head` to the fork's commit like
+    /// Gitea. Returns its number.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a Gitea request's fields, as the simulator records them"
+    )]
+    pub fn create_fork_pull(
+        &self,
+        owner: &str,
+        name: &str,
+        fork_owner: &str,
+        title: &str,
+        body: &str,
+        author: &str,
+        head: &str,
+        base: &str,
+    ) -> i64 {
+        let head_sha = self.branch_head(fork_owner, name, head);
+        let base_sha = self.branch_head(owner, name, base);
+        let number = {
+            let mut d = self.sim.data.lock().unwrap();
+            let id = d.alloc();
+            let head_repo_id = d.repo(fork_owner, name).map(|r| r.id);
+            assert!(
+                head_repo_id.is_some(),
+                "giteasim: fork the repository first"
+            );
+            d.new_issue(
+                owner,
+                name,
+                title,
+                body,
+                author,
+                Some(Pull {
+                    id,
+                    head_repo_id,
+                    head: head.to_owned(),
+                    base: base.to_owned(),
+                    head_sha,
+                    base_sha,
+                }),
+            )
+        };
+        self.sim
+            .git
+            .set_fork_pull_ref(owner, name, number, fork_owner, head);
         number
     }
 

@@ -43,6 +43,9 @@ pub(crate) struct Repo {
 
 pub(crate) struct Pull {
     pub(crate) id: i64,
+    /// The repository the head branch lives in when it is not the base
+    /// repository (a fork).
+    pub(crate) head_repo_id: Option<i64>,
     pub(crate) head: String,
     pub(crate) base: String,
     /// Tips when the PR was opened, used if a branch is gone.
@@ -184,6 +187,13 @@ impl Data {
     }
 
     /// `login`'s access to the repository (`None` for anonymous).
+    /// The user whose e-mail address is `email`, as Gitea matches a commit's
+    /// author (the simulator's users have `<login>@example.com`).
+    pub(crate) fn user_by_email(&self, email: &str) -> Option<&User> {
+        let local = email.strip_suffix("@example.com")?;
+        self.user(local)
+    }
+
     pub(crate) fn perm(&self, repo: &Repo, login: Option<&str>) -> Perm {
         let Some(login) = login else {
             return if repo.private { Perm::None } else { Perm::Read };

@@ -65,6 +65,13 @@
 //!   repository's plain comments by creation time (then id); `since`/`before`
 //!   on the updated time; paged only when `page` is given (Gitea then lists
 //!   them all, whatever `limit`); `X-Total-Count`, no `Link`
+//! - `GET /repos/{o}/{r}/git/commits/{sha}`: `api.Commit` with `author` the
+//!   user whose address (`<login>@example.com`) the commit's author has, else
+//!   `null`; 404 for an unknown commit. [`GiteaSim::commit`] authors as the
+//!   repository's owner, [`GiteaSim::commit_as`] as anyone.
+//! - Forks: [`GiteaSim::fork_repo`], then [`GiteaSim::create_fork_pull`]: the
+//!   pull request's `head.repo` is the fork, and the base repository's
+//!   `refs/pull/<n>/head` holds the fork's commit.
 //! - `GET /repos/{o}/{r}/collaborators/{user}/permission`: `{permission,
 //!   role_name, user}`; 403 unless the caller is site admin, repo admin or asks
 //!   about itself; 404 unknown user

@@ -252,21 +252,28 @@ impl Data {
     ) -> J {
         let repo = self.repo_by_id(issue.repo_id);
         let pull = issue.pull.as_ref().unwrap();
+        let head_repo = self.repo_by_id(pull.head_repo_id.unwrap_or(repo.id));
         let html = self.issue_html_url(base, issue);
-        let tip = |branch: &str, fallback: &str| {
-            git.try_branch_head(&repo.owner, &repo.name, branch)
+        let tip = |r: &Repo, branch: &str, fallback: &str| {
+            git.try_branch_head(&r.owner, &r.name, branch)
                 .unwrap_or_else(|| fallback.to_owned())
         };
-        let branch = |name: &str, sha: String| {
+        let branch = |r: &Repo, name: &str, sha: String| {
+            // Gitea labels a fork's branch `owner:branch`.
+            let label = if r.id == repo.id {
+                name.to_owned()
+            } else {
+                format!("{}:{name}", r.owner)
+            };
             obj(vec![
-                ("label", name.into()),
+                ("label", label.into()),
                 ("ref", name.into()),
                 ("sha", sha.into()),
-                ("repo_id", repo.id.into()),
-                ("repo", self.repo_json(base, repo, viewer)),
+                ("repo_id", r.id.into()),
+                ("repo", self.repo_json(base, r, viewer)),
             ])
         };
-        let base_sha = tip(&pull.base, &pull.base_sha);
+        let base_sha = tip(repo, &pull.base, &pull.base_sha);
         obj(vec![
             ("id", pull.id.into()),
             ("url", (&html).into()),
@@ -296,8 +303,15 @@ impl Data {
             ("merge_commit_sha", J::Null),
             ("merged_by", J::Null),
             ("allow_maintainer_edit", false.into()),
-            ("base", branch(&pull.base, base_sha.clone())),
-            ("head", branch(&pull.head, tip(&pull.head, &pull.head_sha))),
+            ("base", branch(repo, &pull.base, base_sha.clone())),
+            (
+                "head",
+                branch(
+                    head_repo,
+                    &pull.head,
+                    tip(head_repo, &pull.head, &pull.head_sha),
+                ),
+            ),
             ("merge_base", base_sha.into()),
             ("due_date", J::Null),
             ("created_at", rfc3339(issue.created).into()),

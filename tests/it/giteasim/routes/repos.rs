@@ -1,5 +1,6 @@
 //! Repositories, issues, pulls and collaborators: `GET /repos/{o}/{r}`,
-//! `/issues/{n}`, `/pulls/{n}`, `/collaborators/{user}/permission`, and the
+//! `/issues/{n}`, `/pulls/{n}`, `/collaborators/{user}/permission`,
+//! `/git/commits/{sha}`, and the
 //! caller's own repositories, `GET /user/repos`.
 
 use super::{listed, Call, InRepo, ListOptions};
@@ -32,9 +33,65 @@ pub(super) fn route(r: &InRepo, d: &mut Data, rest: &[&str]) -> Option<Answer> {
             None => not_found(base),
         },
         ("GET", ["collaborators", user, "permission"]) => permission(r, d, user),
+        ("GET", ["git", "commits", sha]) => commit(r, d, sha),
         _ => return None,
     };
     Some(answer)
+}
+
+/// `GET /git/commits/{sha}` (`api.Commit`, the fields the bridge reads and
+/// their neighbours): `author` is the user whose e-mail address the
+/// commit's author has, `null` when no user has it; 404 for a commit the
+/// repository does not have (a fork pull request's commits are in the base
+/// repository under `refs/pull/<n>/head`).
+fn commit(r: &InRepo, d: &Data, sha: &str) -> Answer {
+    let call = r.call;
+    let base = call.base;
+    let repo = d.repo_by_id(r.repo_id);
+    let git = &call.sim.git;
+    let Some(full) = git.resolve_commit(&repo.owner, &repo.name, sha) else {
+        return error(base, 404, &format!("sha not found [sha: {sha}]"));
+    };
+    let email = git
+        .commit_author_email(&repo.owner, &repo.name, &full)
+        .unwrap_or_default();
+    let user = d
+        .user_by_email(&email)
+        .map(|u| d.user_json(base, &u.login, false))
+        .unwrap_or(crate::giteasim::J::Null);
+    let url = format!(
+        "{base}/api/v1/repos/{}/{}/git/commits/{full}",
+        repo.owner, repo.name
+    );
+    let person = obj(vec![
+        ("name", email.split('@').next().unwrap_or_default().into()),
+        ("email", (&email).into()),
+        ("date", "2026-01-01T00:00:00Z".into()),
+    ]);
+    json(
+        200,
+        obj(vec![
+            ("url", (&url).into()),
+            ("sha", (&full).into()),
+            ("created", "2026-01-01T00:00:00Z".into()),
+            (
+                "html_url",
+                format!("{base}/{}/{}/commit/{full}", repo.owner, repo.name).into(),
+            ),
+            (
+                "commit",
+                obj(vec![
+                    ("url", (&url).into()),
+                    ("author", person.clone()),
+                    ("committer", person),
+                    ("message", "".into()),
+                ]),
+            ),
+            ("author", user.clone()),
+            ("committer", user),
+            ("parents", crate::giteasim::J::Arr(Vec::new())),
+        ]),
+    )
 }
 
 /// `GET /collaborators/{user}/permission`: 403 unless the caller is site
