@@ -57,6 +57,10 @@ pub struct ActorSettings {
     pub repositories: Arc<BTreeMap<String, RepoPolicy>>,
     /// The bot's Gitea login (named in the turn's prompt).
     pub bot_login: String,
+    /// Whether untrusted pull requests (from a fork, or whose head commit's
+    /// author lacks `trigger_permission`) run like any other (config
+    /// `trust_fork_prs`).
+    pub trust_fork_prs: bool,
     /// Scrubs this server's secrets out of what a turn's transcript stores.
     pub redactor: redact::Redactor,
     /// Why this process must start no task (say, no Gitea client to check a
@@ -94,6 +98,7 @@ impl ActorSettings {
             sandbox: Sandbox::DangerFullAccess,
             repositories: Arc::new(BTreeMap::new()),
             bot_login: "codex-bot".into(),
+            trust_fork_prs: false,
             redactor: redact::Redactor::default(),
             hold: Vec::new(),
             agent: crate::agent::Availability::always(),
@@ -127,6 +132,7 @@ impl ActorSettings {
         s.sandbox = config.default_policy.sandbox;
         s.repositories = Arc::new(config.repositories.clone());
         s.bot_login = config.bot_login.clone();
+        s.trust_fork_prs = config.trust_fork_prs;
         // Generated secrets are not in the configuration: the app adds them.
         s.redactor = redact::Redactor::new(
             [
@@ -158,6 +164,18 @@ pub trait Workspaces: Send + Sync + 'static {
     }
     /// The workspace folder of a repository (validated, under the root).
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError>;
+    /// Blocking: the base branch's `AGENTS.md` (the default branch's when
+    /// `base` is `None`), bounded; `None` when there is none. A thread that
+    /// must not follow the checked-out head's gets this copy instead.
+    fn base_instructions(
+        &self,
+        owner: &str,
+        name: &str,
+        base: Option<&str>,
+    ) -> Result<Option<String>, WorkspaceError> {
+        let _ = (owner, name, base);
+        Ok(None)
+    }
 }
 
 impl Workspaces for WorkspaceManager {
@@ -174,6 +192,15 @@ impl Workspaces for WorkspaceManager {
 
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
         WorkspaceManager::path_for(self, owner, name)
+    }
+
+    fn base_instructions(
+        &self,
+        owner: &str,
+        name: &str,
+        base: Option<&str>,
+    ) -> Result<Option<String>, WorkspaceError> {
+        WorkspaceManager::base_instructions(self, owner, name, base)
     }
 }
 

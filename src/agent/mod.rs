@@ -14,11 +14,23 @@ pub use availability::{
     AccountState, Availability, ProcessState, RuntimeStatus, StartProblem, StatusSender,
 };
 
-use crate::domain::policy::{ApprovalPolicy, Sandbox};
+use crate::domain::trust::ExecutionPolicy;
 use crate::domain::{OperationId, ResourceKey};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
+
+/// What a thread runs under, sent with every request that may open it (a
+/// thread resumed in a new runtime process gets it again): the policy its
+/// trust was decided with, and the repository instructions to hand over
+/// when the thread must not load the working tree's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadTerms {
+    pub policy: ExecutionPolicy,
+    /// The base branch's `AGENTS.md`, for a policy whose instructions come
+    /// from the base branch (`None`: it has none).
+    pub base_instructions: Option<String>,
+}
 
 /// Open (or resume) the session's thread.
 #[derive(Debug, Clone)]
@@ -27,14 +39,11 @@ pub struct ThreadRequest {
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
     pub cwd: PathBuf,
-    /// The repository's approval policy, for a new thread and for one
-    /// resumed in a new runtime process alike.
-    pub approval_policy: ApprovalPolicy,
-    /// The repository's sandbox, likewise.
-    pub sandbox: Sandbox,
+    pub terms: ThreadTerms,
 }
 
-/// One turn: only this turn's input and its correlation id.
+/// One turn: only this turn's input and its correlation id, and the
+/// thread's terms in case the runtime must open it again first.
 #[derive(Debug, Clone)]
 pub struct TurnRequest {
     pub thread_id: String,
@@ -42,6 +51,7 @@ pub struct TurnRequest {
     pub operation_id: OperationId,
     pub text: String,
     pub cwd: PathBuf,
+    pub terms: ThreadTerms,
 }
 
 /// What happens during a turn, in order.

@@ -13,7 +13,9 @@ use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
 use super::settings::CodexSettings;
 use super::thread::{thread_setup, ThreadPolicy};
-use crate::agent::{Agent, AgentError, ThreadRequest, TurnLookup, TurnRequest, TurnStarted};
+use crate::agent::{
+    Agent, AgentError, ThreadRequest, ThreadTerms, TurnLookup, TurnRequest, TurnStarted,
+};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use std::path::Path;
@@ -102,6 +104,7 @@ impl CodexAgent {
         thread_id: Option<&str>,
         cwd: &Path,
         policy: Option<ThreadPolicy>,
+        terms: &ThreadTerms,
     ) -> Result<(Arc<RpcConnection>, String), AgentError> {
         let conn = self.connection().await?;
         let s = self.settings();
@@ -115,7 +118,7 @@ impl CodexAgent {
                 self.inner.router.forget_mcp(id);
                 let resume = ThreadResume {
                     thread_id: id.to_owned(),
-                    setup: thread_setup(s, cwd, policy),
+                    setup: thread_setup(s, cwd, policy, terms),
                 };
                 conn.call(&resume, s.request_timeout)
                     .await
@@ -124,7 +127,7 @@ impl CodexAgent {
             }
             None => {
                 let start = ThreadStart {
-                    setup: thread_setup(s, cwd, policy),
+                    setup: thread_setup(s, cwd, policy, terms),
                 };
                 conn.call(&start, s.request_timeout)
                     .await
@@ -139,7 +142,9 @@ impl CodexAgent {
         // Codex does not wait for a thread's MCP servers: a turn sent too
         // early reaches the model without the Gitea tools. On a thread loaded
         // before, this returns at once (or refuses again if the server failed).
-        if s.thread_config.contains_key("mcp_servers.gitea.command") {
+        if terms.policy.gitea_write_tool
+            && s.thread_config.contains_key("mcp_servers.gitea.command")
+        {
             self.inner
                 .router
                 .wait_for_mcp(&id, "gitea", s.request_timeout)
@@ -157,9 +162,9 @@ impl Agent for CodexAgent {
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
         let this = self.clone();
         async move {
-            let policy = ThreadPolicy::parse(req.approval_policy.as_str(), req.sandbox.as_str())?;
+            let policy = ThreadPolicy::of(&req.terms)?;
             let (_, id) = this
-                .open_thread(req.thread_id.as_deref(), &req.cwd, Some(policy))
+                .open_thread(req.thread_id.as_deref(), &req.cwd, Some(policy), &req.terms)
                 .await?;
             Ok(id)
         }
@@ -169,15 +174,13 @@ impl Agent for CodexAgent {
     fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let this = self.clone();
         async move {
-            // A turn's request carries no policy. The session opens its thread
-            // through `ensure_thread` first, which gives a thread loaded here
-            // the repository's policy; a thread not loaded here yet (a turn of
-            // a task recovered after the bridge restarted, such as its
-            // reply-retry turn) is resumed with everything else and keeps
-            // the approval policy and sandbox it last ran under, which may be
-            // older than the configuration this process read.
+            // The session opens its thread through `ensure_thread` first; a
+            // thread not loaded here yet (the app-server restarted between
+            // the two) is resumed with the same terms, so a thread that may
+            // not have the Gitea tools never gets them back on a resume.
+            let policy = ThreadPolicy::of(&req.terms)?;
             let (conn, _) = this
-                .open_thread(Some(&req.thread_id), &req.cwd, None)
+                .open_thread(Some(&req.thread_id), &req.cwd, Some(policy), &req.terms)
                 .await?;
             let mut rx = this.inner.router.open_turn(&req.thread_id);
             let start = TurnStart {

@@ -5,8 +5,10 @@
 //! both are built here.
 
 use super::protocol::{AskForApproval, SandboxMode, ThreadSetup};
-use super::settings::CodexSettings;
-use crate::agent::AgentError;
+use super::settings::{untrusted_thread_instructions, CodexSettings};
+use crate::agent::{AgentError, ThreadTerms};
+use crate::domain::trust::InstructionsSource;
+use serde_json::json;
 use std::path::Path;
 
 /// The repository's approval policy and sandbox for a thread.
@@ -17,6 +19,14 @@ pub(super) struct ThreadPolicy {
 }
 
 impl ThreadPolicy {
+    /// The approval policy and sandbox of a thread's terms.
+    pub(super) fn of(terms: &ThreadTerms) -> Result<Self, AgentError> {
+        Self::parse(
+            terms.policy.approval_policy.as_str(),
+            terms.policy.sandbox.as_str(),
+        )
+    }
+
     /// Reads the repository's policy. A value this codex does not accept is
     /// refused before anything is sent: retrying cannot fix the configuration.
     pub(super) fn parse(approval_policy: &str, sandbox: &str) -> Result<Self, AgentError> {
@@ -33,18 +43,38 @@ impl ThreadPolicy {
 
 /// The setup of `thread/start` and of `thread/resume`. Without a `policy` the
 /// thread keeps the approval policy and sandbox it last ran under (a new one
-/// gets CODEX_HOME's defaults).
+/// gets CODEX_HOME's defaults). What else the thread gets follows its terms:
+/// the Gitea MCP server only with the Gitea write tool; with the base
+/// branch's instructions, Codex's own loading of `AGENTS.md` from the working
+/// directory is switched off and the base branch's copy is in the developer
+/// instructions.
 pub(super) fn thread_setup(
     settings: &CodexSettings,
     cwd: &Path,
     policy: Option<ThreadPolicy>,
+    terms: &ThreadTerms,
 ) -> ThreadSetup {
+    let mut config = if terms.policy.gitea_write_tool {
+        settings.thread_config.clone()
+    } else {
+        serde_json::Map::new()
+    };
+    let developer_instructions = match terms.policy.instructions {
+        InstructionsSource::WorkingTree => settings.developer_instructions.clone(),
+        InstructionsSource::BaseBranch => {
+            config.insert("project_doc_max_bytes".into(), json!(0));
+            untrusted_thread_instructions(
+                &settings.developer_instructions,
+                terms.base_instructions.as_deref(),
+            )
+        }
+    };
     ThreadSetup {
         cwd: cwd.to_owned(),
-        developer_instructions: settings.developer_instructions.clone(),
+        developer_instructions,
         approval_policy: policy.map(|p| p.approval_policy),
         sandbox: policy.map(|p| p.sandbox),
-        config: (!settings.thread_config.is_empty()).then(|| settings.thread_config.clone()),
+        config: (!config.is_empty()).then_some(config),
     }
 }
 
@@ -53,8 +83,21 @@ mod tests {
     use super::super::protocol::{ThreadResume, ThreadStart};
     use super::*;
     use crate::codex::GiteaMcp;
-    use serde_json::{json, Value};
+    use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
+    use crate::domain::trust::ExecutionPolicy;
+    use serde_json::Value;
     use std::time::Duration;
+
+    fn trusted() -> ThreadTerms {
+        ThreadTerms {
+            policy: ExecutionPolicy::trusted(&RepoPolicy {
+                approval_policy: ApprovalPolicy::Untrusted,
+                sandbox: Sandbox::ReadOnly,
+                turn_timeout: Duration::from_secs(1),
+            }),
+            base_instructions: None,
+        }
+    }
 
     fn settings() -> CodexSettings {
         let mcp = GiteaMcp::example();
@@ -75,12 +118,12 @@ mod tests {
         let policy = ThreadPolicy::parse("untrusted", "read-only").unwrap();
         let cwd = Path::new("/srv/ws/acme/widgets");
         let start = serde_json::to_value(ThreadStart {
-            setup: thread_setup(&s, cwd, Some(policy)),
+            setup: thread_setup(&s, cwd, Some(policy), &trusted()),
         })
         .unwrap();
         let mut resume = serde_json::to_value(ThreadResume {
             thread_id: "thr-1".into(),
-            setup: thread_setup(&s, cwd, Some(policy)),
+            setup: thread_setup(&s, cwd, Some(policy), &trusted()),
         })
         .unwrap();
         let id = resume.as_object_mut().unwrap().remove("threadId");
@@ -96,13 +139,38 @@ mod tests {
     fn without_a_policy_the_thread_keeps_its_own() {
         let params: Value = serde_json::to_value(ThreadResume {
             thread_id: "thr-1".into(),
-            setup: thread_setup(&settings(), Path::new("/w"), None),
+            setup: thread_setup(&settings(), Path::new("/w"), None, &trusted()),
         })
         .unwrap();
         assert!(params.get("approvalPolicy").is_none(), "{params}");
         assert!(params.get("sandbox").is_none(), "{params}");
         assert_eq!(params["config"]["mcp_servers.gitea.command"], "gitea-mcp");
         assert_eq!(params["developerInstructions"], "be careful");
+    }
+
+    #[test]
+    fn an_untrusted_thread_gets_no_gitea_server_and_only_the_base_branchs_instructions() {
+        let terms = ThreadTerms {
+            policy: ExecutionPolicy::untrusted(),
+            base_instructions: Some("Run cargo test before answering.".into()),
+        };
+        let policy = ThreadPolicy::of(&terms).unwrap();
+        let params = serde_json::to_value(ThreadStart {
+            setup: thread_setup(&settings(), Path::new("/w"), Some(policy), &terms),
+        })
+        .unwrap();
+        assert_eq!(params["sandbox"], "read-only");
+        assert_eq!(params["approvalPolicy"], "never");
+        let config = params["config"].as_object().unwrap();
+        assert!(
+            config.keys().all(|k| !k.starts_with("mcp_servers")),
+            "{config:?}"
+        );
+        assert_eq!(config["project_doc_max_bytes"], 0);
+        let instructions = params["developerInstructions"].as_str().unwrap();
+        assert!(instructions.starts_with("be careful"), "{instructions}");
+        assert!(instructions.contains("Run cargo test before answering."));
+        assert!(instructions.contains("no Gitea tools"), "{instructions}");
     }
 
     #[test]

@@ -49,6 +49,16 @@ pub enum ReplyPath {
     BridgeViaRest,
 }
 
+impl ReplyPath {
+    /// Who posts the answer of a thread created with `trust`.
+    pub fn of(trust: ThreadTrust) -> ReplyPath {
+        match trust {
+            ThreadTrust::Trusted => ReplyPath::AgentViaMcp,
+            ThreadTrust::Untrusted => ReplyPath::BridgeViaRest,
+        }
+    }
+}
+
 /// Where the repository's instructions to the agent (`AGENTS.md`) come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -190,6 +200,7 @@ mod tests {
             }
             // Whatever the decision, a thread created with it runs under it again.
             prop_assert_eq!(ExecutionPolicy::of(p.trust, &repo), p);
+            prop_assert_eq!(ReplyPath::of(p.trust), p.reply_path);
         }
     }
 

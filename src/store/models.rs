@@ -2,7 +2,9 @@
 //! the admin API's shapes, so field names here are a contract.
 
 use super::schema::*;
-use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode};
+use crate::domain::states::{
+    CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode, ThreadTrust,
+};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use diesel::prelude::*;
@@ -40,6 +42,9 @@ pub struct Session {
     pub version: i64,
     /// Outbox entries whose task has not ended (the capacity check's counter).
     pub open_entries: i64,
+    /// What the thread was created to be trusted with (`None`: a thread made
+    /// before trust was recorded, which had every tool).
+    pub thread_trust: Option<ThreadTrust>,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]

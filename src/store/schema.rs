@@ -190,6 +190,7 @@ diesel::table! {
         updated_at -> Text,
         version -> Int8,
         open_entries -> Int8,
+        thread_trust -> Nullable<Text>,
     }
 }
 

@@ -6,6 +6,7 @@ use super::models::{OutboxEntry, Session, Task};
 use super::queue::literal;
 use super::schema::{outbox_entries, sessions, tasks};
 use super::{now, DbConn, StoreError};
+use crate::domain::states::ThreadTrust;
 use crate::domain::{ResourceKey, TaskId};
 use crate::with_conn;
 use diesel::prelude::*;
@@ -29,12 +30,14 @@ pub fn session(
         .optional())?)
 }
 
-/// Stores the session's thread id once. An ordinary retry never replaces it:
-/// returns the id that is stored afterwards.
+/// Stores the session's thread id once, with the trust it was created with.
+/// An ordinary retry never replaces it: returns the id that is stored
+/// afterwards.
 pub fn set_thread_once(
     conn: &mut DbConn,
     session_key: &ResourceKey,
     thread_id: &str,
+    trust: ThreadTrust,
 ) -> Result<String, StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
@@ -44,6 +47,37 @@ pub fn set_thread_once(
     )
     .set((
         sessions::thread_id.eq(thread_id),
+        sessions::thread_trust.eq(Some(trust)),
+        sessions::updated_at.eq(&at)
+    ))
+    .execute(c))?;
+    let stored: Option<String> = with_conn!(conn, |c| sessions::table
+        .find(session_key)
+        .select(sessions::thread_id)
+        .first(c))?;
+    stored.ok_or_else(|| StoreError::Query(format!("session {session_key} has no thread")))
+}
+
+/// Replaces the session's thread `old` by `new`, created with `trust` (a
+/// task whose trust differs from the old thread's starts a new one). Returns
+/// the id that is stored afterwards: `new`, unless the thread had already
+/// changed.
+pub fn replace_thread(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+    old: &str,
+    new: &str,
+    trust: ThreadTrust,
+) -> Result<String, StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        sessions::table
+            .filter(sessions::session_key.eq(session_key))
+            .filter(sessions::thread_id.eq(old))
+    )
+    .set((
+        sessions::thread_id.eq(new),
+        sessions::thread_trust.eq(Some(trust)),
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;

@@ -28,10 +28,12 @@
 mod disk;
 mod error;
 mod git;
+mod instructions;
 mod names;
 mod tree;
 
 pub use error::{Disposition, WorkspaceError};
+pub use instructions::MAX_INSTRUCTIONS_BYTES;
 
 use disk::{check_no_links, inspect, Found};
 use error::map_local;

@@ -8,8 +8,8 @@
 use crate::codex_runtime::with_mcp;
 use crate::codexhome::CodexHome;
 use crate::fakemodel::{tool_names, FakeModel, Step};
-use crate::support::{op_id, resource};
-use codex_bridge::agent::{Agent, ThreadRequest, TurnEvent, TurnRequest};
+use crate::support::{op_id, resource, trusted_terms};
+use codex_bridge::agent::{Agent, ThreadRequest, ThreadTerms, TurnEvent, TurnRequest};
 use codex_bridge::codex::CodexAgent;
 use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::StreamExt;
@@ -43,19 +43,25 @@ fn thread_request(
         session_key: resource("default:acme/widgets:issue:1"),
         thread_id,
         cwd: cwd.into(),
-        approval_policy: policy,
-        sandbox,
+        terms: trusted_terms(policy, sandbox),
     }
 }
 
 /// Runs one turn to its end, declining every approval it asks for; its events.
-async fn run_turn(rt: &CodexAgent, thread: &str, op: &str, cwd: &Path) -> Vec<TurnEvent> {
+async fn run_turn(
+    rt: &CodexAgent,
+    thread: &str,
+    op: &str,
+    cwd: &Path,
+    terms: ThreadTerms,
+) -> Vec<TurnEvent> {
     let mut started = rt
         .start_turn(TurnRequest {
             thread_id: thread.into(),
             operation_id: op_id(op),
             text: "touch the file, then answer".into(),
             cwd: cwd.into(),
+            terms,
         })
         .await
         .unwrap();
@@ -106,7 +112,14 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
         .await
         .unwrap();
     model.push(Step::message("first answer"));
-    let first = run_turn(&rt, &thread, "op-1", work.path()).await;
+    let first = run_turn(
+        &rt,
+        &thread,
+        "op-1",
+        work.path(),
+        trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
+    )
+    .await;
     assert!(
         matches!(first.last(), Some(TurnEvent::Completed { .. })),
         "{first:?}"
@@ -126,7 +139,14 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
     let before = model.requests().len();
     model.push(Step::shell("touch resumed.txt"));
     model.push(Step::message("I left the file alone."));
-    let second = run_turn(&rt, &thread, "op-2", work.path()).await;
+    let second = run_turn(
+        &rt,
+        &thread,
+        "op-2",
+        work.path(),
+        trusted_terms(ApprovalPolicy::Untrusted, Sandbox::ReadOnly),
+    )
+    .await;
 
     let tools = tool_names(&first_request_after(&model, before));
     assert!(
@@ -147,9 +167,9 @@ async fn a_thread_resumed_after_a_restart_gets_the_gitea_tools_and_the_current_p
     );
 }
 
-/// A turn started on a thread this process never opened (the reply-retry turn
-/// of a task recovered after a bridge restart): the thread is resumed with the
-/// Gitea MCP server and keeps the policy it last ran under.
+/// A turn started on a thread this process never opened (the app-server
+/// restarted between the thread and the turn): the thread is resumed with the
+/// Gitea MCP server and the terms the turn carries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_on_a_thread_not_loaded_resumes_it_with_the_gitea_tools() {
     let model = FakeModel::start();
@@ -166,7 +186,14 @@ async fn a_turn_on_a_thread_not_loaded_resumes_it_with_the_gitea_tools() {
         .await
         .unwrap();
     model.push(Step::message("first answer"));
-    let first = run_turn(&rt, &thread, "op-1", work.path()).await;
+    let first = run_turn(
+        &rt,
+        &thread,
+        "op-1",
+        work.path(),
+        trusted_terms(ApprovalPolicy::Untrusted, Sandbox::WorkspaceWrite),
+    )
+    .await;
     assert!(
         matches!(first.last(), Some(TurnEvent::Completed { .. })),
         "{first:?}"
@@ -178,7 +205,14 @@ async fn a_turn_on_a_thread_not_loaded_resumes_it_with_the_gitea_tools() {
     let before = model.requests().len();
     model.push(Step::shell("touch retried.txt"));
     model.push(Step::message("I left the file alone."));
-    let second = run_turn(&rt, &thread, "op-2", work.path()).await;
+    let second = run_turn(
+        &rt,
+        &thread,
+        "op-2",
+        work.path(),
+        trusted_terms(ApprovalPolicy::Untrusted, Sandbox::WorkspaceWrite),
+    )
+    .await;
 
     let tools = tool_names(&first_request_after(&model, before));
     assert!(

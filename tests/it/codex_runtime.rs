@@ -48,6 +48,7 @@ async fn turn(
             operation_id: op_id(op),
             text: text.into(),
             cwd: cwd.into(),
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -69,8 +70,7 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -126,8 +126,7 @@ async fn a_failed_model_call_fails_the_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -157,8 +156,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -171,8 +169,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -214,8 +211,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -225,6 +221,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
             operation_id: op_id("op-h"),
             text: "hang".into(),
             cwd: work.path().into(),
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -251,8 +248,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -262,6 +258,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
             operation_id: op_id("op-s"),
             text: "work".into(),
             cwd: work.path().into(),
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();
@@ -301,8 +298,10 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Untrusted,
-            sandbox: Sandbox::WorkspaceWrite,
+            terms: crate::support::trusted_terms(
+                ApprovalPolicy::Untrusted,
+                Sandbox::WorkspaceWrite,
+            ),
         })
         .await
         .unwrap();
@@ -312,6 +311,10 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
             operation_id: op_id("op-ap"),
             text: "run it".into(),
             cwd: work.path().into(),
+            terms: crate::support::trusted_terms(
+                ApprovalPolicy::Untrusted,
+                Sandbox::WorkspaceWrite,
+            ),
         })
         .await
         .unwrap();
@@ -415,8 +418,7 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::DangerFullAccess,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
         })
         .await
         .unwrap();
@@ -458,8 +460,7 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: work.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::DangerFullAccess,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
         })
         .await
         .unwrap_err();
@@ -510,8 +511,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             session_key: resource("default:acme/widgets:issue:1"),
             thread_id: None,
             cwd: dir.path().into(),
-            approval_policy: ApprovalPolicy::Never,
-            sandbox: Sandbox::ReadOnly,
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
         })
         .await
         .unwrap();

@@ -302,3 +302,21 @@ pub fn resource(key: &str) -> codex_bridge::domain::ResourceKey {
 pub fn repo(key: &str) -> codex_bridge::domain::RepoKey {
     key.parse().unwrap()
 }
+
+/// The terms of a trusted thread under this approval policy and sandbox
+/// (every tool, the working tree's instructions).
+pub fn trusted_terms(
+    approval_policy: codex_bridge::domain::policy::ApprovalPolicy,
+    sandbox: codex_bridge::domain::policy::Sandbox,
+) -> codex_bridge::agent::ThreadTerms {
+    codex_bridge::agent::ThreadTerms {
+        policy: codex_bridge::domain::trust::ExecutionPolicy::trusted(
+            &codex_bridge::domain::policy::RepoPolicy {
+                approval_policy,
+                sandbox,
+                turn_timeout: std::time::Duration::from_secs(1800),
+            },
+        ),
+        base_instructions: None,
+    }
+}

@@ -14,10 +14,13 @@
 //! - An uncertain outcome (an admission that cannot be proven, a turn that
 //!   cannot be found, an interrupt nobody confirmed) ends in
 //!   `needs_reconciliation`, or `failed_reply` when only the reply is in doubt.
-//! - At most one reply-retry turn and one REST fallback per task.
+//! - At most one reply-retry turn and one REST fallback per task; a task
+//!   whose reply the bridge posts itself (an untrusted thread) gets no
+//!   reply-retry turn, and its one REST post ends it `succeeded`.
 //! - A terminal state never changes; every transition is in the lifecycle table.
 //! - Every decision names the `state_version` it was made on.
 
+use crate::domain::trust::ReplyPath;
 use crate::lifecycle::{self, TaskState};
 
 /// Why a running turn is being stopped.
@@ -85,6 +88,10 @@ pub struct Snapshot {
     pub final_text: bool,
     /// An interrupt was requested for the running turn, and why.
     pub stopping: Option<Stop>,
+    /// Who posts the answer, as the thread's trust says: the agent (verified,
+    /// then retried, then the REST fallback), or the bridge itself (its REST
+    /// post is the normal path, and a task that ends so has `succeeded`).
+    pub reply_path: ReplyPath,
 }
 
 /// The commenter's permission, checked again when the task starts.
@@ -259,7 +266,8 @@ pub enum Effect {
     VerifyReply,
     /// Starts the one reply-retry turn.
     StartReplyRetry,
-    /// Posts the stored final text through the REST API, then looks for it.
+    /// Posts the stored final text through the REST API, then looks for it
+    /// (the REST fallback, or the bridge's own reply for an untrusted thread).
     PostRestFallback,
     /// Decide the same event again on the new state (a state that must be
     /// passed through first, such as `running` before `verifying_reply`).
@@ -309,6 +317,8 @@ pub enum Code {
     NoFinalText,
     RestFallbackNotFound,
     RestFallbackFailed,
+    BridgeReplyNotFound,
+    BridgeReplyFailed,
 }
 
 impl Code {
@@ -333,6 +343,8 @@ impl Code {
             Code::NoFinalText => "no_final_text",
             Code::RestFallbackNotFound => "rest_fallback_not_found",
             Code::RestFallbackFailed => "rest_fallback_failed",
+            Code::BridgeReplyNotFound => "bridge_reply_not_found",
+            Code::BridgeReplyFailed => "bridge_reply_failed",
         }
     }
 }

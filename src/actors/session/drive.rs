@@ -17,6 +17,7 @@ use crate::agent::transcript::{ItemPhase, Prompt, TranscriptItem};
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
+use crate::domain::trust::{ReplyPath, ThreadTrust};
 use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
@@ -78,6 +79,11 @@ pub(super) struct TaskDrive {
     pub snap: Snapshot,
     /// The repository's workspace folder, when it can be named.
     pub workspace: Option<PathBuf>,
+    /// The repository's owner and name as Gitea spells them (its workspace's).
+    pub repo_names: Option<(String, String)>,
+    /// What the session's thread was created to be trusted with (`None`: no
+    /// trust recorded, a thread made with every tool).
+    pub thread_trust: Option<ThreadTrust>,
     pub policy: Option<RepoPolicy>,
     /// The session's thread, which a new task's turn resumes.
     pub session_thread: Option<String>,
@@ -153,8 +159,7 @@ impl TaskDrive {
                 let entry = sessions::outbox_entry(c, &task.task_id)?;
                 let attempt = attempts::active_attempt(c, &task.task_id)?;
                 let repo = queue::repository(c, &task.repo_key)?;
-                let session_thread =
-                    sessions::session(c, &task.session_key)?.and_then(|s| s.thread_id);
+                let session = sessions::session(c, &task.session_key)?;
                 // Only a task that used its reply retry has one to look up.
                 let (retry_finished, retry_intended) = match &entry {
                     Some(e) if task.reply_attempt > 0 => (
@@ -167,17 +172,21 @@ impl TaskDrive {
                     task,
                     entry,
                     attempt,
-                    (repo, session_thread),
+                    (repo, session),
                     (retry_finished, retry_intended),
                 )))
             })
             .await?;
-        let Some((task, entry, attempt, (repo, session_thread), (retry_finished, retry_intended))) =
-            found
+        let Some((task, entry, attempt, (repo, session), (retry_finished, retry_intended))) = found
         else {
             return Ok(None);
         };
         let state = task.state;
+        let (session_thread, thread_trust) = match session {
+            Some(s) => (s.thread_id, s.thread_trust),
+            None => (None, None),
+        };
+        let repo_names = repo.as_ref().map(|r| (r.owner.clone(), r.name.clone()));
         let workspace = match repo
             .as_ref()
             .map(|r| deps.workspaces.path_for(&r.owner, &r.name))
@@ -218,6 +227,9 @@ impl TaskDrive {
             fallback: None,
             final_text: false,
             stopping: None,
+            // The thread's trust is decided again before a turn starts; a
+            // task already past it replies as its thread was trusted.
+            reply_path: ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted)),
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),
@@ -238,6 +250,8 @@ impl TaskDrive {
             entry,
             snap,
             workspace,
+            repo_names,
+            thread_trust,
             policy,
             session_thread,
             operation_id,

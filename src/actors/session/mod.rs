@@ -19,6 +19,7 @@ mod prompt;
 mod recover;
 mod reply;
 mod transcript;
+mod trust;
 mod turn;
 
 use super::health::{SessionActorStatus, SessionHealth};

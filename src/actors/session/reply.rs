@@ -8,6 +8,7 @@ use super::drive::{fallback_status, DriveError, TaskDrive};
 use super::prompt::{reply_retry_prompt, strip_markers};
 use crate::agent::{AgentError, ThreadRequest, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
+use crate::domain::trust::ReplyPath;
 use crate::forge::{ReplyCheck, ReplyQuery};
 use crate::gitea::reply::reply_marker;
 use crate::store::audit::{self, Audit};
@@ -94,7 +95,9 @@ impl TaskDrive {
             })
             .await?;
         self.detail = match verdict {
-            Verdict::Confirmed if self.snap.fallback.is_some() => Some(self.mcp_reason.clone()),
+            Verdict::Confirmed if self.snap.fallback.is_some() && !self.by_bridge() => {
+                Some(self.mcp_reason.clone())
+            }
             _ => error,
         };
         Ok(Event::Reply(verdict))
@@ -135,8 +138,7 @@ impl TaskDrive {
                 session_key: self.task.session_key.clone(),
                 thread_id: Some(thread.clone()),
                 cwd: cwd.clone(),
-                approval_policy: policy.approval_policy,
-                sandbox: policy.sandbox,
+                terms: self.stored_terms(&policy),
             })
             .await;
         if let Err(e) = opened {
@@ -155,6 +157,7 @@ impl TaskDrive {
                 operation_id: entry.operation_id.reply_retry(),
                 text: prompt.text(),
                 cwd,
+                terms: self.stored_terms(&policy),
             })
             .await;
         let event = self.turn_started(started, policy.turn_timeout);
@@ -165,9 +168,34 @@ impl TaskDrive {
         Ok(event)
     }
 
+    /// Whether the bridge posts this task's reply itself (an untrusted
+    /// thread): its REST post is then the normal path, not a fallback.
+    fn by_bridge(&self) -> bool {
+        self.snap.reply_path == ReplyPath::BridgeViaRest
+    }
+
+    /// The audit actions of the REST post: (intent, posted, failed).
+    fn post_actions(&self) -> [&'static str; 3] {
+        if self.by_bridge() {
+            [
+                "reply.bridge.intent",
+                "reply_posted_by_bridge",
+                "reply.bridge.failed",
+            ]
+        } else {
+            [
+                "reply.rest_fallback.intent",
+                "reply.rest_fallback.posted",
+                "reply.rest_fallback.failed",
+            ]
+        }
+    }
+
     /// The one REST post of the stored final text, with the same marker,
-    /// then proof that it landed.
+    /// then proof that it landed: the REST fallback of a missing agent
+    /// reply, or the bridge's own reply for an untrusted thread.
     pub(super) async fn post_rest_fallback(&mut self) -> Result<Event, DriveError> {
+        let [intent, posted, failed] = self.post_actions();
         // The verification that proved the reply missing just read the text
         // a reply publishes: the task's own turn's final text.
         let Some(text) = self.turn.final_text.clone() else {
@@ -184,24 +212,14 @@ impl TaskDrive {
             strip_markers(&text),
             reply_marker(&self.task.task_id, &operation)
         );
-        self.record_fallback(
-            CommentStatus::Posting,
-            "reply.rest_fallback.intent",
-            None,
-            None,
-        )
-        .await?;
+        self.record_fallback(CommentStatus::Posting, intent, None, None)
+            .await?;
         self.snap.fallback = Some(super::decide::Fallback::Posting);
         let resource = self.task.resource_key.clone();
         match self.deps.verifier.post_reply(resource.clone(), body).await {
             Ok(comment_id) => {
-                self.record_fallback(
-                    CommentStatus::Posted,
-                    "reply.rest_fallback.posted",
-                    Some(comment_id),
-                    None,
-                )
-                .await?;
+                self.record_fallback(CommentStatus::Posted, posted, Some(comment_id), None)
+                    .await?;
                 self.snap.fallback = Some(super::decide::Fallback::Posted);
                 let check = self
                     .deps
@@ -216,7 +234,9 @@ impl TaskDrive {
                 match check {
                     ReplyCheck::Confirmed { comment_id } => {
                         self.reply_comment = comment_id;
-                        self.detail = Some(self.mcp_reason.clone());
+                        if !self.by_bridge() {
+                            self.detail = Some(self.mcp_reason.clone());
+                        }
                         Ok(Event::Fallback(FallbackOutcome::Confirmed))
                     }
                     ReplyCheck::Missing => Ok(Event::Fallback(FallbackOutcome::NotFound)),
@@ -227,13 +247,8 @@ impl TaskDrive {
                 }
             }
             Err(e) => {
-                self.record_fallback(
-                    CommentStatus::Failed,
-                    "reply.rest_fallback.failed",
-                    None,
-                    Some(e.clone()),
-                )
-                .await?;
+                self.record_fallback(CommentStatus::Failed, failed, None, Some(e.clone()))
+                    .await?;
                 self.snap.fallback = Some(super::decide::Fallback::Failed);
                 self.detail = Some(e);
                 Ok(Event::Fallback(FallbackOutcome::Failed))
@@ -250,15 +265,13 @@ impl TaskDrive {
         comment: Option<i64>,
         error: Option<String>,
     ) -> Result<(), DriveError> {
-        let (id, res, reason) = (
-            self.task.task_id.clone(),
-            self.task.resource_key.clone(),
-            self.mcp_reason.clone(),
-        );
+        // The bridge's own reply follows no failure of the agent's.
+        let reason = (!self.by_bridge()).then(|| self.mcp_reason.clone());
+        let (id, res) = (self.task.task_id.clone(), self.task.resource_key.clone());
         self.deps
             .store
             .write(move |c| {
-                let detail = error.clone().unwrap_or_else(|| reason.clone());
+                let detail = error.clone().or_else(|| reason.clone());
                 comments::record_reply(
                     c,
                     &id,
@@ -267,7 +280,7 @@ impl TaskDrive {
                     None,
                     status,
                     comment,
-                    Some(&detail),
+                    detail.as_deref(),
                 )?;
                 audit::record(
                     c,

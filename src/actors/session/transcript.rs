@@ -28,9 +28,12 @@ impl TaskDrive {
         })?;
         let prompt = match (&self.prompt, &self.entry) {
             (Some(p), _) => p.clone(),
-            (None, Some(entry)) if kind == TurnKind::Normal => {
-                turn_prompt(&self.task, entry, &self.deps.settings.bot_login)
-            }
+            (None, Some(entry)) if kind == TurnKind::Normal => turn_prompt(
+                &self.task,
+                entry,
+                &self.deps.settings.bot_login,
+                self.snap.reply_path,
+            ),
             _ => return None,
         };
         let mut item = prompt.item();

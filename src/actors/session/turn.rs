@@ -9,6 +9,7 @@ use super::prompt::turn_prompt;
 use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::{CommentKind, CommentStatus};
+use crate::domain::trust::ThreadTrust;
 use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
 use crate::store::{ledger, sessions, turns, StoreError};
@@ -23,15 +24,28 @@ impl TaskDrive {
             // The decision checked both; a snapshot without them starts nothing.
             return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
         };
+        let terms = self.thread_terms(&policy).await?;
+        let trust = terms.policy.trust;
+        // A thread's trust is fixed when it is created. A task whose trust
+        // differs from the session's thread's (the pull request's head moved
+        // to a fork, say, or the other way) starts a new thread: a thread
+        // that read a fork's content never gets the Gitea tools, and a
+        // trusted task is not held to a thread made read-only.
+        let replacing = self
+            .session_thread
+            .clone()
+            .filter(|_| self.thread_trust.unwrap_or(ThreadTrust::Trusted) != trust);
         let thread = self
             .deps
             .runtime
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
-                thread_id: self.session_thread.clone(),
+                thread_id: match replacing {
+                    Some(_) => None,
+                    None => self.session_thread.clone(),
+                },
                 cwd: cwd.clone(),
-                approval_policy: policy.approval_policy,
-                sandbox: policy.sandbox,
+                terms: terms.clone(),
             })
             .await;
         let thread = match thread {
@@ -42,27 +56,55 @@ impl TaskDrive {
                 return Ok(Event::Started(Start::NotAdmitted { retryable }));
             }
         };
-        // The thread id (stored once; an ordinary retry never replaces it) and
-        // the turn/start intent, in one commit before the request leaves.
-        let (task, e, th, attempt_id) = (
+        // The thread id (stored once; an ordinary retry never replaces it),
+        // its trust, and the turn/start intent, in one commit before the
+        // request leaves.
+        let (task, e, th, attempt_id, old) = (
             self.task.clone(),
             entry.clone(),
             thread.clone(),
             self.attempt_id.clone(),
+            replacing.clone(),
         );
+        let version = self.snap.state_version;
         let thread = self
             .deps
             .store
             .write(move |c| {
-                let stored = sessions::set_thread_once(c, &task.session_key, &th)?;
+                let stored = match &old {
+                    Some(old) => {
+                        let stored =
+                            sessions::replace_thread(c, &task.session_key, old, &th, trust)?;
+                        audit::record(
+                            c,
+                            &Audit::new("thread.replaced", "system")
+                                .task(&task.task_id)
+                                .meta(serde_json::json!({
+                                    "oldThreadId": old,
+                                    "threadId": stored,
+                                    "trust": trust,
+                                    "stateVersion": version,
+                                })),
+                        )?;
+                        stored
+                    }
+                    None => sessions::set_thread_once(c, &task.session_key, &th, trust)?,
+                };
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)
             })
             .await?;
+        self.thread_trust = Some(trust);
+        self.session_thread = Some(thread.clone());
         self.snap.admission = super::decide::Admission::Intended;
         self.turn.thread_id = Some(thread.clone());
         self.signals.thread(&thread);
-        let prompt = turn_prompt(&self.task, &entry, &self.deps.settings.bot_login);
+        let prompt = turn_prompt(
+            &self.task,
+            &entry,
+            &self.deps.settings.bot_login,
+            terms.policy.reply_path,
+        );
         self.sending(&prompt);
         let started = self
             .deps
@@ -72,6 +114,7 @@ impl TaskDrive {
                 operation_id: entry.operation_id.clone(),
                 text: prompt.text(),
                 cwd,
+                terms,
             })
             .await;
         Ok(self.turn_started(started, policy.turn_timeout))

@@ -44,6 +44,8 @@ struct Inner {
     threads_started: usize,
     /// Every `ensure_thread` that started a thread: (cwd, approval policy, sandbox).
     thread_requests: Vec<(std::path::PathBuf, ApprovalPolicy, Sandbox)>,
+    /// The terms of every `ensure_thread` and `start_turn`: (thread id, terms).
+    terms: Vec<(Option<String>, super::ThreadTerms)>,
     interrupts: Vec<String>,
     ends: Vec<(String, Instant)>,
     /// operation id → what the "thread history" says.
@@ -167,6 +169,15 @@ impl ScriptedAgent {
         self.inner
             .lock()
             .map(|i| i.thread_requests.clone())
+            .unwrap_or_default()
+    }
+
+    /// The terms every thread was opened and every turn started with, in
+    /// order: (the thread id when the request named one, the terms).
+    pub fn thread_terms(&self) -> Vec<(Option<String>, super::ThreadTerms)> {
+        self.inner
+            .lock()
+            .map(|i| i.terms.clone())
             .unwrap_or_default()
     }
 
@@ -349,14 +360,19 @@ impl Agent for ScriptedAgent {
     }
 
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.terms.push((req.thread_id.clone(), req.terms.clone()));
+        }
         let id = match req.thread_id {
             Some(id) => id,
             None => {
                 if let Ok(mut inner) = self.inner.lock() {
                     inner.threads_started += 1;
-                    inner
-                        .thread_requests
-                        .push((req.cwd.clone(), req.approval_policy, req.sandbox));
+                    inner.thread_requests.push((
+                        req.cwd.clone(),
+                        req.terms.policy.approval_policy,
+                        req.terms.policy.sandbox,
+                    ));
                 }
                 format!("thread-{}", uuid::Uuid::new_v4().simple())
             }
@@ -365,6 +381,11 @@ impl Agent for ScriptedAgent {
     }
 
     fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner
+                .terms
+                .push((Some(req.thread_id.clone()), req.terms.clone()));
+        }
         let script = self.script_for(&req.text);
         let inner = self.inner.clone();
         async move {
@@ -492,6 +513,13 @@ mod tests {
         OperationId::parse(&format!("op-{n:032x}")).unwrap()
     }
 
+    fn terms() -> crate::agent::ThreadTerms {
+        crate::agent::ThreadTerms {
+            policy: crate::domain::trust::ExecutionPolicy::untrusted(),
+            base_instructions: None,
+        }
+    }
+
     #[tokio::test]
     async fn history_survives_a_restart_and_running_turns_become_interrupted() {
         let dir = tempfile::tempdir().unwrap();
@@ -503,6 +531,7 @@ mod tests {
                 operation_id: op(0xa),
                 text: "x".into(),
                 cwd: ".".into(),
+                terms: terms(),
             })
             .await
             .unwrap();
@@ -513,6 +542,7 @@ mod tests {
                 operation_id: op(0xb),
                 text: "[hang]".into(),
                 cwd: ".".into(),
+                terms: terms(),
             })
             .await
             .unwrap();
@@ -542,6 +572,7 @@ mod tests {
                 operation_id: op(0x1),
                 text: "hello".into(),
                 cwd: ".".into(),
+                terms: terms(),
             })
             .await
             .unwrap();
@@ -574,6 +605,7 @@ mod tests {
                 operation_id: op(0xd),
                 text: "drop it".into(),
                 cwd: ".".into(),
+                terms: terms(),
             })
             .await
             .unwrap();

@@ -294,6 +294,9 @@ pub(super) fn reply(snap: &Snapshot, verdict: Verdict) -> Decision {
     if snap.state != S::VerifyingReply {
         return ignored(snap);
     }
+    if snap.reply_path == ReplyPath::BridgeViaRest {
+        return bridge_reply(snap, verdict);
+    }
     let on = |reason| Decision::on(snap, reason);
     match verdict {
         Verdict::Confirmed => match snap.fallback {
@@ -334,20 +337,59 @@ pub(super) fn reply(snap: &Snapshot, verdict: Verdict) -> Decision {
     }
 }
 
+/// The verdict on a reply the bridge posts itself: looked for first (a
+/// post made before a restart is found, never made twice), then posted once.
+fn bridge_reply(snap: &Snapshot, verdict: Verdict) -> Decision {
+    let on = |reason| Decision::on(snap, reason);
+    match verdict {
+        Verdict::Confirmed => on("reply posted by the bridge")
+            .ends(S::Succeeded, None)
+            .then(&[E::RecordReplyConfirmed]),
+        Verdict::Unknown => on("the reply could not be verified")
+            .ends(S::FailedReply, Some(Code::ReplyUnverifiable)),
+        Verdict::Missing => match snap.fallback {
+            Some(Fallback::Posted) => {
+                on("Gitea accepted the bridge's reply but it cannot be found")
+                    .ends(S::FailedReply, Some(Code::BridgeReplyNotFound))
+            }
+            Some(Fallback::Failed) => on("the bridge could not post the reply")
+                .ends(S::FailedReply, Some(Code::BridgeReplyFailed)),
+            _ if !snap.final_text => on("the turn left no final text to post")
+                .ends(S::FailedReply, Some(Code::NoFinalText)),
+            Some(Fallback::Posting) | None => {
+                on("the bridge posts the reply").then(&[E::PostRestFallback])
+            }
+        },
+    }
+}
+
 pub(super) fn fallback(snap: &Snapshot, outcome: FallbackOutcome) -> Decision {
     if snap.state != S::VerifyingReply {
         return ignored(snap);
     }
     let on = |reason| Decision::on(snap, reason);
-    match outcome {
-        FallbackOutcome::Confirmed => {
+    match (outcome, snap.reply_path) {
+        (FallbackOutcome::Confirmed, ReplyPath::BridgeViaRest) => on("reply posted by the bridge")
+            .ends(S::Succeeded, None)
+            .then(&[E::RecordReplyConfirmed]),
+        (FallbackOutcome::NotFound, ReplyPath::BridgeViaRest) => {
+            on("Gitea accepted the bridge's reply but it cannot be found")
+                .ends(S::FailedReply, Some(Code::BridgeReplyNotFound))
+        }
+        (FallbackOutcome::Failed, ReplyPath::BridgeViaRest) => {
+            on("the bridge could not post the reply")
+                .ends(S::FailedReply, Some(Code::BridgeReplyFailed))
+        }
+        (FallbackOutcome::Confirmed, ReplyPath::AgentViaMcp) => {
             on("reply posted by the REST fallback; the agent's own reply failed")
                 .ends(S::SucceededWithRestFallback, Some(Code::McpReplyMissing))
                 .then(&[E::RecordReplyConfirmed])
         }
-        FallbackOutcome::NotFound => on("Gitea accepted the REST fallback but it cannot be found")
-            .ends(S::FailedReply, Some(Code::RestFallbackNotFound)),
-        FallbackOutcome::Failed => {
+        (FallbackOutcome::NotFound, ReplyPath::AgentViaMcp) => {
+            on("Gitea accepted the REST fallback but it cannot be found")
+                .ends(S::FailedReply, Some(Code::RestFallbackNotFound))
+        }
+        (FallbackOutcome::Failed, ReplyPath::AgentViaMcp) => {
             on("the REST fallback failed").ends(S::FailedReply, Some(Code::RestFallbackFailed))
         }
     }

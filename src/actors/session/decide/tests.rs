@@ -15,6 +15,7 @@ fn leased() -> Snapshot {
         fallback: None,
         final_text: true,
         stopping: None,
+        reply_path: ReplyPath::AgentViaMcp,
     }
 }
 
@@ -321,8 +322,11 @@ fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError
     }
     if d.effects.contains(&E::PostRestFallback) {
         prop_assert!(matches!(snap.fallback, None | Some(Fallback::Posting)));
+        // The bridge's own reply is the normal path: no retry turn first.
         prop_assert!(
-            snap.reply_retry != ReplyRetry::Unused || snap.fallback.is_some(),
+            snap.reply_retry != ReplyRetry::Unused
+                || snap.fallback.is_some()
+                || snap.reply_path == ReplyPath::BridgeViaRest,
             "the REST fallback comes after the reply-retry turn"
         );
     }
@@ -342,6 +346,13 @@ fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError
     }
     if d.to == Some(S::Queued) {
         prop_assert_eq!(event, Event::SendNow { ledger_sent: false });
+    }
+    if snap.reply_path == ReplyPath::BridgeViaRest {
+        // The bridge's post is the normal path: no reply-retry turn, and
+        // never the fallback's state.
+        prop_assert!(!d.effects.contains(&E::StartReplyRetry));
+        prop_assert!(!d.effects.contains(&E::BeginReplyRetry));
+        prop_assert_ne!(d.to, Some(S::SucceededWithRestFallback));
     }
     if d.to == Some(S::RetryWait) && snap.admission == Admission::Intended {
         prop_assert!(
@@ -411,7 +422,7 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            for flags in 0u8..16 {
+            for flags in 0u8..32 {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
                     for fallback in [
                         None,
@@ -434,6 +445,11 @@ fn every_decision_keeps_the_promises() {
                                     fallback,
                                     final_text: flags & 8 != 0,
                                     stopping,
+                                    reply_path: if flags & 16 != 0 {
+                                        ReplyPath::BridgeViaRest
+                                    } else {
+                                        ReplyPath::AgentViaMcp
+                                    },
                                 };
                                 for event in &events {
                                     if let Err(e) = keeps_the_promises(&snap, *event) {
@@ -514,4 +530,33 @@ proptest! {
             prop_assert!(fallbacks <= 1, "{} REST fallbacks", fallbacks);
         }
     }
+}
+
+/// An untrusted thread's reply: looked for, posted once by the bridge, and
+/// found again: the task has `succeeded`, with no reply-retry turn and no
+/// fallback state on the way.
+#[test]
+fn the_bridges_own_reply_ends_the_task_succeeded() {
+    let mut s = Snapshot {
+        state: S::VerifyingReply,
+        admission: Admission::Intended,
+        turn_recorded: true,
+        reply_path: ReplyPath::BridgeViaRest,
+        ..leased()
+    };
+    let d = next(&s, &Event::Reply(Verdict::Missing));
+    assert_eq!(d.to, None);
+    assert_eq!(d.effects, vec![E::PostRestFallback]);
+    s.fallback = Some(Fallback::Posted);
+    let d = next(&s, &Event::Fallback(FallbackOutcome::Confirmed));
+    assert_eq!((d.to, d.code), (Some(S::Succeeded), None));
+    assert_eq!(d.reason, "reply posted by the bridge");
+    // Found on a later look (a restart after the post): succeeded too.
+    let d = next(&s, &Event::Reply(Verdict::Confirmed));
+    assert_eq!((d.to, d.code), (Some(S::Succeeded), None));
+    let d = next(&s, &Event::Fallback(FallbackOutcome::Failed));
+    assert_eq!(
+        (d.to, d.code),
+        (Some(S::FailedReply), Some(Code::BridgeReplyFailed))
+    );
 }

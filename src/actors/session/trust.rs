@@ -1,0 +1,118 @@
+//! The terms a task's thread runs under: its trust decided from facts
+//! ([`ExecutionPolicy::decide`]: the pull request's head repository and head
+//! commit author, never what a comment says), the base branch's `AGENTS.md`
+//! when the thread may not read the head's, and the audit of the decision
+//! with the `state_version` it was made on.
+
+use super::drive::{DriveError, TaskDrive};
+use crate::agent::ThreadTerms;
+use crate::domain::policy::RepoPolicy;
+use crate::domain::trust::{ExecutionPolicy, InstructionsSource, Subject, ThreadTrust};
+use crate::store::audit::{self, Audit};
+
+impl TaskDrive {
+    /// Decides the thread's terms for this task's turn and audits them.
+    pub(super) async fn thread_terms(
+        &mut self,
+        repo: &RepoPolicy,
+    ) -> Result<ThreadTerms, DriveError> {
+        let trust_forks = self.deps.settings.trust_fork_prs;
+        let mut facts_error = None;
+        let subject = if !self.task.resource_key.is_pull() {
+            Subject::Issue
+        } else if trust_forks {
+            // Trusted whatever the facts: no need to ask.
+            Subject::PullRequest(None)
+        } else {
+            match self
+                .deps
+                .verifier
+                .pr_facts(self.task.resource_key.clone())
+                .await
+            {
+                Ok(facts) => Subject::PullRequest(Some(facts)),
+                Err(e) => {
+                    // Fails closed: a pull request whose facts cannot be read
+                    // runs as untrusted.
+                    tracing::warn!(task.id = %self.task.task_id, error = %e, "could not read the pull request's head; it runs untrusted");
+                    facts_error = Some(e);
+                    Subject::PullRequest(None)
+                }
+            }
+        };
+        let policy = ExecutionPolicy::decide(repo, trust_forks, &subject);
+        let base_instructions = match policy.instructions {
+            InstructionsSource::WorkingTree => None,
+            InstructionsSource::BaseBranch => self.base_instructions().await,
+        };
+        self.snap.reply_path = policy.reply_path;
+        let facts = match &subject {
+            Subject::PullRequest(Some(f)) => serde_json::json!({
+                "headInBaseRepo": f.head_in_base_repo,
+                "headAuthorPermitted": f.head_author_permitted,
+            }),
+            _ => serde_json::Value::Null,
+        };
+        let meta = serde_json::json!({
+            "stateVersion": self.snap.state_version,
+            "policy": policy,
+            "pullRequest": facts,
+            "factsError": facts_error,
+            "trustForkPrs": trust_forks,
+            "baseInstructions": base_instructions.is_some(),
+        });
+        let task_id = self.task.task_id.clone();
+        self.deps
+            .store
+            .write(move |c| {
+                audit::record(
+                    c,
+                    &Audit::new("thread.trust", "system")
+                        .task(&task_id)
+                        .meta(meta.clone()),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        if policy.trust == ThreadTrust::Untrusted {
+            tracing::info!(task.id = %self.task.task_id, "untrusted pull request: the thread runs read-only without Gitea tools");
+        }
+        Ok(ThreadTerms {
+            policy,
+            base_instructions,
+        })
+    }
+
+    /// The terms of the session's thread as it was created (for a turn that
+    /// follows the task's own, such as the reply-retry turn).
+    pub(super) fn stored_terms(&self, repo: &RepoPolicy) -> ThreadTerms {
+        ThreadTerms {
+            policy: ExecutionPolicy::of(self.thread_trust.unwrap_or(ThreadTrust::Trusted), repo),
+            base_instructions: None,
+        }
+    }
+
+    /// The base branch's `AGENTS.md` from the workspace (`None` when it has
+    /// none, or it cannot be read: the thread then has no repository
+    /// instructions at all, never the head's).
+    async fn base_instructions(&self) -> Option<String> {
+        let (owner, name) = self.repo_names.clone()?;
+        let base = self.task.base_ref.clone();
+        let workspaces = self.deps.workspaces.clone();
+        let read = tokio::task::spawn_blocking(move || {
+            workspaces.base_instructions(&owner, &name, base.as_deref())
+        })
+        .await;
+        match read {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                tracing::warn!(task.id = %self.task.task_id, code = e.code(), "could not read the base branch's AGENTS.md: {e}");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(task.id = %self.task.task_id, error = %e, "could not read the base branch's AGENTS.md");
+                None
+            }
+        }
+    }
+}
