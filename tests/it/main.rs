@@ -23,6 +23,7 @@ mod doctor;
 mod e2e;
 mod fakemodel;
 mod floors;
+mod fork;
 mod gitea_client;
 mod gitea_client_admin;
 mod gitea_hook;

@@ -164,6 +164,12 @@ impl GiteaSim {
         self.sim.git.branch_head(owner, name, branch)
     }
 
+    /// Point a same-repository pull request's `refs/pull/<number>/head` at
+    /// its branch's tip again, as Gitea does after a push to the branch.
+    pub fn sync_pull(&self, owner: &str, name: &str, number: i64, branch: &str) {
+        self.sim.git.set_pull_ref(owner, name, number, branch);
+    }
+
     /// The commit the base repository's `refs/pull/<number>/head` names.
     pub fn resolve_pull_head(&self, owner: &str, name: &str, number: i64) -> String {
         self.sim
