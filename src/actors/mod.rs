@@ -268,4 +268,22 @@ mod tests {
         assert_eq!(other.sandbox, Sandbox::WorkspaceWrite);
         assert_eq!(other.turn_timeout, Duration::from_secs(100));
     }
+
+    #[test]
+    fn the_agents_gitea_token_is_scrubbed_like_the_bots() {
+        let env = [
+            ("CODEX_BRIDGE_GITEA_TOKEN", "bot-admin-token-123"),
+            ("CODEX_BRIDGE_GITEA_MCP_TOKEN", "agent-comment-token-456"),
+            ("CODEX_BRIDGE_TRUST_FORK_PRS", "true"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let config = Config::from_sources(None, &env).unwrap();
+        let s = ActorSettings::from_config(&config);
+        assert!(s.trust_fork_prs);
+        let mut text = "env: GITEA_ACCESS_TOKEN=agent-comment-token-456".to_owned();
+        s.redactor.text(&mut text);
+        assert_eq!(text, "env: GITEA_ACCESS_TOKEN=[redacted]");
+    }
 }

@@ -166,3 +166,33 @@ fn answer(rx: &mpsc::Receiver<Value>, id: i64, deadline: Instant) -> Result<Valu
         return Ok(msg["result"].clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn config(pairs: &[(&str, &str)]) -> Config {
+        let env: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_sources(None, &env).unwrap()
+    }
+
+    #[test]
+    fn the_agent_holding_the_bots_token_is_a_warning() {
+        let bot = ("CODEX_BRIDGE_GITEA_TOKEN", "bot-admin-token-1");
+        for c in [
+            config(&[bot]),
+            config(&[bot, ("CODEX_BRIDGE_GITEA_MCP_TOKEN", "bot-admin-token-1")]),
+        ] {
+            let check = token(&c);
+            assert_eq!(check.outcome, crate::cli::doctor::Outcome::Warn);
+            assert!(check.detail.contains("admin token"), "{}", check.detail);
+            assert!(check.action.contains("gitea_mcp_token"), "{}", check.action);
+        }
+        let own = config(&[bot, ("CODEX_BRIDGE_GITEA_MCP_TOKEN", "agent-token-2")]);
+        assert_eq!(token(&own).outcome, crate::cli::doctor::Outcome::Ok);
+    }
+}
