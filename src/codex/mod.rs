@@ -29,6 +29,4 @@ mod transcript;
 
 pub use agent::CodexAgent;
 pub use notice::{notice_channel, CodexNotice, NoticeSender, NOTICE_BACKLOG};
-pub use settings::{
-    developer_instructions, untrusted_thread_instructions, CodexSettings, GiteaMcp,
-};
+pub use settings::{developer_instructions, CodexSettings, GiteaMcp};

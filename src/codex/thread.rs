@@ -5,7 +5,7 @@
 //! both are built here.
 
 use super::protocol::{AskForApproval, SandboxMode, ThreadSetup};
-use super::settings::{untrusted_thread_instructions, CodexSettings};
+use super::settings::{base_branch_instructions, reply_instructions, CodexSettings};
 use crate::agent::{AgentError, ThreadTerms};
 use crate::domain::trust::InstructionsSource;
 use serde_json::json;
@@ -59,16 +59,18 @@ pub(super) fn thread_setup(
     } else {
         serde_json::Map::new()
     };
-    let developer_instructions = match terms.policy.instructions {
-        InstructionsSource::WorkingTree => settings.developer_instructions.clone(),
-        InstructionsSource::BaseBranch => {
-            config.insert("project_doc_max_bytes".into(), json!(0));
-            untrusted_thread_instructions(
-                &settings.developer_instructions,
-                terms.base_instructions.as_deref(),
-            )
-        }
-    };
+    let mut developer_instructions = format!(
+        "{}\n\n{}",
+        settings.developer_instructions,
+        reply_instructions(terms.policy.gitea_write_tool)
+    );
+    if terms.policy.instructions == InstructionsSource::BaseBranch {
+        config.insert("project_doc_max_bytes".into(), json!(0));
+        developer_instructions.push_str("\n\n");
+        developer_instructions.push_str(&base_branch_instructions(
+            terms.base_instructions.as_deref(),
+        ));
+    }
     ThreadSetup {
         cwd: cwd.to_owned(),
         developer_instructions,
@@ -131,7 +133,12 @@ mod tests {
         assert_eq!(start, resume);
         assert_eq!(start["approvalPolicy"], "untrusted");
         assert_eq!(start["sandbox"], "read-only");
-        assert_eq!(start["developerInstructions"], "be careful");
+        let instructions = start["developerInstructions"].as_str().unwrap();
+        assert!(instructions.starts_with("be careful\n\n"), "{instructions}");
+        assert!(
+            instructions.contains("through the Gitea tools"),
+            "{instructions}"
+        );
         assert_eq!(start["config"]["mcp_servers.gitea.command"], "gitea-mcp");
     }
 
@@ -145,7 +152,10 @@ mod tests {
         assert!(params.get("approvalPolicy").is_none(), "{params}");
         assert!(params.get("sandbox").is_none(), "{params}");
         assert_eq!(params["config"]["mcp_servers.gitea.command"], "gitea-mcp");
-        assert_eq!(params["developerInstructions"], "be careful");
+        assert!(params["developerInstructions"]
+            .as_str()
+            .unwrap()
+            .starts_with("be careful"));
     }
 
     #[test]
@@ -171,6 +181,10 @@ mod tests {
         assert!(instructions.starts_with("be careful"), "{instructions}");
         assert!(instructions.contains("Run cargo test before answering."));
         assert!(instructions.contains("no Gitea tools"), "{instructions}");
+        assert!(
+            !instructions.contains("through the Gitea tools"),
+            "{instructions}"
+        );
     }
 
     #[test]
