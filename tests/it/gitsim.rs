@@ -26,6 +26,10 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+// Named by path: benches include this file by path too.
+#[path = "gitsim/forks.rs"]
+mod forks;
+
 /// One request as the server saw it.
 #[derive(Debug, Clone)]
 pub struct SeenRequest {
@@ -327,62 +331,6 @@ impl GitRepos {
         sha
     }
 
-    /// A bare copy of `owner/name` as `fork_owner/name`, as Gitea's fork.
-    pub fn fork_repo(&self, owner: &str, name: &str, fork_owner: &str) {
-        let from = self.repo_path(owner, name);
-        let to = self.repo_path(fork_owner, name);
-        std::fs::create_dir_all(&to).unwrap();
-        self.git(
-            &to,
-            &["init", "--quiet", "--bare", "--initial-branch=main"],
-            None,
-            &[],
-        );
-        self.git(
-            &to,
-            &[
-                "fetch",
-                "--quiet",
-                from.to_str().unwrap(),
-                "+refs/heads/*:refs/heads/*",
-            ],
-            None,
-            &[],
-        );
-    }
-
-    /// Point the base repository's `refs/pull/<number>/head` at the tip of
-    /// `branch` in the fork `fork_owner/name`, copying its commits, as Gitea
-    /// does for a pull request from a fork; returns that commit.
-    pub fn set_fork_pull_ref(
-        &self,
-        owner: &str,
-        name: &str,
-        number: i64,
-        fork_owner: &str,
-        branch: &str,
-    ) -> String {
-        let repo = self.repo_path(owner, name);
-        let fork = self.repo_path(fork_owner, name);
-        let refspec = format!("+refs/heads/{branch}:refs/pull/{number}/head");
-        self.git(
-            &repo,
-            &["fetch", "--quiet", fork.to_str().unwrap(), &refspec],
-            None,
-            &[],
-        );
-        self.branch_head(fork_owner, name, branch)
-    }
-
-    /// The author e-mail of commit `sha`, if the repository has it.
-    pub fn commit_author_email(&self, owner: &str, name: &str, sha: &str) -> Option<String> {
-        if sha.starts_with('-') {
-            return None;
-        }
-        let repo = self.repo_path(owner, name);
-        self.try_git(&repo, &["log", "-1", "--format=%ae", sha])
-    }
-
     /// Delete a branch (its commits stay reachable from any other ref).
     pub fn delete_branch(&self, owner: &str, name: &str, branch: &str) {
         let repo = self.repo_path(owner, name);
@@ -427,7 +375,7 @@ impl GitRepos {
         self.try_git(&repo, &["rev-parse", "--verify", "-q", &spec])
     }
 
-    fn git(
+    pub(crate) fn git(
         &self,
         repo: &Path,
         args: &[&str],
@@ -440,7 +388,7 @@ impl GitRepos {
         }
     }
 
-    fn try_git(&self, repo: &Path, args: &[&str]) -> Option<String> {
+    pub(crate) fn try_git(&self, repo: &Path, args: &[&str]) -> Option<String> {
         self.run_git(repo, args, None, &[]).ok()
     }
 

@@ -5,7 +5,8 @@
 //!
 //! The effects live beside this file: `turn.rs` (thread, turn/start, the
 //! turn's events, approvals, interrupts), `recover.rs` (the thread's history),
-//! `reply.rs` (verification, the reply-retry turn, the REST fallback).
+//! `reply.rs` (verification, the reply-retry turn, the REST post), `trust.rs`
+//! (the commenter's permission, the thread's terms).
 
 use super::decide::{
     self, Admission, Code, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
@@ -672,27 +673,6 @@ impl CommitCtx {
 }
 
 impl TaskDrive {
-    /// The commenter's permission, checked again now that the task starts.
-    async fn check_permission(&mut self) -> Event {
-        use crate::forge::TriggerCheck;
-        let check = self
-            .deps
-            .verifier
-            .may_trigger(self.task.resource_key.clone(), self.task.author.clone())
-            .await;
-        Event::Permission(match check {
-            TriggerCheck::Allowed => decide::Permission::Allowed,
-            TriggerCheck::Denied(why) => {
-                self.detail = Some(why);
-                decide::Permission::Denied
-            }
-            TriggerCheck::Unknown(e) => {
-                self.detail = Some(e);
-                decide::Permission::Unknown
-            }
-        })
-    }
-
     /// Requests the interrupt; its confirmation arrives on the turn's events
     /// until the grace period ends.
     async fn interrupt(&mut self, stop: Stop) {

@@ -1,9 +1,11 @@
-//! The terms a task's thread runs under: its trust decided from facts
+//! Who may do what: the commenter's permission, checked again when the task
+//! starts, and the terms a task's thread runs under: its trust decided from facts
 //! ([`ExecutionPolicy::decide`]: the pull request's head repository and head
 //! commit author, never what a comment says), the base branch's `AGENTS.md`
 //! when the thread may not read the head's, and the audit of the decision
 //! with the `state_version` it was made on.
 
+use super::decide::{Event, Permission};
 use super::drive::{DriveError, TaskDrive};
 use crate::agent::ThreadTerms;
 use crate::domain::policy::RepoPolicy;
@@ -11,6 +13,27 @@ use crate::domain::trust::{ExecutionPolicy, InstructionsSource, Subject, ThreadT
 use crate::store::audit::{self, Audit};
 
 impl TaskDrive {
+    /// The commenter's permission, checked again now that the task starts.
+    pub(super) async fn check_permission(&mut self) -> Event {
+        use crate::forge::TriggerCheck;
+        let check = self
+            .deps
+            .verifier
+            .may_trigger(self.task.resource_key.clone(), self.task.author.clone())
+            .await;
+        Event::Permission(match check {
+            TriggerCheck::Allowed => Permission::Allowed,
+            TriggerCheck::Denied(why) => {
+                self.detail = Some(why);
+                Permission::Denied
+            }
+            TriggerCheck::Unknown(e) => {
+                self.detail = Some(e);
+                Permission::Unknown
+            }
+        })
+    }
+
     /// Decides the thread's terms for this task's turn and audits them.
     pub(super) async fn thread_terms(
         &mut self,
