@@ -21,7 +21,7 @@ use secrecy::ExposeSecret;
 use tracing_actix_web::RootSpan;
 
 pub fn config(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/gitea/webhook", web::post().to(receive));
+    cfg.route(crate::config::WEBHOOK_PATH, web::post().to(receive));
 }
 
 /// Longest delivery id we keep (Gitea's are UUIDs).

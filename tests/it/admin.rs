@@ -13,6 +13,7 @@ const ROUTES: &[&str] = &[
     "/api/gitea-workflow/audit",
     "/api/gitea-workflow/actors",
     "/api/gitea-workflow/approvals",
+    "/api/gitea-workflow/repos/default:acme%2Fwidgets/hook",
     "/api/gitea-workflow/events",
 ];
 

@@ -346,6 +346,13 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
             |t| t == "idle",
         )
         .await;
+        // The repository's hook fact: this rig's Gitea is a git server
+        // without the REST API and no public_url is set, so the state is
+        // unknown, with why in its title.
+        let hook = format!(r#".repo[data-repo="{REPO}"] .hook-fact .badge"#);
+        text_until(&c, &hook, |t| t == "unknown").await;
+        let why = el(&c, &hook).await.attr("title").await.unwrap();
+        assert!(why.unwrap_or_default().contains("public_url"));
         let shot = save_screenshot(&c, "actors").await;
         eprintln!("saved {}", shot.display());
         // A phone's width: the same tree, still readable.

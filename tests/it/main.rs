@@ -29,6 +29,7 @@ mod gitea_hook;
 mod giteasim;
 mod giteasim_selftest;
 mod gitsim;
+mod hook_state;
 mod ingest;
 mod leases;
 mod lifecycle;

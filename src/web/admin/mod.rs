@@ -5,6 +5,7 @@ mod approvals;
 mod audit;
 mod codex;
 mod control;
+mod hooks;
 pub(crate) mod overview;
 mod tasks;
 mod transcripts;
@@ -37,6 +38,7 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 "/approvals/{approval_id}/decide",
                 web::post().to(approvals::decide),
             )
+            .route("/repos/{repo_key:.+}/hook", web::get().to(hooks::show))
             .route(
                 "/repos/{repo_key:.+}/disable",
                 web::post().to(actors::disable_repo),

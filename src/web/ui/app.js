@@ -389,7 +389,8 @@ function renderActors() {
         h("span", {}, "queue: ", h("b", { class: "queue-depth" }, r.queueDepth)),
         h("span", {}, "mailbox: ", h("b", {}, r.mailboxBacklog)),
         h("span", {}, "restarts: ", h("b", {}, r.restarts)),
-        h("span", {}, "last event: ", time(r.lastEventAt))),
+        h("span", {}, "last event: ", time(r.lastEventAt)),
+        hookFact(r.repoKey)),
       r.lastError ? h("div", { class: "error-text" }, r.lastError) : null,
       h("ul", { class: "sessions" }, (r.sessions || []).map((s) =>
         h("li", { class: "session", "data-session": s.sessionKey },
