@@ -11,13 +11,17 @@
 //! hook's secret and cannot change it, so a changed `webhook_secret` reaches
 //! a hook only through a new one). Further hooks at the same URL would
 //! deliver every comment twice: they are removed. Running it again changes
-//! nothing.
+//! nothing. Each repository hooked is registered as known in the store
+//! (when it can be opened), so the catch-up covers it from then on.
 
-use crate::config::{env_name, Config};
+use crate::config::{env_name, Config, WEBHOOK_PATH};
 use crate::domain::keys::is_gitea_name;
+use crate::domain::RepoKey;
 use crate::gitea::hooks::plan::{names, plan, Action, Drift, ReplaceWhy, BRIDGE_EVENTS};
 use crate::gitea::hooks::{Hook, HookContentType, HookEdit, HookEvent, NewHook};
 use crate::gitea::{GiteaClient, GiteaError};
+use crate::store::repositories::{self, KnownRepository, Registered};
+use crate::store::DbConn;
 use anyhow::bail;
 use secrecy::SecretString;
 use std::fmt;
@@ -32,9 +36,10 @@ pub struct HookArgs {
     /// Every repository the bot administers (GET /user/repos, admin permission).
     #[arg(long)]
     pub all: bool,
-    /// Where Gitea sends the webhooks: the bridge's /api/gitea/webhook as Gitea reaches it.
+    /// Where Gitea sends the webhooks: the bridge's /api/gitea/webhook as Gitea
+    /// reaches it. Default: public_url + /api/gitea/webhook, when public_url is set.
     #[arg(long, value_name = "URL", value_parser = parse_url)]
-    pub url: String,
+    pub url: Option<String>,
     /// Replace the hook even when it looks right, so that it carries the current
     /// webhook_secret (Gitea never shows a hook's secret and cannot change it).
     #[arg(long)]
@@ -158,6 +163,8 @@ fn settings(config: &Config) -> anyhow::Result<(String, SecretString, SecretStri
 /// Runs the command: one line per repository on stdout; an error (so a
 /// non-zero exit) when any repository failed.
 pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
+    let url = hook_url(config, args)?;
+    let url = url.as_str();
     let (gitea_url, token, secret) = settings(config)?;
     let client = GiteaClient::new(&gitea_url, token);
     let repos = if args.all {
@@ -171,12 +178,13 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let (mut failed, mut kept_secret) = (0, false);
+    let (mut failed, mut kept_secret, mut hooked) = (0, false, Vec::new());
     for repo in &repos {
-        match install(&client, repo, &args.url, &secret, args.recreate) {
+        match install(&client, repo, url, &secret, args.recreate) {
             Ok((outcome, removed)) => {
                 kept_secret |= outcome.kept_secret();
-                println!("{repo}: {}", outcome.describe(&args.url, &removed));
+                println!("{repo}: {}", outcome.describe(url, &removed));
+                hooked.push(repo);
             }
             Err(why) => {
                 failed += 1;
@@ -190,6 +198,7 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
              changed since these hooks were made, run again with --recreate"
         );
     }
+    register_all(config, &client, &hooked);
     if failed > 0 {
         bail!(
             "{failed} of {} repositories failed (see above)",
@@ -197,6 +206,71 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--url`, or `public_url` and the webhook path.
+fn hook_url(config: &Config, args: &HookArgs) -> anyhow::Result<String> {
+    match (&args.url, config.webhook_url()) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, Some(url)) => Ok(url),
+        (None, None) => bail!(
+            "no webhook URL: pass --url https://<bridge>{WEBHOOK_PATH}, or set config key \
+             `public_url` (or {}) to this server's external base URL",
+            env_name("public_url")
+        ),
+    }
+}
+
+/// Registers the hooked repositories as known, so that the catch-up covers
+/// them from now on: a line for each one new to the store, or one note
+/// saying why none was. The hooks stand either way, so this never fails
+/// the run.
+fn register_all(config: &Config, client: &GiteaClient, repos: &[&RepoName]) {
+    if repos.is_empty() {
+        return;
+    }
+    let mut conn = match super::connect(config) {
+        Ok(conn) => conn,
+        Err(e) => {
+            println!(
+                "note: not registered as known repositories ({e:#}); the catch-up covers \
+                 a repository from its first webhook on, or run this again once the \
+                 database is there"
+            );
+            return;
+        }
+    };
+    for repo in repos {
+        match register(&mut conn, client, config, repo) {
+            Ok(Registered::New) => {
+                println!("{repo}: registered: the catch-up reads its comments from now on")
+            }
+            Ok(Registered::Known) => {}
+            Err(why) => println!("{repo}: not registered: {why}"),
+        }
+    }
+}
+
+fn register(
+    conn: &mut DbConn,
+    client: &GiteaClient,
+    config: &Config,
+    repo: &RepoName,
+) -> Result<Registered, String> {
+    let repo_key =
+        RepoKey::new(&config.instance_id, &repo.owner, &repo.name).map_err(|e| e.to_string())?;
+    // The clone URL is needed to run a task; a webhook would carry it.
+    let info = client
+        .get_repo(&repo.owner, &repo.name)
+        .map_err(|e| explain(&e, Some(repo)))?;
+    let known = KnownRepository {
+        repo_key,
+        owner: repo.owner.clone(),
+        name: repo.name.clone(),
+        clone_url: Some(info.clone_url).filter(|u| !u.is_empty()),
+        default_branch: Some(info.default_branch).filter(|b| !b.is_empty()),
+    };
+    repositories::register(conn, &known, "cli:gitea-hook").map_err(|e| e.to_string())
 }
 
 /// `--all`: the repositories whose `permissions.admin` the bot holds.

@@ -27,6 +27,7 @@ pub mod ingest;
 pub mod leases;
 pub mod ledger;
 pub mod queue;
+pub mod repositories;
 pub mod sessions;
 pub mod statuses;
 pub mod tasks;

@@ -140,7 +140,7 @@ fn hook_check(client: &GiteaClient, repo: &RepoName, url: Option<&str>, admin: b
             AREA,
             name,
             "not judged: the URL Gitea should call is unknown",
-            "pass --url https://<bridge>/api/gitea/webhook",
+            "set public_url, or pass --url https://<bridge>/api/gitea/webhook",
         );
     };
     if !admin {
