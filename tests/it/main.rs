@@ -47,6 +47,7 @@ mod statuses;
 mod support;
 mod testapp;
 mod transcripts;
+mod walkthrough;
 mod walvfs;
 mod webhook;
 mod workspace;
