@@ -456,3 +456,22 @@ fn public_url_is_an_http_base_url_kept_without_its_trailing_slash() {
     let c = Config::from_sources(Some(&path), &env(&[])).unwrap();
     assert_eq!(c.public_url.as_deref(), Some("https://bridge.example.com"));
 }
+
+#[test]
+fn the_webhook_url_is_public_url_and_the_webhook_path() {
+    let c = Config::from_sources(None, &env(&[])).unwrap();
+    assert_eq!(
+        c.webhook_url(),
+        None,
+        "without public_url only --url can say"
+    );
+    let c = Config::from_sources(
+        None,
+        &env(&[("CODEX_BRIDGE_PUBLIC_URL", "https://example.com/bridge/")]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.webhook_url().as_deref(),
+        Some("https://example.com/bridge/api/gitea/webhook")
+    );
+}

@@ -6,6 +6,7 @@
 //! still a 200, with why and what to do.
 
 use crate::domain::RepoKey;
+use crate::gitea::hooks::plan::HookState;
 use crate::gitea::hooks::HookReport;
 use crate::gitea::{GiteaClient, GiteaError};
 use crate::web::auth::Admin;
@@ -73,7 +74,7 @@ impl HookView {
                 .map(|c| c.as_str().to_owned()),
             active: hook.as_ref().map(|h| h.active),
             url: Some(url),
-            action: (state != crate::gitea::hooks::plan::HookState::Ok).then_some(fix),
+            action: (state != HookState::Ok).then_some(fix),
         }
     }
 }
