@@ -154,3 +154,53 @@ fn a_gitea_that_cannot_be_asked_gives_unknown_with_the_reason() {
         r.json
     );
 }
+
+/// The actors view shows each repository's hook state, filled in from the
+/// route above once the repository's actor appears.
+#[test]
+fn browser_the_actors_view_shows_each_repositorys_hook_state() {
+    use crate::browser::{browser_test, el, sign_in, text_until};
+    let sim = GiteaSim::start();
+    sim.add_user("bob");
+    for repo in ["widgets", "gadgets"] {
+        sim.create_repo("acme", repo);
+        sim.set_permission("acme", repo, BOT, Perm::Admin);
+        sim.set_permission("acme", repo, "bob", Perm::Write);
+        sim.create_issue("acme", repo, "Flaky", "It flakes.", "bob");
+    }
+    let right = sim.add_webhook("acme", "widgets", URL, SECRET, &EVENTS, true);
+    let s = &TestApp::builder()
+        .scripted()
+        .env("CODEX_BRIDGE_PUBLIC_URL", PUBLIC)
+        .start_with_gitea(sim);
+    // Work in each makes its repository actor appear in the tree.
+    for repo in ["widgets", "gadgets"] {
+        s.gitea()
+            .post_comment_as("bob", "acme", repo, 1, "@ccbot quick one");
+    }
+    browser_test("hook_state", |c| async move {
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        c.goto(&s.url("/admin#actors")).await.unwrap();
+        let badge =
+            |repo: &str| format!(r#".repo[data-repo="default:acme/{repo}"] .hook-fact .badge"#);
+        text_until(&c, &badge("widgets"), |t| t == "ok").await;
+        text_until(&c, &badge("gadgets"), |t| t == "missing").await;
+        let title = el(&c, &badge("widgets"))
+            .await
+            .attr("title")
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(title.contains(&format!("webhook {right}")), "{title}");
+        let title = el(&c, &badge("gadgets"))
+            .await
+            .attr("title")
+            .await
+            .unwrap()
+            .unwrap_or_default();
+        assert!(
+            title.contains("codex-bridge gitea hook --repo acme/gadgets"),
+            "{title}"
+        );
+    });
+}
