@@ -1,10 +1,11 @@
 //! `codex-bridge gitea hook`: installs the webhook that sends a repository's
 //! comments and reviews to the bridge, through Gitea's API.
 //!
-//! For each repository: read its hooks, decide ([`plan`], pure, shared with `doctor` and the admin view), act, and
-//! print one line. The hook the bridge wants is type `gitea`, JSON, signed
-//! with `webhook_secret`, subscribed to [`BRIDGE_EVENTS`], active, on every
-//! branch. A hook already pointing at the URL is kept when it is that,
+//! For each repository: read its hooks, decide ([`plan`], pure, shared with
+//! `doctor` and the admin view), act, and print one line. The hook the
+//! bridge wants is type `gitea`, JSON, signed with `webhook_secret`,
+//! subscribed to [`BRIDGE_EVENTS`], active, on every branch. A hook
+//! already pointing at the URL is kept when it is that,
 //! edited when it is not (the events are always sent: Gitea resets a hook's
 //! events to `push` when an edit leaves them out), and replaced when an edit
 //! cannot fix it (another hook type, or `--recreate`: Gitea never shows a

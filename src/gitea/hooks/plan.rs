@@ -27,6 +27,7 @@ pub enum Drift {
     BranchFilter(String),
 }
 
+/// Event names as the lines of `gitea hook` and `doctor` show them.
 pub fn names(events: &[HookEvent]) -> String {
     events
         .iter()
