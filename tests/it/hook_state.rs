@@ -159,7 +159,7 @@ fn a_gitea_that_cannot_be_asked_gives_unknown_with_the_reason() {
 /// route above once the repository's actor appears.
 #[test]
 fn browser_the_actors_view_shows_each_repositorys_hook_state() {
-    use crate::browser::{browser_test, el, sign_in, text_until};
+    use crate::browser::{browser_test, sign_in, text_until, title_until};
     let sim = GiteaSim::start();
     sim.add_user("bob");
     for repo in ["widgets", "gadgets"] {
@@ -185,22 +185,11 @@ fn browser_the_actors_view_shows_each_repositorys_hook_state() {
             |repo: &str| format!(r#".repo[data-repo="default:acme/{repo}"] .hook-fact .badge"#);
         text_until(&c, &badge("widgets"), |t| t == "ok").await;
         text_until(&c, &badge("gadgets"), |t| t == "missing").await;
-        let title = el(&c, &badge("widgets"))
-            .await
-            .attr("title")
-            .await
-            .unwrap()
-            .unwrap_or_default();
-        assert!(title.contains(&format!("webhook {right}")), "{title}");
-        let title = el(&c, &badge("gadgets"))
-            .await
-            .attr("title")
-            .await
-            .unwrap()
-            .unwrap_or_default();
-        assert!(
-            title.contains("codex-bridge gitea hook --repo acme/gadgets"),
-            "{title}"
-        );
+        let hook = format!("webhook {right}");
+        title_until(&c, &badge("widgets"), |t| t.contains(&hook)).await;
+        title_until(&c, &badge("gadgets"), |t| {
+            t.contains("codex-bridge gitea hook --repo acme/gadgets")
+        })
+        .await;
     });
 }
