@@ -28,6 +28,7 @@ pub mod leases;
 pub mod ledger;
 pub mod queue;
 pub mod sessions;
+pub mod stats;
 pub mod statuses;
 pub mod tasks;
 pub mod transcripts;
