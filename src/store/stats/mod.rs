@@ -198,7 +198,8 @@ fn read_stats(c: &mut DbConn, now: DateTime<Utc>, hours: Hours) -> Result<Stats,
             counts[kind] = m.count;
             finished.push((t, counts));
         }
-        let delta = i64::from(m.to == TaskState::Queued) - i64::from(m.from == Some(TaskState::Queued));
+        let delta =
+            i64::from(m.to == TaskState::Queued) - i64::from(m.from == Some(TaskState::Queued));
         if delta != 0 {
             queue_moves.push((t, delta * m.count));
         }
@@ -304,10 +305,7 @@ fn queue_history(conn: &mut DbConn, window: &Window) -> Result<(i64, Vec<Moves>)
     let ends: Vec<&str> = TaskState::TERMINAL.iter().map(|s| s.as_str()).collect();
     let queued = TaskState::Queued.as_str();
     let (depth, rows) = with_conn!(conn, |c| {
-        let depth: i64 = tasks::table
-            .filter(literal(QUEUED))
-            .count()
-            .get_result(c)?;
+        let depth: i64 = tasks::table.filter(literal(QUEUED)).count().get_result(c)?;
         let rows: Vec<(String, Option<TaskState>, TaskState, i64)> = t::table
             .filter(t::at.ge(&from))
             .filter(

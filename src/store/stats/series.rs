@@ -179,7 +179,13 @@ mod tests {
         };
         let sums = sum_by_bucket(
             &w,
-            [(5, [1, 0]), (59, [1, 2]), (120, [0, 1]), (300, [9, 9]), (-1, [9, 9])],
+            [
+                (5, [1, 0]),
+                (59, [1, 2]),
+                (120, [0, 1]),
+                (300, [9, 9]),
+                (-1, [9, 9]),
+            ],
         );
         assert_eq!(sums, vec![(0, [2, 2]), (120, [0, 1])]);
     }
@@ -214,9 +220,8 @@ mod tests {
     /// at whole minutes as the store reports them.
     fn stays() -> impl Strategy<Value = Vec<(i64, Option<i64>)>> {
         prop::collection::vec(
-            (0i64..40, prop::option::of(0i64..40)).prop_map(|(a, len)| {
-                (a * MIN, len.map(|l| (a + l) * MIN))
-            }),
+            (0i64..40, prop::option::of(0i64..40))
+                .prop_map(|(a, len)| (a * MIN, len.map(|l| (a + l) * MIN))),
             0..30,
         )
     }

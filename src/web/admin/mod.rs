@@ -6,6 +6,7 @@ mod audit;
 mod codex;
 mod control;
 pub(crate) mod overview;
+pub(crate) mod stats;
 mod tasks;
 mod transcripts;
 
@@ -18,6 +19,7 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/api/gitea-workflow")
             .route("/overview", web::get().to(overview::get))
+            .route("/stats", web::get().to(stats::get))
             .route("/tasks", web::get().to(tasks::list))
             .route("/tasks/{task_id}", web::get().to(tasks::show))
             .route(
