@@ -133,7 +133,12 @@ function figure(id, title, legend, drawing, empty) {
 function columnsChart(id, title, s, points, series, unit, width) {
   const from = Date.parse(s.from), to = Date.parse(s.to), b = s.bucketSecs * 1000;
   const rows = points.filter((p) => series.some(([k]) => p[k] > 0));
-  if (!rows.length) return figure(id, title, [], null, "None in the last " + Math.round((to - from) / 3600000) + " h.");
+  const total = rows.reduce((n, p) => n + series.reduce((m, [k]) => m + p[k], 0), 0);
+  if (!rows.length) {
+    const none = figure(id, title, [], null, "None in the last " + Math.round((to - from) / 3600000) + " h.");
+    none.dataset.total = "0";
+    return none;
+  }
   const max = Math.max(...rows.map((p) => series.reduce((n, [k]) => n + p[k], 0)));
   const { root, box, y } = frame(width, max, compact);
   const x = (t) => box.x + ((t - from) / (to - from)) * box.w;
@@ -151,7 +156,9 @@ function columnsChart(id, title, s, points, series, unit, width) {
       base += p[k];
     }
   }
-  return figure(id, title, series.map(([, name, colour]) => [name, colour]), root);
+  const fig = figure(id, title, series.map(([, name, colour]) => [name, colour]), root);
+  fig.dataset.total = String(total);
+  return fig;
 }
 
 /** The queue's depth as steps: each point holds until the next. */
@@ -256,7 +263,7 @@ function drawCharts() {
   if (!s) return panel.replaceChildren(head, h("p", { class: "muted" }, "Waiting for the charts' data…"));
   // Every chart is as wide as the grid's column: measure one.
   const probe = panel.querySelector(".chart");
-  const width = Math.max(260, Math.floor((probe && probe.clientWidth) || panel.clientWidth / 2 || 560) - 2);
+  const width = Math.max(260, Math.floor((probe && probe.clientWidth) || panel.clientWidth / 2 || 560));
   charts.width = width;
   const hours = Math.round((Date.parse(s.to) - Date.parse(s.from)) / 3600000);
   panel.replaceChildren(head, h("div", { class: "chart-grid" },
@@ -279,7 +286,7 @@ function chartsPanel() {
     // Drawn again at the new width when the window (a phone turned) changes it.
     charts.observer = new ResizeObserver(() => {
       const probe = charts.panel.querySelector(".chart");
-      const w = probe ? probe.clientWidth - 2 : 0;
+      const w = probe ? probe.clientWidth : 0;
       if (w > 0 && Math.abs(w - charts.width) > 8) drawCharts();
     });
     charts.observer.observe(charts.panel);
