@@ -97,6 +97,17 @@ async fn js(c: &Client, script: &str) -> Value {
     c.execute(script, vec![]).await.unwrap()
 }
 
+/// Scrolls the charts to the top of the window, below the sticky header.
+async fn show_charts(c: &Client) {
+    js(
+        c,
+        "const top = document.getElementById('charts').getBoundingClientRect().top;\
+         window.scrollBy(0, top - document.querySelector('header.top').offsetHeight - 8);",
+    )
+    .await;
+    settle(c).await;
+}
+
 async fn settle(c: &Client) {
     let frames = "const done = arguments[arguments.length - 1];\
                   requestAnimationFrame(() => requestAnimationFrame(() => done(true)));";
@@ -148,8 +159,7 @@ fn browser_charts_draw_real_data_live_and_fit_a_phone() {
         })
         .await;
 
-        js(&c, "document.getElementById('charts').scrollIntoView();").await;
-        settle(&c).await;
+        show_charts(&c).await;
         let png = c.screenshot().await.unwrap();
         std::fs::write(screenshot_dir().join("charts.png"), png).unwrap();
 
@@ -171,8 +181,7 @@ fn browser_charts_draw_real_data_live_and_fit_a_phone() {
         for id in CHARTS {
             assert!(drawn(&c, id).await, "{id} lost its marks on a phone");
         }
-        js(&c, "document.getElementById('charts').scrollIntoView();").await;
-        settle(&c).await;
+        show_charts(&c).await;
         let png = c.screenshot().await.unwrap();
         std::fs::write(screenshot_dir().join("charts-phone.png"), png).unwrap();
     });

@@ -60,11 +60,13 @@ function localDay(ms) {
   return new Date(ms).toLocaleDateString([], { month: "short", day: "numeric" });
 }
 
-/** A round maximum for a y axis at or above `max`, and its ticks. */
-function yScale(max) {
+/** A round maximum for a y axis at or above `max`, and its ticks (whole
+ * numbers for counts). */
+function yScale(max, whole) {
   if (!(max > 0)) max = 1;
   const step0 = Math.pow(10, Math.floor(Math.log10(max / 3)));
-  const step = [1, 2, 5, 10].map((m) => m * step0).find((s) => s * 4 >= max) || step0 * 10;
+  let step = [1, 2, 5, 10].map((m) => m * step0).find((s) => s * 4 >= max) || step0 * 10;
+  if (whole) step = Math.max(1, Math.round(step));
   const top = Math.ceil(max / step) * step;
   const ticks = [];
   for (let v = 0; v <= top + step / 2; v += step) ticks.push(v);
@@ -72,9 +74,9 @@ function yScale(max) {
 }
 
 /** The frame of a chart: the SVG, its plot box and scales, and the y axis. */
-function frame(width, yMax, yLabel) {
+function frame(width, yMax, yLabel, whole) {
   const box = { x: PAD.left, y: PAD.top, w: width - PAD.left - PAD.right, h: CHART_H - PAD.top - PAD.bottom };
-  const { top, ticks } = yScale(yMax);
+  const { top, ticks } = yScale(yMax, whole);
   const root = svg("svg", { viewBox: "0 0 " + width + " " + CHART_H, width: "100%", role: "img",
     class: "chart-svg", preserveAspectRatio: "xMinYMin meet" });
   const y = (v) => box.y + box.h - (v / top) * box.h;
@@ -140,7 +142,7 @@ function columnsChart(id, title, s, points, series, unit, width) {
     return none;
   }
   const max = Math.max(...rows.map((p) => series.reduce((n, [k]) => n + p[k], 0)));
-  const { root, box, y } = frame(width, max, compact);
+  const { root, box, y } = frame(width, max, compact, true);
   const x = (t) => box.x + ((t - from) / (to - from)) * box.w;
   timeAxis(root, box, from, to, x);
   const w = Math.max(2, (b / (to - from)) * box.w);
@@ -168,7 +170,7 @@ function queueChart(s, width) {
   const title = "Queue depth";
   if (!pts.length) return figure("chart-queue", title, [], null, "No queue history.");
   const max = Math.max(...pts.map((p) => p.depth));
-  const { root, box, y } = frame(width, max, compact);
+  const { root, box, y } = frame(width, max, compact, true);
   const x = (t) => box.x + ((Math.min(Math.max(t, from), to) - from) / (to - from)) * box.w;
   timeAxis(root, box, from, to, x);
   // A point is the depth at its bucket's end, held until the next point:
@@ -232,7 +234,7 @@ function tokensChart(s, width) {
   const colourOf = (repo) => named.includes(repo) ? REPO_COLOURS[named.indexOf(repo)] : "#9aa3b2";
   const perDay = new Map(days.map((d) => [d, 0]));
   for (const r of rows) if (perDay.has(r.day)) perDay.set(r.day, perDay.get(r.day) + r.total);
-  const { root, box, y } = frame(width, Math.max(...perDay.values()), compact);
+  const { root, box, y } = frame(width, Math.max(...perDay.values()), compact, true);
   const slot = box.w / days.length;
   const fit = Math.max(1, Math.ceil(days.length / Math.max(2, Math.floor(box.w / 60))));
   days.forEach((day, i) => {
