@@ -30,9 +30,8 @@ const CHARTS: [&str; 5] = [
 fn wait_terminal(s: &TestApp, task: &str) {
     let mut c = s.db();
     wait_until(&format!("task {task} to end"), WAIT, || {
-        task_state(&mut c, task).is_some_and(|st| {
-            ["succeeded", "failed", "failed_reply"].contains(&st.as_str())
-        })
+        task_state(&mut c, task)
+            .is_some_and(|st| ["succeeded", "failed", "failed_reply"].contains(&st.as_str()))
     });
 }
 
@@ -127,7 +126,10 @@ fn browser_charts_draw_real_data_live_and_fit_a_phone() {
         // The repository's name, markup and all, as text in the legend and
         // in a bar's tooltip; nothing of it ran or became an element.
         let legend = text_until(&c, "#chart-tokens .legend", |t| t.contains("acme/")).await;
-        assert!(legend.contains(&format!("default:acme/{MARKUP_REPO}")), "{legend}");
+        assert!(
+            legend.contains(&format!("default:acme/{MARKUP_REPO}")),
+            "{legend}"
+        );
         let tips = js(
             &c,
             "return [...document.querySelectorAll('#chart-tokens .mark')].map((m) => m.dataset.tip).join('\\n')",
@@ -147,16 +149,21 @@ fn browser_charts_draw_real_data_live_and_fit_a_phone() {
         )
         .await;
         let finished = finished.as_str().unwrap();
-        assert!(finished.contains("succeeded") && finished.contains("failed"), "{finished}");
+        assert!(
+            finished.contains("succeeded") && finished.contains("failed"),
+            "{finished}"
+        );
 
         // A webhook while the page is open reaches the chart through the
         // event stream (the hub reads the charts at most every 15 s).
         let total = "return Number(document.getElementById('chart-webhooks').dataset.total)";
         let before = js(&c, total).await.as_i64().unwrap();
         s.task_comment("ch-5", 5, "@ccbot one more", "widgets", 5);
-        wait_until_async("the new webhook on the chart", Duration::from_secs(45), || async {
-            js(&c, total).await.as_i64() == Some(before + 1)
-        })
+        wait_until_async(
+            "the new webhook on the chart",
+            Duration::from_secs(45),
+            || async { js(&c, total).await.as_i64() == Some(before + 1) },
+        )
         .await;
 
         show_charts(&c).await;

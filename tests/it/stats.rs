@@ -200,7 +200,12 @@ fn series_from_known_rows(c: &mut DbConn) {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["t"].as_str().unwrap().to_owned(), p["depth"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["t"].as_str().unwrap().to_owned(),
+                p["depth"].as_i64().unwrap(),
+            )
+        })
         .collect();
     let expect = |v: &[(&str, i64)]| -> Vec<(String, i64)> {
         v.iter().map(|(t, d)| (t.to_string(), *d)).collect()
@@ -235,7 +240,11 @@ fn series_from_known_rows(c: &mut DbConn) {
     let week = stats::stats(c, now, Hours::new(168).unwrap()).unwrap();
     assert_eq!(week.bucket_secs, 600);
     let accepted: i64 = week.webhooks.iter().map(|w| w.accepted + w.other).sum();
-    assert_eq!(accepted, 11, "every delivery of the week: {:?}", week.webhooks);
+    assert_eq!(
+        accepted, 11,
+        "every delivery of the week: {:?}",
+        week.webhooks
+    );
     assert_eq!(week.queue_depth.first().map(|p| p.depth), Some(0));
 }
 
@@ -257,7 +266,8 @@ fn stats_api_needs_admin_bounds_hours_and_counts_a_webhook() {
     let s = TestApp::start(Db::Sqlite);
     assert_eq!(s.get("/api/gitea-workflow/stats", None).status, 401);
     assert_eq!(
-        s.get("/api/gitea-workflow/stats", Some("not-the-token")).status,
+        s.get("/api/gitea-workflow/stats", Some("not-the-token"))
+            .status,
         401
     );
     for bad in ["0", "169", "abc", "-3", "1.5"] {

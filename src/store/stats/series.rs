@@ -127,7 +127,7 @@ pub fn depth_series(window: &Window, depth_now: i64, moves: &[(i64, i64)]) -> Ve
     let mut moves: Vec<(i64, i64)> = moves.to_vec();
     // Latest first: walking back from now, each bucket end takes off what
     // happened at or after it.
-    moves.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    moves.sort_unstable_by_key(|m| std::cmp::Reverse(m.0));
     let mut later = moves.into_iter().peekable();
     let mut depth = depth_now;
     let mut ends = vec![0; window.len()];
