@@ -305,3 +305,62 @@ fn stats_api_needs_admin_bounds_hours_and_counts_a_webhook() {
     let depth = after["queueDepth"].as_array().unwrap();
     assert_eq!(depth.last().unwrap()["depth"], 1, "{depth:?}");
 }
+
+/// Each of the charts' queries (as the store writes them) reads a time range
+/// through an index, never the whole table: the history grows without end.
+#[test]
+fn chart_queries_use_the_time_indexes_sqlite() {
+    use crate::migrations::{migrated_sqlite, query_plan};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = migrated_sqlite(&dir);
+    let (from, to) = ("'2026-06-01T00:00:00.000000Z'", "'2026-06-02T00:00:00.000000Z'");
+    for (index, table, query) in [
+        (
+            "webhook_deliveries_received",
+            "webhook_deliveries",
+            format!(
+                "SELECT substr(received_at, 1, 16), status, COUNT(*) FROM webhook_deliveries \
+                 WHERE received_at >= {from} AND received_at < {to} \
+                 GROUP BY substr(received_at, 1, 16), status"
+            ),
+        ),
+        (
+            "task_transitions_at",
+            "task_transitions",
+            format!(
+                "SELECT substr(at, 1, 16), from_state, to_state, COUNT(*) FROM task_transitions \
+                 WHERE at >= {from} AND (to_state IN ('succeeded', 'failed', 'cancelled') \
+                 OR to_state = 'queued' OR from_state = 'queued') \
+                 GROUP BY substr(at, 1, 16), from_state, to_state"
+            ),
+        ),
+        (
+            "turns_completed",
+            "turns",
+            format!(
+                "SELECT started_at, completed_at FROM turns \
+                 WHERE completed_at >= {from} AND completed_at < {to}"
+            ),
+        ),
+        (
+            "turn_token_usage_updated",
+            "turn_token_usage",
+            format!(
+                "SELECT u.updated_at, tasks.repo_key, u.start_total_tokens, u.end_total_tokens \
+                 FROM turn_token_usage u INNER JOIN turns ON turns.turn_id = u.turn_id \
+                 INNER JOIN tasks ON tasks.task_id = turns.task_id \
+                 WHERE u.updated_at >= {from} AND u.updated_at < {to}"
+            ),
+        ),
+    ] {
+        let plan = query_plan(&mut c, &query);
+        assert!(
+            plan.iter().any(|d| d.contains(&format!("INDEX {index}"))),
+            "{table}: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|d| d.starts_with("SCAN") && !d.contains("INDEX")),
+            "{table}: {plan:?}"
+        );
+    }
+}
