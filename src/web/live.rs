@@ -83,10 +83,17 @@ impl Frame {
 pub struct Hub {
     tx: broadcast::Sender<Arc<Frame>>,
     stop: watch::Sender<bool>,
-    /// The last `stats` document (its JSON) and when it was read: shared by
-    /// the hub's loop and new streams, so the charts' queries run at most
-    /// once per [`STATS_EVERY`] however many pages are open.
-    stats: std::sync::Mutex<Option<(Instant, Arc<str>)>>,
+    /// The last read of the `stats` document: shared by the hub's loop and
+    /// new streams, so the charts' queries run at most once per
+    /// [`STATS_EVERY`] however many pages are open.
+    stats: std::sync::Mutex<Option<StatsRead>>,
+}
+
+/// One read of the charts' document.
+struct StatsRead {
+    read_at: Instant,
+    /// Its JSON; `None` when the read failed.
+    json: Option<Arc<str>>,
 }
 
 impl Default for Hub {
@@ -242,35 +249,38 @@ async fn look(state: &AppState, last_sent: &mut LastSent) -> Result<(), ApiError
 
 /// The charts' document as JSON: the hub's last one while it is younger than
 /// [`STATS_EVERY`], else read again. `None` (logged) when it cannot be read:
-/// the charts keep what they show, and the next look tries again.
+/// the charts keep what they show, and a read is tried again only after
+/// [`STATS_EVERY`], so a failing read does not run at every look.
 async fn stats_json(state: &AppState) -> Option<Arc<str>> {
-    let fresh = |cache: &Option<(Instant, Arc<str>)>| {
+    let cached = state.live.stats.lock().ok().and_then(|cache| {
         cache
             .as_ref()
-            .filter(|(at, _)| at.elapsed() < STATS_EVERY)
-            .map(|(_, json)| json.clone())
-    };
-    if let Some(json) = state.live.stats.lock().ok().and_then(|c| fresh(&c)) {
-        return Some(json);
+            .filter(|c| c.read_at.elapsed() < STATS_EVERY)
+            .map(|c| c.json.clone())
+    });
+    if let Some(json) = cached {
+        return json;
     }
-    let doc = match stats::compute(state, Hours::DAY).await {
-        Ok(doc) => doc,
+    let json: Option<Arc<str>> = match stats::compute(state, Hours::DAY).await {
+        Ok(doc) => match serde_json::to_string(&doc) {
+            Ok(json) => Some(json.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "live view: could not write the charts' document");
+                None
+            }
+        },
         Err(e) => {
             tracing::warn!(error = %e, "live view: could not read the charts' history; trying again");
-            return None;
-        }
-    };
-    let json: Arc<str> = match serde_json::to_string(&doc) {
-        Ok(json) => json.into(),
-        Err(e) => {
-            tracing::warn!(error = %e, "live view: could not write the charts' document");
-            return None;
+            None
         }
     };
     if let Ok(mut cache) = state.live.stats.lock() {
-        *cache = Some((Instant::now(), json.clone()));
+        *cache = Some(StatsRead {
+            read_at: Instant::now(),
+            json: json.clone(),
+        });
     }
-    Some(json)
+    json
 }
 
 /// What one look found in the logs.

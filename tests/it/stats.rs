@@ -313,7 +313,10 @@ fn chart_queries_use_the_time_indexes_sqlite() {
     use crate::migrations::{migrated_sqlite, query_plan};
     let dir = tempfile::tempdir().unwrap();
     let mut c = migrated_sqlite(&dir);
-    let (from, to) = ("'2026-06-01T00:00:00.000000Z'", "'2026-06-02T00:00:00.000000Z'");
+    let (from, to) = (
+        "'2026-06-01T00:00:00.000000Z'",
+        "'2026-06-02T00:00:00.000000Z'",
+    );
     for (index, table, query) in [
         (
             "webhook_deliveries_received",
@@ -359,7 +362,9 @@ fn chart_queries_use_the_time_indexes_sqlite() {
             "{table}: {plan:?}"
         );
         assert!(
-            !plan.iter().any(|d| d.starts_with("SCAN") && !d.contains("INDEX")),
+            !plan
+                .iter()
+                .any(|d| d.starts_with("SCAN") && !d.contains("INDEX")),
             "{table}: {plan:?}"
         );
     }

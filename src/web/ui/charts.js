@@ -198,10 +198,13 @@ function turnsChart(s, width) {
   const pts = s.turnDuration || [];
   const title = "Turn duration per hour";
   if (!pts.length) return figure("chart-turns", title, [], null, "No turn ended in this range.");
-  const to = Date.parse(s.to), from = to - Math.ceil((to - Date.parse(s.from)) / 3600000) * 3600000;
+  const from = Date.parse(s.from), to = Date.parse(s.to);
   const { root, box, y } = frame(width, Math.max(...pts.map((p) => p.p99Ms)), duration);
-  const x = (t) => box.x + ((t + 1800000 - from) / (to - from)) * box.w;
-  timeAxis(root, box, from, to, (t) => box.x + ((t - from) / (to - from)) * box.w);
+  // An hour's point sits at its middle, kept inside the range the other
+  // charts show (the first and the current hour stick out of it).
+  const at = (t) => box.x + ((Math.min(Math.max(t, from), to) - from) / (to - from)) * box.w;
+  const x = (t) => at(t + 1800000);
+  timeAxis(root, box, from, to, at);
   const lines = [["p50Ms", "p50", "#2457c5"], ["p90Ms", "p90", "#7b1fa2"], ["p99Ms", "p99", "#b3261e"]];
   for (const [k, , colour] of lines) {
     const d = pts.map((p, i) => (i ? "L " : "M ") + x(Date.parse(p.t)) + " " + y(p[k])).join(" ");
