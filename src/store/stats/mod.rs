@@ -138,14 +138,33 @@ pub struct RepoDayTokens {
     pub tokens: TokenCounts,
 }
 
-/// What a task's end counts as in [`FinishedCount`]: 0 succeeded, 1 failed, 2 other.
-fn finished_kind(state: TaskState) -> Option<usize> {
-    use TaskState::*;
-    match state {
-        Succeeded | SucceededWithRestFallback => Some(0),
-        Failed | FailedReply | TimedOut | Aborted => Some(1),
-        Cancelled | Ignored | Duplicate | Rejected => Some(2),
-        _ => None,
+/// How [`FinishedCount`] counts a task's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finish {
+    Succeeded,
+    Failed,
+    Other,
+}
+
+impl Finish {
+    /// The end `state` is, if it is one.
+    fn of(state: TaskState) -> Option<Finish> {
+        use TaskState::*;
+        match state {
+            Succeeded | SucceededWithRestFallback => Some(Finish::Succeeded),
+            Failed | FailedReply | TimedOut | Aborted => Some(Finish::Failed),
+            Cancelled | Ignored | Duplicate | Rejected => Some(Finish::Other),
+            _ => None,
+        }
+    }
+
+    /// `n` of this kind as counts in [`FinishedCount`]'s order.
+    fn counts(self, n: i64) -> [i64; 3] {
+        match self {
+            Finish::Succeeded => [n, 0, 0],
+            Finish::Failed => [0, n, 0],
+            Finish::Other => [0, 0, n],
+        }
     }
 }
 
@@ -193,10 +212,8 @@ fn read_stats(c: &mut DbConn, now: DateTime<Utc>, hours: Hours) -> Result<Stats,
         let Some(t) = minute_secs(&m.minute) else {
             continue;
         };
-        if let Some(kind) = finished_kind(m.to) {
-            let mut counts = [0; 3];
-            counts[kind] = m.count;
-            finished.push((t, counts));
+        if let Some(finish) = Finish::of(m.to) {
+            finished.push((t, finish.counts(m.count)));
         }
         let delta =
             i64::from(m.to == TaskState::Queued) - i64::from(m.from == Some(TaskState::Queued));
