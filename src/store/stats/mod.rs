@@ -431,3 +431,28 @@ fn counts((input, cached_input, output, reasoning, total): Counts) -> TokenCount
         total,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_end_is_counted_and_nothing_else() {
+        for state in TaskState::ALL {
+            assert_eq!(Finish::of(state).is_some(), state.is_terminal(), "{state}");
+        }
+        assert_eq!(Finish::of(TaskState::Duplicate), Some(Finish::Other));
+    }
+
+    #[test]
+    fn hours_are_bounded_and_no_chart_has_more_than_1440_buckets() {
+        assert_eq!(Hours::new(0), None);
+        assert_eq!(Hours::new(MAX_HOURS + 1), None);
+        for h in 1..=MAX_HOURS {
+            let hours = Hours::new(h).unwrap();
+            let w = Window::ending_at(1_000_000, i64::from(h), hours.bucket_secs());
+            assert!(w.len() <= 1440, "{h} h: {}", w.len());
+            assert_eq!(w.to - w.from, i64::from(h) * 3600, "{h} h");
+        }
+    }
+}
