@@ -24,7 +24,7 @@ use super::{format_time, DbConn, StoreError};
 use crate::agent::transcript::TokenCounts;
 use crate::lifecycle::TaskState;
 use crate::with_conn;
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use diesel::connection::SimpleConnection;
 use diesel::dsl::sql;
 use diesel::prelude::*;
@@ -405,10 +405,12 @@ fn tokens_by_repo_day(
             ),
         ))
         .load(c))?;
-    let mut by: BTreeMap<(String, String), TokenCounts> = BTreeMap::new();
+    let mut by: BTreeMap<(NaiveDate, String), TokenCounts> = BTreeMap::new();
     for (at, repo, start, end) in rows {
-        let Some(day) = at.get(..10) else { continue };
-        let sum = by.entry((day.to_owned(), repo)).or_default();
+        let Ok(at) = DateTime::parse_from_rfc3339(&at) else {
+            continue;
+        };
+        let sum = by.entry((at.to_utc().date_naive(), repo)).or_default();
         let used = counts(end).since(counts(start));
         sum.input += used.input;
         sum.cached_input += used.cached_input;
@@ -418,7 +420,11 @@ fn tokens_by_repo_day(
     }
     Ok(by
         .into_iter()
-        .map(|((day, repo), tokens)| RepoDayTokens { day, repo, tokens })
+        .map(|((day, repo), tokens)| RepoDayTokens {
+            day: day.format("%Y-%m-%d").to_string(),
+            repo,
+            tokens,
+        })
         .collect())
 }
 
