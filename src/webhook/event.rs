@@ -2,7 +2,8 @@
 //! [`IngestRequest`]. Only the fields we use are read; everything
 //! else in Gitea's large payloads is skipped without being kept.
 
-use super::mention;
+use super::{command, mention};
+use crate::domain::command::Command;
 use crate::domain::keys::is_gitea_name;
 use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use crate::store::sha256_hex;
@@ -235,6 +236,11 @@ impl Normalizer {
         login.eq_ignore_ascii_case(&self.bot_login)
     }
 
+    /// The command a mentioning text gives the bot (`None`: an instruction).
+    fn command_of(&self, text: &str) -> Option<Command> {
+        command::parse(text, &self.bot_login).map(|line| line.command)
+    }
+
     fn comment(
         &self,
         req: &mut IngestRequest,
@@ -298,6 +304,7 @@ impl Normalizer {
         req.intent = match e.action.as_str() {
             "created" if mentioned => Intent::Trigger {
                 trigger_key,
+                command: self.command_of(&e.body),
                 text: e.body,
                 written_at: e.created_at,
             },
@@ -315,6 +322,7 @@ impl Normalizer {
                 } else {
                     Intent::Edit {
                         trigger_key,
+                        command: self.command_of(&e.body),
                         text: e.body,
                         written_at: e.updated_at,
                         // Only a known earlier body without a mention counts as "added".
@@ -378,6 +386,7 @@ impl Normalizer {
         } else {
             Intent::Trigger {
                 trigger_key,
+                command: self.command_of(&content),
                 text: content,
                 written_at: updated_at,
             }

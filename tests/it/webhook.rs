@@ -258,6 +258,63 @@ fn ignored_events_answer_200_and_create_no_task() {
     );
 }
 
+/// `@bot /word` right after the mention is the task's `command`, on the task
+/// record of the admin API and on its outbox entry; any other mentioning
+/// comment is an instruction (`null`), also when a `/word` comes later.
+fn a_command_right_after_the_mention_is_recorded(db: Db) {
+    let s = TestApp::start(db);
+    let post = |id: i64, text: &str| {
+        let mut v: Value =
+            serde_json::from_slice(&fixture("issue_comment.created.issue.mention").0).unwrap();
+        v["comment"]["id"] = id.into();
+        v["comment"]["body"] = text.into();
+        let b = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let r = s.webhook(
+            &gitea_headers(&format!("cmd-{id}"), "issue_comment", "issue_comment", &b),
+            &b,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        r.json["taskId"].as_str().unwrap().to_owned()
+    };
+    let cases = [
+        (9201, "@ccbot /STATUS", Some("status")),
+        (9202, "@ccbot: /approve appr-1", Some("approve")),
+        (9203, "@ccbot /deploy now", Some("unknown")),
+        (9204, "@ccbot please look at /stop in the router", None),
+        (
+            9205,
+            "`@ccbot /stop` is how you stop it. @ccbot explain",
+            None,
+        ),
+    ];
+    let mut c = s.db();
+    for (id, text, expected) in cases {
+        let task = post(id, text);
+        let shown = s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
+        assert_eq!(shown.status, 200, "{:?}", shown.json);
+        assert_eq!(
+            shown.json["task"]["command"],
+            expected.map_or(Value::Null, Value::from),
+            "{text}"
+        );
+        let clause = match expected {
+            Some(cmd) => format!("task_id = '{task}' AND command = '{cmd}'"),
+            None => format!("task_id = '{task}' AND command IS NULL"),
+        };
+        assert_eq!(count_where(&mut c, "outbox_entries", &clause), 1, "{text}");
+    }
+}
+
+#[test]
+fn a_command_right_after_the_mention_is_recorded_sqlite() {
+    a_command_right_after_the_mention_is_recorded(Db::Sqlite);
+}
+
+#[test]
+fn a_command_right_after_the_mention_is_recorded_postgres() {
+    a_command_right_after_the_mention_is_recorded(Db::Postgres);
+}
+
 #[test]
 fn edits_and_deletes_are_recorded_and_linked_never_a_second_task() {
     let s = TestApp::start(Db::Sqlite);
