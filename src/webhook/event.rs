@@ -198,7 +198,14 @@ impl Normalizer {
                     serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.comment(&mut req, p)?;
             }
-            "pull_request_review_comment" => {
+            // A submitted review of any kind (comment, approve, request
+            // changes): its text mentions the bot like a comment does. Gitea
+            // names the last two in `X-Gitea-Event` without `_review`.
+            "pull_request_review_comment"
+            | "pull_request_review_approved"
+            | "pull_request_review_rejected"
+            | "pull_request_approved"
+            | "pull_request_rejected" => {
                 let p: ReviewPayload =
                     serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.review(&mut req, p)?;

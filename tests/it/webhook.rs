@@ -197,38 +197,41 @@ fn pull_request_comments_in_every_header_and_content_type_form() {
 }
 
 #[test]
-fn review_comments_mentioning_the_bot_are_accepted() {
+fn submitted_reviews_of_every_kind_mentioning_the_bot_are_accepted() {
     let s = TestApp::start(Db::Sqlite);
-    let body = serde_json::to_string_pretty(&serde_json::json!({
-        "action": "reviewed",
-        "number": 23,
-        "pull_request": {"id": 4, "number": 23, "head": {"ref": "feature/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"}, "updated_at": "2026-05-12T09:20:41Z"},
-        "requested_reviewer": null,
-        "repository": {"name": "widgets", "owner": {"login": "acme"}, "clone_url": "https://git.example.com/acme/widgets.git"},
-        "sender": {"login": "carol"},
-        "commit_id": "",
-        "review": {"type": "pull_request_review_comment", "content": "@ccbot can you check the retry math in this review?"}
-    }))
-    .unwrap()
-    .into_bytes();
-    let h = gitea_headers(
-        "review-1",
-        "pull_request_comment",
-        "pull_request_review_comment",
-        &body,
-    );
-    let r = s.webhook(&h, &body);
-    assert_eq!(r.status, 202, "{:?}", r.json);
-    // The same review under a new delivery id is the same review.
-    let h2 = gitea_headers(
-        "review-2",
-        "pull_request_comment",
-        "pull_request_review_comment",
-        &body,
-    );
-    let r2 = s.webhook(&h2, &body);
-    assert_eq!(r2.json["status"], "duplicate");
-    assert_eq!(r2.json["taskId"], r.json["taskId"]);
+    // (X-Gitea-Event, X-Gitea-Event-Type) as Gitea sends them for a review
+    // submitted as a comment, an approval and a request for changes.
+    let kinds = [
+        ("pull_request_comment", "pull_request_review_comment"),
+        ("pull_request_approved", "pull_request_review_approved"),
+        ("pull_request_rejected", "pull_request_review_rejected"),
+    ];
+    let mut tasks = Vec::new();
+    for (i, (event, event_type)) in kinds.into_iter().enumerate() {
+        let body = serde_json::to_string_pretty(&serde_json::json!({
+            "action": "reviewed",
+            "number": 23,
+            "pull_request": {"id": 4, "number": 23, "head": {"ref": "feature/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"}, "updated_at": format!("2026-05-12T09:20:4{i}Z")},
+            "requested_reviewer": null,
+            "repository": {"name": "widgets", "owner": {"login": "acme"}, "clone_url": "https://git.example.com/acme/widgets.git"},
+            "sender": {"login": "carol"},
+            "commit_id": "",
+            "review": {"type": event_type, "content": format!("@ccbot can you check the retry math ({event_type})?")}
+        }))
+        .unwrap()
+        .into_bytes();
+        let h = gitea_headers(&format!("review-{i}"), event, event_type, &body);
+        let r = s.webhook(&h, &body);
+        assert_eq!(r.status, 202, "{event_type}: {:?}", r.json);
+        // The same review under a new delivery id is the same review.
+        let h2 = gitea_headers(&format!("review-{i}-again"), event, event_type, &body);
+        let r2 = s.webhook(&h2, &body);
+        assert_eq!(r2.json["status"], "duplicate", "{event_type}");
+        assert_eq!(r2.json["taskId"], r.json["taskId"]);
+        tasks.push(r.json["taskId"].clone());
+    }
+    tasks.dedup();
+    assert_eq!(tasks.len(), 3, "one task per review");
 }
 
 #[test]
