@@ -69,6 +69,7 @@ pub fn trigger_request(
         intent: Intent::Trigger {
             trigger_key: format!("default:comment:{key}"),
             text,
+            command: None,
             written_at: "t".into(),
         },
     }

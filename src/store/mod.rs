@@ -29,6 +29,7 @@ pub mod ledger;
 pub mod queue;
 pub mod repositories;
 pub mod sessions;
+pub mod stats;
 pub mod statuses;
 pub mod tasks;
 pub mod transcripts;

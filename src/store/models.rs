@@ -2,6 +2,7 @@
 //! the admin API's shapes, so field names here are a contract.
 
 use super::schema::*;
+use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
@@ -90,6 +91,9 @@ pub struct Task {
     pub base_ref: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// What the comment asked besides an instruction (`@bot /stop`); `null`
+    /// for an instruction.
+    pub command: Option<Command>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -159,6 +163,7 @@ pub struct OutboxEntry {
     pub created_at: String,
     pub updated_at: String,
     pub version: i64,
+    pub command: Option<Command>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

@@ -3,6 +3,7 @@
 //! Nothing here waits on git, Codex or Gitea. Its rules also serve the
 //! catch-up of comments whose webhook never came ([`listed`]).
 
+pub mod command;
 pub mod event;
 pub mod listed;
 pub mod mention;

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 const ROUTES: &[&str] = &[
     "/api/gitea-workflow/overview",
+    "/api/gitea-workflow/stats",
     "/api/gitea-workflow/tasks",
     "/api/gitea-workflow/tasks/task-x",
     "/api/gitea-workflow/audit",

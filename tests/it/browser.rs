@@ -282,7 +282,7 @@ pub(crate) async fn click(c: &Client, css: &str) {
 
 /// Waits until the page is laid out for a phone's width (the style sheet's
 /// narrow rules apply) and a frame of that layout was drawn.
-async fn wait_narrow_layout(c: &Client) {
+pub(crate) async fn wait_narrow_layout(c: &Client) {
     let narrow = "return window.matchMedia('(max-width: 640px)').matches";
     wait_until_async("the page to take the narrow layout", WAIT, || async {
         c.execute(narrow, vec![]).await.unwrap() == json!(true)

@@ -6,6 +6,7 @@
 mod actors;
 mod admin;
 mod browser;
+mod browser_charts;
 mod browser_codex;
 mod browser_transcript;
 mod catchup;
@@ -43,6 +44,7 @@ mod recovery;
 mod scheduling;
 mod schema;
 mod session;
+mod stats;
 mod statuses;
 mod support;
 mod testapp;

@@ -7,6 +7,7 @@ mod codex;
 mod control;
 mod hooks;
 pub(crate) mod overview;
+pub(crate) mod stats;
 mod tasks;
 mod transcripts;
 
@@ -19,6 +20,7 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/api/gitea-workflow")
             .route("/overview", web::get().to(overview::get))
+            .route("/stats", web::get().to(stats::get))
             .route("/tasks", web::get().to(tasks::list))
             .route("/tasks/{task_id}", web::get().to(tasks::show))
             .route(

@@ -344,6 +344,7 @@ function renderOverview() {
         failedReplies() ? h("div", { class: "small muted" }, failedReplies() + " failed repl" + (failedReplies() === 1 ? "y" : "ies")) : null),
       card("Repositories", o.repositories, "repo-count"),
       card("Webhook errors (1 h)", hookErrors, "webhook-errors", hookErrors ? "bad" : null)),
+    chartsPanel(),
     h("div", { class: "grid2" },
       h("section", { class: "panel" }, h("h2", {}, "Tasks per state"),
         table(["state", "tasks"], states, "No tasks yet.")),
@@ -690,6 +691,7 @@ function connect() {
   es.addEventListener("overview", onDoc("overview"));
   es.addEventListener("actors", onDoc("actors"));
   es.addEventListener("attention", onDoc("attention"));
+  es.addEventListener("stats", (ev) => chartsUpdate(JSON.parse(ev.data)));
   es.addEventListener("task", (ev) => {
     const t = JSON.parse(ev.data);
     if (current.view === "tasks" || (current.view === "task" && current.arg === t.taskId)) refresh();
