@@ -17,23 +17,11 @@
 //! `cargo test --all-targets` it runs a smoke version with 20 repositories
 //! and checks what the passes did (tasks and requests), not their speed.
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/support.rs"]
-mod support;
+#[macro_use]
+#[path = "common/simulator.rs"]
+mod simulator;
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/gitsim.rs"]
-mod gitsim;
-
-#[allow(
-    dead_code,
-    unused_imports,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
-#[path = "../tests/it/giteasim/mod.rs"]
-mod giteasim;
+gitea_simulator!();
 
 #[allow(dead_code)]
 mod common;

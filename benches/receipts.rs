@@ -21,23 +21,11 @@
 //! `BENCH_RECEIPT_RATE`, tasks per second, default 50). Under
 //! `cargo test --all-targets` it runs a smoke version with 20 tasks.
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/support.rs"]
-mod support;
+#[macro_use]
+#[path = "common/simulator.rs"]
+mod simulator;
 
-#[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/gitsim.rs"]
-mod gitsim;
-
-#[allow(
-    dead_code,
-    unused_imports,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
-#[path = "../tests/it/giteasim/mod.rs"]
-mod giteasim;
+gitea_simulator!();
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #[path = "../tests/it/fakemodel.rs"]

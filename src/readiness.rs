@@ -91,10 +91,11 @@ pub fn runtime_blockers(status: &RuntimeStatus) -> Vec<Blocker> {
                 "the codex app-server is not signed in and its model provider needs an OpenAI \
                  account: {queued}"
             ),
-            action: "sign in for this server's codex_home: CODEX_HOME=<codex_home> codex login \
-                     (--device-auth on a machine without a browser, or --with-api-key with the \
-                     key on stdin), or configure a model provider that needs no account; the \
-                     bridge notices within seconds and starts the queued tasks"
+            action: "sign Codex in through this server: `codex-bridge codex login` with an \
+                     OpenAI API key on stdin (`printenv OPENAI_API_KEY | codex-bridge codex \
+                     login`), `codex-bridge codex login --device-code` for a ChatGPT account, \
+                     or the admin view's Codex panel; or configure a model provider that needs \
+                     no account. The bridge notices within seconds and starts the queued tasks"
                 .into(),
         }],
         _ => Vec::new(),

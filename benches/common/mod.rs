@@ -1,5 +1,6 @@
 //! What the in-process benchmarks (`actors`, `turns`) share: plain-folder
 //! workspaces, a comment that triggers a task, resident memory, percentiles.
+//! Those that drive the Gitea simulator load it with `simulator.rs`.
 
 use anyhow::{Context as _, Result};
 use codex_bridge::actors::Workspaces;
@@ -68,6 +69,7 @@ pub fn trigger_request(
         intent: Intent::Trigger {
             trigger_key: format!("default:comment:{key}"),
             text,
+            command: None,
             written_at: "t".into(),
         },
     }

@@ -1,36 +1,32 @@
 //! `codex-bridge gitea hook`: installs the webhook that sends a repository's
 //! comments and reviews to the bridge, through Gitea's API.
 //!
-//! For each repository: read its hooks, decide ([`plan`], pure), act, and
-//! print one line. The hook the bridge wants is type `gitea`, JSON, signed
-//! with `webhook_secret`, subscribed to [`BRIDGE_EVENTS`], active, on every
-//! branch. A hook already pointing at the URL is kept when it is that,
+//! For each repository: read its hooks, decide ([`plan`], pure, shared with
+//! `doctor` and the admin view), act, and print one line. The hook the
+//! bridge wants is type `gitea`, JSON, signed with `webhook_secret`,
+//! subscribed to [`BRIDGE_EVENTS`], active, on every branch. A hook
+//! already pointing at the URL is kept when it is that,
 //! edited when it is not (the events are always sent: Gitea resets a hook's
 //! events to `push` when an edit leaves them out), and replaced when an edit
 //! cannot fix it (another hook type, or `--recreate`: Gitea never shows a
 //! hook's secret and cannot change it, so a changed `webhook_secret` reaches
 //! a hook only through a new one). Further hooks at the same URL would
 //! deliver every comment twice: they are removed. Running it again changes
-//! nothing.
+//! nothing. Each repository hooked is registered as known in the store
+//! (when it can be opened), so the catch-up covers it from then on.
 
-use crate::config::{env_name, Config};
+use crate::config::{env_name, Config, WEBHOOK_PATH};
 use crate::domain::keys::is_gitea_name;
+use crate::domain::RepoKey;
+use crate::gitea::hooks::plan::{names, plan, Action, Drift, ReplaceWhy, BRIDGE_EVENTS};
 use crate::gitea::hooks::{Hook, HookContentType, HookEdit, HookEvent, NewHook};
 use crate::gitea::{GiteaClient, GiteaError};
+use crate::store::repositories::{self, KnownRepository, Registered};
+use crate::store::DbConn;
 use anyhow::bail;
 use secrecy::SecretString;
-use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
-
-/// What the bridge's webhook endpoint acts on: comments on Issues and Pull
-/// Requests, and submitted reviews (Gitea delivers those under
-/// `pull_request_review_*` event types to this one subscription).
-pub const BRIDGE_EVENTS: [HookEvent; 3] = [
-    HookEvent::IssueComment,
-    HookEvent::PullRequestComment,
-    HookEvent::PullRequestReview,
-];
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("which").required(true).args(["repo", "all"])))]
@@ -41,9 +37,10 @@ pub struct HookArgs {
     /// Every repository the bot administers (GET /user/repos, admin permission).
     #[arg(long)]
     pub all: bool,
-    /// Where Gitea sends the webhooks: the bridge's /api/gitea/webhook as Gitea reaches it.
+    /// Where Gitea sends the webhooks: the bridge's /api/gitea/webhook as Gitea
+    /// reaches it. Default: public_url + /api/gitea/webhook, when public_url is set.
     #[arg(long, value_name = "URL", value_parser = parse_url)]
-    pub url: String,
+    pub url: Option<String>,
     /// Replace the hook even when it looks right, so that it carries the current
     /// webhook_secret (Gitea never shows a hook's secret and cannot change it).
     #[arg(long)]
@@ -90,123 +87,6 @@ impl fmt::Display for RepoName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.owner, self.name)
     }
-}
-
-/// How a hook at the URL differs from the bridge's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Drift {
-    Inactive,
-    ContentType(String),
-    MissingEvents(Vec<HookEvent>),
-    ExtraEvents(Vec<HookEvent>),
-    BranchFilter(String),
-}
-
-fn names(events: &[HookEvent]) -> String {
-    events
-        .iter()
-        .map(HookEvent::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-impl fmt::Display for Drift {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Drift::Inactive => f.write_str("it was inactive"),
-            Drift::ContentType(ct) => write!(f, "it sent {ct} instead of json"),
-            Drift::MissingEvents(e) => write!(f, "it lacked {}", names(e)),
-            Drift::ExtraEvents(e) => write!(f, "it also sent {}", names(e)),
-            Drift::BranchFilter(b) => write!(f, "it filtered branches by {b:?}"),
-        }
-    }
-}
-
-/// Why a hook is replaced rather than edited.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReplaceWhy {
-    /// `--recreate`.
-    Asked,
-    /// A `slack`, `gogs`, ... hook: an edit cannot change the type.
-    Kind(String),
-}
-
-/// What to do with a repository's hooks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// No hook points at the URL.
-    Create,
-    /// Hook `id` already is the bridge's.
-    Keep { id: i64 },
-    /// Hook `id` points at the URL but differs.
-    Update { id: i64, drift: Vec<Drift> },
-    /// Hook `id` is replaced: a new one first, then it is deleted.
-    Replace { id: i64, why: ReplaceWhy },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub action: Action,
-    /// Further hooks at the URL, to delete.
-    pub duplicates: Vec<i64>,
-}
-
-/// Decides, from a repository's hooks, what makes it have exactly one hook
-/// to `url` that is the bridge's. Among several hooks at the URL the one
-/// kept is a `gitea` one if any, the oldest first.
-pub fn plan(existing: &[Hook], url: &str, recreate: bool) -> Plan {
-    let mut at_url: Vec<&Hook> = existing.iter().filter(|h| h.config.url == url).collect();
-    at_url.sort_by_key(|h| (h.kind != "gitea", h.id));
-    let Some((kept, rest)) = at_url.split_first() else {
-        return Plan {
-            action: Action::Create,
-            duplicates: Vec::new(),
-        };
-    };
-    let duplicates = rest.iter().map(|h| h.id).collect();
-    let action = if kept.kind != "gitea" {
-        Action::Replace {
-            id: kept.id,
-            why: ReplaceWhy::Kind(kept.kind.clone()),
-        }
-    } else if recreate {
-        Action::Replace {
-            id: kept.id,
-            why: ReplaceWhy::Asked,
-        }
-    } else {
-        match drift(kept) {
-            drift if drift.is_empty() => Action::Keep { id: kept.id },
-            drift => Action::Update { id: kept.id, drift },
-        }
-    };
-    Plan { action, duplicates }
-}
-
-fn drift(hook: &Hook) -> Vec<Drift> {
-    let mut drift = Vec::new();
-    if !hook.active {
-        drift.push(Drift::Inactive);
-    }
-    match &hook.config.content_type {
-        Some(HookContentType::Json) => {}
-        Some(other) => drift.push(Drift::ContentType(other.as_str().to_owned())),
-        None => drift.push(Drift::ContentType("nothing said".to_owned())),
-    }
-    let has: BTreeSet<&HookEvent> = hook.events.iter().collect();
-    let wanted: BTreeSet<&HookEvent> = BRIDGE_EVENTS.iter().collect();
-    let missing: Vec<HookEvent> = wanted.difference(&has).map(|e| (*e).clone()).collect();
-    let extra: Vec<HookEvent> = has.difference(&wanted).map(|e| (*e).clone()).collect();
-    if !missing.is_empty() {
-        drift.push(Drift::MissingEvents(missing));
-    }
-    if !extra.is_empty() {
-        drift.push(Drift::ExtraEvents(extra));
-    }
-    if !matches!(hook.branch_filter.as_str(), "" | "*") {
-        drift.push(Drift::BranchFilter(hook.branch_filter.clone()));
-    }
-    drift
 }
 
 /// What was done to one repository.
@@ -284,6 +164,8 @@ fn settings(config: &Config) -> anyhow::Result<(String, SecretString, SecretStri
 /// Runs the command: one line per repository on stdout; an error (so a
 /// non-zero exit) when any repository failed.
 pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
+    let url = hook_url(config, args)?;
+    let url = url.as_str();
     let (gitea_url, token, secret) = settings(config)?;
     let client = GiteaClient::new(&gitea_url, token);
     let repos = if args.all {
@@ -297,12 +179,13 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    let (mut failed, mut kept_secret) = (0, false);
+    let (mut failed, mut kept_secret, mut hooked) = (0, false, Vec::new());
     for repo in &repos {
-        match install(&client, repo, &args.url, &secret, args.recreate) {
+        match install(&client, repo, url, &secret, args.recreate) {
             Ok((outcome, removed)) => {
                 kept_secret |= outcome.kept_secret();
-                println!("{repo}: {}", outcome.describe(&args.url, &removed));
+                println!("{repo}: {}", outcome.describe(url, &removed));
+                hooked.push(repo);
             }
             Err(why) => {
                 failed += 1;
@@ -316,6 +199,7 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
              changed since these hooks were made, run again with --recreate"
         );
     }
+    register_all(config, &client, &hooked);
     if failed > 0 {
         bail!(
             "{failed} of {} repositories failed (see above)",
@@ -323,6 +207,71 @@ pub fn run(config: &Config, args: &HookArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--url`, or `public_url` and the webhook path.
+fn hook_url(config: &Config, args: &HookArgs) -> anyhow::Result<String> {
+    match (&args.url, config.webhook_url()) {
+        (Some(url), _) => Ok(url.clone()),
+        (None, Some(url)) => Ok(url),
+        (None, None) => bail!(
+            "no webhook URL: pass --url https://<bridge>{WEBHOOK_PATH}, or set config key \
+             `public_url` (or {}) to this server's external base URL",
+            env_name("public_url")
+        ),
+    }
+}
+
+/// Registers the hooked repositories as known, so that the catch-up covers
+/// them from now on: a line for each one new to the store, or one note
+/// saying why none was. The hooks stand either way, so this never fails
+/// the run.
+fn register_all(config: &Config, client: &GiteaClient, repos: &[&RepoName]) {
+    if repos.is_empty() {
+        return;
+    }
+    let mut conn = match super::connect(config) {
+        Ok(conn) => conn,
+        Err(e) => {
+            println!(
+                "note: not registered as known repositories ({e:#}); the catch-up covers \
+                 a repository from its first webhook on, or run this again once the \
+                 database is there"
+            );
+            return;
+        }
+    };
+    for repo in repos {
+        match register(&mut conn, client, config, repo) {
+            Ok(Registered::New) => {
+                println!("{repo}: registered: the catch-up reads its comments from now on")
+            }
+            Ok(Registered::Known) => {}
+            Err(why) => println!("{repo}: not registered: {why}"),
+        }
+    }
+}
+
+fn register(
+    conn: &mut DbConn,
+    client: &GiteaClient,
+    config: &Config,
+    repo: &RepoName,
+) -> Result<Registered, String> {
+    let repo_key =
+        RepoKey::new(&config.instance_id, &repo.owner, &repo.name).map_err(|e| e.to_string())?;
+    // The clone URL is needed to run a task; a webhook would carry it.
+    let info = client
+        .get_repo(&repo.owner, &repo.name)
+        .map_err(|e| explain(&e, Some(repo)))?;
+    let known = KnownRepository {
+        repo_key,
+        owner: repo.owner.clone(),
+        name: repo.name.clone(),
+        clone_url: Some(info.clone_url).filter(|u| !u.is_empty()),
+        default_branch: Some(info.default_branch).filter(|b| !b.is_empty()),
+    };
+    repositories::register(conn, &known, "cli:gitea-hook").map_err(|e| e.to_string())
 }
 
 /// `--all`: the repositories whose `permissions.admin` the bot holds.
@@ -452,105 +401,8 @@ fn explain(e: &GiteaError, repo: Option<&RepoName>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gitea::hooks::HookConfig;
 
     const URL: &str = "https://bridge.example/api/gitea/webhook";
-
-    fn hook(id: i64, url: &str, events: &[HookEvent]) -> Hook {
-        Hook {
-            id,
-            kind: "gitea".into(),
-            config: HookConfig {
-                url: url.into(),
-                content_type: Some(HookContentType::Json),
-            },
-            events: events.to_vec(),
-            active: true,
-            branch_filter: "*".into(),
-        }
-    }
-
-    fn plan_of(hooks: &[Hook]) -> Plan {
-        plan(hooks, URL, false)
-    }
-
-    #[test]
-    fn no_hook_at_the_url_makes_one() {
-        let elsewhere = hook(1, "https://other.example/hook", &BRIDGE_EVENTS);
-        assert_eq!(
-            plan_of(&[elsewhere]),
-            Plan {
-                action: Action::Create,
-                duplicates: vec![]
-            }
-        );
-        assert_eq!(plan_of(&[]).action, Action::Create);
-    }
-
-    #[test]
-    fn the_bridges_hook_is_kept_whatever_the_event_order() {
-        let mut events = BRIDGE_EVENTS.to_vec();
-        events.reverse();
-        let mut h = hook(4, URL, &events);
-        h.branch_filter = String::new();
-        assert_eq!(plan_of(&[h]).action, Action::Keep { id: 4 });
-    }
-
-    #[test]
-    fn a_hook_that_differs_is_updated_saying_how() {
-        let mut h = hook(5, URL, &[HookEvent::IssueComment, HookEvent::Push]);
-        h.active = false;
-        h.config.content_type = Some(HookContentType::Form);
-        h.branch_filter = "main".into();
-        assert_eq!(
-            plan_of(&[h]).action,
-            Action::Update {
-                id: 5,
-                drift: vec![
-                    Drift::Inactive,
-                    Drift::ContentType("form".into()),
-                    Drift::MissingEvents(vec![
-                        HookEvent::PullRequestComment,
-                        HookEvent::PullRequestReview
-                    ]),
-                    Drift::ExtraEvents(vec![HookEvent::Push]),
-                    Drift::BranchFilter("main".into()),
-                ]
-            }
-        );
-    }
-
-    #[test]
-    fn one_hook_stays_and_the_duplicates_go() {
-        let old = hook(3, URL, &[HookEvent::IssueComment]);
-        let newer = hook(9, URL, &BRIDGE_EVENTS);
-        let mut slack = hook(2, URL, &BRIDGE_EVENTS);
-        slack.kind = "slack".into();
-        let p = plan_of(&[newer, slack, old]);
-        assert!(matches!(p.action, Action::Update { id: 3, .. }), "{p:?}");
-        assert_eq!(p.duplicates, vec![9, 2]);
-    }
-
-    #[test]
-    fn what_an_edit_cannot_fix_is_replaced() {
-        let mut gogs = hook(6, URL, &BRIDGE_EVENTS);
-        gogs.kind = "gogs".into();
-        assert_eq!(
-            plan_of(&[gogs]).action,
-            Action::Replace {
-                id: 6,
-                why: ReplaceWhy::Kind("gogs".into())
-            }
-        );
-        let right = hook(7, URL, &BRIDGE_EVENTS);
-        assert_eq!(
-            plan(&[right], URL, true).action,
-            Action::Replace {
-                id: 7,
-                why: ReplaceWhy::Asked
-            }
-        );
-    }
 
     #[test]
     fn repository_names_and_urls_are_checked() {

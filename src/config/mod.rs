@@ -37,6 +37,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+/// Where the server takes Gitea's webhooks, below `public_url`.
+pub const WEBHOOK_PATH: &str = "/api/gitea/webhook";
+
 /// A configuration problem, naming the key (or file, or variable) and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -176,6 +179,15 @@ impl Config {
             }
         }
         Self::from_sources(path, &env)
+    }
+
+    /// The URL Gitea's webhooks should call: `public_url` and the webhook
+    /// path (`None` without `public_url`: only the operator knows how Gitea
+    /// reaches this server).
+    pub fn webhook_url(&self) -> Option<String> {
+        self.public_url
+            .as_deref()
+            .map(|base| format!("{base}{WEBHOOK_PATH}"))
     }
 
     /// Like [`Config::load`] with an explicit environment (for tests).

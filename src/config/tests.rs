@@ -490,3 +490,22 @@ fn trust_fork_prs_is_off_unless_said_and_the_agent_token_falls_back_to_the_bots(
     let err = error(&[("CODEX_BRIDGE_GITEA_MCP_TOKEN", "  ")]);
     assert!(err.contains("gitea_mcp_token"), "{err}");
 }
+
+#[test]
+fn the_webhook_url_is_public_url_and_the_webhook_path() {
+    let c = Config::from_sources(None, &env(&[])).unwrap();
+    assert_eq!(
+        c.webhook_url(),
+        None,
+        "without public_url only --url can say"
+    );
+    let c = Config::from_sources(
+        None,
+        &env(&[("CODEX_BRIDGE_PUBLIC_URL", "https://example.com/bridge/")]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.webhook_url().as_deref(),
+        Some("https://example.com/bridge/api/gitea/webhook")
+    );
+}

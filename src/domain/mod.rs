@@ -10,6 +10,7 @@ pub use keys::{KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId
 pub mod request;
 
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
+pub mod command;
 pub mod policy;
 pub mod states;
 pub mod statuses;

@@ -1,6 +1,7 @@
 //! What the webhook hands to the store: a verified delivery, normalised into
 //! the repository, the Issue/PR and what the event means.
 
+use super::command::Command;
 use super::keys::{KeyError, RepoKey, ResourceKey, ResourceKind};
 
 /// A repository as the webhook names it. The key folds case; `owner` and
@@ -62,6 +63,8 @@ pub enum Intent {
         /// One task per triggering comment or review, ever.
         trigger_key: String,
         text: String,
+        /// The `/word` right after the mention; `None`: an instruction.
+        command: Option<Command>,
         /// When the comment was written, as Gitea says (part of the fingerprint).
         written_at: String,
     },
@@ -70,6 +73,7 @@ pub enum Intent {
     Edit {
         trigger_key: String,
         text: String,
+        command: Option<Command>,
         written_at: String,
         mention_added: bool,
     },

@@ -7,3 +7,4 @@
 pub mod catchup;
 pub mod receipts;
 pub mod statuses;
+mod wake;

@@ -14,6 +14,7 @@
 //! work at all: if not, the task is `rejected` and only the rejection receipt
 //! is written.
 
+use super::wake::{self, Drain};
 use crate::domain::states::CommentStatus;
 use crate::domain::TaskId;
 use crate::forge::{Forge, TriggerCheck};
@@ -35,11 +36,6 @@ const MAX_ATTEMPTS: i64 = 12;
 /// Receipts read at a time; a pass reads again until nothing is due.
 const BATCH: i64 = 32;
 
-/// After a store error the worker waits this long before it looks again,
-/// whatever commits meanwhile: a store that fails every read must not be
-/// asked again at the rate of the commits.
-const ERROR_PAUSE: Duration = Duration::from_secs(1);
-
 pub struct ReceiptWorker {
     pub store: Store,
     pub client: GiteaClient,
@@ -59,68 +55,10 @@ impl ReceiptWorker {
     pub const SAFETY_INTERVAL: Duration = Duration::from_secs(30);
 
     /// Runs until the process ends: a pass over every receipt due, then sleep
-    /// until the next commit, the next retry or the safety interval,
-    /// whichever comes first. Commits during a pass coalesce into one more
-    /// pass, so a store that changes constantly costs one read per wake-up,
-    /// never a spin.
+    /// until the next commit, the next retry or the safety interval (the
+    /// loop of `wake::run`).
     pub async fn run(self) {
-        let mut changes = self.store.changes();
-        loop {
-            let wait = match self.pass(&mut changes).await {
-                Ok(Some(next)) => next.min(self.safety_interval),
-                Ok(None) => self.safety_interval,
-                Err(e) => {
-                    tracing::warn!(error = %e, "receipt worker: store error; trying again in a second");
-                    tokio::time::sleep(ERROR_PAUSE).await;
-                    continue;
-                }
-            };
-            tokio::select! {
-                changed = changes.changed() => {
-                    // Only if the store is gone, which `self.store` prevents;
-                    // fall back to the timer rather than spin on the error.
-                    if changed.is_err() {
-                        tokio::time::sleep(wait).await;
-                    }
-                }
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    /// Writes every receipt due now; then how long until the earliest one
-    /// waiting for a retry falls due (`None`: none waits).
-    async fn pass(
-        &self,
-        changes: &mut watch::Receiver<u64>,
-    ) -> Result<Option<Duration>, crate::store::StoreError> {
-        loop {
-            // Seen before the read: whatever commits after it wakes the next
-            // pass, and the worker's own writes before it do not.
-            changes.borrow_and_update();
-            let at = crate::store::now();
-            let (rows, next) = self
-                .store
-                .read(move |c| {
-                    let rows = comments::due_receipts(c, &at, BATCH)?;
-                    let next = if rows.is_empty() {
-                        comments::next_receipt_due(c)?
-                    } else {
-                        None
-                    };
-                    Ok((rows, next))
-                })
-                .await?;
-            if rows.is_empty() {
-                return Ok(next.as_deref().and_then(until));
-            }
-            // Every way through `handle` that succeeds takes its row out of
-            // the due ones (posted, skipped, failed, or pending with a later
-            // retry), so this loop ends.
-            for r in rows {
-                self.handle(r).await?;
-            }
-        }
+        wake::run(&self, self.store.changes(), self.safety_interval).await;
     }
 
     async fn handle(&self, r: DueReceipt) -> Result<(), crate::store::StoreError> {
@@ -360,6 +298,45 @@ impl ReceiptWorker {
                 .map(|_| ())
             })
             .await
+    }
+}
+
+impl Drain for ReceiptWorker {
+    const NAME: &'static str = "receipt worker";
+
+    /// Writes every receipt due now; then how long until the earliest one
+    /// waiting for a retry falls due (`None`: none waits).
+    async fn pass(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<Option<Duration>, crate::store::StoreError> {
+        loop {
+            // Seen before the read: whatever commits after it wakes the next
+            // pass, and the worker's own writes before it do not.
+            changes.borrow_and_update();
+            let at = crate::store::now();
+            let (rows, next) = self
+                .store
+                .read(move |c| {
+                    let rows = comments::due_receipts(c, &at, BATCH)?;
+                    let next = if rows.is_empty() {
+                        comments::next_receipt_due(c)?
+                    } else {
+                        None
+                    };
+                    Ok((rows, next))
+                })
+                .await?;
+            if rows.is_empty() {
+                return Ok(next.as_deref().and_then(until));
+            }
+            // Every way through `handle` that succeeds takes its row out of
+            // the due ones (posted, skipped, failed, or pending with a later
+            // retry), so this loop ends.
+            for r in rows {
+                self.handle(r).await?;
+            }
+        }
     }
 }
 

@@ -18,6 +18,7 @@
 //! ([`CLAIM`]) it is posted once more, so a commit gets at most one extra,
 //! identical status per crash.
 
+use super::wake::{self, Drain};
 use crate::domain::statuses::{settle, Settle, CONTEXT};
 use crate::domain::{RepoKey, TaskId};
 use crate::gitea::statuses::{CommitState, NewStatus};
@@ -44,9 +45,6 @@ pub const CLAIM: Duration = Duration::from_secs(30);
 /// Rows read at a time; a pass reads again until nothing is due.
 const BATCH: i64 = 32;
 
-/// After a store error the worker waits this long before it looks again.
-const ERROR_PAUSE: Duration = Duration::from_secs(1);
-
 pub struct StatusWorker {
     pub store: Store,
     pub client: GiteaClient,
@@ -66,61 +64,10 @@ impl StatusWorker {
     pub const SAFETY_INTERVAL: Duration = Duration::from_secs(30);
 
     /// Runs until the process ends: a pass over every status due now, then
-    /// sleep until the next commit, the next retry or the safety interval.
+    /// sleep until the next commit, the next retry or the safety interval
+    /// (the loop of `wake::run`).
     pub async fn run(self) {
-        let mut changes = self.store.changes();
-        loop {
-            let wait = match self.pass(&mut changes).await {
-                Ok(Some(next)) => next.min(self.safety_interval),
-                Ok(None) => self.safety_interval,
-                Err(e) => {
-                    tracing::warn!(error = %e, "commit status worker: store error; trying again in a second");
-                    tokio::time::sleep(ERROR_PAUSE).await;
-                    continue;
-                }
-            };
-            tokio::select! {
-                changed = changes.changed() => {
-                    // Only if the store is gone, which `self.store` prevents;
-                    // fall back to the timer rather than spin on the error.
-                    if changed.is_err() {
-                        tokio::time::sleep(wait).await;
-                    }
-                }
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-
-    /// Settles every commit with a status due now; then how long until the
-    /// earliest retry or claim runs out (`None`: none does).
-    async fn pass(
-        &self,
-        changes: &mut watch::Receiver<u64>,
-    ) -> Result<Option<Duration>, StoreError> {
-        loop {
-            // Seen before the read: whatever commits after it wakes the next
-            // pass, and the worker's own writes before it do not.
-            changes.borrow_and_update();
-            let at = crate::store::now();
-            let (rows, next) = self
-                .store
-                .read(move |c| {
-                    let rows = statuses::due(c, &at, BATCH)?;
-                    let next = statuses::next_due(c, &at)?;
-                    Ok((rows, next))
-                })
-                .await?;
-            let mut moved = false;
-            for (repo_key, sha, from_id) in commits(&rows) {
-                moved |= self.settle_commit(&rows, &repo_key, &sha, from_id).await?;
-            }
-            // A pass that moved nothing waits: what is due is behind a POST
-            // in flight elsewhere, whose claim runs out by `next`.
-            if !moved {
-                return Ok(next.as_deref().and_then(until));
-            }
-        }
+        wake::run(&self, self.store.changes(), self.safety_interval).await;
     }
 
     /// Supersedes and posts what [`settle`] says for one commit; whether
@@ -281,6 +228,41 @@ impl StatusWorker {
                 detail: format!("the call did not finish: {e}"),
             })
         })
+    }
+}
+
+impl Drain for StatusWorker {
+    const NAME: &'static str = "commit status worker";
+
+    /// Settles every commit with a status due now; then how long until the
+    /// earliest retry or claim runs out (`None`: none does).
+    async fn pass(
+        &self,
+        changes: &mut watch::Receiver<u64>,
+    ) -> Result<Option<Duration>, StoreError> {
+        loop {
+            // Seen before the read: whatever commits after it wakes the next
+            // pass, and the worker's own writes before it do not.
+            changes.borrow_and_update();
+            let at = crate::store::now();
+            let (rows, next) = self
+                .store
+                .read(move |c| {
+                    let rows = statuses::due(c, &at, BATCH)?;
+                    let next = statuses::next_due(c, &at)?;
+                    Ok((rows, next))
+                })
+                .await?;
+            let mut moved = false;
+            for (repo_key, sha, from_id) in commits(&rows) {
+                moved |= self.settle_commit(&rows, &repo_key, &sha, from_id).await?;
+            }
+            // A pass that moved nothing waits: what is due is behind a POST
+            // in flight elsewhere, whose claim runs out by `next`.
+            if !moved {
+                return Ok(next.as_deref().and_then(until));
+            }
+        }
     }
 }
 

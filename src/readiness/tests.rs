@@ -96,9 +96,15 @@ fn each_runtime_problem_is_a_blocker_naming_keys_and_what_to_do_never_a_path() {
             .message
             .contains("codex_bin")
     );
-    assert!(runtime_blockers(&signed_out())[0]
-        .action
-        .contains("codex login"));
+    // How to sign in, both ways, through the bridge itself.
+    let action = &runtime_blockers(&signed_out())[0].action;
+    for how in [
+        "`codex-bridge codex login` with an OpenAI API key on stdin",
+        "`codex-bridge codex login --device-code`",
+        "the admin view's Codex panel",
+    ] {
+        assert!(action.contains(how), "{how}: {action}");
+    }
     // Starting is no fault; running without an account that is needed is.
     assert_eq!(runtime_blockers(&RuntimeStatus::starting()), []);
     assert_eq!(runtime_blockers(&RuntimeStatus::ready()), []);

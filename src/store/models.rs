@@ -2,6 +2,7 @@
 //! the admin API's shapes, so field names here are a contract.
 
 use super::schema::*;
+use crate::domain::command::Command;
 use crate::domain::states::{
     CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode, ThreadTrust,
 };
@@ -95,6 +96,9 @@ pub struct Task {
     pub base_ref: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+    /// What the comment asked besides an instruction (`@bot /stop`); `null`
+    /// for an instruction.
+    pub command: Option<Command>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -164,6 +168,7 @@ pub struct OutboxEntry {
     pub created_at: String,
     pub updated_at: String,
     pub version: i64,
+    pub command: Option<Command>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

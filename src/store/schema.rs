@@ -159,6 +159,7 @@ diesel::table! {
         created_at -> Text,
         updated_at -> Text,
         version -> Int8,
+        command -> Nullable<Text>,
     }
 }
 
@@ -240,6 +241,7 @@ diesel::table! {
         base_ref -> Nullable<Text>,
         created_at -> Text,
         updated_at -> Text,
+        command -> Nullable<Text>,
     }
 }
 

@@ -9,12 +9,17 @@
 //! actor health that changes without a write. While nobody listens it only
 //! keeps its position in the task history and the audit log.
 //!
+//! The charts' `stats` document reads a day of history, so it is computed at
+//! most every [`STATS_EVERY`] (and only while someone listens), and a stream
+//! that connects meanwhile gets the hub's last one.
+//!
 //! Events (each `data:` is one line of JSON, camelCase as in the API):
 //!
 //! | event | when | data |
 //! |---|---|---|
 //! | `overview` | on connect, then when it changes | as `GET /overview` |
 //! | `actors` | on connect, then when it changes | as `GET /actors` |
+//! | `stats` | on connect, then when it changes (looked at every [`STATS_EVERY`] at most) | as `GET /stats` (24 hours) |
 //! | `attention` | on connect, then when it changes | `{"tasks": [Task in needs_reconciliation, blocked_workspace or failed_reply], "approvals": [pending approval]}` |
 //! | `task` | a task changed state | `{"id", "taskId", "from", "to", "stateVersion", "actor", "reason", "errorCode", "at"}` |
 //! | `audit` | an audit event was written (control actions included) | an audit event as in `GET /audit` |
@@ -28,9 +33,10 @@
 use crate::lifecycle::TaskState;
 use crate::store::audit::AuditView;
 use crate::store::models::Transition;
+use crate::store::stats::Hours;
 use crate::store::views::{self, LogIdSets, LogIds};
 use crate::store::{approvals, tasks, DbConn, StoreError};
-use crate::web::admin::{actors, overview};
+use crate::web::admin::{actors, overview, stats};
 use crate::web::auth::Admin;
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
@@ -39,11 +45,13 @@ use actix_web::HttpResponse;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 
 /// How often the hub looks even when this process wrote nothing.
 pub const TICK: Duration = Duration::from_secs(2);
+/// How often the charts' document is read again while someone listens.
+pub const STATS_EVERY: Duration = Duration::from_secs(15);
 /// How often an idle stream sends a comment.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Writes that arrive together are looked at once.
@@ -62,7 +70,12 @@ pub struct Frame(Bytes);
 
 impl Frame {
     fn new(name: &str, data: &Value) -> Frame {
-        Frame(Bytes::from(format!("event: {name}\ndata: {data}\n\n")))
+        Frame::of_json(name, &data.to_string())
+    }
+
+    /// A frame whose data is JSON already written out (on one line).
+    fn of_json(name: &str, json: &str) -> Frame {
+        Frame(Bytes::from(format!("event: {name}\ndata: {json}\n\n")))
     }
 }
 
@@ -70,6 +83,17 @@ impl Frame {
 pub struct Hub {
     tx: broadcast::Sender<Arc<Frame>>,
     stop: watch::Sender<bool>,
+    /// The last read of the `stats` document: shared by the hub's loop and
+    /// new streams, so the charts' queries run at most once per
+    /// [`STATS_EVERY`] however many pages are open.
+    stats: std::sync::Mutex<Option<StatsRead>>,
+}
+
+/// One read of the charts' document.
+struct StatsRead {
+    read_at: Instant,
+    /// Its JSON; `None` when the read failed.
+    json: Option<Arc<str>>,
 }
 
 impl Default for Hub {
@@ -77,6 +101,7 @@ impl Default for Hub {
         Hub {
             tx: broadcast::channel(1024).0,
             stop: watch::channel(false).0,
+            stats: std::sync::Mutex::new(None),
         }
     }
 }
@@ -115,6 +140,7 @@ struct LastSent {
     overview: String,
     actors: String,
     attention: String,
+    stats: Arc<str>,
 }
 
 async fn run(state: web::Data<AppState>, position: Option<FeedPosition>) {
@@ -212,7 +238,49 @@ async fn look(state: &AppState, last_sent: &mut LastSent) -> Result<(), ApiError
             *last = text;
         }
     }
+    if let Some(stats) = stats_json(state).await {
+        if last_sent.stats != stats {
+            send(state, Frame::of_json("stats", &stats));
+            last_sent.stats = stats;
+        }
+    }
     Ok(())
+}
+
+/// The charts' document as JSON: the hub's last one while it is younger than
+/// [`STATS_EVERY`], else read again. `None` (logged) when it cannot be read:
+/// the charts keep what they show, and a read is tried again only after
+/// [`STATS_EVERY`], so a failing read does not run at every look.
+async fn stats_json(state: &AppState) -> Option<Arc<str>> {
+    let cached = state.live.stats.lock().ok().and_then(|cache| {
+        cache
+            .as_ref()
+            .filter(|c| c.read_at.elapsed() < STATS_EVERY)
+            .map(|c| c.json.clone())
+    });
+    if let Some(json) = cached {
+        return json;
+    }
+    let json: Option<Arc<str>> = match stats::compute(state, Hours::DAY).await {
+        Ok(doc) => match serde_json::to_string(&doc) {
+            Ok(json) => Some(json.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "live view: could not write the charts' document");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "live view: could not read the charts' history; trying again");
+            None
+        }
+    };
+    if let Ok(mut cache) = state.live.stats.lock() {
+        *cache = Some(StatsRead {
+            read_at: Instant::now(),
+            json: json.clone(),
+        });
+    }
+    json
 }
 
 /// What one look found in the logs.
@@ -334,6 +402,9 @@ pub async fn events(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse
         Frame::new("attention", &attention(&state).await?),
     ] {
         first.push_back(frame.0);
+    }
+    if let Some(stats) = stats_json(&state).await {
+        first.push_back(Frame::of_json("stats", &stats).0);
     }
     let keep_alive = tokio::time::interval_at(tokio::time::Instant::now() + KEEP_ALIVE, KEEP_ALIVE);
     let stream = futures_util::stream::unfold(

@@ -2,7 +2,8 @@
 //! [`IngestRequest`]. Only the fields we use are read; everything
 //! else in Gitea's large payloads is skipped without being kept.
 
-use super::mention;
+use super::{command, mention};
+use crate::domain::command::Command;
 use crate::domain::keys::is_gitea_name;
 use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use crate::store::sha256_hex;
@@ -197,7 +198,14 @@ impl Normalizer {
                     serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.comment(&mut req, p)?;
             }
-            "pull_request_review_comment" => {
+            // A submitted review of any kind (comment, approve, request
+            // changes): its text mentions the bot like a comment does. Gitea
+            // names the last two in `X-Gitea-Event` without `_review`.
+            "pull_request_review_comment"
+            | "pull_request_review_approved"
+            | "pull_request_review_rejected"
+            | "pull_request_approved"
+            | "pull_request_rejected" => {
                 let p: ReviewPayload =
                     serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
                 self.review(&mut req, p)?;
@@ -233,6 +241,11 @@ impl Normalizer {
 
     fn is_bot(&self, login: &str) -> bool {
         login.eq_ignore_ascii_case(&self.bot_login)
+    }
+
+    /// The command a mentioning text gives the bot (`None`: an instruction).
+    fn command_of(&self, text: &str) -> Option<Command> {
+        command::parse(text, &self.bot_login).map(|line| line.command)
     }
 
     fn comment(
@@ -298,6 +311,7 @@ impl Normalizer {
         req.intent = match e.action.as_str() {
             "created" if mentioned => Intent::Trigger {
                 trigger_key,
+                command: self.command_of(&e.body),
                 text: e.body,
                 written_at: e.created_at,
             },
@@ -315,6 +329,7 @@ impl Normalizer {
                 } else {
                     Intent::Edit {
                         trigger_key,
+                        command: self.command_of(&e.body),
                         text: e.body,
                         written_at: e.updated_at,
                         // Only a known earlier body without a mention counts as "added".
@@ -378,6 +393,7 @@ impl Normalizer {
         } else {
             Intent::Trigger {
                 trigger_key,
+                command: self.command_of(&content),
                 text: content,
                 written_at: updated_at,
             }

@@ -72,6 +72,25 @@ pub fn mentions(body: &str, login: &str) -> bool {
     names.any(|name| name.eq_ignore_ascii_case(login))
 }
 
+/// The text a reader sees right after the first mention of `login`: the
+/// stripped body (code, links, HTML blocks and bare URLs gone) from the end of
+/// that name on. `None` when `login` is not mentioned. A command is read from
+/// here, so a `/word` in code or a link never counts, just as a mention there
+/// never does.
+pub fn after_first_mention(body: &str, login: &str) -> Option<String> {
+    if login.is_empty() {
+        return None;
+    }
+    let text = strip_markdown(body);
+    let end = scan_mention_spans(&text)
+        .find(|(start, end)| {
+            text.get(*start..*end)
+                .is_some_and(|name| name.eq_ignore_ascii_case(login))
+        })
+        .map(|(_, end)| end)?;
+    text.get(end..).map(str::to_owned)
+}
+
 /// Reduces Markdown to the text Gitea's `mdstripper` would feed to the mention
 /// pattern: raw text of plain text nodes only, bare URLs removed, node
 /// boundaries turned into newlines.
@@ -265,6 +284,11 @@ fn name_end(bytes: &[u8], start: usize) -> Option<usize> {
 /// `@`, so judging each `@` on its own gives the same result, in linear time
 /// (the name runs scanned after different `@`s are disjoint).
 fn scan_mentions(text: &str) -> impl Iterator<Item = &str> + '_ {
+    scan_mention_spans(text).filter_map(move |(start, end)| text.get(start..end))
+}
+
+/// Byte ranges of the names of [`scan_mentions`] (without the `@`).
+fn scan_mention_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
     let bytes = text.as_bytes();
     text.match_indices('@').filter_map(move |(at, _)| {
         let preceded = at == 0
@@ -275,7 +299,7 @@ fn scan_mentions(text: &str) -> impl Iterator<Item = &str> + '_ {
             return None;
         }
         let end = name_end(bytes, at + 1)?;
-        text.get(at + 1..end)
+        Some((at + 1, end))
     })
 }
 

@@ -3,6 +3,7 @@
 //! Nothing here waits on git, Codex or Gitea. Its rules also serve the
 //! catch-up of comments whose webhook never came ([`listed`]).
 
+pub mod command;
 pub mod event;
 pub mod listed;
 pub mod mention;
@@ -21,7 +22,7 @@ use secrecy::ExposeSecret;
 use tracing_actix_web::RootSpan;
 
 pub fn config(cfg: &mut web::ServiceConfig) {
-    cfg.route("/api/gitea/webhook", web::post().to(receive));
+    cfg.route(crate::config::WEBHOOK_PATH, web::post().to(receive));
 }
 
 /// Longest delivery id we keep (Gitea's are UUIDs).

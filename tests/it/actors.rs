@@ -254,6 +254,7 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
         intent: Intent::Trigger {
             trigger_key: format!("default:comment:{comment_id}"),
             text: text.into(),
+            command: None,
             written_at: "2026-01-01T00:00:00Z".into(),
         },
     }

@@ -8,11 +8,13 @@ use serde_json::{json, Value};
 
 const ROUTES: &[&str] = &[
     "/api/gitea-workflow/overview",
+    "/api/gitea-workflow/stats",
     "/api/gitea-workflow/tasks",
     "/api/gitea-workflow/tasks/task-x",
     "/api/gitea-workflow/audit",
     "/api/gitea-workflow/actors",
     "/api/gitea-workflow/approvals",
+    "/api/gitea-workflow/repos/default:acme%2Fwidgets/hook",
     "/api/gitea-workflow/events",
 ];
 

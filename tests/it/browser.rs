@@ -241,6 +241,27 @@ pub(crate) async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool)
     last
 }
 
+/// Waits until the `title` of `css` satisfies `ok`; returns it. Read in one
+/// script, so a live update that re-renders the element between finding it
+/// and reading it costs a retry, not a stale element.
+pub(crate) async fn title_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
+    let last = std::cell::RefCell::new(String::new());
+    let read = "const e = document.querySelector(arguments[0]); return e ? e.title : null;";
+    let shown = poll_until_async(WAIT, || async {
+        let Ok(v) = c.execute(read, vec![json!(css)]).await else {
+            return false;
+        };
+        let t = v.as_str().unwrap_or_default().to_owned();
+        let done = ok(&t);
+        *last.borrow_mut() = t;
+        done
+    })
+    .await;
+    let last = last.into_inner();
+    assert!(shown, "{css} never had the expected title; last: {last:?}");
+    last
+}
+
 /// Clicks `css`, finding it again if a live update re-rendered it meanwhile.
 pub(crate) async fn click(c: &Client, css: &str) {
     let last = std::cell::RefCell::new(String::new());
@@ -261,7 +282,7 @@ pub(crate) async fn click(c: &Client, css: &str) {
 
 /// Waits until the page is laid out for a phone's width (the style sheet's
 /// narrow rules apply) and a frame of that layout was drawn.
-async fn wait_narrow_layout(c: &Client) {
+pub(crate) async fn wait_narrow_layout(c: &Client) {
     let narrow = "return window.matchMedia('(max-width: 640px)').matches";
     wait_until_async("the page to take the narrow layout", WAIT, || async {
         c.execute(narrow, vec![]).await.unwrap() == json!(true)
@@ -346,6 +367,12 @@ fn browser_sign_in_refuses_a_wrong_token_and_the_tree_fills_live() {
             |t| t == "idle",
         )
         .await;
+        // The repository's hook fact: this rig's Gitea is a git server
+        // without the REST API and no public_url is set, so the state is
+        // unknown, with why in its title.
+        let hook = format!(r#".repo[data-repo="{REPO}"] .hook-fact .badge"#);
+        text_until(&c, &hook, |t| t == "unknown").await;
+        title_until(&c, &hook, |t| t.contains("public_url")).await;
         let shot = save_screenshot(&c, "actors").await;
         eprintln!("saved {}", shot.display());
         // A phone's width: the same tree, still readable.

@@ -212,8 +212,13 @@ fn gitea_hook_all_covers_the_repositories_the_bot_administers() {
     the_bridges_hook(&sim, "charlie", URL);
     assert!(sim.webhooks("acme", "bravo").is_empty());
     assert!(
-        !out.contains("note:"),
-        "nothing kept, nothing to note: {out}"
+        !out.contains("--recreate"),
+        "nothing kept, nothing to note about secrets: {out}"
+    );
+    // No database here: the hooks stand, and it says they are not registered.
+    assert!(
+        out.contains("note: not registered as known repositories"),
+        "{out}"
     );
 
     // --repo and --all are one or the other, and one is needed.
@@ -359,6 +364,103 @@ fn a_comment_reaches_the_server_through_the_hook_gitea_hook_made() {
     assert_eq!(detail.status, 200, "{:?}", detail.json);
     assert_eq!(detail.json["task"]["commentId"], comment["id"]);
     assert_eq!(detail.json["task"]["author"], "bob");
+}
+
+#[test]
+fn gitea_hook_defaults_the_url_to_public_url_and_names_both_without_it() {
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    let o = hook_cmd(
+        &sim,
+        &[("CODEX_BRIDGE_PUBLIC_URL", "http://bridge.example/")],
+        &["--repo", "acme/widgets"],
+    );
+    assert!(o.status.success(), "{}", everything(&o));
+    let id = the_bridges_hook(&sim, "widgets", URL);
+    assert!(
+        stdout(&o).contains(&format!("created webhook {id}: sends {EVENTS} to {URL}")),
+        "{}",
+        everything(&o)
+    );
+
+    let o = hook_cmd(&sim, &[], &["--repo", "acme/widgets"]);
+    assert!(!o.status.success(), "{}", everything(&o));
+    let text = everything(&o);
+    assert!(
+        text.contains("--url")
+            && text.contains("public_url")
+            && text.contains("CODEX_BRIDGE_PUBLIC_URL"),
+        "{text}"
+    );
+    let help = Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+        .args(["gitea", "hook", "--help"])
+        .output()
+        .unwrap();
+    assert!(stdout(&help).contains("public_url"), "{}", stdout(&help));
+}
+
+#[test]
+fn gitea_hook_registers_the_repository_so_the_catch_up_covers_it_from_then_on() {
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    sim.add_user("bob");
+    sim.set_permission("acme", "widgets", "bob", Perm::Write);
+    let issue = sim.create_issue("acme", "widgets", "Flaky", "It flakes.", "bob");
+    // A mention from long before the repository was known: the catch-up
+    // starts where the registration did, never at the beginning of time.
+    sim.rewind_clock(std::time::Duration::from_secs(3 * 3600));
+    let old = sim.post_comment_without_webhook("bob", "acme", "widgets", issue, "@ccbot old news");
+    sim.advance_clock(std::time::Duration::from_secs(3 * 3600));
+    let app = TestApp::builder()
+        .env("CODEX_BRIDGE_CATCHUP_INTERVAL_SECS", "1")
+        .start_with_gitea(sim);
+    let sim = app.gitea();
+    sim.clear_webhook();
+    let mut db = app.db();
+    assert_eq!(count_where(&mut db, "repositories", "1 = 1"), 0);
+
+    let url = app.url("/api/gitea/webhook");
+    let with_db = [("CODEX_BRIDGE_DATABASE_URL", app.db_url.as_str())];
+    let o = hook_cmd(sim, &with_db, &["--repo", "acme/widgets", "--url", &url]);
+    assert!(o.status.success(), "{}", everything(&o));
+    assert!(
+        stdout(&o)
+            .contains("acme/widgets: registered: the catch-up reads its comments from now on"),
+        "{}",
+        everything(&o)
+    );
+    let row = "repo_key = 'default:acme/widgets' AND status = 'active' AND clone_url IS NOT NULL \
+               AND default_branch = 'main'";
+    assert_eq!(count_where(&mut db, "repositories", row), 1);
+    assert_eq!(
+        count_where(
+            &mut db,
+            "audit_events",
+            "action = 'repository.registered' AND actor = 'cli:gitea-hook'"
+        ),
+        1
+    );
+
+    // No webhook carries this one: only the catch-up can make its task.
+    let new =
+        sim.post_comment_without_webhook("bob", "acme", "widgets", issue, "@ccbot please look");
+    let key = format!("default:catchup:{}", new["id"]);
+    app.wait_for("the catch-up to make the comment's task", || {
+        count_where(&mut db, "tasks", &format!("delivery_key = '{key}'")) == 1
+    });
+    assert_eq!(
+        count_where(&mut db, "tasks", &format!("comment_id = {}", old["id"])),
+        0,
+        "a comment from before the registration is not caught up"
+    );
+
+    // Again: the repository is known already; nothing new is said or stored.
+    let again = hook_cmd(sim, &with_db, &["--repo", "acme/widgets", "--url", &url]);
+    assert!(again.status.success(), "{}", everything(&again));
+    assert!(!stdout(&again).contains("registered"), "{}", stdout(&again));
+    assert_eq!(count_where(&mut db, "repositories", "1 = 1"), 1);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! cut into batches.
 
 use crate::support::*;
+use codex_bridge::domain::command::Command;
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject, TaskId};
 use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::{run_migrations, DbConn};
@@ -23,11 +24,13 @@ fn request(e: &Event) -> IngestRequest {
         0 | 1 => Intent::Trigger {
             trigger_key: format!("default:comment:{comment}"),
             text: format!("@ccbot {comment}"),
+            command: (comment % 3 == 0).then_some(Command::Stop),
             written_at: "t".into(),
         },
         2 => Intent::Edit {
             trigger_key: format!("default:comment:{comment}"),
             text: "@ccbot edited".into(),
+            command: None,
             written_at: "t2".into(),
             mention_added: e.delivery % 2 == 0,
         },

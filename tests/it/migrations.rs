@@ -77,7 +77,7 @@ fn sqlite_runs_in_wal_with_full_sync_and_foreign_keys() {
 }
 
 /// SQLite's plan for `query` (the `detail` column of EXPLAIN QUERY PLAN).
-fn query_plan(c: &mut DbConn, query: &str) -> Vec<String> {
+pub(crate) fn query_plan(c: &mut DbConn, query: &str) -> Vec<String> {
     use diesel::prelude::*;
     #[derive(QueryableByName)]
     struct Plan {
@@ -95,7 +95,7 @@ fn query_plan(c: &mut DbConn, query: &str) -> Vec<String> {
 }
 
 /// A fresh SQLite store with every migration applied.
-fn migrated_sqlite(dir: &tempfile::TempDir) -> DbConn {
+pub(crate) fn migrated_sqlite(dir: &tempfile::TempDir) -> DbConn {
     let mut c = connect(&format!("sqlite://{}", dir.path().join("p.db").display()));
     run_migrations(&mut c).unwrap();
     c

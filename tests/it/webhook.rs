@@ -197,38 +197,41 @@ fn pull_request_comments_in_every_header_and_content_type_form() {
 }
 
 #[test]
-fn review_comments_mentioning_the_bot_are_accepted() {
+fn submitted_reviews_of_every_kind_mentioning_the_bot_are_accepted() {
     let s = TestApp::start(Db::Sqlite);
-    let body = serde_json::to_string_pretty(&serde_json::json!({
-        "action": "reviewed",
-        "number": 23,
-        "pull_request": {"id": 4, "number": 23, "head": {"ref": "feature/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"}, "updated_at": "2026-05-12T09:20:41Z"},
-        "requested_reviewer": null,
-        "repository": {"name": "widgets", "owner": {"login": "acme"}, "clone_url": "https://git.example.com/acme/widgets.git"},
-        "sender": {"login": "carol"},
-        "commit_id": "",
-        "review": {"type": "pull_request_review_comment", "content": "@ccbot can you check the retry math in this review?"}
-    }))
-    .unwrap()
-    .into_bytes();
-    let h = gitea_headers(
-        "review-1",
-        "pull_request_comment",
-        "pull_request_review_comment",
-        &body,
-    );
-    let r = s.webhook(&h, &body);
-    assert_eq!(r.status, 202, "{:?}", r.json);
-    // The same review under a new delivery id is the same review.
-    let h2 = gitea_headers(
-        "review-2",
-        "pull_request_comment",
-        "pull_request_review_comment",
-        &body,
-    );
-    let r2 = s.webhook(&h2, &body);
-    assert_eq!(r2.json["status"], "duplicate");
-    assert_eq!(r2.json["taskId"], r.json["taskId"]);
+    // (X-Gitea-Event, X-Gitea-Event-Type) as Gitea sends them for a review
+    // submitted as a comment, an approval and a request for changes.
+    let kinds = [
+        ("pull_request_comment", "pull_request_review_comment"),
+        ("pull_request_approved", "pull_request_review_approved"),
+        ("pull_request_rejected", "pull_request_review_rejected"),
+    ];
+    let mut tasks = Vec::new();
+    for (i, (event, event_type)) in kinds.into_iter().enumerate() {
+        let body = serde_json::to_string_pretty(&serde_json::json!({
+            "action": "reviewed",
+            "number": 23,
+            "pull_request": {"id": 4, "number": 23, "head": {"ref": "feature/x", "sha": "abc"}, "base": {"ref": "main", "sha": "def"}, "updated_at": format!("2026-05-12T09:20:4{i}Z")},
+            "requested_reviewer": null,
+            "repository": {"name": "widgets", "owner": {"login": "acme"}, "clone_url": "https://git.example.com/acme/widgets.git"},
+            "sender": {"login": "carol"},
+            "commit_id": "",
+            "review": {"type": event_type, "content": format!("@ccbot can you check the retry math ({event_type})?")}
+        }))
+        .unwrap()
+        .into_bytes();
+        let h = gitea_headers(&format!("review-{i}"), event, event_type, &body);
+        let r = s.webhook(&h, &body);
+        assert_eq!(r.status, 202, "{event_type}: {:?}", r.json);
+        // The same review under a new delivery id is the same review.
+        let h2 = gitea_headers(&format!("review-{i}-again"), event, event_type, &body);
+        let r2 = s.webhook(&h2, &body);
+        assert_eq!(r2.json["status"], "duplicate", "{event_type}");
+        assert_eq!(r2.json["taskId"], r.json["taskId"]);
+        tasks.push(r.json["taskId"].clone());
+    }
+    tasks.dedup();
+    assert_eq!(tasks.len(), 3, "one task per review");
 }
 
 #[test]
@@ -256,6 +259,63 @@ fn ignored_events_answer_200_and_create_no_task() {
         0,
         "ignored events register nothing"
     );
+}
+
+/// `@bot /word` right after the mention is the task's `command`, on the task
+/// record of the admin API and on its outbox entry; any other mentioning
+/// comment is an instruction (`null`), also when a `/word` comes later.
+fn a_command_right_after_the_mention_is_recorded(db: Db) {
+    let s = TestApp::start(db);
+    let post = |id: i64, text: &str| {
+        let mut v: Value =
+            serde_json::from_slice(&fixture("issue_comment.created.issue.mention").0).unwrap();
+        v["comment"]["id"] = id.into();
+        v["comment"]["body"] = text.into();
+        let b = serde_json::to_string_pretty(&v).unwrap().into_bytes();
+        let r = s.webhook(
+            &gitea_headers(&format!("cmd-{id}"), "issue_comment", "issue_comment", &b),
+            &b,
+        );
+        assert_eq!(r.status, 202, "{:?}", r.json);
+        r.json["taskId"].as_str().unwrap().to_owned()
+    };
+    let cases = [
+        (9201, "@ccbot /STATUS", Some("status")),
+        (9202, "@ccbot: /approve appr-1", Some("approve")),
+        (9203, "@ccbot /deploy now", Some("unknown")),
+        (9204, "@ccbot please look at /stop in the router", None),
+        (
+            9205,
+            "`@ccbot /stop` is how you stop it. @ccbot explain",
+            None,
+        ),
+    ];
+    let mut c = s.db();
+    for (id, text, expected) in cases {
+        let task = post(id, text);
+        let shown = s.admin_get(&format!("/api/gitea-workflow/tasks/{task}"));
+        assert_eq!(shown.status, 200, "{:?}", shown.json);
+        assert_eq!(
+            shown.json["task"]["command"],
+            expected.map_or(Value::Null, Value::from),
+            "{text}"
+        );
+        let clause = match expected {
+            Some(cmd) => format!("task_id = '{task}' AND command = '{cmd}'"),
+            None => format!("task_id = '{task}' AND command IS NULL"),
+        };
+        assert_eq!(count_where(&mut c, "outbox_entries", &clause), 1, "{text}");
+    }
+}
+
+#[test]
+fn a_command_right_after_the_mention_is_recorded_sqlite() {
+    a_command_right_after_the_mention_is_recorded(Db::Sqlite);
+}
+
+#[test]
+fn a_command_right_after_the_mention_is_recorded_postgres() {
+    a_command_right_after_the_mention_is_recorded(Db::Postgres);
 }
 
 #[test]

@@ -17,7 +17,8 @@ use std::fmt;
 #[derive(Debug, clap::Args)]
 pub struct DoctorArgs {
     /// Where Gitea should send the webhooks (the bridge's /api/gitea/webhook as
-    /// Gitea reaches it), as for `gitea hook`; without it the hooks are not judged.
+    /// Gitea reaches it), as for `gitea hook`. Default: public_url +
+    /// /api/gitea/webhook; without either the hooks are not judged.
     #[arg(long, value_name = "URL", value_parser = super::hook::parse_url)]
     pub url: Option<String>,
     /// Print the checks as JSON.
@@ -149,7 +150,8 @@ fn all_checks(config: &Config, args: &DoctorArgs) -> anyhow::Result<Vec<Check>> 
     let (store_checks, stored_repos) = checks::store::check(config);
     out.extend(store_checks);
     let repos = checks::gitea::known_repos(config, stored_repos);
-    out.extend(checks::gitea::check(config, &repos, args.url.as_deref()));
+    let url = args.url.clone().or_else(|| config.webhook_url());
+    out.extend(checks::gitea::check(config, &repos, url.as_deref()));
     out.extend(runtime.block_on(checks::codex::check(config)));
     out.extend(checks::mcp::check(config));
     out.extend(checks::workspace::check(config));

@@ -7,6 +7,7 @@ use super::rows::{
     AuditDraft, BatchRows, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow, TransitionRow,
 };
 use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
+use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
@@ -118,17 +119,33 @@ pub(super) fn delivery(
         Intent::Trigger {
             trigger_key,
             text,
+            command,
             written_at,
-        } => create_task(req, lookups, rows, trigger_key, text, written_at, at),
+        } => {
+            let trigger = TriggerText {
+                key: trigger_key,
+                text,
+                written_at,
+                command: *command,
+            };
+            create_task(req, lookups, rows, trigger, at)
+        }
         Intent::Edit {
             trigger_key,
             text,
+            command,
             written_at,
             mention_added,
         } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
             if existing.is_none() && *mention_added {
-                create_task(req, lookups, rows, trigger_key, text, written_at, at)
+                let trigger = TriggerText {
+                    key: trigger_key,
+                    text,
+                    written_at,
+                    command: *command,
+                };
+                create_task(req, lookups, rows, trigger, at)
             } else {
                 Ok(comment_change(
                     req,
@@ -263,15 +280,28 @@ fn comment_change(
     }
 }
 
+/// The comment a task is created for.
+struct TriggerText<'a> {
+    /// One task per triggering comment or review, ever.
+    key: &'a str,
+    text: &'a str,
+    written_at: &'a str,
+    command: Option<Command>,
+}
+
 fn create_task(
     req: &IngestRequest,
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
-    trigger_key: &str,
-    text: &str,
-    written_at: &str,
+    trigger: TriggerText<'_>,
     at: &str,
 ) -> Result<IngestOutcome, StoreError> {
+    let TriggerText {
+        key: trigger_key,
+        text,
+        written_at,
+        command,
+    } = trigger;
     let subject = req
         .subject
         .as_ref()
@@ -394,6 +424,7 @@ fn create_task(
         base_ref: subject.base_ref.clone(),
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
+        command,
     });
     let actor = format!("gitea:user:{}", subject.author);
     // The task is born `received` (state version 1) and leaves it in this same
@@ -435,6 +466,7 @@ fn create_task(
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
         version: 1,
+        command,
     });
     rows.audit(
         AuditDraft {

@@ -2,6 +2,7 @@
 //! their write: new repositories and sessions row by row, everything else in
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
+use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
@@ -60,6 +61,7 @@ pub(super) struct TaskRow {
     pub(super) base_ref: Option<String>,
     pub(super) created_at: String,
     pub(super) updated_at: String,
+    pub(super) command: Option<Command>,
 }
 
 #[derive(Insertable)]
@@ -90,6 +92,7 @@ pub(super) struct OutboxRow {
     pub(super) created_at: String,
     pub(super) updated_at: String,
     pub(super) version: i64,
+    pub(super) command: Option<Command>,
 }
 
 #[derive(Insertable)]

@@ -5,7 +5,9 @@ mod approvals;
 mod audit;
 mod codex;
 mod control;
+mod hooks;
 pub(crate) mod overview;
+pub(crate) mod stats;
 mod tasks;
 mod transcripts;
 
@@ -18,6 +20,7 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::scope("/api/gitea-workflow")
             .route("/overview", web::get().to(overview::get))
+            .route("/stats", web::get().to(stats::get))
             .route("/tasks", web::get().to(tasks::list))
             .route("/tasks/{task_id}", web::get().to(tasks::show))
             .route(
@@ -37,6 +40,7 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 "/approvals/{approval_id}/decide",
                 web::post().to(approvals::decide),
             )
+            .route("/repos/{repo_key:.+}/hook", web::get().to(hooks::show))
             .route(
                 "/repos/{repo_key:.+}/disable",
                 web::post().to(actors::disable_repo),

@@ -344,6 +344,7 @@ function renderOverview() {
         failedReplies() ? h("div", { class: "small muted" }, failedReplies() + " failed repl" + (failedReplies() === 1 ? "y" : "ies")) : null),
       card("Repositories", o.repositories, "repo-count"),
       card("Webhook errors (1 h)", hookErrors, "webhook-errors", hookErrors ? "bad" : null)),
+    chartsPanel(),
     h("div", { class: "grid2" },
       h("section", { class: "panel" }, h("h2", {}, "Tasks per state"),
         table(["state", "tasks"], states, "No tasks yet.")),
@@ -389,7 +390,8 @@ function renderActors() {
         h("span", {}, "queue: ", h("b", { class: "queue-depth" }, r.queueDepth)),
         h("span", {}, "mailbox: ", h("b", {}, r.mailboxBacklog)),
         h("span", {}, "restarts: ", h("b", {}, r.restarts)),
-        h("span", {}, "last event: ", time(r.lastEventAt))),
+        h("span", {}, "last event: ", time(r.lastEventAt)),
+        hookFact(r.repoKey)),
       r.lastError ? h("div", { class: "error-text" }, r.lastError) : null,
       h("ul", { class: "sessions" }, (r.sessions || []).map((s) =>
         h("li", { class: "session", "data-session": s.sessionKey },
@@ -689,6 +691,7 @@ function connect() {
   es.addEventListener("overview", onDoc("overview"));
   es.addEventListener("actors", onDoc("actors"));
   es.addEventListener("attention", onDoc("attention"));
+  es.addEventListener("stats", (ev) => chartsUpdate(JSON.parse(ev.data)));
   es.addEventListener("task", (ev) => {
     const t = JSON.parse(ev.data);
     if (current.view === "tasks" || (current.view === "task" && current.arg === t.taskId)) refresh();

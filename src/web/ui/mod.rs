@@ -18,6 +18,8 @@ const APP_CSS: &str = include_str!("app.css");
 const APP_JS: &str = include_str!("app.js");
 const TRANSCRIPT_JS: &str = include_str!("transcript.js");
 const CODEX_JS: &str = include_str!("codex.js");
+const REPOS_JS: &str = include_str!("repos.js");
+const CHARTS_JS: &str = include_str!("charts.js");
 
 /// Only our own files: no inline script, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -73,6 +75,8 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
         "transcript.js" => (TRANSCRIPT_JS, "text/javascript; charset=utf-8"),
         "codex.js" => (CODEX_JS, "text/javascript; charset=utf-8"),
+        "repos.js" => (REPOS_JS, "text/javascript; charset=utf-8"),
+        "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()

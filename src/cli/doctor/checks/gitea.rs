@@ -5,8 +5,9 @@
 //! same plan as `gitea hook`.
 
 use super::super::{Check, Outcome};
-use crate::cli::hook::{plan, Action, Plan, ReplaceWhy, RepoName};
+use crate::cli::hook::RepoName;
 use crate::config::Config;
+use crate::gitea::hooks::plan::{HookState, Plan};
 use crate::gitea::{GiteaClient, GiteaError, Permission};
 
 const AREA: &str = "gitea";
@@ -139,7 +140,7 @@ fn hook_check(client: &GiteaClient, repo: &RepoName, url: Option<&str>, admin: b
             AREA,
             name,
             "not judged: the URL Gitea should call is unknown",
-            "pass --url https://<bridge>/api/gitea/webhook",
+            "set public_url, or pass --url https://<bridge>/api/gitea/webhook",
         );
     };
     if !admin {
@@ -150,9 +151,9 @@ fn hook_check(client: &GiteaClient, repo: &RepoName, url: Option<&str>, admin: b
             "",
         );
     }
-    match client.list_hooks(&repo.owner, &repo.name) {
-        Ok(hooks) => {
-            let (outcome, detail) = judge(&plan(&hooks, url, false), url);
+    match client.inspect_hooks(&repo.owner, &repo.name, url) {
+        Ok(report) => {
+            let (outcome, detail) = judge(&report.plan, url);
             let action = if outcome == Outcome::Ok {
                 String::new()
             } else {
@@ -181,42 +182,18 @@ fn hook_action(e: &GiteaError) -> &'static str {
 /// nothing to do is ok; duplicates (every comment delivered twice) warn;
 /// anything else fails.
 pub fn judge(plan: &Plan, url: &str) -> (Outcome, String) {
-    let dups = if plan.duplicates.is_empty() {
-        String::new()
-    } else {
-        format!(
-            "; {} more webhook(s) at the same URL deliver every comment again",
-            plan.duplicates.len()
-        )
+    let outcome = match plan.state() {
+        HookState::Ok => Outcome::Ok,
+        HookState::Duplicated => Outcome::Warn,
+        HookState::Missing | HookState::Drifted => Outcome::Fail,
     };
-    match &plan.action {
-        Action::Keep { id } if dups.is_empty() => (
-            Outcome::Ok,
-            format!("webhook {id} sends the comment and review events as JSON to {url}"),
-        ),
-        Action::Keep { id } => (Outcome::Warn, format!("webhook {id} is right{dups}")),
-        Action::Create => (Outcome::Fail, format!("no webhook sends to {url}")),
-        Action::Update { id, drift } => {
-            let drift: Vec<String> = drift.iter().map(ToString::to_string).collect();
-            (
-                Outcome::Fail,
-                format!("webhook {id} is wrong: {}{dups}", drift.join("; ")),
-            )
-        }
-        Action::Replace { id, why } => {
-            let why = match why {
-                ReplaceWhy::Kind(kind) => format!("it is a {kind} hook"),
-                ReplaceWhy::Asked => "it must be replaced".to_owned(),
-            };
-            (Outcome::Fail, format!("webhook {id} is wrong: {why}{dups}"))
-        }
-    }
+    (outcome, plan.describe(url))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::hook::Drift;
+    use crate::gitea::hooks::plan::{Action, Drift};
 
     const URL: &str = "https://bridge.example/api/gitea/webhook";
 

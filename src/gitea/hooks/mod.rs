@@ -9,7 +9,10 @@
 //! branch filter and authorization header it is not sent. [`HookEdit`]
 //! therefore always carries the events and the branch filter.
 
+pub mod plan;
+
 use super::client::{GiteaClient, GiteaError};
+use plan::Plan;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -160,6 +163,14 @@ pub struct HookEdit<'a> {
     pub active: bool,
 }
 
+/// A repository's webhooks judged against the bridge's: the plan and the
+/// hook it keeps or mends (to show what that hook is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookReport {
+    pub plan: Plan,
+    pub hook: Option<Hook>,
+}
+
 fn events_json(events: &[HookEvent]) -> Vec<&str> {
     events.iter().map(HookEvent::as_str).collect()
 }
@@ -219,6 +230,22 @@ impl GiteaClient {
         let path = format!("{}/{id}", Self::hooks_path(owner, repo));
         let reply = self.call("PATCH", &path, Some(&body), &what)?;
         Self::decode(reply.body, &what)
+    }
+
+    /// Reads the repository's webhooks and judges them against the bridge's
+    /// at `url` (what `gitea hook` would do, where they stand).
+    pub fn inspect_hooks(
+        &self,
+        owner: &str,
+        repo: &str,
+        url: &str,
+    ) -> Result<HookReport, GiteaError> {
+        let hooks = self.list_hooks(owner, repo)?;
+        let plan = plan::plan(&hooks, url, false);
+        let hook = plan
+            .hook_id()
+            .and_then(|id| hooks.into_iter().find(|h| h.id == id));
+        Ok(HookReport { plan, hook })
     }
 
     /// Deletes webhook `id`; one already gone (404) counts as deleted.

@@ -1,0 +1,2 @@
+ALTER TABLE outbox_entries DROP COLUMN command;
+ALTER TABLE tasks DROP COLUMN command;
