@@ -51,11 +51,7 @@ pub fn set_thread_once(
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;
-    let stored: Option<String> = with_conn!(conn, |c| sessions::table
-        .find(session_key)
-        .select(sessions::thread_id)
-        .first(c))?;
-    stored.ok_or_else(|| StoreError::Query(format!("session {session_key} has no thread")))
+    stored_thread(conn, session_key)
 }
 
 /// Replaces the session's thread `old` by `new`, created with `trust` (a
@@ -81,6 +77,11 @@ pub fn replace_thread(
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;
+    stored_thread(conn, session_key)
+}
+
+/// The thread the session holds after a write that may have lost a race.
+fn stored_thread(conn: &mut DbConn, session_key: &ResourceKey) -> Result<String, StoreError> {
     let stored: Option<String> = with_conn!(conn, |c| sessions::table
         .find(session_key)
         .select(sessions::thread_id)

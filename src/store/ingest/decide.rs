@@ -121,15 +121,13 @@ pub(super) fn delivery(
             text,
             command,
             written_at,
-        } => {
-            let trigger = TriggerText {
-                key: trigger_key,
-                text,
-                written_at,
-                command: *command,
-            };
-            create_task(req, lookups, rows, trigger, at)
-        }
+        } => create_task(
+            req,
+            lookups,
+            rows,
+            TriggerText::new(trigger_key, text, written_at, *command),
+            at,
+        ),
         Intent::Edit {
             trigger_key,
             text,
@@ -139,12 +137,7 @@ pub(super) fn delivery(
         } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
             if existing.is_none() && *mention_added {
-                let trigger = TriggerText {
-                    key: trigger_key,
-                    text,
-                    written_at,
-                    command: *command,
-                };
+                let trigger = TriggerText::new(trigger_key, text, written_at, *command);
                 create_task(req, lookups, rows, trigger, at)
             } else {
                 Ok(comment_change(
@@ -287,6 +280,22 @@ struct TriggerText<'a> {
     text: &'a str,
     written_at: &'a str,
     command: Option<Command>,
+}
+
+impl<'a> TriggerText<'a> {
+    fn new(
+        key: &'a str,
+        text: &'a str,
+        written_at: &'a str,
+        command: Option<Command>,
+    ) -> TriggerText<'a> {
+        TriggerText {
+            key,
+            text,
+            written_at,
+            command,
+        }
+    }
 }
 
 fn create_task(
