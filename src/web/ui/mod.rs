@@ -16,6 +16,7 @@ const LOGIN_HTML: &str = include_str!("login.html");
 const APP_HTML: &str = include_str!("app.html");
 const APP_CSS: &str = include_str!("app.css");
 const APP_JS: &str = include_str!("app.js");
+const ACTIONS_JS: &str = include_str!("actions.js");
 const TRANSCRIPT_JS: &str = include_str!("transcript.js");
 const CODEX_JS: &str = include_str!("codex.js");
 const REPOS_JS: &str = include_str!("repos.js");
@@ -73,6 +74,7 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
     let (body, kind) = match path.as_str() {
         "app.css" => (APP_CSS, "text/css; charset=utf-8"),
         "app.js" => (APP_JS, "text/javascript; charset=utf-8"),
+        "actions.js" => (ACTIONS_JS, "text/javascript; charset=utf-8"),
         "transcript.js" => (TRANSCRIPT_JS, "text/javascript; charset=utf-8"),
         "codex.js" => (CODEX_JS, "text/javascript; charset=utf-8"),
         "repos.js" => (REPOS_JS, "text/javascript; charset=utf-8"),
