@@ -328,7 +328,7 @@ impl Drain for ReceiptWorker {
                 })
                 .await?;
             if rows.is_empty() {
-                return Ok(next.as_deref().and_then(until));
+                return Ok(next.as_deref().and_then(wake::until));
             }
             // Every way through `handle` that succeeds takes its row out of
             // the due ones (posted, skipped, failed, or pending with a later
@@ -338,16 +338,4 @@ impl Drain for ReceiptWorker {
             }
         }
     }
-}
-
-/// How long from now until the stored time `t`: zero if it is past (the
-/// next pass finds that row due), `None` if it cannot be read (left to the
-/// safety interval, rather than a wake-up that finds nothing, again and again).
-fn until(t: &str) -> Option<Duration> {
-    let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
-    Some(
-        (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
-            .to_std()
-            .unwrap_or(Duration::ZERO),
-    )
 }

@@ -260,7 +260,7 @@ impl Drain for StatusWorker {
             // A pass that moved nothing waits: what is due is behind a POST
             // in flight elsewhere, whose claim runs out by `next`.
             if !moved {
-                return Ok(next.as_deref().and_then(until));
+                return Ok(next.as_deref().and_then(wake::until));
             }
         }
     }
@@ -365,17 +365,6 @@ fn meta(row: &CommitStatusRow, mut extra: serde_json::Value) -> serde_json::Valu
         }
     }
     extra
-}
-
-/// How long from now until the stored time `t`: zero if it is past, `None`
-/// if it cannot be read (left to the safety interval).
-fn until(t: &str) -> Option<Duration> {
-    let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
-    Some(
-        (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
-            .to_std()
-            .unwrap_or(Duration::ZERO),
-    )
 }
 
 #[cfg(test)]

@@ -60,3 +60,16 @@ pub(crate) async fn run<W: Drain>(
         }
     }
 }
+
+/// How long from now until the stored time `t`, when a worker's next row
+/// falls due: zero if it is past (the next pass finds that row due), `None`
+/// if it cannot be read (left to the safety interval, rather than a wake-up
+/// that finds nothing, again and again).
+pub(crate) fn until(t: &str) -> Option<Duration> {
+    let t = chrono::DateTime::parse_from_rfc3339(t).ok()?;
+    Some(
+        (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO),
+    )
+}
