@@ -32,13 +32,18 @@ impl CommandLine {
 /// The command `body` gives `login`, or `None` for an instruction (or a
 /// comment that does not mention `login` at all).
 pub fn parse(body: &str, login: &str) -> Option<CommandLine> {
-    let after = mention::after_first_mention(body, login)?;
+    read(&mention::after_first_mention(body, login)?)
+}
+
+/// The command in `after`, the text right after the bot's first mention
+/// ([`mention::after_first_mention`]); `None` for an instruction.
+pub fn read(after: &str) -> Option<CommandLine> {
     // The mention's terminator: `:` or `,` count only before whitespace,
     // which Gitea requires of them too.
     let rest = after
         .strip_prefix([':', ','])
         .filter(|r| r.starts_with(char::is_whitespace))
-        .unwrap_or(&after);
+        .unwrap_or(after);
     let trimmed = rest.trim_start();
     if trimmed.len() == rest.len() && !rest.is_empty() {
         // Nothing between the name and the next character (`@bot/x` never

@@ -243,9 +243,11 @@ impl Normalizer {
         login.eq_ignore_ascii_case(&self.bot_login)
     }
 
-    /// The command a mentioning text gives the bot (`None`: an instruction).
-    fn command_of(&self, text: &str) -> Option<Command> {
-        command::parse(text, &self.bot_login).map(|line| line.command)
+    /// Whether `text` mentions the bot, and if so the command it gives
+    /// (`None`: an instruction), from one reading of the Markdown.
+    fn mention_of(&self, text: &str) -> Option<Option<Command>> {
+        mention::after_first_mention(text, &self.bot_login)
+            .map(|after| command::read(&after).map(|line| line.command))
     }
 
     fn comment(
@@ -307,11 +309,13 @@ impl Normalizer {
             };
             return;
         }
-        let mentioned = mention::mentions(&e.body, &self.bot_login);
+        let mention = self.mention_of(&e.body);
+        let mentioned = mention.is_some();
+        let command = mention.flatten();
         req.intent = match e.action.as_str() {
             "created" if mentioned => Intent::Trigger {
                 trigger_key,
-                command: self.command_of(&e.body),
+                command,
                 text: e.body,
                 written_at: e.created_at,
             },
@@ -329,7 +333,7 @@ impl Normalizer {
                 } else {
                     Intent::Edit {
                         trigger_key,
-                        command: self.command_of(&e.body),
+                        command,
                         text: e.body,
                         written_at: e.updated_at,
                         // Only a known earlier body without a mention counts as "added".
@@ -386,16 +390,16 @@ impl Normalizer {
             Intent::Ignore {
                 reason: "bot_comment",
             }
-        } else if !mention::mentions(&content, &self.bot_login) {
-            Intent::Ignore {
-                reason: "no_mention",
-            }
-        } else {
+        } else if let Some(command) = self.mention_of(&content) {
             Intent::Trigger {
                 trigger_key,
-                command: self.command_of(&content),
+                command,
                 text: content,
                 written_at: updated_at,
+            }
+        } else {
+            Intent::Ignore {
+                reason: "no_mention",
             }
         };
         Ok(())

@@ -593,6 +593,15 @@ mod tests {
         }
 
         #[test]
+        fn text_after_the_mention_exists_exactly_when_mentioned(
+            body in "[ \t\r\na-dA-D@`*_()\\[\\]<>!#:./\\\\&;=-]{0,200}|.{0,200}",
+            login in "[a-dA-D]{0,3}",
+        ) {
+            // The webhook decides "mentioned" from this text being there.
+            prop_assert_eq!(after_first_mention(&body, &login).is_some(), mentions(&body, &login));
+        }
+
+        #[test]
         fn case_of_body_does_not_matter(
             body in "[ \t\r\na-dA-D@`*_()\\[\\]<>!#:./\\\\&;=-]{0,200}|.{0,200}",
             login in "[a-dA-D]{1,3}",
