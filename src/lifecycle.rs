@@ -169,7 +169,8 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     (Received, &[Queued, Ignored, Duplicate, Rejected]),
     // rejected: the commenter's permission is checked again after accept and
     // when the task starts.
-    (Queued, &[Leased, Cancelled, Rejected]),
+    // `succeeded`: a turnless command was carried out by its session.
+    (Queued, &[Leased, Cancelled, Rejected, Succeeded]),
     (
         Leased,
         &[

@@ -11,8 +11,8 @@ use super::repo::{RepoActor, Wake};
 use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
-use crate::store::leases;
 use crate::store::queue;
+use crate::store::{commands, leases};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -111,9 +111,35 @@ impl Registry {
             if let Err(e) = store.write(leases::release_expired).await {
                 tracing::warn!(error = %e, "could not release expired leases");
             }
-            store.read(queue::repos_with_work).await
+            let commands = store.read(commands::sessions_with_commands).await;
+            let work = store.read(queue::repos_with_work).await;
+            (commands, work)
         };
-        ctx.spawn(fut.into_actor(self).map(|result, act, ctx| match result {
+        ctx.spawn(fut.into_actor(self).map(|(commands, result), act, ctx| {
+            match commands {
+                Ok(sessions) => {
+                    for (session_key, repo_key) in sessions {
+                        let child = act.session(&session_key, &repo_key, ctx);
+                        child.backlog.fetch_add(1, Ordering::Relaxed);
+                        child.addr.do_send(super::session::RunCommands);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "registry sweep could not read the queued commands")
+                }
+            }
+            act.sweep_work(result, ctx)
+        }));
+    }
+
+    /// Wakes every repository with work and records the queue depths.
+    fn sweep_work(
+        &mut self,
+        result: Result<Vec<queue::RepoWork>, crate::store::StoreError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let act = self;
+        match result {
             Ok(work) => {
                 for w in &work {
                     act.wake_repo(&w.repo_key, ctx);
@@ -132,7 +158,7 @@ impl Registry {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "registry sweep could not read the store"),
-        }));
+        }
     }
 }
 
@@ -204,6 +230,25 @@ impl Handler<Notify> for Registry {
     /// Wakes (or starts) the repository's actor.
     fn handle(&mut self, msg: Notify, ctx: &mut Self::Context) {
         self.wake_repo(&msg.repo_key, ctx);
+    }
+}
+
+/// A session has a queued turnless command: it carries it out now, outside
+/// its repository's queue.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "()")]
+pub struct RunCommands {
+    pub session_key: ResourceKey,
+    pub repo_key: RepoKey,
+}
+
+impl Handler<RunCommands> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, msg: RunCommands, ctx: &mut Self::Context) {
+        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(super::session::RunCommands);
     }
 }
 

@@ -106,6 +106,24 @@ impl Command {
     }
 }
 
+/// A comment's command, as written: `@bot /word argument`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandLine {
+    pub command: Command,
+    /// The word as typed, lower-cased (for `Unknown`, what to name back).
+    pub word: String,
+    /// What follows the word, trimmed: the approval id of `/approve` and
+    /// `/deny`, the instruction of `/steer`, `/interrupt` and `/replace`.
+    pub argument: String,
+}
+
+impl CommandLine {
+    /// The first whitespace-separated token of the argument (an approval id).
+    pub fn first_argument(&self) -> Option<&str> {
+        self.argument.split_whitespace().next()
+    }
+}
+
 impl fmt::Display for Command {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

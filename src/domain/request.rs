@@ -1,7 +1,7 @@
 //! What the webhook hands to the store: a verified delivery, normalised into
 //! the repository, the Issue/PR and what the event means.
 
-use super::command::Command;
+use super::command::CommandLine;
 use super::keys::{KeyError, RepoKey, ResourceKey, ResourceKind};
 
 /// A repository as the webhook names it. The key folds case; `owner` and
@@ -64,7 +64,7 @@ pub enum Intent {
         trigger_key: String,
         text: String,
         /// The `/word` right after the mention; `None`: an instruction.
-        command: Option<Command>,
+        command: Option<CommandLine>,
         /// When the comment was written, as Gitea says (part of the fingerprint).
         written_at: String,
     },
@@ -73,7 +73,7 @@ pub enum Intent {
     Edit {
         trigger_key: String,
         text: String,
-        command: Option<Command>,
+        command: Option<CommandLine>,
         written_at: String,
         mention_added: bool,
     },
@@ -95,4 +95,20 @@ pub struct IngestRequest {
     pub sender: Option<String>,
     pub subject: Option<Subject>,
     pub intent: Intent,
+}
+
+impl IngestRequest {
+    /// The session a turnless command of this request is for: its session
+    /// carries it out at once, outside the repository's queue.
+    pub fn command_session(&self) -> Option<(ResourceKey, RepoKey)> {
+        let command = match &self.intent {
+            Intent::Trigger { command, .. } | Intent::Edit { command, .. } => command.as_ref()?,
+            _ => return None,
+        };
+        let subject = self.subject.as_ref()?;
+        command
+            .command
+            .is_turnless()
+            .then(|| (subject.resource_key(), subject.repo.repo_key().clone()))
+    }
 }

@@ -108,6 +108,9 @@ text_enum!(
         Reply = "reply",
         /// The bridge's one REST post of the answer when the agent's is missing.
         RestFallback = "rest_fallback",
+        /// A turnless command's answer (`/status`, `/help`, …), its text
+        /// decided with the command and stored in the row.
+        Answer = "answer",
     }
 );
 

@@ -17,6 +17,11 @@ pub fn receipt_marker(comment_key: &str) -> String {
     format!("<!-- codex-bridge receipt={comment_key} -->")
 }
 
+/// The marker of a `/status` command's answer: the command's own task.
+pub fn status_marker(task_id: &TaskId) -> String {
+    format!("<!-- codex-bridge status={task_id} -->")
+}
+
 /// Whether `body` carries the reply marker of `task_id` (any of its turns).
 pub fn has_reply_marker(body: &str, task_id: &TaskId) -> bool {
     body.contains(&format!("<!-- codex-bridge task={task_id} turn="))

@@ -15,11 +15,12 @@
 //! is written.
 
 use super::wake::{self, Drain};
-use crate::domain::states::CommentStatus;
+use crate::domain::command::Command;
+use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::TaskId;
 use crate::forge::{Forge, TriggerCheck};
 use crate::gitea::receipts::{add_reaction, post_once, receipt_text, ReceiptMode};
-use crate::gitea::reply::receipt_marker;
+use crate::gitea::reply::{receipt_marker, status_marker};
 use crate::gitea::{GiteaClient, GiteaError};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
@@ -192,11 +193,22 @@ impl ReceiptWorker {
         repo: String,
         number: i64,
     ) -> Result<Option<i64>, GiteaError> {
-        let marker = receipt_marker(&r.row.comment_key);
-        let body = format!(
-            "{}\n\n{marker}",
-            receipt_text(wanted, &r.row.task_id, r.error_code.as_deref())
-        );
+        let (marker, text) = match (r.row.kind, &r.row.body) {
+            // A command's answer: its text was decided with the command.
+            (CommentKind::Answer, Some(body)) => {
+                let marker = if r.command == Some(Command::Status) {
+                    status_marker(&r.row.task_id)
+                } else {
+                    receipt_marker(&r.row.comment_key)
+                };
+                (marker, body.clone())
+            }
+            _ => (
+                receipt_marker(&r.row.comment_key),
+                receipt_text(wanted, &r.row.task_id, r.error_code.as_deref()),
+            ),
+        };
+        let body = format!("{text}\n\n{marker}");
         post_once(
             &self.client,
             owner,

@@ -106,7 +106,7 @@ pub fn expire(conn: &mut DbConn, approval_id: &str) -> Result<Option<AuditView>,
     }
 }
 
-fn record_decision(
+pub(super) fn record_decision(
     conn: &mut DbConn,
     approval_id: &str,
     accept: bool,

@@ -10,6 +10,7 @@
 use super::models::Comment;
 use super::schema::{comments, tasks};
 use super::{now, DbConn, StoreError};
+use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
@@ -89,6 +90,8 @@ pub struct DueReceipt {
     pub author: String,
     pub trigger_comment_id: Option<i64>,
     pub error_code: Option<String>,
+    /// The task's command (an answer's marker depends on it).
+    pub command: Option<Command>,
 }
 
 /// Unfinished rows, as the literal condition of the partial index
@@ -111,10 +114,18 @@ pub fn due_receipts(
     limit: i64,
 ) -> Result<Vec<DueReceipt>, StoreError> {
     /// A receipt row with its task's state, author, trigger comment and error code.
-    type Row = (Comment, TaskState, i64, String, Option<i64>, Option<String>);
+    type Row = (
+        Comment,
+        TaskState,
+        i64,
+        String,
+        Option<i64>,
+        Option<String>,
+        Option<Command>,
+    );
     let rows: Vec<Row> = with_conn!(conn, |c| comments::table
         .inner_join(tasks::table.on(tasks::task_id.eq(comments::task_id)))
-        .filter(comments::kind.eq(CommentKind::Receipt))
+        .filter(comments::kind.eq_any([CommentKind::Receipt, CommentKind::Answer]))
         .filter(open_rows())
         .filter(
             comments::next_attempt_at
@@ -130,18 +141,22 @@ pub fn due_receipts(
             tasks::author,
             tasks::comment_id,
             tasks::error_code,
+            tasks::command,
         ))
         .load(c))?;
     Ok(rows
         .into_iter()
         .map(
-            |(row, state, state_version, author, trigger_comment_id, error_code)| DueReceipt {
-                row,
-                state,
-                state_version,
-                author,
-                trigger_comment_id,
-                error_code,
+            |(row, state, state_version, author, trigger_comment_id, error_code, command)| {
+                DueReceipt {
+                    row,
+                    state,
+                    state_version,
+                    author,
+                    trigger_comment_id,
+                    error_code,
+                    command,
+                }
             },
         )
         .collect())
@@ -152,7 +167,7 @@ pub fn due_receipts(
 /// woke the worker.
 pub fn next_receipt_due(conn: &mut DbConn) -> Result<Option<String>, StoreError> {
     let next: Option<String> = with_conn!(conn, |c| comments::table
-        .filter(comments::kind.eq(CommentKind::Receipt))
+        .filter(comments::kind.eq_any([CommentKind::Receipt, CommentKind::Answer]))
         .filter(open_rows())
         .filter(comments::next_attempt_at.is_not_null())
         .select(diesel::dsl::min(comments::next_attempt_at))

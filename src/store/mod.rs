@@ -20,6 +20,7 @@ pub mod approvals;
 pub mod attempts;
 pub mod audit;
 pub mod catchup;
+pub mod commands;
 pub mod comments;
 pub mod control;
 pub mod health;

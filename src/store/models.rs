@@ -169,6 +169,10 @@ pub struct OutboxEntry {
     pub updated_at: String,
     pub version: i64,
     pub command: Option<Command>,
+    /// What follows the command's word, as typed (an approval id, a steer's
+    /// text); never logged.
+    #[serde(skip)]
+    pub command_argument: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -204,6 +208,9 @@ pub struct Comment {
     pub attempts: i64,
     pub next_attempt_at: Option<String>,
     pub last_error: Option<String>,
+    /// A command's answer, as decided (other kinds render their text when
+    /// posted).
+    pub body: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

@@ -6,6 +6,7 @@
 use super::models::{Repository, Task};
 use super::schema::{repositories, tasks};
 use super::{now, DbConn, StoreError};
+use crate::domain::command::Command;
 use crate::domain::states::RepoStatus;
 use crate::domain::RepoKey;
 use crate::lifecycle::TaskState;
@@ -100,13 +101,24 @@ pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task
 pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
     let at = now();
     let (queued, retry) = with_conn!(conn, |c| {
-        let queued = tasks::table
-            .filter(literal(QUEUED))
-            .filter(tasks::repo_key.eq(repo_key))
-            .order(tasks::id.asc())
-            .select(Task::as_select())
-            .first(c)
-            .optional()?;
+        // A turnless command is its session's to carry out, never the
+        // queue's; it waits here only for the moments until its session
+        // takes it, so passing over one is rare.
+        let mut after = 0_i64;
+        let queued = loop {
+            let next: Option<Task> = tasks::table
+                .filter(literal(QUEUED))
+                .filter(tasks::repo_key.eq(repo_key))
+                .filter(tasks::id.gt(after))
+                .order(tasks::id.asc())
+                .select(Task::as_select())
+                .first(c)
+                .optional()?;
+            match next {
+                Some(t) if t.command.is_some_and(Command::is_turnless) => after = t.id,
+                other => break other,
+            }
+        };
         let retry = tasks::table
             .filter(tasks::repo_key.eq(repo_key))
             .filter(literal(REPO_ACTIVE_STATES))

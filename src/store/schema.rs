@@ -74,6 +74,7 @@ diesel::table! {
         attempts -> Int8,
         next_attempt_at -> Nullable<Text>,
         last_error -> Nullable<Text>,
+        body -> Nullable<Text>,
     }
 }
 
@@ -160,6 +161,7 @@ diesel::table! {
         updated_at -> Text,
         version -> Int8,
         command -> Nullable<Text>,
+        command_argument -> Nullable<Text>,
     }
 }
 

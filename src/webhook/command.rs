@@ -9,25 +9,7 @@
 //! path, not the command `src`), and it is matched ignoring case.
 
 use super::mention;
-use crate::domain::command::Command;
-
-/// A comment's command, as written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandLine {
-    pub command: Command,
-    /// The word as typed, lower-cased (for `Unknown`, what to name back).
-    pub word: String,
-    /// What follows the word, trimmed: the approval id of `/approve` and
-    /// `/deny`, the instruction of `/steer`, `/interrupt` and `/replace`.
-    pub argument: String,
-}
-
-impl CommandLine {
-    /// The first whitespace-separated token of the argument (an approval id).
-    pub fn first_argument(&self) -> Option<&str> {
-        self.argument.split_whitespace().next()
-    }
-}
+use crate::domain::command::{Command, CommandLine};
 
 /// The command `body` gives `login`, or `None` for an instruction (or a
 /// comment that does not mention `login` at all).

@@ -3,7 +3,7 @@
 //! else in Gitea's large payloads is skipped without being kept.
 
 use super::{command, mention};
-use crate::domain::command::Command;
+use crate::domain::command::CommandLine;
 use crate::domain::keys::is_gitea_name;
 use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use crate::store::sha256_hex;
@@ -245,9 +245,8 @@ impl Normalizer {
 
     /// Whether `text` mentions the bot, and if so the command it gives
     /// (`None`: an instruction), from one reading of the Markdown.
-    fn mention_of(&self, text: &str) -> Option<Option<Command>> {
-        mention::after_first_mention(text, &self.bot_login)
-            .map(|after| command::read(&after).map(|line| line.command))
+    fn mention_of(&self, text: &str) -> Option<Option<CommandLine>> {
+        mention::after_first_mention(text, &self.bot_login).map(|after| command::read(&after))
     }
 
     fn comment(

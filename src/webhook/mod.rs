@@ -133,12 +133,22 @@ async fn handle(
     };
 
     let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key().clone());
+    let command_session = request.command_session();
     let outcome = state.store.ingest(request).await?;
-    // After the commit, never before: the registry wakes the repository's actor.
+    // After the commit, never before: the registry wakes the repository's
+    // actor, or the session that carries out a turnless command at once.
     if let (Some(registry), Some(repo_key), IngestOutcome::Accepted { .. }) =
         (&state.registry, repo_key, &outcome)
     {
-        registry.do_send(crate::actors::registry::Notify { repo_key });
+        match command_session {
+            Some((session_key, repo_key)) => {
+                registry.do_send(crate::actors::registry::RunCommands {
+                    session_key,
+                    repo_key,
+                })
+            }
+            None => registry.do_send(crate::actors::registry::Notify { repo_key }),
+        }
     }
     let response = match outcome {
         IngestOutcome::Accepted { task_id, state: task_state } => {

@@ -4,7 +4,7 @@
 //! cut into batches.
 
 use crate::support::*;
-use codex_bridge::domain::command::Command;
+use codex_bridge::domain::command::{Command, CommandLine};
 use codex_bridge::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject, TaskId};
 use codex_bridge::store::ingest::{self, IngestOutcome};
 use codex_bridge::store::{run_migrations, DbConn};
@@ -24,7 +24,11 @@ fn request(e: &Event) -> IngestRequest {
         0 | 1 => Intent::Trigger {
             trigger_key: format!("default:comment:{comment}"),
             text: format!("@ccbot {comment}"),
-            command: (comment % 3 == 0).then_some(Command::Stop),
+            command: (comment % 3 == 0).then(|| CommandLine {
+                command: Command::Stop,
+                word: "stop".into(),
+                argument: String::new(),
+            }),
             written_at: "t".into(),
         },
         2 => Intent::Edit {

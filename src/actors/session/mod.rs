@@ -13,6 +13,7 @@
 //! replayed: it is confirmed from the thread's history or marked
 //! `needs_reconciliation`.
 
+mod command;
 pub mod decide;
 mod drive;
 mod prompt;
@@ -34,11 +35,21 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// A command whose commenter's permission could not be checked is tried
+/// again after this long.
+const COMMAND_RETRY: Duration = Duration::from_secs(5);
+
 /// Drive the session's next task through its turn (or mark a follow-up if a
 /// drive is running).
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct Drain;
+
+/// Carry out the session's queued turnless commands (or mark a follow-up if
+/// a pass is running).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct RunCommands;
 
 /// Interrupt the task's turn (operator abort).
 #[derive(Message, Debug, Clone)]
@@ -150,6 +161,8 @@ pub struct SessionActor {
     health: Arc<Mutex<SessionHealth>>,
     backlog: Arc<AtomicI64>,
     lane: LaneState,
+    /// The command lane: busy and follow-up as the drain lane's.
+    commands: LaneState,
     signals: Signals,
     last_activity: Instant,
 }
@@ -170,6 +183,7 @@ impl SessionActor {
             registry,
             backlog,
             lane: LaneState::default(),
+            commands: LaneState::default(),
             signals: Signals {
                 health: health.clone(),
                 active: Arc::new(Mutex::new(ActiveTurn::default())),
@@ -217,6 +231,60 @@ impl SessionActor {
                 }
             }),
         );
+    }
+
+    /// Runs a command pass, or marks a follow-up when one is running.
+    fn run_commands(&mut self, ctx: &mut Context<Self>) {
+        self.last_activity = Instant::now();
+        if self.commands.busy {
+            self.commands.followup = true;
+            return;
+        }
+        self.commands.busy = true;
+        self.commands.passes += 1;
+        let fut = command::run(self.deps.clone(), self.session_key.clone());
+        ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
+            act.last_activity = Instant::now();
+            act.commands.busy = false;
+            match result {
+                Ok(Ok(pass)) => {
+                    for task_id in &pass.stopped {
+                        if act.signals.drives(task_id) {
+                            act.signals.abort.notify_one();
+                        } else {
+                            // The next drive finds `cancel_requested` and settles it.
+                            act.drain(ctx);
+                        }
+                    }
+                    for task_id in &pass.decided {
+                        if act.signals.drives(task_id) {
+                            act.signals.approval.notify_one();
+                        }
+                    }
+                    if !pass.stopped.is_empty() {
+                        act.refresh_from_store(ctx);
+                    }
+                    if pass.retry_later {
+                        ctx.run_later(COMMAND_RETRY, |act, ctx| act.run_commands(ctx));
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(session.key = %act.session_key, error = %e, "command pass failed on the store; retrying");
+                    act.update_health(|h| h.last_error = Some(e.to_string()));
+                    ctx.run_later(Duration::from_secs(1), |act, ctx| act.run_commands(ctx));
+                }
+                Err(panic) => {
+                    tracing::error!(session.key = %act.session_key, panic = %panic, "session actor panic in a command; restarting it");
+                    act.update_health(|h| h.last_error = Some(format!("panic: {panic}")));
+                    ctx.stop();
+                    return;
+                }
+            }
+            if act.commands.followup {
+                act.commands.followup = false;
+                act.run_commands(ctx);
+            }
+        }));
     }
 
     fn drain(&mut self, ctx: &mut Context<Self>) {
@@ -291,12 +359,14 @@ impl Actor for SessionActor {
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
         self.drain(ctx);
+        self.run_commands(ctx);
     }
 }
 
 impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         self.lane = LaneState::default();
+        self.commands = LaneState::default();
         crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
@@ -312,6 +382,15 @@ impl Handler<Drain> for SessionActor {
     fn handle(&mut self, _: Drain, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         self.drain(ctx);
+    }
+}
+
+impl Handler<RunCommands> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: RunCommands, ctx: &mut Self::Context) {
+        self.backlog.fetch_sub(1, Ordering::Relaxed);
+        self.run_commands(ctx);
     }
 }
 
@@ -334,7 +413,10 @@ impl Handler<StopIfIdle> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
-        if !self.lane.busy && self.last_activity.elapsed() >= self.deps.settings.session_idle {
+        if !self.lane.busy
+            && !self.commands.busy
+            && self.last_activity.elapsed() >= self.deps.settings.session_idle
+        {
             self.registry.do_send(SessionIdle {
                 session_key: self.session_key.clone(),
             });

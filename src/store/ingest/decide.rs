@@ -7,7 +7,7 @@ use super::rows::{
     AuditDraft, BatchRows, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow, TransitionRow,
 };
 use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
-use crate::domain::command::Command;
+use crate::domain::command::{Command, CommandLine};
 use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
@@ -125,7 +125,7 @@ pub(super) fn delivery(
             req,
             lookups,
             rows,
-            TriggerText::new(trigger_key, text, written_at, *command),
+            TriggerText::new(trigger_key, text, written_at, command.as_ref()),
             at,
         ),
         Intent::Edit {
@@ -137,7 +137,7 @@ pub(super) fn delivery(
         } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
             if existing.is_none() && *mention_added {
-                let trigger = TriggerText::new(trigger_key, text, written_at, *command);
+                let trigger = TriggerText::new(trigger_key, text, written_at, command.as_ref());
                 create_task(req, lookups, rows, trigger, at)
             } else {
                 Ok(comment_change(
@@ -279,7 +279,7 @@ struct TriggerText<'a> {
     key: &'a str,
     text: &'a str,
     written_at: &'a str,
-    command: Option<Command>,
+    command: Option<&'a CommandLine>,
 }
 
 impl<'a> TriggerText<'a> {
@@ -287,7 +287,7 @@ impl<'a> TriggerText<'a> {
         key: &'a str,
         text: &'a str,
         written_at: &'a str,
-        command: Option<Command>,
+        command: Option<&'a CommandLine>,
     ) -> TriggerText<'a> {
         TriggerText {
             key,
@@ -309,8 +309,9 @@ fn create_task(
         key: trigger_key,
         text,
         written_at,
-        command,
+        command: line,
     } = trigger;
+    let command = line.map(|l| l.command);
     let subject = req
         .subject
         .as_ref()
@@ -452,15 +453,19 @@ fn create_task(
     });
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
     let operation_id = OperationId::mint();
-    rows.receipts.push(ReceiptRow {
-        comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Received),
-        task_id: task_id.clone(),
-        kind: CommentKind::Receipt,
-        resource_key: session_key.clone(),
-        status: CommentStatus::Pending,
-        created_at: at.to_owned(),
-        updated_at: at.to_owned(),
-    });
+    if !command.is_some_and(Command::is_turnless) {
+        // A turnless command's one comment is its answer, written when it
+        // is carried out; a "received" before it would be noise.
+        rows.receipts.push(ReceiptRow {
+            comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Received),
+            task_id: task_id.clone(),
+            kind: CommentKind::Receipt,
+            resource_key: session_key.clone(),
+            status: CommentStatus::Pending,
+            created_at: at.to_owned(),
+            updated_at: at.to_owned(),
+        });
+    }
     *rows.opened.entry(session_key.clone()).or_insert(0) += 1;
     rows.outbox.push(OutboxRow {
         fingerprint: fingerprint(session_key.as_str(), &queue_id, text, subject, written_at),
@@ -476,6 +481,7 @@ fn create_task(
         updated_at: at.to_owned(),
         version: 1,
         command,
+        command_argument: line.map(|l| l.argument.clone()).filter(|a| !a.is_empty()),
     });
     rows.audit(
         AuditDraft {

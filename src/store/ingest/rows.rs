@@ -93,6 +93,7 @@ pub(super) struct OutboxRow {
     pub(super) updated_at: String,
     pub(super) version: i64,
     pub(super) command: Option<Command>,
+    pub(super) command_argument: Option<String>,
 }
 
 #[derive(Insertable)]

@@ -1,0 +1,3 @@
+DROP INDEX tasks_queued_commands;
+ALTER TABLE comments DROP COLUMN body;
+ALTER TABLE outbox_entries DROP COLUMN command_argument;

@@ -1,0 +1,11 @@
+-- What a command's word is followed by (`/approve ap-1`: `ap-1`), as typed,
+-- on its outbox entry; NULL for an instruction.
+ALTER TABLE outbox_entries ADD COLUMN command_argument TEXT;
+-- The text of a comment the bridge posts that is decided once and kept
+-- (a command's answer): posted as stored, never rendered again.
+ALTER TABLE comments ADD COLUMN body TEXT;
+-- Queued commands, by session: the session's command lane and the registry's
+-- sweep look here instead of through every queued task. Instructions (command
+-- NULL) never enter it, so an ordinary accept writes nothing to it.
+CREATE INDEX tasks_queued_commands ON tasks (session_key, id)
+    WHERE state = 'queued' AND command IS NOT NULL;

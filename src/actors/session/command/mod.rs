@@ -1,0 +1,190 @@
+//! The session's command lane: turnless commands (`/status`, `/help`, an
+//! unknown word, `/cancel`, `/stop`, `/approve`, `/deny`, `/reset`) carried
+//! out at once, beside whatever turn the session runs, never through the
+//! repository's queue. Each pass takes the session's queued commands
+//! oldest first: asks the forge whether the commenter may give commands,
+//! reads the session's tasks, decides with the pure [`decide::decide`], and
+//! commits the decision's writes in one transaction (`store::commands`). A
+//! decision that finds something moved meanwhile is decided again.
+
+pub mod answer;
+pub mod decide;
+
+use super::ActorDeps;
+use crate::domain::{ResourceKey, TaskId};
+use crate::forge::TriggerCheck;
+use crate::store::commands::{self, CommandWrite, SessionFacts, STALE};
+use crate::store::models::Task;
+use crate::store::StoreError;
+use decide::{ApprovalFact, CommandEffect, CommandSnapshot, Permission, TaskFact};
+use std::sync::Arc;
+
+/// A decision found its facts moved this many times in a row: give up for
+/// this pass (the next wake-up or sweep tries again).
+const MAX_STALE_IN_A_ROW: u32 = 5;
+
+/// What a pass did that the actor must follow up.
+#[derive(Debug, Default)]
+pub(super) struct CommandPass {
+    /// Tasks moved to `cancel_requested`: their drive interrupts the turn.
+    pub stopped: Vec<TaskId>,
+    /// Tasks whose pending approval was decided.
+    pub decided: Vec<TaskId>,
+    /// A permission could not be checked: run again later.
+    pub retry_later: bool,
+}
+
+fn fact(t: &Task) -> TaskFact {
+    TaskFact {
+        task_id: t.task_id.clone(),
+        state: t.state,
+        state_version: t.state_version,
+        command: t.command,
+    }
+}
+
+fn snapshot(
+    task: &Task,
+    argument: Option<String>,
+    permission: Permission,
+    facts: SessionFacts,
+) -> Option<CommandSnapshot> {
+    Some(CommandSnapshot {
+        task: fact(task),
+        command: task.command?,
+        argument,
+        permission,
+        driven: facts.driven.iter().map(fact).collect(),
+        queued: facts
+            .queued
+            .iter()
+            .filter(|t| t.task_id != task.task_id)
+            .map(fact)
+            .collect(),
+        approvals: facts
+            .approvals
+            .into_iter()
+            .map(|a| ApprovalFact {
+                approval_id: a.approval_id,
+                task_id: a.task_id,
+                kind: a.kind,
+            })
+            .collect(),
+        thread_id: facts.thread_id,
+    })
+}
+
+/// Carries out the session's queued turnless commands, oldest first.
+pub(super) async fn run(
+    deps: Arc<ActorDeps>,
+    session_key: ResourceKey,
+) -> Result<CommandPass, StoreError> {
+    let mut pass = CommandPass::default();
+    let mut stale_in_a_row = 0;
+    loop {
+        let key = session_key.clone();
+        let Some((task, argument)) = deps
+            .store
+            .read(move |c| commands::next_command(c, &key))
+            .await?
+        else {
+            return Ok(pass);
+        };
+        let permission = match deps
+            .verifier
+            .may_trigger(task.resource_key.clone(), task.author.clone())
+            .await
+        {
+            TriggerCheck::Allowed => Permission::Allowed,
+            TriggerCheck::Denied(why) => Permission::Denied(why),
+            TriggerCheck::Unknown(why) => {
+                tracing::warn!(task.id = %task.task_id, error = %why, "cannot check who gave a command; trying again later");
+                Permission::Unknown
+            }
+        };
+        let key = session_key.clone();
+        let facts = deps
+            .store
+            .read(move |c| commands::session_facts(c, &key))
+            .await?;
+        let Some(snap) = snapshot(&task, argument, permission, facts) else {
+            return Ok(pass);
+        };
+        let d = decide::decide(&snap);
+        if d.effects.contains(&CommandEffect::RetryLater) {
+            pass.retry_later = true;
+            return Ok(pass);
+        }
+        let Some(to) = d.to else {
+            // Nothing to decide on a task the query says is a queued
+            // command: it moved meanwhile; read again.
+            stale_in_a_row += 1;
+            if stale_in_a_row >= MAX_STALE_IN_A_ROW {
+                return Ok(pass);
+            }
+            continue;
+        };
+        let mut write = CommandWrite {
+            task_id: task.task_id.clone(),
+            session_key: session_key.clone(),
+            command: snap.command,
+            expected_version: d.expected_version,
+            to,
+            actor: format!("gitea:user:{}", task.author),
+            reason: d.reason.to_owned(),
+            code: d.code.map(str::to_owned),
+            cancel: Vec::new(),
+            stop: None,
+            reset_thread: None,
+            approval: None,
+            answer: None,
+        };
+        let (mut stopped, mut decided) = (None, None);
+        for e in &d.effects {
+            match e {
+                CommandEffect::Cancel { task_id, version } => {
+                    write.cancel.push((task_id.clone(), *version))
+                }
+                CommandEffect::Stop { task_id, version } => {
+                    write.stop = Some((task_id.clone(), *version));
+                    stopped = Some(task_id.clone());
+                }
+                CommandEffect::ResetThread { old_thread } => {
+                    write.reset_thread = Some(old_thread.clone())
+                }
+                CommandEffect::DecideApproval {
+                    approval_id,
+                    task_id,
+                    accept,
+                } => {
+                    write.approval = Some((approval_id.clone(), *accept));
+                    decided = Some(task_id.clone());
+                }
+                CommandEffect::Answer(a) => {
+                    write.answer = Some(answer::text(a, snap.command, &deps.settings.bot_login))
+                }
+                CommandEffect::RetryLater => {}
+            }
+        }
+        match deps
+            .store
+            .write(move |c| commands::carry_out(c, &write))
+            .await
+        {
+            Ok(()) => {
+                stale_in_a_row = 0;
+                tracing::info!(task.id = %task.task_id, command = %snap.command, to = %to, "command carried out");
+                pass.stopped.extend(stopped);
+                pass.decided.extend(decided);
+            }
+            Err(StoreError::Refused { code, message }) if code == STALE => {
+                stale_in_a_row += 1;
+                tracing::info!(task.id = %task.task_id, why = %message, "command decided on facts that moved; deciding again");
+                if stale_in_a_row >= MAX_STALE_IN_A_ROW {
+                    return Ok(pass);
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
