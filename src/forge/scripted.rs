@@ -14,12 +14,18 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct ScriptedForge {
     pub answer: Arc<Mutex<ReplyCheck>>,
+    /// Commenters who may not trigger work (everyone else may).
+    pub denied: Arc<Mutex<Vec<String>>>,
+    /// Commenters whose permission cannot be checked (Gitea unreachable).
+    pub unknown: Arc<Mutex<Vec<String>>>,
 }
 
 impl Default for ScriptedForge {
     fn default() -> Self {
         ScriptedForge {
             answer: Arc::new(Mutex::new(ReplyCheck::Confirmed { comment_id: None })),
+            denied: Arc::default(),
+            unknown: Arc::default(),
         }
     }
 }
@@ -59,7 +65,26 @@ impl Forge for ScriptedForge {
         resource_key: ResourceKey,
         author: String,
     ) -> BoxFuture<'static, TriggerCheck> {
-        let _ = (resource_key, author);
-        async { TriggerCheck::Allowed }.boxed()
+        let _ = resource_key;
+        let denied = self
+            .denied
+            .lock()
+            .map(|d| d.contains(&author))
+            .unwrap_or(true);
+        let unknown = self
+            .unknown
+            .lock()
+            .map(|d| d.contains(&author))
+            .unwrap_or(true);
+        async move {
+            if unknown {
+                TriggerCheck::Unknown("Gitea did not answer".into())
+            } else if denied {
+                TriggerCheck::Denied(format!("{author} may not trigger work here"))
+            } else {
+                TriggerCheck::Allowed
+            }
+        }
+        .boxed()
     }
 }

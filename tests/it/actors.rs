@@ -13,7 +13,7 @@
 use crate::support::{poll_until_async, repo, resource, wait_until_async};
 use actix::prelude::*;
 use codex_bridge::actors::health::{RegistryHealth, RepoActorStatus};
-use codex_bridge::actors::registry::{AbortTask, Notify, Registry, Snapshot};
+use codex_bridge::actors::registry::{AbortTask, Notify, Registry, RunCommands, Snapshot};
 use codex_bridge::actors::{ActorDeps, ActorSettings, Workspaces};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::config::DatabaseUrl;
@@ -135,7 +135,24 @@ impl Harness {
 
     /// Commits a comment as the webhook would, then notifies the registry.
     pub async fn comment(&self, repo: &str, number: i64, comment_id: i64, text: &str) -> TaskId {
-        let req = request(repo, number, comment_id, text);
+        self.comment_as("bob", repo, number, comment_id, text).await
+    }
+
+    /// As [`Harness::comment`], by `author`; a turnless command goes to its
+    /// session at once, as the webhook sends it.
+    pub async fn comment_as(
+        &self,
+        author: &str,
+        repo: &str,
+        number: i64,
+        comment_id: i64,
+        text: &str,
+    ) -> TaskId {
+        let mut req = request(repo, number, comment_id, text);
+        if let Some(s) = req.subject.as_mut() {
+            s.author = author.to_owned();
+        }
+        let command_session = req.command_session();
         let out = self
             .store
             .write(move |c| ingest::ingest(c, &req))
@@ -144,9 +161,15 @@ impl Harness {
         let IngestOutcome::Accepted { task_id, .. } = out else {
             panic!("not accepted: {out:?}")
         };
-        self.registry.do_send(Notify {
-            repo_key: format!("default:acme/{repo}").parse().unwrap(),
-        });
+        match command_session {
+            Some((session_key, repo_key)) => self.registry.do_send(RunCommands {
+                session_key,
+                repo_key,
+            }),
+            None => self.registry.do_send(Notify {
+                repo_key: format!("default:acme/{repo}").parse().unwrap(),
+            }),
+        }
         task_id
     }
 
@@ -254,7 +277,7 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
         intent: Intent::Trigger {
             trigger_key: format!("default:comment:{comment_id}"),
             text: text.into(),
-            command: None,
+            command: codex_bridge::webhook::command::parse(text, "ccbot"),
             written_at: "2026-01-01T00:00:00Z".into(),
         },
     }

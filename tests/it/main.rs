@@ -19,6 +19,7 @@ mod codex_resume;
 mod codex_runtime;
 mod codex_smoke;
 mod codexhome;
+mod commands;
 mod deploy;
 mod doctor;
 mod e2e;

@@ -137,7 +137,9 @@ pub(super) async fn run(
             stop: None,
             reset_thread: None,
             approval: None,
-            answer: None,
+            answer: d
+                .answer()
+                .map(|a| answer::text(a, snap.command, &deps.settings.bot_login)),
         };
         let (mut stopped, mut decided) = (None, None);
         for e in &d.effects {
@@ -160,10 +162,7 @@ pub(super) async fn run(
                     write.approval = Some((approval_id.clone(), *accept));
                     decided = Some(task_id.clone());
                 }
-                CommandEffect::Answer(a) => {
-                    write.answer = Some(answer::text(a, snap.command, &deps.settings.bot_login))
-                }
-                CommandEffect::RetryLater => {}
+                CommandEffect::Answer(_) | CommandEffect::RetryLater => {}
             }
         }
         match deps
