@@ -252,7 +252,7 @@ fn illegal_transitions_are_refused_and_audited() {
                 c,
                 &TransitionRequest {
                     task_id: &ids[0],
-                    to: TaskState::Succeeded,
+                    to: TaskState::VerifyingReply,
                     expected_version: Some(2),
                     actor: "test",
                     reason: Some("skip ahead"),
@@ -265,7 +265,7 @@ fn illegal_transitions_are_refused_and_audited() {
         out,
         TransitionOutcome::Refused {
             from: TaskState::Queued,
-            to: TaskState::Succeeded,
+            to: TaskState::VerifyingReply,
             refusal: Refusal::NotInTable
         }
     );

@@ -23,6 +23,7 @@ mod commands;
 mod deploy;
 mod doctor;
 mod e2e;
+mod e2e_commands;
 mod fakemodel;
 mod floors;
 mod fork;
