@@ -6,12 +6,11 @@
 use super::audit::{self, Audit};
 use super::models::{Approval, Task};
 use super::queue::literal;
-use super::schema::{approvals, comments, outbox_entries, sessions, tasks};
+use super::schema::{approvals, outbox_entries, sessions, tasks};
 use super::sessions::{driven_tasks_of_session, session};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
-use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
@@ -248,20 +247,13 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
         }
     }
     if let Some(body) = &w.answer {
-        let at = now();
-        with_conn!(conn, |c| diesel::insert_into(comments::table)
-            .values((
-                comments::comment_key.eq(answer_key(&w.task_id)),
-                comments::task_id.eq(&w.task_id),
-                comments::kind.eq(CommentKind::Answer),
-                comments::resource_key.eq(&w.session_key),
-                comments::status.eq(CommentStatus::Pending),
-                comments::body.eq(body),
-                comments::created_at.eq(&at),
-                comments::updated_at.eq(&at),
-            ))
-            .on_conflict_do_nothing()
-            .execute(c))?;
+        super::comments::enqueue_note(
+            conn,
+            &answer_key(&w.task_id),
+            &w.task_id,
+            &w.session_key,
+            body,
+        )?;
     }
     audit::record(
         conn,

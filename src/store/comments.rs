@@ -35,6 +35,37 @@ pub fn receipt_state(comment_key: &str) -> Option<TaskState> {
     TaskState::parse(state).ok()
 }
 
+/// The key of the comment announcing an approval the agent asked for.
+pub fn approval_key(task_id: &TaskId, approval_id: &str) -> String {
+    format!("{task_id}:approval:{approval_id}")
+}
+
+/// Queues a comment whose text is decided now (a command's answer, an
+/// approval's announcement); a second call for the same key does nothing.
+pub fn enqueue_note(
+    conn: &mut DbConn,
+    key: &str,
+    task_id: &TaskId,
+    resource_key: &ResourceKey,
+    body: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::insert_into(comments::table)
+        .values((
+            comments::comment_key.eq(key),
+            comments::task_id.eq(task_id),
+            comments::kind.eq(CommentKind::Answer),
+            comments::resource_key.eq(resource_key),
+            comments::status.eq(CommentStatus::Pending),
+            comments::body.eq(body),
+            comments::created_at.eq(&at),
+            comments::updated_at.eq(&at),
+        ))
+        .on_conflict_do_nothing()
+        .execute(c))?;
+    Ok(())
+}
+
 /// Queues a receipt; a second call for the same key does nothing.
 pub fn enqueue_receipt(
     conn: &mut DbConn,

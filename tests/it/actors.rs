@@ -86,6 +86,8 @@ pub struct Harness {
 
 pub fn settings() -> ActorSettings {
     let mut s = ActorSettings::new("default");
+    // The login the harness's comments mention.
+    s.bot_login = "ccbot".into();
     s.lease_ttl = Duration::from_secs(3);
     s.heartbeat = Duration::from_millis(300);
     s.sweep = Duration::from_millis(200);

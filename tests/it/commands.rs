@@ -127,6 +127,18 @@ fn approve_and_deny_decide_only_a_pending_approval_of_their_own_session() {
         h.wait_state(&task, TaskState::AwaitingApproval).await;
         let pending = h.store.read(approvals::pending).await.unwrap();
         let id = pending[0].approval_id.clone();
+        // The thread is told: one comment naming the id and how to answer.
+        let key = comments::approval_key(&task, &id);
+        let notice = h
+            .store
+            .read(move |c| comments::find(c, &key))
+            .await
+            .unwrap()
+            .expect("the approval is announced in the thread");
+        let body = notice.body.unwrap();
+        assert!(body.contains(&format!("`@ccbot /approve {id}`")), "{body}");
+        assert!(body.contains(&format!("`@ccbot /deny {id}`")), "{body}");
+        assert!(!body.contains("{approval_id}"), "{body}");
         // Another Issue cannot decide it, and a wrong id decides nothing.
         let elsewhere = h
             .comment("widgets", 2, 2, &format!("@ccbot /approve {id}"))

@@ -317,6 +317,15 @@ impl TaskDrive {
                 .approval
                 .as_ref()
                 .map(|a| (a.key.clone(), a.kind.clone(), a.detail.clone())),
+            approval_notice: self.approval.as_ref().map(|a| {
+                let mut detail = a.detail.clone();
+                self.deps.settings.redactor.value(&mut detail);
+                super::command::answer::approval_asked(
+                    &a.kind,
+                    &detail,
+                    &self.deps.settings.bot_login,
+                )
+            }),
             reply_comment: self.reply_comment,
             by_fallback: matches!(
                 self.snap.fallback,
@@ -470,6 +479,9 @@ struct CommitCtx {
     prompt: Option<TranscriptItem>,
     last_seq: i64,
     approval: Option<(String, String, serde_json::Value)>,
+    /// What the thread is told of an approval asked, but for its id (known
+    /// only once the approval row is written): scrubbed of secrets.
+    approval_notice: Option<String>,
     reply_comment: Option<i64>,
     by_fallback: bool,
     /// Why the agent's own reply is missing: kept on a fallback's row.
@@ -575,6 +587,17 @@ impl CommitCtx {
                         StoreError::Query("an approval was decided without its request".into())
                     })?;
                     let a = crate::store::approvals::create(c, &self.task_id, kind, detail, key)?;
+                    if let Some(notice) = &self.approval_notice {
+                        // Announced in the thread, so the people there can
+                        // answer it with `/approve` or `/deny`.
+                        crate::store::comments::enqueue_note(
+                            c,
+                            &crate::store::comments::approval_key(&self.task_id, &a.approval_id),
+                            &self.task_id,
+                            &self.resource_key,
+                            &notice.replace(super::command::answer::APPROVAL_ID, &a.approval_id),
+                        )?;
+                    }
                     approval_id = Some(a.approval_id);
                 }
                 Effect::RecordReplyConfirmed => self.record_confirmed(c)?,

@@ -70,6 +70,28 @@ fn pending_list(pending: &[String]) -> String {
     }
 }
 
+/// Stands for the approval's id in [`approval_asked`]'s text until the
+/// approval row, written in the same commit, has one.
+pub const APPROVAL_ID: &str = "{approval_id}";
+
+/// The comment announcing an approval the agent asked for: what is asked,
+/// the id, and how to answer. `detail` is already scrubbed of secrets.
+pub fn approval_asked(kind: &str, detail: &serde_json::Value, bot: &str) -> String {
+    let mut what = serde_json::to_string_pretty(detail).unwrap_or_default();
+    if what.len() > 1500 {
+        let cut = (0..=1500)
+            .rev()
+            .find(|i| what.is_char_boundary(*i))
+            .unwrap_or(0);
+        what.truncate(cut);
+        what.push_str("\n…");
+    }
+    let what = what.replace("```", "'''");
+    format!(
+        "⏸️ The agent asks for approval `{APPROVAL_ID}` ({kind}):\n\n```\n{what}\n```\n\nSomeone with write access answers with `@{bot} /approve {APPROVAL_ID}` or `@{bot} /deny {APPROVAL_ID}`. Nobody answering in time counts as a refusal."
+    )
+}
+
 /// The answer's Markdown, without the marker (the worker adds it).
 pub fn text(answer: &Answer, command: Command, bot: &str) -> String {
     match answer {
