@@ -231,7 +231,7 @@ impl ResourceKey {
 /// Keys made by the bridge: a fixed prefix and the 32 hex digits of a
 /// time-ordered UUID (v7).
 macro_rules! minted_id {
-    ($(#[$doc:meta])* $ty:ident, $prefix:literal, $what:literal, $suffixes:expr) => {
+    ($(#[$doc:meta])* $ty:ident, $prefix:literal, $what:literal, $suffixes:expr, $lengths:expr) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow)]
         #[diesel(sql_type = Text)]
@@ -248,13 +248,18 @@ macro_rules! minted_id {
                 let hex = text
                     .strip_prefix($prefix)
                     .ok_or_else(|| key_error($what, text, concat!("expected ", $prefix, "<32 hex digits>")))?;
-                let suffix = hex.get(32..).unwrap_or_default();
-                let hex = hex.get(..32).unwrap_or_default();
-                let suffix_ok = suffix.is_empty() || $suffixes.contains(&suffix);
-                if suffix_ok && hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                let fits = |len: usize| {
+                    let suffix = hex.get(len..).unwrap_or_default();
+                    let digits = hex.get(..len).unwrap_or_default();
+                    let suffix_ok = suffix.is_empty() || $suffixes.contains(&suffix);
+                    suffix_ok
+                        && digits.len() == len
+                        && digits.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                };
+                if $lengths.into_iter().any(fits) {
                     Ok($ty(text.to_owned()))
                 } else {
-                    Err(key_error($what, text, concat!("expected ", $prefix, "<32 lower-case hex digits>")))
+                    Err(key_error($what, text, concat!("expected ", $prefix, "<lower-case hex digits>")))
                 }
             }
 
@@ -270,21 +275,37 @@ minted_id!(
     TaskId,
     "task-",
     "the task id",
-    NO_SUFFIX
+    NO_SUFFIX,
+    [32]
 );
 minted_id!(
-    /// `op-<32 hex>`: the idempotency key of one message to the agent, sent
+    /// `op-<32 or 64 hex>`: the idempotency key of one message to the agent, sent
     /// along with the turn so the thread's history can say whether it arrived.
     OperationId,
     "op-",
     "the operation id",
-    [REPLY_RETRY]
+    [REPLY_RETRY],
+    // Minted (a UUID), or derived from the comment (a SHA-256).
+    [32, 64]
 );
 
 const NO_SUFFIX: [&str; 0] = [];
 const REPLY_RETRY: &str = "-reply-retry";
 
 impl OperationId {
+    /// The operation of a comment as written: `op-` + SHA-256 of its trigger
+    /// key (instance, kind and id) and the time Gitea says it was written.
+    /// A redelivery of the same comment maps to the same operation; an edit
+    /// (a new `updated_at`) to a new one.
+    pub fn of_comment(trigger_key: &str, written_at: &str) -> OperationId {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(trigger_key.as_bytes());
+        h.update([0]);
+        h.update(written_at.as_bytes());
+        OperationId(format!("op-{}", hex::encode(h.finalize())))
+    }
+
     /// The operation of the one turn that asks the agent again for a reply
     /// that did not land: derived from the task's operation, so a restart
     /// finds it in the ledger instead of sending it twice.
@@ -465,6 +486,26 @@ mod tests {
         assert_ne!(retry, op);
         assert!(TaskId::parse(&format!("{}-reply-retry", TaskId::mint())).is_err());
         assert!(TaskId::mint() > task, "ids are time-ordered");
+    }
+
+    #[test]
+    fn a_comments_operation_follows_its_text_not_its_delivery() {
+        let key = "default:comment:42";
+        let first = OperationId::of_comment(key, "2026-12-03T10:00:00Z");
+        assert_eq!(first, OperationId::of_comment(key, "2026-12-03T10:00:00Z"));
+        assert_eq!(OperationId::parse(first.as_str()).unwrap(), first);
+        assert_eq!(first.as_str().len(), 3 + 64);
+        let edited = OperationId::of_comment(key, "2026-12-03T10:05:00Z");
+        assert_ne!(edited, first, "an edit is a new operation");
+        assert_ne!(
+            OperationId::of_comment("default:review:42", "2026-12-03T10:00:00Z"),
+            first,
+            "a review and a comment with the same number are different"
+        );
+        let retry = first.reply_retry();
+        assert_eq!(OperationId::parse(retry.as_str()).unwrap(), retry);
+        assert!(OperationId::parse(&format!("{first}0")).is_err());
+        assert!(TaskId::parse(&format!("task-{}", "a".repeat(64))).is_err());
     }
 
     fn name() -> impl Strategy<Value = String> {

@@ -9,3 +9,6 @@ ALTER TABLE comments ADD COLUMN body TEXT;
 -- NULL) never enter it, so an ordinary accept writes nothing to it.
 CREATE INDEX tasks_queued_commands ON tasks (session_key, id)
     WHERE state = 'queued' AND command IS NOT NULL;
+-- A session claims an operation once: the operation id is derived from the
+-- comment, so the pair is what a second claim of it would collide on.
+CREATE UNIQUE INDEX outbox_session_operation ON outbox_entries (session_key, operation_id);

@@ -452,7 +452,9 @@ fn create_task(
         at: at.to_owned(),
     });
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
-    let operation_id = OperationId::mint();
+    // Derived from the comment: a redelivery claims the same operation, an
+    // edit a new one.
+    let operation_id = OperationId::of_comment(trigger_key, written_at);
     if !command.is_some_and(Command::is_turnless) {
         // A turnless command's one comment is its answer, written when it
         // is carried out; a "received" before it would be noise.
