@@ -98,17 +98,18 @@ pub struct IngestRequest {
 }
 
 impl IngestRequest {
-    /// The session a turnless command of this request is for: its session
-    /// carries it out at once, outside the repository's queue.
-    pub fn command_session(&self) -> Option<(ResourceKey, RepoKey)> {
-        let command = match &self.intent {
-            Intent::Trigger { command, .. } | Intent::Edit { command, .. } => command.as_ref()?,
-            _ => return None,
+    /// The session this request gives work to at once, outside the
+    /// repository's queue: a turnless command to carry out, or an edit or
+    /// deletion of a comment to decide on.
+    pub fn session_to_wake(&self) -> Option<(ResourceKey, RepoKey)> {
+        let wakes = match &self.intent {
+            Intent::Trigger { command, .. } => {
+                command.as_ref().is_some_and(|c| c.command.is_turnless())
+            }
+            Intent::Edit { .. } | Intent::Delete { .. } => true,
+            Intent::Ignore { .. } => false,
         };
         let subject = self.subject.as_ref()?;
-        command
-            .command
-            .is_turnless()
-            .then(|| (subject.resource_key(), subject.repo.repo_key().clone()))
+        wakes.then(|| (subject.resource_key(), subject.repo.repo_key().clone()))
     }
 }

@@ -6,7 +6,7 @@
 use super::audit::{self, Audit};
 use super::models::{Approval, Task};
 use super::queue::literal;
-use super::schema::{approvals, outbox_entries, sessions, tasks};
+use super::schema::{approvals, comment_changes, outbox_entries, sessions, tasks};
 use super::sessions::{driven_tasks_of_session, session};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
@@ -59,17 +59,31 @@ pub fn next_command(
     Ok(Some((task, argument.flatten())))
 }
 
-/// Sessions with a queued turnless command (the registry's sweep: commands
-/// accepted by a process that died, or by another instance).
+/// Sessions with a queued turnless command or a comment change to decide
+/// on (the registry's sweep: work accepted by a process that died, or by
+/// another instance).
 pub fn sessions_with_commands(
     conn: &mut DbConn,
 ) -> Result<Vec<(ResourceKey, RepoKey)>, StoreError> {
-    Ok(with_conn!(conn, |c| tasks::table
+    let mut sessions: Vec<(ResourceKey, RepoKey)> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
         .filter(tasks::command.eq_any(turnless_names()))
         .select((tasks::session_key, tasks::repo_key))
         .distinct()
-        .load(c))?)
+        .load(c))?;
+    // And those with a comment edit or deletion to decide on.
+    let changed: Vec<ResourceKey> = with_conn!(conn, |c| comment_changes::table
+        .filter(literal(CHANGES_PENDING))
+        .select(comment_changes::session_key)
+        .distinct()
+        .load(c))?;
+    for key in changed {
+        if !sessions.iter().any(|(s, _)| *s == key) {
+            let repo = key.repo().clone();
+            sessions.push((key, repo));
+        }
+    }
+    Ok(sessions)
 }
 
 /// What a session's command is decided on, besides the command itself.
@@ -268,6 +282,193 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
                 "threadReset": w.reset_thread,
                 "approval": w.approval.as_ref().map(|(a, accept)| serde_json::json!({"approvalId": a, "accept": accept})),
             })),
+    )?;
+    Ok(())
+}
+
+/// Pending comment changes, as the literal condition of the partial index
+/// `comment_changes_pending`.
+pub const CHANGES_PENDING: &str = "comment_changes.status = 'pending'";
+
+/// An edit or deletion of a task's comment, waiting for its session.
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = comment_changes)]
+pub struct CommentChange {
+    pub id: i64,
+    pub task_id: TaskId,
+    pub session_key: ResourceKey,
+    /// `edited` or `deleted`.
+    pub kind: String,
+    /// The edited text; never logged.
+    pub body: Option<String>,
+    pub command: Option<Command>,
+    pub command_argument: Option<String>,
+    pub written_at: String,
+}
+
+/// The session's oldest pending comment change, with its task.
+pub fn next_change(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Option<(CommentChange, Task)>, StoreError> {
+    let row: Option<(CommentChange, Task)> = with_conn!(conn, |c| comment_changes::table
+        .inner_join(tasks::table.on(tasks::task_id.eq(comment_changes::task_id)))
+        .filter(literal(CHANGES_PENDING))
+        .filter(comment_changes::session_key.eq(session_key))
+        .order(comment_changes::id.asc())
+        .select((CommentChange::as_select(), Task::as_select()))
+        .first(c)
+        .optional())?;
+    Ok(row)
+}
+
+/// What a session decided about a comment change, as the store carries it.
+#[derive(Debug, Clone)]
+pub enum ChangeEffect {
+    /// The task, still queued at this version, ends `cancelled`.
+    Cancel { version: i64 },
+    /// The task, still queued at this version, gets the edited text as its
+    /// message: same queue id, new operation id, new fingerprint.
+    Rewrite { version: i64 },
+    /// Too late to change anything; `receipt`: the thread is told once.
+    TooLate { receipt: Option<String> },
+    /// Nothing to do (the task ended without its message ever being sent).
+    Nothing,
+}
+
+impl ChangeEffect {
+    fn outcome(&self) -> &'static str {
+        match self {
+            ChangeEffect::Cancel { .. } => "cancelled",
+            ChangeEffect::Rewrite { .. } => "rewritten",
+            ChangeEffect::TooLate { .. } => "too_late",
+            ChangeEffect::Nothing => "nothing",
+        }
+    }
+}
+
+/// The key of the one receipt saying a task's comment was edited too late.
+pub fn late_edit_key(task_id: &TaskId) -> String {
+    format!("{task_id}:late_edit")
+}
+
+/// Carries out a decision about a comment change in one transaction; a task
+/// that moved since the decision rolls it back (`Refused { code: STALE }`).
+pub fn apply_change(
+    conn: &mut DbConn,
+    change: &CommentChange,
+    task: &Task,
+    effect: &ChangeEffect,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let actor = format!("gitea:user:{}", task.author);
+    let still_queued = |conn: &mut DbConn, version: i64| -> Result<(), StoreError> {
+        match super::attempts::task_version(conn, &task.task_id)? {
+            Some((TaskState::Queued, v)) if v == version => Ok(()),
+            other => Err(stale(format!("task {} is now {other:?}", task.task_id))),
+        }
+    };
+    match effect {
+        ChangeEffect::Cancel { version } => {
+            let out = transition(
+                conn,
+                &TransitionRequest {
+                    task_id: &task.task_id,
+                    to: TaskState::Cancelled,
+                    expected_version: Some(*version),
+                    actor: &actor,
+                    reason: Some(reason),
+                    error_code: Some("comment_deleted"),
+                },
+            )?;
+            moved(out, &task.task_id)?;
+        }
+        ChangeEffect::Rewrite { version } => {
+            still_queued(conn, *version)?;
+            let text = change.body.clone().unwrap_or_default();
+            let operation_id =
+                crate::domain::OperationId::of_comment(&task.trigger_key, &change.written_at);
+            let at = now();
+            let entry = super::sessions::outbox_entry(conn, &task.task_id)?
+                .ok_or_else(|| StoreError::NotFound(format!("outbox entry of {}", task.task_id)))?;
+            let fingerprint = super::ingest::fingerprint_of(
+                change.session_key.as_str(),
+                &entry.queue_id,
+                &text,
+                task.comment_id,
+                &task.author,
+                &change.written_at,
+            );
+            with_conn!(conn, |c| diesel::update(
+                outbox_entries::table
+                    .filter(outbox_entries::task_id.eq(&task.task_id))
+                    .filter(outbox_entries::version.eq(entry.version))
+            )
+            .set((
+                outbox_entries::user_text.eq(&text),
+                outbox_entries::operation_id.eq(&operation_id),
+                outbox_entries::fingerprint.eq(&fingerprint),
+                outbox_entries::command.eq(change.command),
+                outbox_entries::command_argument.eq(&change.command_argument),
+                outbox_entries::version.eq(entry.version + 1),
+                outbox_entries::updated_at.eq(&at),
+            ))
+            .execute(c))?;
+            with_conn!(conn, |c| diesel::update(
+                tasks::table
+                    .filter(tasks::task_id.eq(&task.task_id))
+                    .filter(tasks::state_version.eq(version))
+            )
+            .set((tasks::command.eq(change.command), tasks::updated_at.eq(&at)))
+            .execute(c))?;
+            audit::record(
+                conn,
+                &Audit::new("outbox.rewritten", &actor)
+                    .task(&task.task_id)
+                    .meta(serde_json::json!({
+                        "queueId": entry.queue_id,
+                        "operationId": operation_id,
+                        "previousOperationId": entry.operation_id,
+                        "fingerprint": fingerprint,
+                    })),
+            )?;
+        }
+        ChangeEffect::TooLate { receipt } => {
+            if let Some(body) = receipt {
+                super::comments::enqueue_note(
+                    conn,
+                    &late_edit_key(&task.task_id),
+                    &task.task_id,
+                    &task.resource_key,
+                    body,
+                )?;
+            }
+        }
+        ChangeEffect::Nothing => {}
+    }
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        comment_changes::table.find(change.id)
+    )
+    .set((
+        comment_changes::status.eq("decided"),
+        comment_changes::outcome.eq(effect.outcome()),
+        comment_changes::decided_at.eq(&at),
+    ))
+    .execute(c))?;
+    audit::record(
+        conn,
+        &Audit::new(
+            &format!("comment.{}_{}", change.kind, effect.outcome()),
+            &actor,
+        )
+        .task(&task.task_id)
+        .meta(serde_json::json!({
+            "changeId": change.id,
+            "taskState": task.state,
+            "decidedOnVersion": task.state_version,
+            "reason": reason,
+        })),
     )?;
     Ok(())
 }

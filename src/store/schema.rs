@@ -59,6 +59,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    comment_changes (id) {
+        id -> Int8,
+        task_id -> Text,
+        session_key -> Text,
+        kind -> Text,
+        body -> Nullable<Text>,
+        command -> Nullable<Text>,
+        command_argument -> Nullable<Text>,
+        written_at -> Text,
+        status -> Text,
+        outcome -> Nullable<Text>,
+        created_at -> Text,
+        decided_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     comments (comment_key) {
         comment_key -> Text,
         task_id -> Text,
@@ -334,6 +351,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     attempts,
     audit_events,
     catchup_cursors,
+    comment_changes,
     comments,
     commit_statuses,
     control,

@@ -133,21 +133,20 @@ async fn handle(
     };
 
     let repo_key = request.subject.as_ref().map(|s| s.repo.repo_key().clone());
-    let command_session = request.command_session();
+    let session = request.session_to_wake();
     let outcome = state.store.ingest(request).await?;
     // After the commit, never before: the registry wakes the repository's
-    // actor, or the session that carries out a turnless command at once.
-    if let (Some(registry), Some(repo_key), IngestOutcome::Accepted { .. }) =
-        (&state.registry, repo_key, &outcome)
-    {
-        match command_session {
-            Some((session_key, repo_key)) => {
-                registry.do_send(crate::actors::registry::RunCommands {
-                    session_key,
-                    repo_key,
-                })
-            }
-            None => registry.do_send(crate::actors::registry::Notify { repo_key }),
+    // actor, and the session when the request gives it work at once (a
+    // turnless command, an edit or deletion of a comment).
+    if let (Some(registry), Some(repo_key)) = (&state.registry, repo_key) {
+        if let Some((session_key, repo_key)) = session {
+            registry.do_send(crate::actors::registry::RunCommands {
+                session_key,
+                repo_key,
+            });
+        }
+        if matches!(outcome, IngestOutcome::Accepted { .. }) {
+            registry.do_send(crate::actors::registry::Notify { repo_key });
         }
     }
     let response = match outcome {

@@ -154,7 +154,7 @@ impl Harness {
         if let Some(s) = req.subject.as_mut() {
             s.author = author.to_owned();
         }
-        let command_session = req.command_session();
+        let session = req.session_to_wake();
         let out = self
             .store
             .write(move |c| ingest::ingest(c, &req))
@@ -163,15 +163,15 @@ impl Harness {
         let IngestOutcome::Accepted { task_id, .. } = out else {
             panic!("not accepted: {out:?}")
         };
-        match command_session {
-            Some((session_key, repo_key)) => self.registry.do_send(RunCommands {
+        if let Some((session_key, repo_key)) = session {
+            self.registry.do_send(RunCommands {
                 session_key,
                 repo_key,
-            }),
-            None => self.registry.do_send(Notify {
-                repo_key: format!("default:acme/{repo}").parse().unwrap(),
-            }),
+            });
         }
+        self.registry.do_send(Notify {
+            repo_key: format!("default:acme/{repo}").parse().unwrap(),
+        });
         task_id
     }
 

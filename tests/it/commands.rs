@@ -5,9 +5,10 @@
 
 use super::actors::{settings, Harness};
 use crate::support::{poll_until_async, resource};
+use codex_bridge::actors::registry::RunCommands;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
 use codex_bridge::domain::states::CommentKind;
-use codex_bridge::domain::TaskId;
+use codex_bridge::domain::{Intent, TaskId};
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{approvals, commands, comments, ingest, sessions};
 use std::time::Duration;
@@ -298,5 +299,137 @@ fn a_command_whose_permission_is_unknown_waits_and_holds_nothing_up() {
         .await;
         assert!(done, "the command is tried again");
         assert!(answer(&h, &command).await.contains("nothing to do"));
+    });
+}
+
+/// Gitea's `edited` (`Some(text)`) or `deleted` (`None`) event for comment
+/// `comment_id` on Issue `number`, ingested and handed to its session as the
+/// webhook does.
+async fn change(h: &Harness, number: i64, comment_id: i64, edited: Option<&str>, n: u32) {
+    let mut req = super::actors::request("widgets", number, comment_id, edited.unwrap_or(""));
+    req.delivery_key = format!("default:d-change-{comment_id}-{n}");
+    req.delivery_id = format!("d-change-{comment_id}-{n}");
+    req.content_key = Some(format!("default:comment:{comment_id}:change:{n}"));
+    let trigger_key = format!("default:comment:{comment_id}");
+    req.intent = match edited {
+        Some(text) => {
+            req.action = Some("edited".into());
+            Intent::Edit {
+                trigger_key,
+                text: text.into(),
+                command: codex_bridge::webhook::command::parse(text, "ccbot"),
+                written_at: format!("2026-01-01T00:0{n}:00Z"),
+                mention_added: false,
+            }
+        }
+        None => {
+            req.action = Some("deleted".into());
+            Intent::Delete { trigger_key }
+        }
+    };
+    let (session_key, repo_key) = req.session_to_wake().expect("a change wakes its session");
+    h.store
+        .write(move |c| ingest::ingest(c, &req))
+        .await
+        .unwrap();
+    h.registry.do_send(RunCommands {
+        session_key,
+        repo_key,
+    });
+}
+
+async fn entry(h: &Harness, task: &TaskId) -> codex_bridge::store::models::OutboxEntry {
+    let id = task.clone();
+    h.store
+        .read(move |c| sessions::outbox_entry(c, &id))
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn changes_decided(h: &Harness) {
+    let done = poll_until_async(Duration::from_secs(15), || async {
+        let key = resource("default:acme/widgets:issue:1");
+        h.store
+            .read(move |c| commands::next_change(c, &key))
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    assert!(done, "the session decides every change");
+}
+
+#[test]
+fn an_edit_before_admission_rewrites_the_message_and_a_deletion_cancels_it() {
+    run(async {
+        let h = Harness::start(hanging(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let edited = h.comment("widgets", 1, 2, "@ccbot fix the OLD thing").await;
+        let deleted = h
+            .comment("widgets", 1, 3, "@ccbot do the DELETED thing")
+            .await;
+        let before = entry(&h, &edited).await;
+        change(&h, 1, 2, Some("@ccbot fix the NEW thing"), 1).await;
+        change(&h, 1, 3, None, 1).await;
+        changes_decided(&h).await;
+        h.wait_state(&deleted, TaskState::Cancelled).await;
+        let code = h.detail(&deleted).await.task.error_code;
+        assert_eq!(code.as_deref(), Some("comment_deleted"));
+        let after = entry(&h, &edited).await;
+        assert_eq!(after.queue_id, before.queue_id, "same place in the queue");
+        assert_ne!(after.operation_id, before.operation_id, "a new operation");
+        assert_ne!(after.fingerprint, before.fingerprint);
+        assert!(after.user_text.contains("NEW"));
+        assert_eq!(h.state(&running).await, TaskState::Running, "never touched");
+        // Let the queue move: the model only ever sees the new text.
+        let stop = h.comment("widgets", 1, 4, "@ccbot /stop").await;
+        h.wait_state(&stop, TaskState::Succeeded).await;
+        h.wait_state(&edited, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert!(calls.iter().any(|c| c.text.contains("NEW")), "{calls:?}");
+        assert!(
+            !calls
+                .iter()
+                .any(|c| c.text.contains("OLD") || c.text.contains("DELETED")),
+            "{calls:?}"
+        );
+        let sent = calls.iter().find(|c| c.text.contains("NEW")).unwrap();
+        assert_eq!(sent.operation_id, after.operation_id.as_str());
+    });
+}
+
+#[test]
+fn an_edit_after_admission_changes_nothing_and_is_answered_once() {
+    run(async {
+        let h = Harness::start(hanging(), settings());
+        let running = h
+            .comment("widgets", 1, 1, "@ccbot hang on the OLD thing")
+            .await;
+        h.wait_state(&running, TaskState::Running).await;
+        let before = entry(&h, &running).await;
+        change(&h, 1, 1, Some("@ccbot hang on the NEW thing"), 1).await;
+        change(&h, 1, 1, Some("@ccbot hang on the NEWER thing"), 2).await;
+        change(&h, 1, 1, None, 3).await;
+        changes_decided(&h).await;
+        assert_eq!(h.state(&running).await, TaskState::Running);
+        assert!(
+            h.runtime.interrupts().is_empty(),
+            "the running turn is never touched"
+        );
+        assert_eq!(
+            entry(&h, &running).await,
+            before,
+            "the message stays as sent"
+        );
+        assert_eq!(
+            rows(&h, &running).await,
+            [
+                comments::receipt_key(&running, TaskState::Received),
+                commands::late_edit_key(&running)
+            ],
+            "one receipt for the late edits"
+        );
     });
 }

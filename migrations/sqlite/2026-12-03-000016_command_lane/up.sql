@@ -12,3 +12,22 @@ CREATE INDEX tasks_queued_commands ON tasks (session_key, id)
 -- A session claims an operation once: the operation id is derived from the
 -- comment, so the pair is what a second claim of it would collide on.
 CREATE UNIQUE INDEX outbox_session_operation ON outbox_entries (session_key, operation_id);
+-- An edit or a deletion of a comment that has a task, waiting for its
+-- session to decide what it means (rewrite or cancel an entry not yet
+-- admitted; after admission: nothing, audited and answered once).
+CREATE TABLE comment_changes (
+    id            INTEGER PRIMARY KEY NOT NULL,
+    task_id       TEXT NOT NULL,
+    session_key   TEXT NOT NULL,
+    kind          TEXT NOT NULL,
+    body          TEXT,
+    command       TEXT,
+    command_argument TEXT,
+    written_at    TEXT NOT NULL,
+    status        TEXT NOT NULL,
+    outcome       TEXT,
+    created_at    TEXT NOT NULL,
+    decided_at    TEXT
+);
+CREATE INDEX comment_changes_pending ON comment_changes (session_key, id)
+    WHERE status = 'pending';

@@ -10,7 +10,7 @@
 
 use super::decide::{
     self, Admission, Code, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
-    Stop, TurnEnd,
+    TurnEnd,
 };
 use super::Signals;
 use crate::actors::ActorDeps;
@@ -692,21 +692,5 @@ impl CommitCtx {
                 .meta(serde_json::json!({ "turnId": self.turn_id, "by": kind })),
         )?;
         Ok(())
-    }
-}
-
-impl TaskDrive {
-    /// Requests the interrupt; its confirmation arrives on the turn's events
-    /// until the grace period ends.
-    async fn interrupt(&mut self, stop: Stop) {
-        self.snap.stopping = Some(stop);
-        self.turn.grace = Some(tokio::time::Instant::now() + self.deps.settings.interrupt_grace);
-        let (Some(thread), Some(turn)) = (self.turn.thread_id.clone(), self.turn.turn_id.clone())
-        else {
-            return;
-        };
-        if let Err(e) = self.deps.runtime.interrupt(&thread, &turn).await {
-            tracing::warn!(task.id = %self.task.task_id, error = %e, "turn/interrupt failed; waiting for the grace period");
-        }
     }
 }

@@ -419,3 +419,37 @@ impl TaskDrive {
             .await
     }
 }
+
+impl TaskDrive {
+    /// Requests the interrupt; its confirmation arrives on the turn's events
+    /// until the grace period ends.
+    pub(super) async fn interrupt(&mut self, stop: Stop) {
+        self.snap.stopping = Some(stop);
+        self.turn.grace = Some(tokio::time::Instant::now() + self.deps.settings.interrupt_grace);
+        let (Some(thread), Some(turn)) = (self.turn.thread_id.clone(), self.turn.turn_id.clone())
+        else {
+            return;
+        };
+        // Codex answers turn/start before the turn is its active one, and
+        // refuses an interrupt in between ("no active turn"): asked again for
+        // a short while, the stop lands instead of waiting out the grace
+        // period and leaving the task uncertain. A turn that had already
+        // ended is refused every time; its end is on the events read next.
+        for attempt in 1..=INTERRUPT_ATTEMPTS {
+            match self.deps.runtime.interrupt(&thread, &turn).await {
+                Ok(()) => return,
+                Err(e) if attempt < INTERRUPT_ATTEMPTS => {
+                    tracing::debug!(task.id = %self.task.task_id, error = %e, attempt, "turn/interrupt refused; asking again");
+                    tokio::time::sleep(INTERRUPT_RETRY).await;
+                }
+                Err(e) => {
+                    tracing::warn!(task.id = %self.task.task_id, error = %e, "turn/interrupt failed; waiting for the grace period");
+                }
+            }
+        }
+    }
+}
+
+/// How often, and how far apart, a refused interrupt is asked again.
+const INTERRUPT_ATTEMPTS: u32 = 8;
+const INTERRUPT_RETRY: std::time::Duration = std::time::Duration::from_millis(250);

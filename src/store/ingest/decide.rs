@@ -4,7 +4,8 @@
 
 use super::lookups::BatchLookups;
 use super::rows::{
-    AuditDraft, BatchRows, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow, TransitionRow,
+    AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
+    TransitionRow,
 };
 use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
@@ -140,6 +141,17 @@ pub(super) fn delivery(
                 let trigger = TriggerText::new(trigger_key, text, written_at, command.as_ref());
                 create_task(req, lookups, rows, trigger, at)
             } else {
+                if let Some((task_id, _, _)) = &existing {
+                    queue_change(
+                        req,
+                        rows,
+                        task_id,
+                        "edited",
+                        Some((text, command.as_ref())),
+                        written_at,
+                        at,
+                    );
+                }
                 Ok(comment_change(
                     req,
                     lookups,
@@ -152,6 +164,9 @@ pub(super) fn delivery(
         }
         Intent::Delete { trigger_key } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
+            if let Some((task_id, _, _)) = &existing {
+                queue_change(req, rows, task_id, "deleted", None, at, at);
+            }
             Ok(comment_change(
                 req,
                 lookups,
@@ -234,6 +249,35 @@ fn duplicate(
         task_id: task_id.cloned(),
         state: task_id.and_then(|t| lookups.task_states.get(t).cloned()),
     }
+}
+
+/// Queues an edit or deletion of a task's comment for its session, which
+/// decides what it means for the task (only the session knows whether its
+/// message was admitted).
+fn queue_change(
+    req: &IngestRequest,
+    rows: &mut BatchRows,
+    task_id: &TaskId,
+    kind: &str,
+    edit: Option<(&String, Option<&CommandLine>)>,
+    written_at: &str,
+    at: &str,
+) {
+    let Some(subject) = req.subject.as_ref() else {
+        return;
+    };
+    let line = edit.and_then(|(_, l)| l);
+    rows.changes.push(ChangeRow {
+        task_id: task_id.clone(),
+        session_key: subject.resource_key(),
+        kind: kind.to_owned(),
+        body: edit.map(|(text, _)| text.clone()),
+        command: line.map(|l| l.command),
+        command_argument: line.map(|l| l.argument.clone()).filter(|a| !a.is_empty()),
+        written_at: written_at.to_owned(),
+        status: "pending".into(),
+        created_at: at.to_owned(),
+    });
 }
 
 fn comment_change(

@@ -81,14 +81,33 @@ pub fn fingerprint(
     subject: &Subject,
     written_at: &str,
 ) -> String {
+    fingerprint_of(
+        session_key,
+        queue_id,
+        text,
+        subject.comment_id,
+        &subject.author,
+        written_at,
+    )
+}
+
+/// [`fingerprint`] from its parts (an edit's rewrite has no `Subject`).
+pub fn fingerprint_of(
+    session_key: &str,
+    queue_id: &str,
+    text: &str,
+    comment_id: Option<i64>,
+    author: &str,
+    written_at: &str,
+) -> String {
     // serde_json's map is ordered by key, so this text is canonical.
     let canonical = serde_json::json!({
         "sessionKey": session_key,
         "queueId": queue_id,
         "userText": text,
         "source": "gitea",
-        "commentId": subject.comment_id,
-        "author": subject.author,
+        "commentId": comment_id,
+        "author": author,
         "createdAt": written_at,
     });
     sha256_hex(canonical.to_string().as_bytes())

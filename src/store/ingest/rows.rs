@@ -8,8 +8,8 @@ use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
 use crate::store::schema::{
-    audit_events, comments, outbox_entries, repositories, sessions, task_transitions, tasks,
-    webhook_deliveries,
+    audit_events, comment_changes, comments, outbox_entries, repositories, sessions,
+    task_transitions, tasks, webhook_deliveries,
 };
 use crate::store::{DbConn, StoreError};
 use crate::with_conn;
@@ -148,6 +148,7 @@ pub(super) struct BatchRows {
     pub(super) transitions: Vec<TransitionRow>,
     pub(super) outbox: Vec<OutboxRow>,
     pub(super) receipts: Vec<ReceiptRow>,
+    pub(super) changes: Vec<ChangeRow>,
     pub(super) audits: Vec<AuditRow>,
     /// session key → outbox entries this batch opens (sorted: PostgreSQL
     /// writers that update the same sessions take their row locks in one order).
@@ -166,6 +167,22 @@ pub(super) struct ReceiptRow {
     pub(super) status: CommentStatus,
     pub(super) created_at: String,
     pub(super) updated_at: String,
+}
+
+/// An edit or deletion of a comment that has a task, for its session to
+/// decide on.
+#[derive(Insertable)]
+#[diesel(table_name = comment_changes, treat_none_as_default_value = false)]
+pub(super) struct ChangeRow {
+    pub(super) task_id: TaskId,
+    pub(super) session_key: ResourceKey,
+    pub(super) kind: String,
+    pub(super) body: Option<String>,
+    pub(super) command: Option<Command>,
+    pub(super) command_argument: Option<String>,
+    pub(super) written_at: String,
+    pub(super) status: String,
+    pub(super) created_at: String,
 }
 
 /// An audit event under construction (`BatchRows::audit` fills the rest).
@@ -276,6 +293,11 @@ impl BatchRows {
                 }
             }
             insert_all!(c, comments::table, &self.receipts);
+            for change in &self.changes {
+                diesel::insert_into(comment_changes::table)
+                    .values(change)
+                    .execute(c)?;
+            }
             insert_all!(c, audit_events::table, &self.audits);
             Ok::<(), diesel::result::Error>(())
         })?;

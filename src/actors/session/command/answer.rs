@@ -92,6 +92,13 @@ pub fn approval_asked(kind: &str, detail: &serde_json::Value, bot: &str) -> Stri
     )
 }
 
+/// The one receipt of a comment edited after its message was handed over.
+pub fn late_edit(task: &crate::domain::TaskId) -> String {
+    format!(
+        "✏️ This comment was edited after the agent had started on it (task `{task}`), so the edit changes nothing. To add to or change the work, write a new comment."
+    )
+}
+
 /// The answer's Markdown, without the marker (the worker adds it).
 pub fn text(answer: &Answer, command: Command, bot: &str) -> String {
     match answer {

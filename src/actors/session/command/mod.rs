@@ -8,12 +8,13 @@
 //! decision that finds something moved meanwhile is decided again.
 
 pub mod answer;
+pub mod change;
 pub mod decide;
 
 use super::ActorDeps;
 use crate::domain::{ResourceKey, TaskId};
 use crate::forge::TriggerCheck;
-use crate::store::commands::{self, CommandWrite, SessionFacts, STALE};
+use crate::store::commands::{self, ChangeEffect, CommandWrite, SessionFacts, STALE};
 use crate::store::models::Task;
 use crate::store::StoreError;
 use decide::{ApprovalFact, CommandEffect, CommandSnapshot, Permission, TaskFact};
@@ -88,7 +89,7 @@ pub(super) async fn run(
             .read(move |c| commands::next_command(c, &key))
             .await?
         else {
-            return Ok(pass);
+            break;
         };
         let permission = match deps
             .verifier
@@ -108,19 +109,19 @@ pub(super) async fn run(
             .read(move |c| commands::session_facts(c, &key))
             .await?;
         let Some(snap) = snapshot(&task, argument, permission, facts) else {
-            return Ok(pass);
+            break;
         };
         let d = decide::decide(&snap);
         if d.effects.contains(&CommandEffect::RetryLater) {
             pass.retry_later = true;
-            return Ok(pass);
+            break;
         }
         let Some(to) = d.to else {
             // Nothing to decide on a task the query says is a queued
             // command: it moved meanwhile; read again.
             stale_in_a_row += 1;
             if stale_in_a_row >= MAX_STALE_IN_A_ROW {
-                return Ok(pass);
+                break;
             }
             continue;
         };
@@ -180,7 +181,63 @@ pub(super) async fn run(
                 stale_in_a_row += 1;
                 tracing::info!(task.id = %task.task_id, why = %message, "command decided on facts that moved; deciding again");
                 if stale_in_a_row >= MAX_STALE_IN_A_ROW {
-                    return Ok(pass);
+                    break;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    changes(&deps, &session_key).await?;
+    Ok(pass)
+}
+
+/// Decides the session's pending comment edits and deletions, oldest first.
+async fn changes(deps: &Arc<ActorDeps>, session_key: &ResourceKey) -> Result<(), StoreError> {
+    let mut stale_in_a_row = 0;
+    loop {
+        let key = session_key.clone();
+        let Some((row, task)) = deps
+            .store
+            .read(move |c| commands::next_change(c, &key))
+            .await?
+        else {
+            return Ok(());
+        };
+        let Some(kind) = change::ChangeKind::parse(&row.kind) else {
+            return Err(StoreError::Query(format!(
+                "comment change {} has the unknown kind `{}`",
+                row.id, row.kind
+            )));
+        };
+        let (d, reason) = change::decide(&change::ChangeSnapshot {
+            kind,
+            state: task.state,
+            state_version: task.state_version,
+            command: task.command,
+        });
+        let effect = match d {
+            change::ChangeDecision::Cancel { version } => ChangeEffect::Cancel { version },
+            change::ChangeDecision::Rewrite { version } => ChangeEffect::Rewrite { version },
+            change::ChangeDecision::TooLate { tell } => ChangeEffect::TooLate {
+                receipt: tell.then(|| answer::late_edit(&task.task_id)),
+            },
+            change::ChangeDecision::Nothing => ChangeEffect::Nothing,
+        };
+        let task_id = task.task_id.clone();
+        match deps
+            .store
+            .write(move |c| commands::apply_change(c, &row, &task, &effect, reason))
+            .await
+        {
+            Ok(()) => {
+                stale_in_a_row = 0;
+                tracing::info!(task.id = %task_id, kind = ?kind, why = reason, "comment change decided");
+            }
+            Err(StoreError::Refused { code, message }) if code == STALE => {
+                stale_in_a_row += 1;
+                tracing::info!(task.id = %task_id, why = %message, "comment change decided on a task that moved; deciding again");
+                if stale_in_a_row >= MAX_STALE_IN_A_ROW {
+                    return Ok(());
                 }
             }
             Err(e) => return Err(e),
