@@ -97,6 +97,23 @@ impl Registry {
             .1
     }
 
+    /// Sends `msg` to the session actor (started on demand), counted in its
+    /// backlog until it is handled.
+    fn send_to_session<M>(
+        &mut self,
+        session_key: &ResourceKey,
+        repo_key: &RepoKey,
+        msg: M,
+        ctx: &mut Context<Self>,
+    ) where
+        M: Message<Result = ()> + Send + 'static,
+        SessionActor: Handler<M>,
+    {
+        let child = self.session(session_key, repo_key, ctx);
+        child.backlog.fetch_add(1, Ordering::Relaxed);
+        child.addr.do_send(msg);
+    }
+
     fn wake_repo(&mut self, repo_key: &RepoKey, ctx: &mut Context<Self>) {
         let child = self.repo(repo_key, ctx);
         child.backlog.fetch_add(1, Ordering::Relaxed);
@@ -119,9 +136,12 @@ impl Registry {
             match commands {
                 Ok(sessions) => {
                     for (session_key, repo_key) in sessions {
-                        let child = act.session(&session_key, &repo_key, ctx);
-                        child.backlog.fetch_add(1, Ordering::Relaxed);
-                        child.addr.do_send(super::session::RunCommands);
+                        act.send_to_session(
+                            &session_key,
+                            &repo_key,
+                            super::session::RunCommands,
+                            ctx,
+                        );
                     }
                 }
                 Err(e) => {
@@ -246,9 +266,12 @@ impl Handler<RunCommands> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: RunCommands, ctx: &mut Self::Context) {
-        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
-        child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(super::session::RunCommands);
+        self.send_to_session(
+            &msg.session_key,
+            &msg.repo_key,
+            super::session::RunCommands,
+            ctx,
+        );
     }
 }
 
@@ -265,9 +288,7 @@ impl Handler<DrainSession> for Registry {
 
     /// Wakes (or revives) the session actor's drain lane.
     fn handle(&mut self, msg: DrainSession, ctx: &mut Self::Context) {
-        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
-        child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(Drain);
+        self.send_to_session(&msg.session_key, &msg.repo_key, Drain, ctx);
     }
 }
 
@@ -318,11 +339,10 @@ impl Handler<AbortTask> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: AbortTask, ctx: &mut Self::Context) {
-        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
-        child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(super::session::Abort {
+        let abort = super::session::Abort {
             task_id: msg.task_id,
-        });
+        };
+        self.send_to_session(&msg.session_key, &msg.repo_key, abort, ctx);
     }
 }
 
@@ -340,11 +360,10 @@ impl Handler<ApprovalDecided> for Registry {
     type Result = ();
 
     fn handle(&mut self, msg: ApprovalDecided, ctx: &mut Self::Context) {
-        let child = self.session(&msg.session_key, &msg.repo_key, ctx);
-        child.backlog.fetch_add(1, Ordering::Relaxed);
-        child.addr.do_send(super::session::ApprovalDecided {
+        let decided = super::session::ApprovalDecided {
             task_id: msg.task_id,
-        });
+        };
+        self.send_to_session(&msg.session_key, &msg.repo_key, decided, ctx);
     }
 }
 

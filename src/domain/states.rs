@@ -80,6 +80,14 @@ text_enum!(
 );
 
 text_enum!(
+    /// What happened to a comment that has a task (`comment_changes.kind`).
+    ChangeKind, "comment change kind" {
+        Edited = "edited",
+        Deleted = "deleted",
+    }
+);
+
+text_enum!(
     /// Where an outbox entry is on its way to the agent.
     OutboxStatus, "outbox status" {
         Queued = "queued",
@@ -183,6 +191,9 @@ mod tests {
     fn every_value_parses_back_from_its_text() {
         for s in CommentStatus::ALL {
             assert_eq!(CommentStatus::parse(s.as_str()), Ok(*s));
+        }
+        for k in ChangeKind::ALL {
+            assert_eq!(ChangeKind::parse(k.as_str()), Ok(*k));
         }
         for k in CommentKind::ALL {
             assert_eq!(CommentKind::parse(k.as_str()), Ok(*k));

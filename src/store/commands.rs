@@ -11,6 +11,7 @@ use super::sessions::{driven_tasks_of_session, session};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
+use crate::domain::states::ChangeKind;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
@@ -297,8 +298,7 @@ pub struct CommentChange {
     pub id: i64,
     pub task_id: TaskId,
     pub session_key: ResourceKey,
-    /// `edited` or `deleted`.
-    pub kind: String,
+    pub kind: ChangeKind,
     /// The edited text; never logged.
     pub body: Option<String>,
     pub command: Option<Command>,

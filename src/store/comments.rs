@@ -49,21 +49,14 @@ pub fn enqueue_note(
     resource_key: &ResourceKey,
     body: &str,
 ) -> Result<(), StoreError> {
-    let at = now();
-    with_conn!(conn, |c| diesel::insert_into(comments::table)
-        .values((
-            comments::comment_key.eq(key),
-            comments::task_id.eq(task_id),
-            comments::kind.eq(CommentKind::Answer),
-            comments::resource_key.eq(resource_key),
-            comments::status.eq(CommentStatus::Pending),
-            comments::body.eq(body),
-            comments::created_at.eq(&at),
-            comments::updated_at.eq(&at),
-        ))
-        .on_conflict_do_nothing()
-        .execute(c))?;
-    Ok(())
+    enqueue(
+        conn,
+        key,
+        task_id,
+        CommentKind::Answer,
+        resource_key,
+        Some(body),
+    )
 }
 
 /// Queues a receipt; a second call for the same key does nothing.
@@ -73,15 +66,37 @@ pub fn enqueue_receipt(
     resource_key: &ResourceKey,
     state: TaskState,
 ) -> Result<(), StoreError> {
-    let at = now();
     let key = receipt_key(task_id, state);
+    enqueue(
+        conn,
+        &key,
+        task_id,
+        CommentKind::Receipt,
+        resource_key,
+        None,
+    )
+}
+
+/// Queues a `pending` row for the receipts worker; a second call for the
+/// same key does nothing. `body`: text decided now (`None`: rendered when
+/// posted).
+fn enqueue(
+    conn: &mut DbConn,
+    key: &str,
+    task_id: &TaskId,
+    kind: CommentKind,
+    resource_key: &ResourceKey,
+    body: Option<&str>,
+) -> Result<(), StoreError> {
+    let at = now();
     with_conn!(conn, |c| diesel::insert_into(comments::table)
         .values((
-            comments::comment_key.eq(&key),
+            comments::comment_key.eq(key),
             comments::task_id.eq(task_id),
-            comments::kind.eq(CommentKind::Receipt),
+            comments::kind.eq(kind),
             comments::resource_key.eq(resource_key),
             comments::status.eq(CommentStatus::Pending),
+            comments::body.eq(body),
             comments::created_at.eq(&at),
             comments::updated_at.eq(&at),
         ))

@@ -9,7 +9,7 @@ use super::rows::{
 };
 use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
-use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
+use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
@@ -146,7 +146,7 @@ pub(super) fn delivery(
                         req,
                         rows,
                         task_id,
-                        "edited",
+                        ChangeKind::Edited,
                         Some((text, command.as_ref())),
                         written_at,
                         at,
@@ -165,7 +165,7 @@ pub(super) fn delivery(
         Intent::Delete { trigger_key } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
             if let Some((task_id, _, _)) = &existing {
-                queue_change(req, rows, task_id, "deleted", None, at, at);
+                queue_change(req, rows, task_id, ChangeKind::Deleted, None, at, at);
             }
             Ok(comment_change(
                 req,
@@ -258,7 +258,7 @@ fn queue_change(
     req: &IngestRequest,
     rows: &mut BatchRows,
     task_id: &TaskId,
-    kind: &str,
+    kind: ChangeKind,
     edit: Option<(&String, Option<&CommandLine>)>,
     written_at: &str,
     at: &str,
@@ -270,7 +270,7 @@ fn queue_change(
     rows.changes.push(ChangeRow {
         task_id: task_id.clone(),
         session_key: subject.resource_key(),
-        kind: kind.to_owned(),
+        kind,
         body: edit.map(|(text, _)| text.clone()),
         command: line.map(|l| l.command),
         command_argument: line.map(|l| l.argument.clone()).filter(|a| !a.is_empty()),

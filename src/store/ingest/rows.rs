@@ -3,7 +3,7 @@
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
 use crate::domain::command::Command;
-use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus, SendMode};
+use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
@@ -176,7 +176,7 @@ pub(super) struct ReceiptRow {
 pub(super) struct ChangeRow {
     pub(super) task_id: TaskId,
     pub(super) session_key: ResourceKey,
-    pub(super) kind: String,
+    pub(super) kind: ChangeKind,
     pub(super) body: Option<String>,
     pub(super) command: Option<Command>,
     pub(super) command_argument: Option<String>,

@@ -7,23 +7,8 @@
 //! answered once saying so.
 
 use crate::domain::command::Command;
+use crate::domain::states::ChangeKind;
 use crate::lifecycle::TaskState;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChangeKind {
-    Edited,
-    Deleted,
-}
-
-impl ChangeKind {
-    pub fn parse(kind: &str) -> Option<ChangeKind> {
-        match kind {
-            "edited" => Some(ChangeKind::Edited),
-            "deleted" => Some(ChangeKind::Deleted),
-            _ => None,
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeSnapshot {

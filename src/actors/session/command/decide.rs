@@ -43,7 +43,6 @@ pub struct TaskFact {
 pub struct ApprovalFact {
     pub approval_id: String,
     pub task_id: TaskId,
-    pub kind: String,
 }
 
 /// What a command is decided on.

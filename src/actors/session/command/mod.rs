@@ -68,7 +68,6 @@ fn snapshot(
             .map(|a| ApprovalFact {
                 approval_id: a.approval_id,
                 task_id: a.task_id,
-                kind: a.kind,
             })
             .collect(),
         thread_id: facts.thread_id,
@@ -203,12 +202,7 @@ async fn changes(deps: &Arc<ActorDeps>, session_key: &ResourceKey) -> Result<(),
         else {
             return Ok(());
         };
-        let Some(kind) = change::ChangeKind::parse(&row.kind) else {
-            return Err(StoreError::Query(format!(
-                "comment change {} has the unknown kind `{}`",
-                row.id, row.kind
-            )));
-        };
+        let kind = row.kind;
         let (d, reason) = change::decide(&change::ChangeSnapshot {
             kind,
             state: task.state,

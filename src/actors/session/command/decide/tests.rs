@@ -84,7 +84,6 @@ prop_compose! {
                 .map(|i| ApprovalFact {
                     approval_id: format!("appr-{i}"),
                     task_id: task_id(10),
-                    kind: "command".into(),
                 })
                 .collect(),
             thread_id: thread,
@@ -220,7 +219,6 @@ fn deny_names_its_approval_exactly() {
     snap.approvals = vec![ApprovalFact {
         approval_id: "appr-1".into(),
         task_id: task_id(1),
-        kind: "command".into(),
     }];
     snap.argument = Some("appr-10".into());
     assert!(matches!(
