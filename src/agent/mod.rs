@@ -54,6 +54,18 @@ pub struct TurnRequest {
     pub terms: ThreadTerms,
 }
 
+/// More input for a turn that is running (`turn/steer`): it joins that turn
+/// only if it is still the thread's active one.
+#[derive(Debug, Clone)]
+pub struct SteerRequest {
+    pub thread_id: String,
+    /// The turn the input must join; any other active turn (or none) refuses it.
+    pub expected_turn_id: String,
+    /// The steer's operation id, echoed as the user message's client id.
+    pub operation_id: OperationId,
+    pub text: String,
+}
+
 /// What happens during a turn, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnEvent {
@@ -169,6 +181,16 @@ pub trait Agent: Send + Sync + 'static {
         thread_id: &str,
         turn_id: &str,
     ) -> BoxFuture<'static, Result<(), AgentError>>;
+    /// Adds input to the running turn `req.expected_turn_id`; resolves with
+    /// the turn that took it. `Refused` or `Unavailable`: it joined nothing.
+    fn steer_turn(&self, req: SteerRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let _ = req;
+        Box::pin(async {
+            Err(AgentError::Refused(
+                "this runtime cannot add input to a running turn".into(),
+            ))
+        })
+    }
     /// Answers a pending approval request.
     fn decide_approval(
         &self,

@@ -14,7 +14,8 @@ use super::rpc::{RpcConnection, RpcError};
 use super::settings::CodexSettings;
 use super::thread::{thread_setup, ThreadPolicy};
 use crate::agent::{
-    Agent, AgentError, ThreadRequest, ThreadTerms, TurnLookup, TurnRequest, TurnStarted,
+    Agent, AgentError, SteerRequest, ThreadRequest, ThreadTerms, TurnLookup, TurnRequest,
+    TurnStarted,
 };
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -222,6 +223,20 @@ impl Agent for CodexAgent {
                 .await
                 .map(|_| ())
                 .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn steer_turn(&self, req: SteerRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let this = self.clone();
+        async move {
+            this.steer(
+                &req.thread_id,
+                &req.expected_turn_id,
+                &req.text,
+                req.operation_id.as_str(),
+            )
+            .await
         }
         .boxed()
     }

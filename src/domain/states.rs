@@ -76,6 +76,9 @@ text_enum!(
     SendMode, "send mode" {
         /// Queued behind the session's running turn; starts the next turn.
         Enqueue = "enqueue",
+        /// Admitted into the running turn with `turn/steer`: the entry names
+        /// the turn it expects to be active (`expected_turn_id`).
+        Steer = "steer-running",
     }
 );
 

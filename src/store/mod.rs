@@ -32,6 +32,7 @@ pub mod repositories;
 pub mod sessions;
 pub mod stats;
 pub mod statuses;
+pub mod steer;
 pub mod tasks;
 pub mod transcripts;
 pub mod turns;

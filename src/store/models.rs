@@ -99,6 +99,8 @@ pub struct Task {
     /// What the comment asked besides an instruction (`@bot /stop`); `null`
     /// for an instruction.
     pub command: Option<Command>,
+    /// A steer's: the task whose running turn took it in.
+    pub steered_into: Option<TaskId>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -173,6 +175,10 @@ pub struct OutboxEntry {
     /// text); never logged.
     #[serde(skip)]
     pub command_argument: Option<String>,
+    /// The turn a `steer-running` entry expects to be active.
+    pub expected_turn_id: Option<String>,
+    /// The turn that accepted the steer.
+    pub accepted_turn_id: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

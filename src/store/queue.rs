@@ -4,10 +4,10 @@
 //! written live here too.
 
 use super::models::{Repository, Task};
-use super::schema::{repositories, tasks};
+use super::schema::{outbox_entries, repositories, tasks};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
-use crate::domain::states::RepoStatus;
+use crate::domain::states::{OutboxStatus, RepoStatus};
 use crate::domain::RepoKey;
 use crate::lifecycle::TaskState;
 use crate::with_conn;
@@ -116,6 +116,21 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
                 .optional()?;
             match next {
                 Some(t) if t.command.is_some_and(Command::is_turnless) => after = t.id,
+                // A steer being sent into the running turn, or held because
+                // nothing shows whether that turn took it, is not the
+                // queue's to start.
+                Some(t) if t.command == Some(Command::Steer) => {
+                    let waits: i64 = outbox_entries::table
+                        .filter(outbox_entries::task_id.eq(&t.task_id))
+                        .filter(outbox_entries::status.eq(OutboxStatus::Queued))
+                        .filter(outbox_entries::auto_drain.eq(true))
+                        .count()
+                        .get_result(c)?;
+                    if waits > 0 {
+                        break Some(t);
+                    }
+                    after = t.id
+                }
                 other => break other,
             }
         };

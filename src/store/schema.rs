@@ -179,6 +179,8 @@ diesel::table! {
         version -> Int8,
         command -> Nullable<Text>,
         command_argument -> Nullable<Text>,
+        expected_turn_id -> Nullable<Text>,
+        accepted_turn_id -> Nullable<Text>,
     }
 }
 
@@ -261,6 +263,7 @@ diesel::table! {
         created_at -> Text,
         updated_at -> Text,
         command -> Nullable<Text>,
+        steered_into -> Nullable<Text>,
     }
 }
 

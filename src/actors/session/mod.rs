@@ -19,6 +19,7 @@ mod drive;
 mod prompt;
 mod recover;
 mod reply;
+mod steer;
 mod transcript;
 mod trust;
 mod turn;
@@ -50,6 +51,12 @@ pub struct Drain;
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct RunCommands;
+
+/// A turn of the session began to run: a `/steer` waiting at the head of
+/// its queue may join it now.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct WakeSteer;
 
 /// Interrupt the task's turn (operator abort).
 #[derive(Message, Debug, Clone)]
@@ -101,6 +108,8 @@ pub(super) struct Signals {
     abort: Arc<tokio::sync::Notify>,
     /// An approval of the driven task was decided.
     approval: Arc<tokio::sync::Notify>,
+    /// The actor's steer lane, told when a turn begins to run.
+    steer: Option<Recipient<WakeSteer>>,
 }
 
 impl Signals {
@@ -146,6 +155,13 @@ impl Signals {
         }
     }
 
+    /// A turn began to run: wake the steer lane.
+    fn turn_running(&self) {
+        if let Some(steer) = &self.steer {
+            steer.do_send(WakeSteer);
+        }
+    }
+
     fn status(&self, status: SessionActorStatus) {
         if let Ok(mut h) = self.health.lock() {
             h.status = status;
@@ -163,6 +179,8 @@ pub struct SessionActor {
     lane: LaneState,
     /// The command lane: busy and follow-up as the drain lane's.
     commands: LaneState,
+    /// The steer lane: busy and follow-up as the drain lane's.
+    steer: LaneState,
     signals: Signals,
     last_activity: Instant,
 }
@@ -184,11 +202,13 @@ impl SessionActor {
             backlog,
             lane: LaneState::default(),
             commands: LaneState::default(),
+            steer: LaneState::default(),
             signals: Signals {
                 health: health.clone(),
                 active: Arc::new(Mutex::new(ActiveTurn::default())),
                 abort: Arc::new(tokio::sync::Notify::new()),
                 approval: Arc::new(tokio::sync::Notify::new()),
+                steer: None,
             },
             health,
             last_activity: Instant::now(),
@@ -287,6 +307,51 @@ impl SessionActor {
         }));
     }
 
+    /// Runs a steer pass, or marks a follow-up when one is running.
+    fn run_steer(&mut self, ctx: &mut Context<Self>) {
+        self.last_activity = Instant::now();
+        if self.steer.busy {
+            self.steer.followup = true;
+            return;
+        }
+        self.steer.busy = true;
+        self.steer.passes += 1;
+        let fut = steer::run(self.deps.clone(), self.session_key.clone());
+        ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
+            act.last_activity = Instant::now();
+            act.steer.busy = false;
+            match result {
+                Ok(Ok(pass)) => {
+                    if pass.released {
+                        // Back in the queue: the repository starts it as a
+                        // turn of its own once nothing holds it.
+                        act.registry.do_send(TaskSettled {
+                            repo_key: act.repo_key.clone(),
+                        });
+                    }
+                    if pass.retry_later {
+                        ctx.run_later(COMMAND_RETRY, |act, ctx| act.run_steer(ctx));
+                    }
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(session.key = %act.session_key, error = %e, "steer pass failed on the store; retrying");
+                    act.update_health(|h| h.last_error = Some(e.to_string()));
+                    ctx.run_later(Duration::from_secs(1), |act, ctx| act.run_steer(ctx));
+                }
+                Err(panic) => {
+                    tracing::error!(session.key = %act.session_key, panic = %panic, "session actor panic in a steer; restarting it");
+                    act.update_health(|h| h.last_error = Some(format!("panic: {panic}")));
+                    ctx.stop();
+                    return;
+                }
+            }
+            if act.steer.followup {
+                act.steer.followup = false;
+                act.run_steer(ctx);
+            }
+        }));
+    }
+
     fn drain(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         if self.lane.busy {
@@ -356,10 +421,12 @@ impl Actor for SessionActor {
             h.starts += 1;
             h.status = SessionActorStatus::Idle;
         });
+        self.signals.steer = Some(ctx.address().recipient());
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
         self.drain(ctx);
         self.run_commands(ctx);
+        self.run_steer(ctx);
     }
 }
 
@@ -367,6 +434,7 @@ impl Supervised for SessionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         self.lane = LaneState::default();
         self.commands = LaneState::default();
+        self.steer = LaneState::default();
         crate::metrics::actor_restart("session");
         self.update_health(|h| {
             h.restarts += 1;
@@ -388,9 +456,20 @@ impl Handler<Drain> for SessionActor {
 impl Handler<RunCommands> for SessionActor {
     type Result = ();
 
+    /// Both lanes that act outside the repository's queue: the turnless
+    /// commands and the steers.
     fn handle(&mut self, _: RunCommands, ctx: &mut Self::Context) {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         self.run_commands(ctx);
+        self.run_steer(ctx);
+    }
+}
+
+impl Handler<WakeSteer> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: WakeSteer, ctx: &mut Self::Context) {
+        self.run_steer(ctx);
     }
 }
 
@@ -415,6 +494,7 @@ impl Handler<StopIfIdle> for SessionActor {
     fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
         if !self.lane.busy
             && !self.commands.busy
+            && !self.steer.busy
             && self.last_activity.elapsed() >= self.deps.settings.session_idle
         {
             self.registry.do_send(SessionIdle {

@@ -164,6 +164,7 @@ impl TaskDrive {
         if self.turn.timer.is_none() {
             self.turn.timer = Some(crate::metrics::TurnTimer::start());
             self.signals.turn(self.turn.thread_id.as_deref(), &turn_id);
+            self.signals.turn_running();
         }
         let result = self.next_turn_event(&turn_id, &mut events).await;
         self.turn.events = Some(events);
@@ -236,11 +237,12 @@ impl TaskDrive {
                 }
                 TurnEvent::Delivered { seq, client_id } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
-                    let (tu, op) = (turn_id.to_owned(), self.operation_id.clone());
-                    let ours = op
-                        .as_ref()
-                        .filter(|op| client_id.as_deref() == Some(op.as_str()))
-                        .cloned();
+                    let tu = turn_id.to_owned();
+                    // The turn's own operation, or a steer this turn took in:
+                    // either way, Codex recorded it here.
+                    let ours = client_id
+                        .as_deref()
+                        .and_then(|id| crate::domain::OperationId::parse(id).ok());
                     self.deps
                         .store
                         .write(move |c| {

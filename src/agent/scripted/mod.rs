@@ -5,7 +5,10 @@
 //! (here, a tokio task) whether or not its events are consumed, and its
 //! outcome is kept as history for [`Agent::lookup_turn`].
 
-use super::{Agent, AgentError, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted};
+use super::{
+    Agent, AgentError, SteerRequest, ThreadRequest, TurnEvent, TurnLookup, TurnRequest,
+    TurnStarted,
+};
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -47,6 +50,8 @@ struct Inner {
     /// The terms of every `ensure_thread` and `start_turn`: (thread id, terms).
     terms: Vec<(Option<String>, super::ThreadTerms)>,
     interrupts: Vec<String>,
+    /// Every steer a running turn took: (turn id, operation id, instruction).
+    steers: Vec<(String, String, String)>,
     ends: Vec<(String, Instant)>,
     /// operation id → what the "thread history" says.
     history: HashMap<String, TurnLookup>,
@@ -185,6 +190,14 @@ impl ScriptedAgent {
         self.inner
             .lock()
             .map(|i| i.decisions.clone())
+            .unwrap_or_default()
+    }
+
+    /// The steers running turns took: (turn id, operation id, instruction).
+    pub fn steers(&self) -> Vec<(String, String, String)> {
+        self.inner
+            .lock()
+            .map(|i| i.steers.clone())
             .unwrap_or_default()
     }
 
@@ -462,6 +475,53 @@ impl Agent for ScriptedAgent {
             let _ = stop.send(());
         }
         async { Ok(()) }.boxed()
+    }
+
+    /// Joins the turn if it is still live. The steer's script (chosen by its
+    /// text, as a turn's) says how the answer comes: `Unavailable` refuses it
+    /// before sending, `Uncertain` takes it in but loses the answer, `Slow`
+    /// answers late.
+    fn steer_turn(&self, req: SteerRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let script = self.script_for(&req.text);
+        let inner = self.inner.clone();
+        async move {
+            match script.start {
+                StartBehaviour::Unavailable => {
+                    return Err(AgentError::Unavailable(
+                        "scripted: refused before sending".into(),
+                    ))
+                }
+                StartBehaviour::Slow(d) => tokio::time::sleep(d).await,
+                StartBehaviour::Accept | StartBehaviour::Uncertain => {}
+            }
+            let mut i = inner
+                .lock()
+                .map_err(|_| AgentError::Unavailable("scripted: poisoned".into()))?;
+            if !i.live.contains_key(&req.expected_turn_id) {
+                return Err(AgentError::Unavailable(format!(
+                    "no active turn to steer (expected {})",
+                    req.expected_turn_id
+                )));
+            }
+            i.steers.push((
+                req.expected_turn_id.clone(),
+                req.operation_id.to_string(),
+                instruction(&req.text).to_owned(),
+            ));
+            i.remember(
+                req.operation_id.as_str(),
+                TurnLookup::Running {
+                    turn_id: req.expected_turn_id.clone(),
+                },
+            );
+            match script.start {
+                StartBehaviour::Uncertain => Err(AgentError::Uncertain(
+                    "scripted: pipe closed after sending".into(),
+                )),
+                _ => Ok(req.expected_turn_id),
+            }
+        }
+        .boxed()
     }
 
     fn decide_approval(

@@ -99,6 +99,16 @@ pub fn late_edit(task: &crate::domain::TaskId) -> String {
     )
 }
 
+/// The one answer of a steer the running turn took in.
+pub fn steered(into: Option<&crate::domain::TaskId>) -> String {
+    match into {
+        Some(task) => format!(
+            "➕ Added to the work under way (task `{task}`): its answer covers this comment too."
+        ),
+        None => "➕ Added to the work under way: its answer covers this comment too.".to_owned(),
+    }
+}
+
 /// The answer's Markdown, without the marker (the worker adds it).
 pub fn text(answer: &Answer, command: Command, bot: &str) -> String {
     match answer {
