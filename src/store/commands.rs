@@ -60,15 +60,17 @@ pub fn next_command(
     Ok(Some((task, argument.flatten())))
 }
 
-/// Sessions with a queued turnless command or a comment change to decide
-/// on (the registry's sweep: work accepted by a process that died, or by
-/// another instance).
+/// Sessions with a queued turnless command or steer, or a comment change to
+/// decide on (the registry's sweep: work accepted by a process that died,
+/// or by another instance).
 pub fn sessions_with_commands(
     conn: &mut DbConn,
 ) -> Result<Vec<(ResourceKey, RepoKey)>, StoreError> {
+    let mut lane_commands = turnless_names();
+    lane_commands.push(Command::Steer.as_str());
     let mut sessions: Vec<(ResourceKey, RepoKey)> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
-        .filter(tasks::command.eq_any(turnless_names()))
+        .filter(tasks::command.eq_any(lane_commands))
         .select((tasks::session_key, tasks::repo_key))
         .distinct()
         .load(c))?;

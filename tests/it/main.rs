@@ -49,6 +49,7 @@ mod schema;
 mod session;
 mod stats;
 mod statuses;
+mod steer;
 mod support;
 mod testapp;
 mod transcripts;

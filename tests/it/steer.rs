@@ -1,0 +1,300 @@
+//! The steer lane, end to end in process on a real SQLite store with the
+//! scripted runtime: a `/steer` at the head of its session's queue joins the
+//! running turn (never a turn of its own), one that finds no run becomes an
+//! ordinary turn, and one whose delivery cannot be proven is held, never
+//! sent twice.
+
+use super::actors::{request, settings, Harness};
+use crate::support::poll_until_async;
+use codex_bridge::actors::registry::RunCommands;
+use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
+use codex_bridge::domain::states::{OutboxStatus, SendMode};
+use codex_bridge::domain::TaskId;
+use codex_bridge::lifecycle::TaskState;
+use codex_bridge::store::models::OutboxEntry;
+use codex_bridge::store::{commands, comments, ingest, steer};
+use std::time::Duration;
+
+fn run<F: std::future::Future<Output = ()>>(f: F) {
+    actix::System::new().block_on(f);
+}
+
+fn runtime() -> ScriptedAgent {
+    let rt = ScriptedAgent::new();
+    rt.on("hang", Script::steps(vec![Step::Progress("x"), Step::Hang]));
+    // A turn that ends by itself after a while.
+    rt.on(
+        "brief",
+        Script::steps(vec![
+            Step::Progress("x"),
+            Step::Sleep(Duration::from_secs(2)),
+            Step::Complete("brief done".into()),
+        ]),
+    );
+    // A steer whose answer arrives after the turn it names has ended.
+    rt.on(
+        "latecomer",
+        Script {
+            start: StartBehaviour::Slow(Duration::from_secs(3)),
+            steps: vec![Step::Complete("late done".into())],
+        },
+    );
+    // A steer the turn takes in, whose answer is lost on the way back.
+    rt.on(
+        "unsure",
+        Script {
+            start: StartBehaviour::Uncertain,
+            steps: vec![Step::Complete("unsure done".into())],
+        },
+    );
+    rt
+}
+
+async fn audit_actions(h: &Harness, task: &TaskId) -> Vec<String> {
+    h.detail(task)
+        .await
+        .audit
+        .into_iter()
+        .map(|a| a.action)
+        .collect()
+}
+
+async fn entry(h: &Harness, task: &TaskId) -> OutboxEntry {
+    h.detail(task).await.outbox.expect("the task's outbox entry")
+}
+
+#[test]
+fn a_steer_joins_the_running_turn_and_its_task_names_that_task() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let steer = h
+            .comment("widgets", 1, 2, "@ccbot /steer also fix the docs")
+            .await;
+        h.wait_state(&steer, TaskState::Succeeded).await;
+
+        let turn = h.detail(&running).await.task.turn_id.expect("a turn");
+        let d = h.detail(&steer).await;
+        assert_eq!(d.task.steered_into.as_ref(), Some(&running));
+        let e = d.outbox.clone().expect("an entry");
+        assert_eq!(e.mode, SendMode::Steer);
+        assert_eq!(e.expected_turn_id.as_deref(), Some(turn.as_str()));
+        assert_eq!(e.accepted_turn_id.as_deref(), Some(turn.as_str()));
+        // The ledger's acceptance names the turn that took it in.
+        assert_eq!(d.ledger.len(), 1, "{:?}", d.ledger);
+        assert_eq!(d.ledger[0].operation_id, e.operation_id);
+        assert_eq!(d.ledger[0].turn_id.as_deref(), Some(turn.as_str()));
+        assert_ne!(d.ledger[0].status, "sending");
+        // The runtime got one steer, into that turn, with the comment in it;
+        // it started no turn for it.
+        let steers = h.runtime.steers();
+        assert_eq!(steers.len(), 1, "{steers:?}");
+        assert_eq!(steers[0].0, turn);
+        assert_eq!(steers[0].1, e.operation_id.as_str());
+        assert!(steers[0].2.contains("also fix the docs"), "{steers:?}");
+        assert_eq!(h.runtime.calls().len(), 1, "{:?}", h.runtime.calls());
+        assert!(d.turns.is_empty(), "a steer has no turn of its own");
+        // One answer tells the thread where it went; the run goes on.
+        let key = commands::answer_key(&steer);
+        let row = h
+            .store
+            .read(move |c| comments::find(c, &key))
+            .await
+            .unwrap()
+            .expect("an answer row");
+        assert!(
+            row.body.unwrap_or_default().contains(running.as_str()),
+            "the answer names the task it joined"
+        );
+        assert_eq!(h.state(&running).await, TaskState::Running);
+        let actions = audit_actions(&h, &steer).await;
+        assert!(
+            actions.contains(&"steer.admitted".to_owned())
+                && actions.contains(&"steer.accepted".to_owned()),
+            "{actions:?}"
+        );
+    });
+}
+
+#[test]
+fn a_steer_with_no_run_is_an_ordinary_turn() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let steer = h
+            .comment("widgets", 1, 1, "@ccbot /steer look at the parser")
+            .await;
+        h.wait_state(&steer, TaskState::Succeeded).await;
+        assert!(h.runtime.steers().is_empty());
+        let calls = h.runtime.calls();
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert!(calls[0].text.contains("look at the parser"));
+        let d = h.detail(&steer).await;
+        assert_eq!(d.task.steered_into, None);
+        assert_eq!(d.turns.len(), 1);
+        assert_eq!(d.outbox.expect("an entry").mode, SendMode::Enqueue);
+    });
+}
+
+#[test]
+fn a_steer_behind_a_waiting_message_waits_and_then_runs_as_its_own_turn() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let second = h.comment("widgets", 1, 2, "@ccbot second").await;
+        let steer = h.comment("widgets", 1, 3, "@ccbot /steer third").await;
+        // Stopping the run lets the queue go on: the waiting message first,
+        // then the steer, each as a turn of its own.
+        let stop = h.comment("widgets", 1, 4, "@ccbot /stop").await;
+        h.wait_state(&stop, TaskState::Succeeded).await;
+        h.wait_all(&[second.clone(), steer.clone()], TaskState::Succeeded)
+            .await;
+        assert!(h.runtime.steers().is_empty(), "{:?}", h.runtime.steers());
+        let texts: Vec<String> = h.runtime.calls().into_iter().map(|c| c.text).collect();
+        assert_eq!(texts.len(), 3, "{texts:?}");
+        assert!(texts[1].contains("second") && texts[2].contains("third"), "{texts:?}");
+    });
+}
+
+#[test]
+fn a_steer_whose_run_ended_before_it_was_admitted_goes_back_to_the_queue() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot brief").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let steer = h
+            .comment("widgets", 1, 2, "@ccbot /steer latecomer")
+            .await;
+        // The steer lane admitted it into the running turn…
+        let id = steer.clone();
+        let admitted = poll_until_async(Duration::from_secs(10), || {
+            let id = id.clone();
+            let store = h.store.clone();
+            async move {
+                store
+                    .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
+                    .await
+                    .unwrap()
+                    .is_some_and(|e| e.status == OutboxStatus::Sending)
+            }
+        })
+        .await;
+        assert!(admitted, "the steer was never admitted into the running turn");
+        // …but the turn ended before the answer: it joined nothing, went back
+        // to the queue, and ran as a turn of its own after the run.
+        h.wait_state(&running, TaskState::Succeeded).await;
+        h.wait_state(&steer, TaskState::Succeeded).await;
+        assert!(h.runtime.steers().is_empty(), "{:?}", h.runtime.steers());
+        let actions = audit_actions(&h, &steer).await;
+        assert!(
+            actions.contains(&"steer.not_admitted".to_owned()),
+            "{actions:?}"
+        );
+        let d = h.detail(&steer).await;
+        assert_eq!(d.task.steered_into, None);
+        assert_eq!(d.turns.len(), 1, "its own turn");
+        // The same operation, sent once: the released claim left no trace
+        // that would refuse the turn's own `sending`.
+        assert_eq!(d.ledger.len(), 1, "{:?}", d.ledger);
+        assert_eq!(d.ledger[0].turn_id, d.task.turn_id);
+        assert_eq!(d.outbox.expect("an entry").mode, SendMode::Enqueue);
+    });
+}
+
+#[test]
+fn an_uncertain_steer_is_proven_from_the_thread_history() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let steer = h.comment("widgets", 1, 2, "@ccbot /steer unsure").await;
+        h.wait_state(&steer, TaskState::Succeeded).await;
+        let d = h.detail(&steer).await;
+        assert_eq!(d.task.steered_into.as_ref(), Some(&running));
+        assert_eq!(h.runtime.steers().len(), 1, "sent once");
+        assert_eq!(h.runtime.calls().len(), 1, "no turn of its own");
+    });
+}
+
+#[test]
+fn a_commenter_who_may_not_trigger_work_cannot_steer() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        h.verifier.denied.lock().unwrap().push("mallory".into());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let steer = h
+            .comment_as("mallory", "widgets", 1, 2, "@ccbot /steer rm -rf")
+            .await;
+        h.wait_state(&steer, TaskState::Rejected).await;
+        assert!(h.runtime.steers().is_empty());
+        assert_eq!(h.runtime.calls().len(), 1);
+        assert_eq!(
+            h.detail(&steer).await.task.error_code.as_deref(),
+            Some("permission_denied")
+        );
+    });
+}
+
+/// A send that began before a crash (the entry `sending`, the ledger's row
+/// written, no answer recorded) is looked up in the thread, never sent
+/// again; the history does not show it, so it is held, and the queue does
+/// not start it either.
+#[test]
+fn a_steer_found_sending_after_a_crash_is_held_and_never_sent_again() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let run_task = h.detail(&running).await.task;
+        // Accepted by the webhook, admitted by a process that died before it
+        // sent anything: written as that process left it, with no wake-up.
+        let req = request("widgets", 1, 2, "@ccbot /steer crashed");
+        let out = h.store.write(move |c| ingest::ingest(c, &req)).await.unwrap();
+        let ingest::IngestOutcome::Accepted { task_id: steer, .. } = out else {
+            panic!("not accepted: {out:?}")
+        };
+        let e = entry(&h, &steer).await;
+        let version = h.detail(&steer).await.task.state_version;
+        let (thread, turn) = (run_task.thread_id.unwrap(), run_task.turn_id.unwrap());
+        h.store
+            .write(move |c| steer::admit(c, &e, version, &thread, &turn))
+            .await
+            .unwrap();
+        h.registry.do_send(RunCommands {
+            session_key: run_task.session_key.clone(),
+            repo_key: run_task.repo_key.clone(),
+        });
+        let id = steer.clone();
+        let held = poll_until_async(Duration::from_secs(10), || {
+            let id = id.clone();
+            let store = h.store.clone();
+            async move {
+                store
+                    .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
+                    .await
+                    .unwrap()
+                    .is_some_and(|e| !e.auto_drain)
+            }
+        })
+        .await;
+        assert!(held, "the steer was never held");
+        let held = entry(&h, &steer).await;
+        assert_eq!(held.hold_reason.as_deref(), Some("steer_unconfirmed"));
+        assert_eq!(held.status, OutboxStatus::Queued);
+        assert!(h.runtime.steers().is_empty(), "never sent again");
+        // With the run stopped, the queue passes the held steer by: the next
+        // message runs, the steer stays queued for an operator.
+        let stop = h.comment("widgets", 1, 3, "@ccbot /stop").await;
+        h.wait_state(&running, TaskState::Aborted).await;
+        let next = h.comment("widgets", 1, 4, "@ccbot after").await;
+        h.wait_state(&next, TaskState::Succeeded).await;
+        h.wait_state(&stop, TaskState::Succeeded).await;
+        assert_eq!(h.state(&steer).await, TaskState::Queued);
+        assert!(h.runtime.steers().is_empty());
+        assert_eq!(h.runtime.calls().len(), 2, "{:?}", h.runtime.calls());
+        let actions = audit_actions(&h, &steer).await;
+        assert!(actions.contains(&"steer.held".to_owned()), "{actions:?}");
+    });
+}
