@@ -60,7 +60,10 @@ async fn audit_actions(h: &Harness, task: &TaskId) -> Vec<String> {
 }
 
 async fn entry(h: &Harness, task: &TaskId) -> OutboxEntry {
-    h.detail(task).await.outbox.expect("the task's outbox entry")
+    h.detail(task)
+        .await
+        .outbox
+        .expect("the task's outbox entry")
 }
 
 #[test]
@@ -153,7 +156,10 @@ fn a_steer_behind_a_waiting_message_waits_and_then_runs_as_its_own_turn() {
         assert!(h.runtime.steers().is_empty(), "{:?}", h.runtime.steers());
         let texts: Vec<String> = h.runtime.calls().into_iter().map(|c| c.text).collect();
         assert_eq!(texts.len(), 3, "{texts:?}");
-        assert!(texts[1].contains("second") && texts[2].contains("third"), "{texts:?}");
+        assert!(
+            texts[1].contains("second") && texts[2].contains("third"),
+            "{texts:?}"
+        );
     });
 }
 
@@ -163,9 +169,7 @@ fn a_steer_whose_run_ended_before_it_was_admitted_goes_back_to_the_queue() {
         let h = Harness::start(runtime(), settings());
         let running = h.comment("widgets", 1, 1, "@ccbot brief").await;
         h.wait_state(&running, TaskState::Running).await;
-        let steer = h
-            .comment("widgets", 1, 2, "@ccbot /steer latecomer")
-            .await;
+        let steer = h.comment("widgets", 1, 2, "@ccbot /steer latecomer").await;
         // The steer lane admitted it into the running turn…
         let id = steer.clone();
         let admitted = poll_until_async(Duration::from_secs(10), || {
@@ -180,7 +184,10 @@ fn a_steer_whose_run_ended_before_it_was_admitted_goes_back_to_the_queue() {
             }
         })
         .await;
-        assert!(admitted, "the steer was never admitted into the running turn");
+        assert!(
+            admitted,
+            "the steer was never admitted into the running turn"
+        );
         // …but the turn ended before the answer: it joined nothing, went back
         // to the queue, and ran as a turn of its own after the run.
         h.wait_state(&running, TaskState::Succeeded).await;
@@ -251,7 +258,11 @@ fn a_steer_found_sending_after_a_crash_is_held_and_never_sent_again() {
         // Accepted by the webhook, admitted by a process that died before it
         // sent anything: written as that process left it, with no wake-up.
         let req = request("widgets", 1, 2, "@ccbot /steer crashed");
-        let out = h.store.write(move |c| ingest::ingest(c, &req)).await.unwrap();
+        let out = h
+            .store
+            .write(move |c| ingest::ingest(c, &req))
+            .await
+            .unwrap();
         let ingest::IngestOutcome::Accepted { task_id: steer, .. } = out else {
             panic!("not accepted: {out:?}")
         };

@@ -6,8 +6,7 @@
 //! outcome is kept as history for [`Agent::lookup_turn`].
 
 use super::{
-    Agent, AgentError, SteerRequest, ThreadRequest, TurnEvent, TurnLookup, TurnRequest,
-    TurnStarted,
+    Agent, AgentError, SteerRequest, ThreadRequest, TurnEvent, TurnLookup, TurnRequest, TurnStarted,
 };
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use futures_util::future::BoxFuture;

@@ -227,7 +227,16 @@ mod tests {
             ]),
         )
             .prop_map(
-                |(state, state_version, entry_status, auto_drain, sent_thread, head, run, permission)| {
+                |(
+                    state,
+                    state_version,
+                    entry_status,
+                    auto_drain,
+                    sent_thread,
+                    head,
+                    run,
+                    permission,
+                )| {
                     SteerSnapshot {
                         state,
                         state_version,
@@ -245,7 +254,8 @@ mod tests {
     fn event() -> impl Strategy<Value = SteerEvent> {
         prop_oneof![
             Just(SteerEvent::Woken),
-            "turn-[a-c]".prop_map(|turn_id| SteerEvent::Answered(SteerAnswer::Accepted { turn_id })),
+            "turn-[a-c]"
+                .prop_map(|turn_id| SteerEvent::Answered(SteerAnswer::Accepted { turn_id })),
             Just(SteerEvent::Answered(SteerAnswer::NotAdmitted)),
             Just(SteerEvent::Answered(SteerAnswer::Uncertain)),
             "turn-[a-c]".prop_map(|turn_id| SteerEvent::History(Found::Turn { turn_id })),

@@ -13,8 +13,8 @@ use super::prompt::steer_prompt;
 use super::ActorDeps;
 use crate::agent::{AgentError, SteerRequest, TurnLookup};
 use crate::domain::states::OutboxStatus;
-use crate::domain::TaskId;
 use crate::domain::ResourceKey;
+use crate::domain::TaskId;
 use crate::forge::TriggerCheck;
 use crate::store::models::OutboxEntry;
 use crate::store::steer::{self, SteerHead, STALE};
@@ -46,11 +46,7 @@ pub(super) async fn run(
     let mut stale_in_a_row = 0;
     loop {
         let key = session_key.clone();
-        let Some(head) = deps
-            .store
-            .read(move |c| steer::next_steer(c, &key))
-            .await?
-        else {
+        let Some(head) = deps.store.read(move |c| steer::next_steer(c, &key)).await? else {
             return Ok(pass);
         };
         let permission = permission(&deps, &head).await;
@@ -63,7 +59,10 @@ pub(super) async fn run(
             tracing::debug!(task.id = %head.task.task_id, decided_on = d.expected_version, step = ?d.step, "steer decision");
             match commit(&deps, &head, &mut entry, &d).await {
                 Ok(()) => {}
-                Err(StoreError::Refused { code: STALE, message }) => {
+                Err(StoreError::Refused {
+                    code: STALE,
+                    message,
+                }) => {
                     tracing::info!(task.id = %head.task.task_id, %message, "steer decision made on moved facts; deciding again");
                     break Rested::Stale;
                 }
