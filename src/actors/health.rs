@@ -118,9 +118,12 @@ pub struct SessionHealth {
     pub thread_id: Option<String>,
     pub active_task: Option<TaskId>,
     pub active_turn: Option<String>,
-    /// The drain lane that starts turns for queued work, one at a time
-    /// (`normal`: steering, when it comes, gets a lane of its own).
+    /// The drain lane that starts turns for queued work, one at a time.
     pub normal_lane: LaneHealth,
+    /// The lane that sends a `/steer` into the running turn.
+    pub steer_lane: LaneHealth,
+    /// The lane that carries out turnless commands and comment changes.
+    pub command_lane: LaneHealth,
     pub outbox_depth: i64,
     pub mailbox_backlog: i64,
     pub starts: u64,

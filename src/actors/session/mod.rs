@@ -89,6 +89,15 @@ struct LaneState {
     passes: u64,
 }
 
+impl LaneState {
+    /// The lane as the health view shows it.
+    fn show(&self, to: &mut super::health::LaneHealth) {
+        to.busy = self.busy;
+        to.followup = self.followup;
+        to.passes = self.passes;
+    }
+}
+
 /// The turn a drive follows, shared so `Abort` can reach it.
 #[derive(Debug, Clone, Default)]
 struct ActiveTurn {
@@ -218,9 +227,9 @@ impl SessionActor {
     fn update_health(&self, f: impl FnOnce(&mut SessionHealth)) {
         if let Ok(mut h) = self.health.lock() {
             f(&mut h);
-            h.normal_lane.busy = self.lane.busy;
-            h.normal_lane.followup = self.lane.followup;
-            h.normal_lane.passes = self.lane.passes;
+            self.lane.show(&mut h.normal_lane);
+            self.steer.show(&mut h.steer_lane);
+            self.commands.show(&mut h.command_lane);
             h.last_event_at = Some(now());
         }
     }
@@ -266,6 +275,7 @@ impl SessionActor {
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             act.commands.busy = false;
+            act.update_health(|_| {});
             match result {
                 Ok(Ok(pass)) => {
                     for task_id in &pass.stopped {
@@ -320,6 +330,7 @@ impl SessionActor {
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             act.steer.busy = false;
+            act.update_health(|_| {});
             match result {
                 Ok(Ok(pass)) => {
                     if pass.released {

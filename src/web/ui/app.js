@@ -241,6 +241,8 @@ function renderActors() {
             s.activeTurn ? h("span", { class: "small mono hide-narrow" }, "turn " + s.activeTurn) : null),
           h("div", { class: "facts" },
             lane("normal lane", s.normalLane || {}),
+            lane("steer lane", s.steerLane || {}),
+            lane("command lane", s.commandLane || {}),
             h("span", {}, "outbox: ", h("b", {}, s.outboxDepth)),
             h("span", {}, "mailbox: ", h("b", {}, s.mailboxBacklog)),
             h("span", {}, "restarts: ", h("b", {}, s.restarts)),
