@@ -47,6 +47,9 @@ pub struct ActorSettings {
     /// How long an interrupt may take to be confirmed before the runtime is
     /// reset and the task marked `needs_reconciliation` (15 s by default).
     pub interrupt_grace: Duration,
+    /// How long an `/interrupt` waits for the run it stopped to settle
+    /// before it goes back to the queue's order (10 s by default).
+    pub interrupt_settle: Duration,
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
@@ -93,6 +96,7 @@ impl ActorSettings {
             history_wait: Duration::from_secs(600),
             turn_timeout: Duration::from_secs(1800),
             interrupt_grace: Duration::from_secs(15),
+            interrupt_settle: Duration::from_secs(10),
             approval_timeout: Duration::from_secs(600),
             approval_policy: ApprovalPolicy::Never,
             sandbox: Sandbox::DangerFullAccess,

@@ -191,6 +191,20 @@ pub trait Agent: Send + Sync + 'static {
             ))
         })
     }
+    /// Drops `before_turn_id` and every later turn from the thread's
+    /// history (`/replace`). Files those turns changed stay as they are.
+    fn revert_thread(
+        &self,
+        thread_id: &str,
+        before_turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let _ = (thread_id, before_turn_id);
+        Box::pin(async {
+            Err(AgentError::Refused(
+                "this runtime cannot revert a thread's turns".into(),
+            ))
+        })
+    }
     /// Answers a pending approval request.
     fn decide_approval(
         &self,

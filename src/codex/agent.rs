@@ -6,8 +6,8 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    ThreadItem, ThreadResume, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView,
-    TurnStart, TurnStatus, TurnSteer, UserInput,
+    ThreadItem, ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt,
+    TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
@@ -220,6 +220,30 @@ impl Agent for CodexAgent {
                 turn_id: turn,
             };
             conn.call(&interrupt, this.settings().request_timeout)
+                .await
+                .map(|_| ())
+                .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn revert_thread(
+        &self,
+        thread_id: &str,
+        before_turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let (this, thread, turn) = (
+            self.clone(),
+            thread_id.to_owned(),
+            before_turn_id.to_owned(),
+        );
+        async move {
+            let conn = this.connection().await?;
+            let revert = ThreadRevert {
+                thread_id: thread,
+                before_turn_id: turn,
+            };
+            conn.call(&revert, this.settings().request_timeout)
                 .await
                 .map(|_| ())
                 .map_err(rpc_to_runtime)

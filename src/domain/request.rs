@@ -1,7 +1,7 @@
 //! What the webhook hands to the store: a verified delivery, normalised into
 //! the repository, the Issue/PR and what the event means.
 
-use super::command::{Command, CommandLine};
+use super::command::CommandLine;
 use super::keys::{KeyError, RepoKey, ResourceKey, ResourceKind};
 
 /// A repository as the webhook names it. The key folds case; `owner` and
@@ -99,13 +99,14 @@ pub struct IngestRequest {
 
 impl IngestRequest {
     /// The session this request gives work to at once, outside the
-    /// repository's queue: a turnless command to carry out, a steer for the
-    /// running turn, or an edit or deletion of a comment to decide on.
+    /// repository's queue: a turnless command to carry out, a steer,
+    /// interrupt or replace for the running turn, or an edit or deletion of
+    /// a comment to decide on.
     pub fn session_to_wake(&self) -> Option<(ResourceKey, RepoKey)> {
         let wakes = match &self.intent {
             Intent::Trigger { command, .. } => command
                 .as_ref()
-                .is_some_and(|c| c.command.is_turnless() || c.command == Command::Steer),
+                .is_some_and(|c| c.command.is_turnless() || c.command.carries_text()),
             Intent::Edit { .. } | Intent::Delete { .. } => true,
             Intent::Ignore { .. } => false,
         };

@@ -79,6 +79,12 @@ text_enum!(
         /// Admitted into the running turn with `turn/steer`: the entry names
         /// the turn it expects to be active (`expected_turn_id`).
         Steer = "steer-running",
+        /// Stops the running turn and starts once it settled, before the
+        /// queue (`/interrupt`).
+        Interrupt = "interrupt-running",
+        /// As `Interrupt`, and the stopped turn is dropped from the thread's
+        /// history first (`/replace`).
+        Replace = "replace-latest",
     }
 );
 

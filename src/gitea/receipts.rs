@@ -73,6 +73,7 @@ pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> 
         "received" => format!("👀 Received. I am working on it and will answer in this thread.\n\n<sub>codex-bridge task `{task_id}`</sub>"),
         "failed" => format!("❌ This task failed{code}. It will not be retried automatically. {look}"),
         "timed_out" => format!("⏱️ This task ran past its time limit and was stopped{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),
+        "aborted" if error_code == Some("superseded") => format!("⏭️ Stopped for a newer request in this thread, which runs next. Files may have been changed in the workspace; nothing was rolled back. {look}"),
         "aborted" => format!("🛑 An operator stopped this task{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),
         "failed_reply" => format!("⚠️ The work finished, but its answer could not be posted or confirmed in this thread{code}. {look}"),
         "needs_reconciliation" => format!("⏸️ This task is held for an operator{code}: the bridge cannot prove what the agent did, so it will not run it again by itself. New requests on this repository wait until it is reconciled. {look}"),

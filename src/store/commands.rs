@@ -60,14 +60,19 @@ pub fn next_command(
     Ok(Some((task, argument.flatten())))
 }
 
-/// Sessions with a queued turnless command or steer, or a comment change to
-/// decide on (the registry's sweep: work accepted by a process that died,
+/// Sessions with a queued command their lanes act on (a turnless one, a
+/// steer, an interrupt or replace), or a comment change to decide on (the registry's sweep: work accepted by a process that died,
 /// or by another instance).
 pub fn sessions_with_commands(
     conn: &mut DbConn,
 ) -> Result<Vec<(ResourceKey, RepoKey)>, StoreError> {
-    let mut lane_commands = turnless_names();
-    lane_commands.push(Command::Steer.as_str());
+    // Every command a session's own lanes act on: all but `/review`, which
+    // is a turn of its own.
+    let lane_commands: Vec<&str> = Command::ALL
+        .into_iter()
+        .filter(|c| c.is_turnless() || c.carries_text())
+        .map(Command::as_str)
+        .collect();
     let mut sessions: Vec<(ResourceKey, RepoKey)> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
         .filter(tasks::command.eq_any(lane_commands))

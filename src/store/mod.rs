@@ -25,6 +25,7 @@ pub mod comments;
 pub mod control;
 pub mod health;
 pub mod ingest;
+pub mod interrupt;
 pub mod leases;
 pub mod ledger;
 pub mod queue;

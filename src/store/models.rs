@@ -179,6 +179,12 @@ pub struct OutboxEntry {
     pub expected_turn_id: Option<String>,
     /// The turn that accepted the steer.
     pub accepted_turn_id: Option<String>,
+    /// `/interrupt`, `/replace`: the task whose run this message stopped.
+    pub supersedes: Option<TaskId>,
+    /// `/replace`: the turn dropped from the thread before this is sent.
+    pub revert_turn_id: Option<String>,
+    /// When that turn was dropped.
+    pub reverted_at: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

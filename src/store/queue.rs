@@ -35,6 +35,11 @@ fn names(states: &[TaskState]) -> Vec<&'static str> {
 /// that contains its condition as written, so this is never a bound parameter.
 pub const QUEUED: &str = "state = 'queued'";
 
+/// Queued messages that stopped a run to go first, as the literal condition
+/// of the partial index `outbox_send_now` (migration 2026-12-03-000017).
+pub const SEND_NOW: &str = "outbox_entries.mode IN ('interrupt-running', 'replace-latest') \
+     AND outbox_entries.status = 'queued'";
+
 /// The states a repository is asked about besides `queued` (those that hold it,
 /// and `retry_wait`), as the literal condition of the partial index
 /// `tasks_repo_active` (migration 2026-11-30-000008).
@@ -100,6 +105,21 @@ pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task
 /// repository.
 pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
     let at = now();
+    // A message that stopped its session's run goes first, once that run has
+    // settled (the repository is free only then).
+    let send_now: Option<Task> = with_conn!(conn, |c| tasks::table
+        .inner_join(outbox_entries::table.on(outbox_entries::task_id.eq(tasks::task_id)))
+        .filter(literal(SEND_NOW))
+        .filter(outbox_entries::auto_drain.eq(true))
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(tasks::state.eq(TaskState::Queued.as_str()))
+        .order(outbox_entries::id.asc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?;
+    if send_now.is_some() {
+        return Ok(send_now);
+    }
     let (queued, retry) = with_conn!(conn, |c| {
         // A turnless command is its session's to carry out, never the
         // queue's; it waits here only for the moments until its session

@@ -181,6 +181,9 @@ diesel::table! {
         command_argument -> Nullable<Text>,
         expected_turn_id -> Nullable<Text>,
         accepted_turn_id -> Nullable<Text>,
+        supersedes -> Nullable<Text>,
+        revert_turn_id -> Nullable<Text>,
+        reverted_at -> Nullable<Text>,
     }
 }
 

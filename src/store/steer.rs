@@ -93,11 +93,12 @@ fn is_steerable(t: &Task) -> bool {
         && t.turn_id.is_some()
 }
 
-/// `Refused { code: STALE }`: the steer task or its entry changed since the
-/// decision; nothing was written.
-pub const STALE: &str = "steer_stale";
+/// `Refused { code: STALE }`: the message's task or its entry changed since
+/// the decision; nothing was written. (The interrupt lane's writes use it
+/// too.)
+pub const STALE: &str = "message_stale";
 
-fn stale(what: String) -> StoreError {
+pub(super) fn stale(what: String) -> StoreError {
     StoreError::Refused {
         code: STALE,
         message: what,
@@ -108,7 +109,11 @@ fn stale(what: String) -> StoreError {
 /// update so that it takes the task's row lock: on PostgreSQL a claim by the
 /// repository that races this decision waits for it and then finds the entry
 /// changed (see [`claimable`]).
-fn unchanged(conn: &mut DbConn, task_id: &TaskId, version: i64) -> Result<(), StoreError> {
+pub(super) fn unchanged(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    version: i64,
+) -> Result<(), StoreError> {
     let at = now();
     let n = with_conn!(conn, |c| diesel::update(
         tasks::table
@@ -120,7 +125,7 @@ fn unchanged(conn: &mut DbConn, task_id: &TaskId, version: i64) -> Result<(), St
     .execute(c))?;
     if n == 0 {
         return Err(stale(format!(
-            "steer task {task_id} is no longer queued at version {version}"
+            "task {task_id} is no longer queued at version {version}"
         )));
     }
     Ok(())
@@ -337,8 +342,8 @@ pub fn hold(
     Ok(())
 }
 
-/// The commenter may not trigger work: the steer ends `rejected` (its
-/// receipt says why).
+/// The commenter may not trigger work: the message (a steer, an interrupt)
+/// ends `rejected` (its receipt says why).
 pub fn reject(conn: &mut DbConn, task_id: &TaskId, version: i64) -> Result<(), StoreError> {
     let out = transition(
         conn,
@@ -354,7 +359,7 @@ pub fn reject(conn: &mut DbConn, task_id: &TaskId, version: i64) -> Result<(), S
     moved(out, task_id)
 }
 
-fn moved(out: TransitionOutcome, task_id: &TaskId) -> Result<(), StoreError> {
+pub(super) fn moved(out: TransitionOutcome, task_id: &TaskId) -> Result<(), StoreError> {
     match out {
         TransitionOutcome::Applied { .. } => Ok(()),
         other => Err(stale(format!("task {task_id}: {other}"))),

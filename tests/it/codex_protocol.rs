@@ -361,6 +361,14 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
     );
     check_request(
         &schema,
+        "v2/ThreadRevertParams",
+        &ThreadRevert {
+            thread_id: "thr-1".into(),
+            before_turn_id: "turn-1".into(),
+        },
+    );
+    check_request(
+        &schema,
         "v2/TurnInterruptParams",
         &TurnInterrupt {
             thread_id: "thr-1".into(),

@@ -35,6 +35,7 @@ mod giteasim_selftest;
 mod gitsim;
 mod hook_state;
 mod ingest;
+mod interrupt;
 mod leases;
 mod lifecycle;
 mod logs;

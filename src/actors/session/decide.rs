@@ -88,6 +88,9 @@ pub struct Snapshot {
     pub final_text: bool,
     /// An interrupt was requested for the running turn, and why.
     pub stopping: Option<Stop>,
+    /// The stop was asked for by a newer message (`/interrupt`,
+    /// `/replace`): an abort ends `superseded`.
+    pub superseded: bool,
     /// Who posts the answer, as the thread's trust says: the agent (verified,
     /// then retried, then the REST fallback), or the bridge itself (its REST
     /// post is the normal path, and a task that ends so has `succeeded`).
@@ -319,6 +322,8 @@ pub enum Code {
     RestFallbackFailed,
     BridgeReplyNotFound,
     BridgeReplyFailed,
+    /// Stopped for a newer message (`/interrupt`, `/replace`).
+    Superseded,
 }
 
 impl Code {
@@ -345,6 +350,7 @@ impl Code {
             Code::RestFallbackFailed => "rest_fallback_failed",
             Code::BridgeReplyNotFound => "bridge_reply_not_found",
             Code::BridgeReplyFailed => "bridge_reply_failed",
+            Code::Superseded => "superseded",
         }
     }
 }

@@ -6,27 +6,24 @@
 //! The effects live beside this file: `turn.rs` (thread, turn/start, the
 //! turn's events, approvals, interrupts), `recover.rs` (the thread's history),
 //! `reply.rs` (verification, the reply-retry turn, the REST post), `trust.rs`
-//! (the commenter's permission, the thread's terms).
+//! (the commenter's permission, the thread's terms); `commit.rs` writes a
+//! decision.
 
+use super::commit::{CommitCtx, Committed};
 use super::decide::{
-    self, Admission, Code, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
-    TurnEnd,
+    self, Admission, Decision, Effect, Event, Fallback, ReplyRetry, RetryAfter, Snapshot,
 };
 use super::Signals;
 use crate::actors::ActorDeps;
-use crate::agent::transcript::{ItemPhase, Prompt, TranscriptItem};
+use crate::agent::transcript::Prompt;
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
-use crate::domain::states::{CommentKind, CommentStatus, OutboxStatus};
+use crate::domain::states::{CommentStatus, OutboxStatus};
 use crate::domain::trust::{ReplyPath, ThreadTrust};
-use crate::domain::{OperationId, ResourceKey, TaskId};
+use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;
-use crate::store::audit::{self, Audit};
 use crate::store::models::{OutboxEntry, Task};
-use crate::store::tasks::TransitionOutcome;
-use crate::store::{
-    attempts, comments, format_time, ledger, queue, sessions, transcripts, turns, StoreError,
-};
+use crate::store::{attempts, format_time, ledger, queue, sessions, turns, StoreError};
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -228,6 +225,7 @@ impl TaskDrive {
             fallback: None,
             final_text: false,
             stopping: None,
+            superseded: superseded(&task),
             // The thread's trust is decided again before a turn starts; a
             // task already past it replies as its thread was trusted.
             reply_path: ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted)),
@@ -279,6 +277,7 @@ impl TaskDrive {
         self.snap.state_version = task.state_version;
         self.snap.attempt = task.attempt;
         self.snap.turn_recorded = task.turn_id.is_some();
+        self.snap.superseded = superseded(&task);
         self.task = task;
         Ok(())
     }
@@ -438,6 +437,12 @@ impl TaskDrive {
     }
 }
 
+/// Whether a newer message stopped the task (its stop's stored code).
+fn superseded(task: &Task) -> bool {
+    task.state == TaskState::CancelRequested
+        && task.error_code.as_deref() == Some(crate::store::interrupt::SUPERSEDED)
+}
+
 /// When a task that goes to `retry_wait` runs again.
 fn retry_at(d: &Decision, deps: &ActorDeps) -> Option<String> {
     let after = d.effects.iter().find_map(|e| match e {
@@ -462,235 +467,5 @@ pub(super) fn fallback_status(status: CommentStatus) -> Option<Fallback> {
         CommentStatus::Posted | CommentStatus::Verified => Some(Fallback::Posted),
         CommentStatus::Failed => Some(Fallback::Failed),
         _ => None,
-    }
-}
-
-/// What a commit needs, owned, so the writer may run it more than once.
-struct CommitCtx {
-    task_id: TaskId,
-    resource_key: ResourceKey,
-    queue_id: String,
-    entry_operation: Option<OperationId>,
-    operation_id: Option<OperationId>,
-    thread_id: Option<String>,
-    turn_id: Option<String>,
-    final_text: Option<String>,
-    /// The prompt item an admission writes first in the turn's transcript.
-    prompt: Option<TranscriptItem>,
-    last_seq: i64,
-    approval: Option<(String, String, serde_json::Value)>,
-    /// What the thread is told of an approval asked, but for its id (known
-    /// only once the approval row is written): scrubbed of secrets.
-    approval_notice: Option<String>,
-    reply_comment: Option<i64>,
-    by_fallback: bool,
-    /// Why the agent's own reply is missing: kept on a fallback's row.
-    mcp_reason: String,
-    retry_at: Option<String>,
-    reason: String,
-}
-
-enum Committed {
-    Applied {
-        version: i64,
-        approval_id: Option<String>,
-    },
-    Stale {
-        state: TaskState,
-        version: i64,
-    },
-}
-
-impl CommitCtx {
-    fn write(&self, c: &mut crate::store::DbConn, d: &Decision) -> Result<Committed, StoreError> {
-        let version = match d.to {
-            Some(to) => {
-                let out = attempts::decide_move(
-                    c,
-                    &self.task_id,
-                    d.expected_version,
-                    to,
-                    &self.reason,
-                    d.code.map(Code::as_str),
-                    self.retry_at.as_deref(),
-                )?;
-                match out {
-                    TransitionOutcome::Applied { version, .. } => version,
-                    TransitionOutcome::Stale { state, version } => {
-                        return self.stale(c, d, state, version)
-                    }
-                    TransitionOutcome::Refused { from, to, refusal } => {
-                        // Audited by the store; a decision the table refuses
-                        // is a defect, never something to write around.
-                        return Err(StoreError::Refused {
-                            code: refusal.code(),
-                            message: format!(
-                                "the session decided {from} -> {to} for task {}, which the lifecycle refuses",
-                                self.task_id
-                            ),
-                        });
-                    }
-                }
-            }
-            None => match attempts::task_version(c, &self.task_id)? {
-                Some((_, version)) if version == d.expected_version => version,
-                Some((state, version)) => return self.stale(c, d, state, version),
-                None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
-            },
-        };
-        let mut approval_id = None;
-        for effect in &d.effects {
-            match effect {
-                Effect::EndAttempt => {
-                    let outcome = d
-                        .code
-                        .map(Code::as_str)
-                        .or(d.to.map(TaskState::as_str))
-                        .unwrap_or("ended");
-                    attempts::end_attempt(c, &self.task_id, outcome)?;
-                }
-                Effect::ReleaseIntent => turns::release_intent(c, &self.task_id)?,
-                Effect::RecordAdmission(kind) => {
-                    let (thread, turn) = self.turn_ids()?;
-                    turns::record_turn_admitted(
-                        c,
-                        &self.task_id,
-                        thread,
-                        turn,
-                        kind.as_str(),
-                        self.operation()?,
-                    )?;
-                    if let Some(p) = &self.prompt {
-                        transcripts::record_item(c, turn, 0, ItemPhase::Completed, p)?;
-                    }
-                }
-                Effect::MarkSent => {
-                    ledger::sent(c, self.operation()?, self.turn_id.as_deref())?;
-                }
-                Effect::RecordTurnEnd(end) => {
-                    let (_, turn) = self.turn_ids()?;
-                    let status = match end {
-                        TurnEnd::Completed => "completed",
-                        TurnEnd::Failed => "failed",
-                        TurnEnd::Interrupted => "interrupted",
-                    };
-                    turns::record_turn_finished(
-                        c,
-                        turn,
-                        status,
-                        self.final_text.as_deref(),
-                        self.last_seq,
-                    )?;
-                }
-                Effect::RecordApproval => {
-                    let (key, kind, detail) = self.approval.as_ref().ok_or_else(|| {
-                        StoreError::Query("an approval was decided without its request".into())
-                    })?;
-                    let a = crate::store::approvals::create(c, &self.task_id, kind, detail, key)?;
-                    if let Some(notice) = &self.approval_notice {
-                        // Announced in the thread, so the people there can
-                        // answer it with `/approve` or `/deny`.
-                        crate::store::comments::enqueue_note(
-                            c,
-                            &crate::store::comments::approval_key(&self.task_id, &a.approval_id),
-                            &self.task_id,
-                            &self.resource_key,
-                            &notice.replace(super::command::answer::APPROVAL_ID, &a.approval_id),
-                        )?;
-                    }
-                    approval_id = Some(a.approval_id);
-                }
-                Effect::RecordReplyConfirmed => self.record_confirmed(c)?,
-                Effect::BeginReplyRetry => {
-                    if let (Some(thread), Some(op)) = (&self.thread_id, &self.entry_operation) {
-                        turns::begin_reply_retry(
-                            c,
-                            &self.task_id,
-                            &op.reply_retry(),
-                            &self.queue_id,
-                            thread,
-                        )?;
-                    }
-                }
-                Effect::ReleaseReplyRetry => {
-                    if let Some(op) = &self.entry_operation {
-                        turns::release_reply_retry(c, &op.reply_retry())?;
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(Committed::Applied {
-            version,
-            approval_id,
-        })
-    }
-
-    fn operation(&self) -> Result<&OperationId, StoreError> {
-        self.operation_id.as_ref().ok_or_else(|| {
-            StoreError::Query(format!(
-                "task {}: a turn was recorded without the operation it carries",
-                self.task_id
-            ))
-        })
-    }
-
-    fn turn_ids(&self) -> Result<(&str, &str), StoreError> {
-        match (&self.thread_id, &self.turn_id) {
-            (Some(th), Some(tu)) => Ok((th, tu)),
-            _ => Err(StoreError::Query(format!(
-                "task {}: a turn was recorded without its thread and turn ids",
-                self.task_id
-            ))),
-        }
-    }
-
-    /// The decision was made on a version that is no longer the task's:
-    /// audit it, write nothing else.
-    fn stale(
-        &self,
-        c: &mut crate::store::DbConn,
-        d: &Decision,
-        state: TaskState,
-        version: i64,
-    ) -> Result<Committed, StoreError> {
-        audit::record(
-            c,
-            &Audit::new("task.decision_stale", "system")
-                .task(&self.task_id)
-                .states(Some(state), d.to)
-                .meta(serde_json::json!({
-                    "decidedOnVersion": d.expected_version,
-                    "stateVersion": version,
-                    "reason": d.reason,
-                })),
-        )?;
-        Ok(Committed::Stale { state, version })
-    }
-
-    fn record_confirmed(&self, c: &mut crate::store::DbConn) -> Result<(), StoreError> {
-        let kind = if self.by_fallback {
-            CommentKind::RestFallback
-        } else {
-            CommentKind::Reply
-        };
-        comments::record_reply(
-            c,
-            &self.task_id,
-            kind,
-            &self.resource_key,
-            self.turn_id.as_deref(),
-            CommentStatus::Verified,
-            self.reply_comment,
-            self.by_fallback.then_some(self.mcp_reason.as_str()),
-        )?;
-        audit::record(
-            c,
-            &Audit::new("reply.confirmed", "system")
-                .task(&self.task_id)
-                .comment(self.reply_comment)
-                .meta(serde_json::json!({ "turnId": self.turn_id, "by": kind })),
-        )?;
-        Ok(())
     }
 }

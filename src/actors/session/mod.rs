@@ -14,8 +14,10 @@
 //! `needs_reconciliation`.
 
 mod command;
+mod commit;
 pub mod decide;
 mod drive;
+mod interrupt;
 mod prompt;
 mod recover;
 mod reply;
@@ -57,6 +59,12 @@ pub struct RunCommands;
 #[derive(Message, Debug, Clone, Copy)]
 #[rtype(result = "()")]
 pub struct WakeSteer;
+
+/// Drive again, woken from inside the session (a lane stopped a run that no
+/// drive follows right now).
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Redrive;
 
 /// Interrupt the task's turn (operator abort).
 #[derive(Message, Debug, Clone)]
@@ -119,6 +127,11 @@ pub(super) struct Signals {
     approval: Arc<tokio::sync::Notify>,
     /// The actor's steer lane, told when a turn begins to run.
     steer: Option<Recipient<WakeSteer>>,
+    /// The actor's drain lane, for a stop no running drive follows.
+    redrive: Option<Recipient<Redrive>>,
+    /// Counts the drives that ended: a lane waiting for a run to settle
+    /// wakes on it.
+    settled: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Signals {
@@ -161,6 +174,17 @@ impl Signals {
         }
         if let Ok(mut h) = self.health.lock() {
             h.active_turn = Some(turn_id.to_owned());
+        }
+    }
+
+    /// Stops the run of `task_id` (already moved to `cancel_requested`): the
+    /// drive that follows it interrupts its turn; with none, the next drive
+    /// finds it and settles it.
+    fn stop_run(&self, task_id: &TaskId) {
+        if self.drives(task_id) {
+            self.abort.notify_one();
+        } else if let Some(redrive) = &self.redrive {
+            redrive.do_send(Redrive);
         }
     }
 
@@ -218,6 +242,8 @@ impl SessionActor {
                 abort: Arc::new(tokio::sync::Notify::new()),
                 approval: Arc::new(tokio::sync::Notify::new()),
                 steer: None,
+                redrive: None,
+                settled: Arc::new(tokio::sync::watch::channel(0).0),
             },
             health,
             last_activity: Instant::now(),
@@ -326,21 +352,30 @@ impl SessionActor {
         }
         self.steer.busy = true;
         self.steer.passes += 1;
-        let fut = steer::run(self.deps.clone(), self.session_key.clone());
+        let (deps, key, signals) = (
+            self.deps.clone(),
+            self.session_key.clone(),
+            self.signals.clone(),
+        );
+        let fut = async move {
+            let steered = steer::run(deps.clone(), key.clone()).await?;
+            let interrupted = interrupt::run(deps, key, signals).await?;
+            Ok::<_, crate::store::StoreError>((steered, interrupted))
+        };
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             act.steer.busy = false;
             act.update_health(|_| {});
             match result {
-                Ok(Ok(pass)) => {
-                    if pass.released {
+                Ok(Ok((pass, interrupted))) => {
+                    if pass.released || interrupted.wake_repo {
                         // Back in the queue: the repository starts it as a
                         // turn of its own once nothing holds it.
                         act.registry.do_send(TaskSettled {
                             repo_key: act.repo_key.clone(),
                         });
                     }
-                    if pass.retry_later {
+                    if pass.retry_later || interrupted.retry_later {
                         ctx.run_later(COMMAND_RETRY, |act, ctx| act.run_steer(ctx));
                     }
                 }
@@ -383,6 +418,7 @@ impl SessionActor {
             if let Ok(mut a) = act.signals.active.lock() {
                 *a = ActiveTurn::default();
             }
+            act.signals.settled.send_modify(|n| *n += 1);
             match result {
                 Ok(Ok(settled)) => {
                     act.update_health(|h| {
@@ -433,6 +469,7 @@ impl Actor for SessionActor {
             h.status = SessionActorStatus::Idle;
         });
         self.signals.steer = Some(ctx.address().recipient());
+        self.signals.redrive = Some(ctx.address().recipient());
         // Rebuild from the store: whatever this session was doing is found again.
         self.refresh_from_store(ctx);
         self.drain(ctx);
@@ -473,6 +510,14 @@ impl Handler<RunCommands> for SessionActor {
         self.backlog.fetch_sub(1, Ordering::Relaxed);
         self.run_commands(ctx);
         self.run_steer(ctx);
+    }
+}
+
+impl Handler<Redrive> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Redrive, ctx: &mut Self::Context) {
+        self.drain(ctx);
     }
 }
 

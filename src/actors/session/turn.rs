@@ -8,11 +8,13 @@ use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::turn_prompt;
 use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
+use crate::domain::states::SendMode;
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::trust::ThreadTrust;
 use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
-use crate::store::{ledger, sessions, turns, StoreError};
+use crate::store::models::OutboxEntry;
+use crate::store::{interrupt, ledger, sessions, turns, StoreError};
 use futures_util::StreamExt;
 
 impl TaskDrive {
@@ -56,6 +58,11 @@ impl TaskDrive {
                 return Ok(Event::Started(Start::NotAdmitted { retryable }));
             }
         };
+        if replacing.is_none() {
+            if let Err(event) = self.revert_for_replace(&entry, &thread).await? {
+                return Ok(event);
+            }
+        }
         // The thread id (stored once; an ordinary retry never replaces it),
         // its trust, and the turn/start intent, in one commit before the
         // request leaves.
@@ -118,6 +125,39 @@ impl TaskDrive {
             })
             .await;
         Ok(self.turn_started(started, policy.turn_timeout))
+    }
+
+    /// `/replace`: drops the turn it stopped from the thread's history before
+    /// its own turn, once (recorded before the intent; files stay as they
+    /// are, and its answer says so). `Err(event)`: the revert failed, and the
+    /// turn must not start.
+    async fn revert_for_replace(
+        &mut self,
+        entry: &OutboxEntry,
+        thread: &str,
+    ) -> Result<Result<(), Event>, DriveError> {
+        let Some(before) = entry
+            .revert_turn_id
+            .clone()
+            .filter(|_| entry.mode == SendMode::Replace && entry.reverted_at.is_none())
+        else {
+            return Ok(Ok(()));
+        };
+        if let Err(e) = self.deps.runtime.revert_thread(thread, &before).await {
+            let retryable = !matches!(e, AgentError::Refused(_));
+            self.detail = Some(format!("thread/revert: {e}"));
+            return Ok(Err(Event::Started(Start::NotAdmitted { retryable })));
+        }
+        let (e, th) = (entry.clone(), thread.to_owned());
+        let answer = super::command::answer::reverted(entry.supersedes.as_ref());
+        self.deps
+            .store
+            .write(move |c| interrupt::record_reverted(c, &e, &th, &before, &answer))
+            .await?;
+        if let Some(own) = self.entry.as_mut() {
+            own.reverted_at = Some(crate::store::now());
+        }
+        Ok(Ok(()))
     }
 
     /// What a turn/start answer means, and the turn it opened.

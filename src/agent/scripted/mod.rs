@@ -51,6 +51,8 @@ struct Inner {
     interrupts: Vec<String>,
     /// Every steer a running turn took: (turn id, operation id, instruction).
     steers: Vec<(String, String, String)>,
+    /// Every `revert_thread`: (thread id, the turn reverted before).
+    reverts: Vec<(String, String)>,
     ends: Vec<(String, Instant)>,
     /// operation id → what the "thread history" says.
     history: HashMap<String, TurnLookup>,
@@ -197,6 +199,14 @@ impl ScriptedAgent {
         self.inner
             .lock()
             .map(|i| i.steers.clone())
+            .unwrap_or_default()
+    }
+
+    /// The reverts asked for: (thread id, the turn reverted before).
+    pub fn reverts(&self) -> Vec<(String, String)> {
+        self.inner
+            .lock()
+            .map(|i| i.reverts.clone())
             .unwrap_or_default()
     }
 
@@ -472,6 +482,18 @@ impl Agent for ScriptedAgent {
         };
         if let Some(stop) = live {
             let _ = stop.send(());
+        }
+        async { Ok(()) }.boxed()
+    }
+
+    fn revert_thread(
+        &self,
+        thread_id: &str,
+        before_turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        if let Ok(mut i) = self.inner.lock() {
+            i.reverts
+                .push((thread_id.to_owned(), before_turn_id.to_owned()));
         }
         async { Ok(()) }.boxed()
     }

@@ -211,6 +211,21 @@ impl Request for TurnInterrupt {
     type Response = IgnoredAny;
 }
 
+/// `thread/revert` (`v2/ThreadRevertParams`): the thread's history keeps
+/// only what came before `before_turn_id` (that turn and every later one are
+/// dropped). Files the turns changed stay as they are.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadRevert {
+    pub thread_id: String,
+    pub before_turn_id: String,
+}
+
+impl Request for ThreadRevert {
+    const METHOD: &'static str = "thread/revert";
+    type Response = IgnoredAny;
+}
+
 /// A turn (`v2/Turn`), live or from history.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Turn {

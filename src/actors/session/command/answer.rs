@@ -109,6 +109,17 @@ pub fn steered(into: Option<&crate::domain::TaskId>) -> String {
     }
 }
 
+/// What a `/replace` tells the thread once the turn it stopped is gone
+/// from the conversation.
+pub fn reverted(stopped: Option<&crate::domain::TaskId>) -> String {
+    let which = stopped
+        .map(|t| format!(" (task `{t}`)"))
+        .unwrap_or_default();
+    format!(
+        "↩️ The stopped turn{which} was removed from the conversation before this request started. Files it changed stay as they are: `thread/revert` only drops the turn from what the agent remembers."
+    )
+}
+
 /// The answer's Markdown, without the marker (the worker adds it).
 pub fn text(answer: &Answer, command: Command, bot: &str) -> String {
     match answer {

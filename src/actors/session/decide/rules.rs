@@ -152,6 +152,15 @@ pub(super) fn thread_failed(snap: &Snapshot, retryable: bool) -> Decision {
     }
 }
 
+/// Why an aborted task ended: a newer message stopped it, or `code`.
+fn aborted(snap: &Snapshot, code: Code) -> Code {
+    if snap.superseded {
+        Code::Superseded
+    } else {
+        code
+    }
+}
+
 pub(super) fn stop_requested(snap: &Snapshot, stop: Stop) -> Decision {
     let interrupt = [E::Interrupt(stop), E::ReadTurn];
     match (snap.state, stop) {
@@ -188,12 +197,13 @@ pub(super) fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
             on("the turn failed").ends(S::Failed, Some(Code::TurnFailed))
         }
         (S::CancelRequested, TurnEnd::Completed) => {
-            on("the turn completed before the interrupt took effect")
-                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
+            on("the turn completed before the interrupt took effect").ends(
+                S::Aborted,
+                Some(aborted(snap, Code::TurnCompletedBeforeAbort)),
+            )
         }
-        (S::CancelRequested, TurnEnd::Interrupted) => {
-            on("the turn was interrupted").ends(S::Aborted, Some(Code::TurnInterrupted))
-        }
+        (S::CancelRequested, TurnEnd::Interrupted) => on("the turn was interrupted")
+            .ends(S::Aborted, Some(aborted(snap, Code::TurnInterrupted))),
         (S::Running, TurnEnd::Interrupted) => match snap.stopping {
             Some(Stop::Deadline) => {
                 on("the turn was interrupted").ends(S::TimedOut, Some(Code::TurnInterrupted))
@@ -268,7 +278,10 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
                     E::VerifyReply,
                 ]),
             S::CancelRequested => on("the turn completed before the interrupt took effect")
-                .ends(S::Aborted, Some(Code::TurnCompletedBeforeAbort))
+                .ends(
+                    S::Aborted,
+                    Some(aborted(snap, Code::TurnCompletedBeforeAbort)),
+                )
                 .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)]),
             _ => admitted("turn admitted (confirmed from history)"),
         },
@@ -279,7 +292,8 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
             _ => admitted("turn admitted (confirmed from history)"),
         },
         Finding::Interrupted if snap.state == S::CancelRequested => {
-            on("interrupt confirmed from history").ends(S::Aborted, Some(Code::TurnInterrupted))
+            on("interrupt confirmed from history")
+                .ends(S::Aborted, Some(aborted(snap, Code::TurnInterrupted)))
         }
         Finding::NoThread => on("no thread recorded for a started task")
             .ends(S::NeedsReconciliation, Some(Code::HistoryUnreadable)),

@@ -15,6 +15,7 @@ fn leased() -> Snapshot {
         fallback: None,
         final_text: true,
         stopping: None,
+        superseded: false,
         reply_path: ReplyPath::AgentViaMcp,
     }
 }
@@ -422,7 +423,7 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            for flags in 0u8..32 {
+            for flags in 0u8..64 {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
                     for fallback in [
                         None,
@@ -445,6 +446,7 @@ fn every_decision_keeps_the_promises() {
                                     fallback,
                                     final_text: flags & 8 != 0,
                                     stopping,
+                                    superseded: flags & 32 != 0,
                                     reply_path: if flags & 16 != 0 {
                                         ReplyPath::BridgeViaRest
                                     } else {
@@ -559,4 +561,34 @@ fn the_bridges_own_reply_ends_the_task_succeeded() {
         (d.to, d.code),
         (Some(S::FailedReply), Some(Code::BridgeReplyFailed))
     );
+}
+
+/// A run stopped for a newer message ends `aborted` with `superseded`,
+/// whichever way its end is learnt; an operator's abort keeps its own codes.
+#[test]
+fn a_superseded_run_ends_aborted_superseded() {
+    let s = Snapshot {
+        state: S::CancelRequested,
+        admission: Admission::Intended,
+        turn_recorded: true,
+        stopping: Some(Stop::Abort),
+        superseded: true,
+        ..leased()
+    };
+    for event in [
+        Event::TurnEnded(TurnEnd::Interrupted),
+        Event::TurnEnded(TurnEnd::Completed),
+        Event::History(Finding::Interrupted),
+        Event::History(Finding::Completed),
+    ] {
+        let d = next(&s, &event);
+        assert_eq!(d.to, Some(S::Aborted), "{event:?}");
+        assert_eq!(d.code, Some(Code::Superseded), "{event:?}");
+    }
+    let operator = Snapshot {
+        superseded: false,
+        ..s
+    };
+    let d = next(&operator, &Event::TurnEnded(TurnEnd::Interrupted));
+    assert_eq!(d.code, Some(Code::TurnInterrupted));
 }

@@ -1,9 +1,0 @@
--- The run a steer was admitted against: `turn/steer` names it as the turn
--- it expects to be active, and only a `steer-running` entry names one.
-ALTER TABLE outbox_entries ADD COLUMN expected_turn_id TEXT
-    CHECK ((mode = 'steer-running') = (expected_turn_id IS NOT NULL));
--- The turn that took the steer in, once Codex accepted it (the ledger keeps
--- the same; the entry shows it without a join).
-ALTER TABLE outbox_entries ADD COLUMN accepted_turn_id TEXT;
--- The task whose running turn a steer joined: its answer covers the steer.
-ALTER TABLE tasks ADD COLUMN steered_into TEXT;
