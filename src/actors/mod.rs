@@ -50,6 +50,8 @@ pub struct ActorSettings {
     /// How long an `/interrupt` waits for the run it stopped to settle
     /// before it goes back to the queue's order (10 s by default).
     pub interrupt_settle: Duration,
+    /// How much of the Issue/PR and its comments a turn's prompt carries.
+    pub prompt_context_bytes: usize,
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
@@ -97,6 +99,7 @@ impl ActorSettings {
             turn_timeout: Duration::from_secs(1800),
             interrupt_grace: Duration::from_secs(15),
             interrupt_settle: Duration::from_secs(10),
+            prompt_context_bytes: 65_536,
             approval_timeout: Duration::from_secs(600),
             approval_policy: ApprovalPolicy::Never,
             sandbox: Sandbox::DangerFullAccess,
@@ -129,6 +132,7 @@ impl ActorSettings {
         s.session_idle = Duration::from_secs(config.session_idle_secs);
         s.retry_backoff = Duration::from_secs(config.retry_backoff_secs);
         s.max_attempts = config.max_attempts;
+        s.prompt_context_bytes = config.prompt_context_bytes as usize;
         s.sweep = Duration::from_millis(config.scheduler_sweep_ms);
         s.approval_timeout = Duration::from_secs(config.approval_timeout_secs);
         s.turn_timeout = config.default_policy.turn_timeout;

@@ -107,6 +107,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "attempts a task gets before a transient failure fails it (default 2)",
     ),
     (
+        "prompt_context_bytes",
+        "how much of the Issue/PR and its recent comments a turn's prompt carries, in bytes; \
+         the newest is kept, and the prompt says what was left out (default 65536)",
+    ),
+    (
         "scheduler_sweep_ms",
         "how often the registry looks for due work in the store (default 5000)",
     ),

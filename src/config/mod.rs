@@ -109,6 +109,8 @@ pub struct Config {
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,
     pub max_attempts: i64,
+    /// How much of the Issue/PR and its comments a turn's prompt carries.
+    pub prompt_context_bytes: u64,
     pub scheduler_sweep_ms: u64,
     /// Seconds between catch-up passes over the known repositories' comments
     /// (0: no catch-up).

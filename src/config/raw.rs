@@ -74,6 +74,8 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub max_attempts: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub prompt_context_bytes: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub scheduler_sweep_ms: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub catchup_interval_secs: Option<u128>,

@@ -150,6 +150,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
     let session_idle_secs = number("session_idle_secs", raw.session_idle_secs, 600, 1, 604_800)?;
     let retry_backoff_secs = number("retry_backoff_secs", raw.retry_backoff_secs, 30, 0, 86_400)?;
     let max_attempts = number("max_attempts", raw.max_attempts, 2, 1, 10)? as i64;
+    let prompt_context_bytes = number(
+        "prompt_context_bytes",
+        raw.prompt_context_bytes,
+        65_536,
+        0,
+        1_048_576,
+    )?;
     let scheduler_sweep_ms = number(
         "scheduler_sweep_ms",
         raw.scheduler_sweep_ms,
@@ -214,6 +221,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         session_idle_secs,
         retry_backoff_secs,
         max_attempts,
+        prompt_context_bytes,
         scheduler_sweep_ms,
         catchup_interval_secs,
         metrics_listen: raw.metrics_listen,

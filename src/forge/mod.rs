@@ -41,6 +41,50 @@ pub enum TriggerCheck {
     Unknown(String),
 }
 
+/// What a turn's prompt may tell the agent about its Issue/PR, as Gitea has
+/// it now: all of it untrusted data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadContext {
+    pub title: String,
+    pub body: String,
+    pub author: String,
+    /// Every plain comment, oldest first.
+    pub comments: Vec<ContextComment>,
+    /// A pull request's branches and changed files.
+    pub pull: Option<PullContext>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContextComment {
+    pub id: i64,
+    pub author: String,
+    /// RFC 3339, as Gitea gives it.
+    pub created_at: String,
+    pub body: String,
+    /// Whether the author holds `trigger_permission` (`None`: Gitea could
+    /// not say).
+    pub author_permitted: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PullContext {
+    pub base: String,
+    pub head: String,
+    pub files: Vec<FileStat>,
+    /// Gitea listed more files than were read.
+    pub more_files: bool,
+}
+
+/// One changed file of a pull request and its diff stat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStat {
+    pub filename: String,
+    /// `added`, `changed`, `deleted`, `renamed`, … as Gitea says.
+    pub status: String,
+    pub additions: i64,
+    pub deletions: i64,
+}
+
 /// The Gitea side the actors need (the Gitea client implements it): proving a
 /// reply landed, the one REST fallback post, and who may trigger work.
 pub trait Forge: Send + Sync + 'static {
@@ -69,6 +113,17 @@ pub trait Forge: Send + Sync + 'static {
                     .to_owned(),
             )
         })
+    }
+
+    /// The Issue/PR as a turn's prompt may describe it: title, body,
+    /// comments (with whether each author holds `trigger_permission`), and a
+    /// pull request's branches and changed files.
+    fn thread_context(
+        &self,
+        resource_key: ResourceKey,
+    ) -> BoxFuture<'static, Result<ThreadContext, String>> {
+        let _ = resource_key;
+        Box::pin(async { Err("this forge cannot read an Issue or pull request".to_owned()) })
     }
 
     /// Whether `author` may trigger work on the resource's repository.

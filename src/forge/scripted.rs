@@ -1,7 +1,7 @@
 //! A forge stand-in for tests and the scripted agent: confirms every reply,
 //! or reports what the test sets.
 
-use super::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
+use super::{Forge, ReplyCheck, ReplyQuery, ThreadContext, TriggerCheck};
 use crate::agent::scripted::directive_args;
 use crate::domain::ResourceKey;
 use futures_util::future::BoxFuture;
@@ -18,6 +18,8 @@ pub struct ScriptedForge {
     pub denied: Arc<Mutex<Vec<String>>>,
     /// Commenters whose permission cannot be checked (Gitea unreachable).
     pub unknown: Arc<Mutex<Vec<String>>>,
+    /// What `thread_context` answers (an empty Issue unless a test sets it).
+    pub context: Arc<Mutex<Result<ThreadContext, String>>>,
 }
 
 impl Default for ScriptedForge {
@@ -26,6 +28,7 @@ impl Default for ScriptedForge {
             answer: Arc::new(Mutex::new(ReplyCheck::Confirmed { comment_id: None })),
             denied: Arc::default(),
             unknown: Arc::default(),
+            context: Arc::new(Mutex::new(Ok(ThreadContext::default()))),
         }
     }
 }
@@ -56,6 +59,19 @@ impl Forge for ScriptedForge {
             }
         }
         .boxed()
+    }
+
+    fn thread_context(
+        &self,
+        resource_key: ResourceKey,
+    ) -> BoxFuture<'static, Result<ThreadContext, String>> {
+        let _ = resource_key;
+        let context = self
+            .context
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_else(|_| Err("scripted forge poisoned".into()));
+        async move { context }.boxed()
     }
 
     /// Everyone may trigger: the scripted runtime is the test mode, where no

@@ -54,6 +54,9 @@ pub struct Comment {
     pub html_url: String,
     #[serde(default)]
     pub user: Option<User>,
+    /// RFC 3339, whole seconds.
+    #[serde(default)]
+    pub created_at: String,
 }
 
 impl Comment {

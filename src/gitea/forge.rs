@@ -76,7 +76,7 @@ impl GiteaForge {
     /// in `trigger_allow`, and not in `trigger_deny`). A permission Gitea
     /// will not tell (403) is not held; a Gitea that cannot answer is an
     /// error.
-    async fn holds_trigger_permission(
+    pub(super) async fn holds_trigger_permission(
         &self,
         owner: &str,
         repo: &str,
@@ -155,6 +155,14 @@ impl Forge for GiteaForge {
                 .map_err(|e| e.to_string())
         }
         .boxed()
+    }
+
+    fn thread_context(
+        &self,
+        resource_key: ResourceKey,
+    ) -> BoxFuture<'static, Result<crate::forge::ThreadContext, String>> {
+        let this = self.clone();
+        async move { this.read_context(resource_key).await }.boxed()
     }
 
     fn pr_facts(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<PrFacts, String>> {

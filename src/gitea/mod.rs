@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod comments;
+mod context;
 pub mod forge;
 pub mod hooks;
 pub mod paging;

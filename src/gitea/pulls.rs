@@ -86,3 +86,35 @@ impl GiteaClient {
         Ok(commit.author.map(|a| a.login).filter(|l| !l.is_empty()))
     }
 }
+
+/// A changed file of a pull request (`api.ChangedFile`, the fields read).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ChangedFile {
+    pub filename: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub additions: i64,
+    #[serde(default)]
+    pub deletions: i64,
+}
+
+/// Pages of changed files read at most: a pull request with more is
+/// described by its first files and a note that more exist.
+const MAX_FILE_PAGES: u32 = 4;
+
+impl GiteaClient {
+    /// `GET /pulls/{n}/files`: the pull request's changed files with their
+    /// diff stat, and whether they are all of them.
+    pub fn pull_files(
+        &self,
+        owner: &str,
+        repo: &str,
+        number: i64,
+    ) -> Result<(Vec<ChangedFile>, bool), GiteaError> {
+        let what = format!("the changed files of pull request {owner}/{repo}#{number}");
+        let path = format!("{}/pulls/{number}/files", Self::repo_path(owner, repo));
+        let pages = self.read_pages(&path, &[], &what, MAX_FILE_PAGES)?;
+        Ok((pages.items, pages.complete))
+    }
+}

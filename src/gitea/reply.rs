@@ -22,6 +22,12 @@ pub fn status_marker(task_id: &TaskId) -> String {
     format!("<!-- codex-bridge status={task_id} -->")
 }
 
+/// Whether `body` is the bridge's own bookkeeping (a receipt, a command's
+/// answer, a `/status`), as opposed to an answer of the agent.
+pub fn is_bridge_notice(body: &str) -> bool {
+    body.contains("<!-- codex-bridge receipt=") || body.contains("<!-- codex-bridge status=")
+}
+
 /// Whether `body` carries the reply marker of `task_id` (any of its turns).
 pub fn has_reply_marker(body: &str, task_id: &TaskId) -> bool {
     body.contains(&format!("<!-- codex-bridge task={task_id} turn="))

@@ -4,7 +4,7 @@
 
 use super::models::{OutboxEntry, Session, Task};
 use super::queue::literal;
-use super::schema::{outbox_entries, sessions, tasks};
+use super::schema::{outbox_entries, sessions, tasks, turns};
 use super::{now, DbConn, StoreError};
 use crate::domain::states::ThreadTrust;
 use crate::domain::{ResourceKey, TaskId};
@@ -109,6 +109,32 @@ pub fn outbox_depth(conn: &mut DbConn, session_key: &ResourceKey) -> Result<i64,
         .first(c)
         .optional())?
     .unwrap_or(0))
+}
+
+/// When the thread's latest turn started (`None`: the thread has no turn).
+pub fn last_turn_started(conn: &mut DbConn, thread_id: &str) -> Result<Option<String>, StoreError> {
+    Ok(with_conn!(conn, |c| turns::table
+        .filter(turns::thread_id.eq(thread_id))
+        .order(turns::started_at.desc())
+        .select(turns::started_at)
+        .first(c)
+        .optional())?)
+}
+
+/// The comments of the session's unfinished tasks other than `except`:
+/// requests of their own that a turn must not act on early.
+pub fn waiting_comments(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+    except: &TaskId,
+) -> Result<Vec<i64>, StoreError> {
+    let ids: Vec<Option<i64>> = with_conn!(conn, |c| tasks::table
+        .filter(tasks::session_key.eq(session_key))
+        .filter(tasks::task_id.ne(except))
+        .filter(tasks::state.ne_all(super::tasks::TERMINAL_NAMES))
+        .select(tasks::comment_id)
+        .load(c))?;
+    Ok(ids.into_iter().flatten().collect())
 }
 
 /// The session's tasks that a session actor drives (leased or later, not yet

@@ -13,7 +13,7 @@ use crate::lifecycle::{self, Refusal, TaskState};
 use crate::with_conn;
 use diesel::prelude::*;
 
-const TERMINAL_NAMES: [&str; 10] = [
+pub(super) const TERMINAL_NAMES: [&str; 10] = [
     "succeeded",
     "succeeded_with_rest_fallback",
     "failed",

@@ -331,6 +331,51 @@ impl GitRepos {
         sha
     }
 
+    /// The files changed between the merge base of `base` and `head` and
+    /// `head`, as Gitea lists a pull request's: (status, name, additions,
+    /// deletions), status in Gitea's words.
+    pub fn changed_files(
+        &self,
+        owner: &str,
+        name: &str,
+        base: &str,
+        head: &str,
+    ) -> Vec<(String, String, i64, i64)> {
+        let repo = self.repo_path(owner, name);
+        let Some(merge_base) = self.try_git(&repo, &["merge-base", base, head]) else {
+            return Vec::new();
+        };
+        let range = [merge_base.trim(), head];
+        let numstat = self.git(
+            &repo,
+            &["diff", "--numstat", "--no-renames", range[0], range[1]],
+            None,
+            &[],
+        );
+        let status = self.git(
+            &repo,
+            &["diff", "--name-status", "--no-renames", range[0], range[1]],
+            None,
+            &[],
+        );
+        numstat
+            .lines()
+            .zip(status.lines())
+            .filter_map(|(n, s)| {
+                let mut n = n.split('\t');
+                let adds = n.next()?.parse().unwrap_or(0);
+                let dels = n.next()?.parse().unwrap_or(0);
+                let file = n.next()?.to_owned();
+                let word = match s.split('\t').next()? {
+                    "A" => "added",
+                    "D" => "deleted",
+                    _ => "changed",
+                };
+                Some((word.to_owned(), file, adds, dels))
+            })
+            .collect()
+    }
+
     /// Delete a branch (its commits stay reachable from any other ref).
     pub fn delete_branch(&self, owner: &str, name: &str, branch: &str) {
         let repo = self.repo_path(owner, name);

@@ -24,6 +24,7 @@ mod deploy;
 mod doctor;
 mod e2e;
 mod e2e_commands;
+mod e2e_context;
 mod e2e_interrupt;
 mod fakemodel;
 mod floors;

@@ -15,6 +15,7 @@
 
 mod command;
 mod commit;
+mod context;
 pub mod decide;
 mod drive;
 mod interrupt;

@@ -20,7 +20,8 @@ impl TaskDrive {
     /// The prompt item to write with the turn admission `d` records, if it
     /// records one, scrubbed: the prompt this drive sent, or for the task's
     /// own turn admitted from history after a restart, the prompt built
-    /// again (it depends only on the task and its entry).
+    /// again from the task and its entry (without the Issue/PR context,
+    /// which was read from Gitea for the send and is not kept).
     pub(super) fn admission_prompt(&self, d: &Decision) -> Option<TranscriptItem> {
         let kind = d.effects.iter().find_map(|e| match e {
             Effect::RecordAdmission(kind) => Some(*kind),
@@ -33,6 +34,7 @@ impl TaskDrive {
                 entry,
                 &self.deps.settings.bot_login,
                 self.snap.reply_path,
+                Vec::new(),
             ),
             _ => return None,
         };

@@ -3,6 +3,7 @@
 //! for approvals. Each reports what it saw as a decision [`Event`]; none of
 //! them moves the task.
 
+use super::context::{context_parts, ContextView};
 use super::decide::{Event, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::turn_prompt;
@@ -63,6 +64,11 @@ impl TaskDrive {
                 return Ok(event);
             }
         }
+        // Read before the intent: a slow Gitea never widens the window
+        // between the intent and turn/start.
+        let context = self
+            .thread_context(&thread, terms.policy.reply_path)
+            .await?;
         // The thread id (stored once; an ordinary retry never replaces it),
         // its trust, and the turn/start intent, in one commit before the
         // request leaves.
@@ -111,6 +117,7 @@ impl TaskDrive {
             &entry,
             &self.deps.settings.bot_login,
             terms.policy.reply_path,
+            context,
         );
         self.sending(&prompt);
         let started = self
@@ -158,6 +165,60 @@ impl TaskDrive {
             own.reverted_at = Some(crate::store::now());
         }
         Ok(Ok(()))
+    }
+
+    /// What the turn's prompt tells the agent about the Issue/PR besides the
+    /// comment (`context.rs`): the forge's view of it, and the thread's and
+    /// session's facts from the store.
+    async fn thread_context(
+        &self,
+        thread: &str,
+        reply_path: crate::domain::trust::ReplyPath,
+    ) -> Result<Vec<crate::agent::transcript::PromptPart>, DriveError> {
+        let budget = self.deps.settings.prompt_context_bytes;
+        if budget == 0 {
+            return Ok(Vec::new());
+        }
+        let (th, key, own) = (
+            thread.to_owned(),
+            self.task.session_key.clone(),
+            self.task.task_id.clone(),
+        );
+        let (last, waiting) = self
+            .deps
+            .store
+            .read(move |c| {
+                Ok((
+                    sessions::last_turn_started(c, &th)?,
+                    sessions::waiting_comments(c, &key, &own)?,
+                ))
+            })
+            .await?;
+        let ctx = self
+            .deps
+            .verifier
+            .thread_context(self.task.resource_key.clone())
+            .await;
+        if let Err(e) = &ctx {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "cannot read the Issue/PR for the prompt; the turn starts without it");
+        }
+        let waiting = waiting.into_iter().collect();
+        let since = last
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        Ok(context_parts(
+            &ctx,
+            &ContextView {
+                first_turn: last.is_none(),
+                since,
+                trigger: self.task.comment_id,
+                waiting: &waiting,
+                bot_login: &self.deps.settings.bot_login,
+                budget,
+                reply_path,
+            },
+        ))
     }
 
     /// What a turn/start answer means, and the turn it opened.

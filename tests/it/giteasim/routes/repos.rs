@@ -32,11 +32,59 @@ pub(super) fn route(r: &InRepo, d: &mut Data, rest: &[&str]) -> Option<Answer> {
             ),
             None => not_found(base),
         },
+        ("GET", ["pulls", n, "files"]) => {
+            match issue_of(d, n).filter(|id| d.issue(*id).pull.is_some()) {
+                Some(id) => pull_files(r, d, id, n),
+                None => not_found(base),
+            }
+        }
         ("GET", ["collaborators", user, "permission"]) => permission(r, d, user),
         ("GET", ["git", "commits", sha]) => commit(r, d, sha),
         _ => return None,
     };
     Some(answer)
+}
+
+/// `GET /pulls/{n}/files` (`api.ChangedFile`): the files changed between
+/// the merge base and `refs/pull/<n>/head`, paged, with `Link` and
+/// `X-Total-Count` as Gitea's handler sets them.
+fn pull_files(r: &InRepo, d: &Data, issue_id: i64, number: &str) -> Answer {
+    let call = r.call;
+    let repo = d.repo_by_id(r.repo_id);
+    let pull = d.issue(issue_id).pull.as_ref().unwrap();
+    let head = format!("refs/pull/{number}/head");
+    let base = format!("refs/heads/{}", pull.base);
+    let files = call
+        .sim
+        .git
+        .changed_files(&repo.owner, &repo.name, &base, &head);
+    let total = files.len();
+    let opts = ListOptions::from_query(call.query);
+    let web = format!("{}/{}/{}", call.base, repo.owner, repo.name);
+    let list = opts
+        .page_of(files)
+        .into_iter()
+        .map(|(status, name, adds, dels)| {
+            obj(vec![
+                ("filename", (&name).into()),
+                ("status", status.into()),
+                ("additions", adds.into()),
+                ("deletions", dels.into()),
+                ("changes", (adds + dels).into()),
+                ("html_url", format!("{web}/src/commit/{head}/{name}").into()),
+                (
+                    "contents_url",
+                    format!(
+                        "{}/api/v1/repos/{}/{}/contents/{name}?ref={head}",
+                        call.base, repo.owner, repo.name
+                    )
+                    .into(),
+                ),
+                ("raw_url", format!("{web}/raw/commit/{head}/{name}").into()),
+            ])
+        })
+        .collect();
+    listed(call, list, total, Some(opts.size))
 }
 
 /// `GET /git/commits/{sha}` (`api.Commit`, the fields the bridge reads and
