@@ -30,15 +30,26 @@ fn browser_transcript_shows_the_turn_and_markup_only_as_text() {
         .await
         .unwrap();
 
-        // The prompt, the comment's text in the untrusted box, as text.
-        let comment = text_until(&c, "#transcript .item.prompt .untrusted pre", |t| {
-            !t.is_empty()
+        // The prompt, the comment's text in the last untrusted box (the
+        // Issue's own text comes before it), as text.
+        let want = "@ccbot please look <script>alert(3)</script> <img src=y onerror=alert(4)>";
+        let boxes = "#transcript .item.prompt .untrusted pre";
+        let shown = poll_until_async(std::time::Duration::from_secs(20), || async {
+            let Ok(all) = c.find_all(Locator::Css(boxes)).await else {
+                return false;
+            };
+            let Some(last) = all.last() else {
+                return false;
+            };
+            last.text().await.is_ok_and(|t| t == want)
         })
         .await;
-        assert_eq!(
-            comment,
-            "@ccbot please look <script>alert(3)</script> <img src=y onerror=alert(4)>"
+        assert!(
+            shown,
+            "the comment never showed as the prompt's last untrusted box"
         );
+        let first = text_until(&c, boxes, |t| !t.is_empty()).await;
+        assert!(first.starts_with("Title: "), "the Issue's text: {first}");
         // The command, its exit code, the output folded until opened.
         let cmd = text_until(&c, "#transcript .item.commandExecution code.cmd", |t| {
             t.starts_with("$ ") && t.contains("printf 'token=")

@@ -339,11 +339,13 @@ fn e2e_an_unknown_verification_writes_nothing_and_ends_failed_reply_with_a_recei
     // The received receipt is a reaction here (it lists no comments), so the
     // listing failures all land on the verifier: its first read and both
     // retries fail, which is an unknown answer. The catch-up lists the
-    // repository's comments too (a pass 60 s in, on a slow machine), which
-    // would spend one of the failures: it is off here.
+    // repository's comments too (a pass 60 s in, on a slow machine), and so
+    // does the prompt's context before the turn: both would spend failures,
+    // and both are off here.
     let l = Loop::start_with(|b| {
         b.env("CODEX_BRIDGE_RECEIPT_MODE", "reaction")
             .env("CODEX_BRIDGE_CATCHUP_INTERVAL_SECS", "0")
+            .env("CODEX_BRIDGE_PROMPT_CONTEXT_BYTES", "0")
     });
     l.script_reply(l.issue, "Fixed.");
     l.sim().fail_comment_listings(3);

@@ -198,9 +198,15 @@ fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
             .collect();
         assert_eq!(items.len(), 2, "{items:?}");
         assert_eq!(items[0]["kind"], "prompt");
+        let untrusted: Vec<&serde_json::Value> = items[0]["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["untrusted"] == true)
+            .collect();
         assert_eq!(
-            items[0]["parts"][1],
-            serde_json::json!({"text": "@ccbot risky", "untrusted": true})
+            untrusted,
+            [&serde_json::json!({"text": "@ccbot risky", "untrusted": true})]
         );
         assert_eq!(items[1]["kind"], "approval");
         assert_eq!(items[1]["request"], "command");

@@ -267,12 +267,19 @@ fn transcript_of_a_real_turn_through_the_admin_api() {
             .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
     };
 
-    // The prompt as sent, the comment's text marked untrusted.
+    // The prompt as sent: the Issue's text (the thread's first turn), then
+    // the comment's, each marked untrusted.
     let parts = of("prompt")["parts"].as_array().unwrap();
     let untrusted: Vec<&Value> = parts.iter().filter(|p| p["untrusted"] == true).collect();
-    assert_eq!(untrusted.len(), 1, "{parts:?}");
+    assert_eq!(untrusted.len(), 2, "{parts:?}");
+    assert!(
+        untrusted[0]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Title: ")),
+        "{parts:?}"
+    );
     assert_eq!(
-        untrusted[0]["text"],
+        untrusted[1]["text"],
         "@ccbot please look <script>alert(3)</script> <img src=y onerror=alert(4)>"
     );
     // Codex's copy of the prompt is not kept twice.

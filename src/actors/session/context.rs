@@ -81,7 +81,7 @@ pub(super) fn context_parts(
     };
     let mut parts = Vec::new();
     let mut budget = view.budget;
-    if view.first_turn {
+    if view.first_turn && !(ctx.title.is_empty() && ctx.body.is_empty()) {
         let (body, left) = cut(&ctx.body, budget / 2);
         budget -= body.len();
         parts.push(PromptPart::trusted(format!(
