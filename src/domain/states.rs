@@ -88,6 +88,26 @@ text_enum!(
     }
 );
 
+impl SendMode {
+    /// The seed's `intent` of an entry in this mode.
+    pub fn intent(self) -> &'static str {
+        match self {
+            SendMode::Enqueue => "enqueue",
+            SendMode::Steer | SendMode::Interrupt => "automatic",
+            SendMode::Replace => "replace-latest",
+        }
+    }
+
+    /// The seed's `sendMode`: `replace-latest` interrupts like `/interrupt`.
+    pub fn send_mode(self) -> &'static str {
+        match self {
+            SendMode::Enqueue => "queue",
+            SendMode::Steer => "steer-running",
+            SendMode::Interrupt | SendMode::Replace => "interrupt-running",
+        }
+    }
+}
+
 text_enum!(
     /// What happened to a comment that has a task (`comment_changes.kind`).
     ChangeKind, "comment change kind" {

@@ -204,6 +204,38 @@ pub fn cancel_task(
     })
 }
 
+/// Drops a held outbox entry: an entry whose delivery nothing proves (a
+/// steer whose answer was lost and whose run does not show it, held with
+/// auto-drain off) or whose task waits for reconciliation. Its task ends
+/// `cancelled`; nothing is sent, now or later.
+pub fn drop_entry(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    queue_id: &str,
+) -> Result<AuditView, StoreError> {
+    use crate::lifecycle::TaskState;
+    idempotent(conn, req, "outbox.drop", queue_id, |conn| {
+        let entry = super::sessions::entry_by_queue_id(conn, queue_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("outbox entry {queue_id}")))?;
+        let task = super::tasks::find(conn, &entry.task_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("task {}", entry.task_id)))?;
+        let held = (task.state == TaskState::Queued && !entry.auto_drain)
+            || task.state == TaskState::NeedsReconciliation;
+        if !held {
+            return Err(StoreError::Refused {
+                code: "not_held",
+                message: format!(
+                    "outbox entry {queue_id} is not held (its task is `{}`, auto-drain {}): \
+                     drop takes held entries; cancel or abort the task instead",
+                    task.state,
+                    if entry.auto_drain { "on" } else { "off" }
+                ),
+            });
+        }
+        transition_by_operator(conn, req, &task, TaskState::Cancelled, "outbox.drop")
+    })
+}
+
 /// Puts a `blocked_workspace` task back in the queue after an operator has
 /// looked at (and cleaned) the workspace; nothing here touches the files.
 pub fn clear_workspace(

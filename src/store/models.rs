@@ -152,7 +152,7 @@ pub struct Attempt {
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
 #[diesel(table_name = outbox_entries)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", into = "OutboxView")]
 pub struct OutboxEntry {
     #[serde(skip)]
     pub id: i64,
@@ -185,6 +185,76 @@ pub struct OutboxEntry {
     pub revert_turn_id: Option<String>,
     /// When that turn was dropped.
     pub reverted_at: Option<String>,
+}
+
+/// An outbox entry as the API shows it: its columns, and the seed's names
+/// for its send controls, derived from `mode` and `expected_turn_id`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OutboxView {
+    queue_id: String,
+    session_key: ResourceKey,
+    task_id: TaskId,
+    operation_id: OperationId,
+    fingerprint: String,
+    mode: SendMode,
+    status: OutboxStatus,
+    auto_drain: bool,
+    hold_reason: Option<String>,
+    /// The comment's instruction: stored for the turn, never logged.
+    user_text: String,
+    created_at: String,
+    updated_at: String,
+    version: i64,
+    command: Option<Command>,
+    /// The turn a `steer-running` entry expects to be active.
+    expected_turn_id: Option<String>,
+    /// The turn that accepted the steer.
+    accepted_turn_id: Option<String>,
+    /// `/interrupt`, `/replace`: the task whose run this message stopped.
+    supersedes: Option<TaskId>,
+    /// `/replace`: the turn dropped from the thread before this is sent.
+    revert_turn_id: Option<String>,
+    /// When that turn was dropped.
+    reverted_at: Option<String>,
+    /// `enqueue`, `automatic` or `replace-latest`.
+    intent: &'static str,
+    /// `queue`, `steer-running` or `interrupt-running`.
+    send_mode: &'static str,
+    /// A steer's run: the turn it expects to be active.
+    expected_active_run_id: Option<String>,
+    /// "Stop and send now" of a held entry: none yet.
+    handoff_phase: Option<&'static str>,
+}
+
+impl From<OutboxEntry> for OutboxView {
+    fn from(e: OutboxEntry) -> Self {
+        OutboxView {
+            intent: e.mode.intent(),
+            send_mode: e.mode.send_mode(),
+            handoff_phase: None,
+            queue_id: e.queue_id,
+            session_key: e.session_key,
+            task_id: e.task_id,
+            operation_id: e.operation_id,
+            fingerprint: e.fingerprint,
+            mode: e.mode,
+            status: e.status,
+            auto_drain: e.auto_drain,
+            hold_reason: e.hold_reason,
+            user_text: e.user_text,
+            created_at: e.created_at,
+            updated_at: e.updated_at,
+            version: e.version,
+            command: e.command,
+            expected_active_run_id: e.expected_turn_id.clone(),
+            expected_turn_id: e.expected_turn_id,
+            accepted_turn_id: e.accepted_turn_id,
+            supersedes: e.supersedes,
+            revert_turn_id: e.revert_turn_id,
+            reverted_at: e.reverted_at,
+        }
+    }
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

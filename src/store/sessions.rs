@@ -101,6 +101,18 @@ pub fn outbox_entry(
         .optional())?)
 }
 
+/// An outbox entry by its queue id (the admin API's name for it).
+pub fn entry_by_queue_id(
+    conn: &mut DbConn,
+    queue_id: &str,
+) -> Result<Option<OutboxEntry>, StoreError> {
+    Ok(with_conn!(conn, |c| outbox_entries::table
+        .filter(outbox_entries::queue_id.eq(queue_id))
+        .select(OutboxEntry::as_select())
+        .first(c)
+        .optional())?)
+}
+
 /// Outbox entries of a session whose task has not ended (for the health view).
 pub fn outbox_depth(conn: &mut DbConn, session_key: &ResourceKey) -> Result<i64, StoreError> {
     Ok(with_conn!(conn, |c| sessions::table

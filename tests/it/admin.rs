@@ -556,3 +556,74 @@ fn approvals_are_listed_and_decided_once_through_the_api_and_the_cli() {
         .collect();
     assert_eq!(decisions, ["accept", "decline"]);
 }
+
+/// A held outbox entry (a steer whose delivery nothing proves) is dropped
+/// through the API once, by its queue id: its task ends `cancelled`. An entry
+/// that is not held, or an unknown one, is refused with a clear code.
+#[test]
+fn a_held_entry_is_dropped_once_through_the_api() {
+    use codex_bridge::store::{sessions, steer};
+    let s = TestApp::start(Db::Sqlite);
+    let held = s
+        .comment("h-1", 1, "@ccbot /steer also this", "widgets", 1)
+        .json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = s.comment("h-2", 2, "@ccbot plain", "widgets", 2).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // As the steer lane leaves it when the answer was lost and the running
+    // turn's history does not show it (no runtime runs on this server).
+    let mut c = connect(&s.db_url);
+    let id = TaskId::parse(&held).unwrap();
+    let entry = sessions::outbox_entry(&mut c, &id).unwrap().unwrap();
+    let version = codex_bridge::store::tasks::find(&mut c, &id)
+        .unwrap()
+        .unwrap()
+        .state_version;
+    steer::admit(&mut c, &entry, version, "thread-1", "turn-1").unwrap();
+    let sending = sessions::outbox_entry(&mut c, &id).unwrap().unwrap();
+    steer::hold(&mut c, &sending, version, "steer_unconfirmed").unwrap();
+
+    let page = s.admin_get(&format!("/api/gitea-workflow/tasks/{held}"));
+    assert_eq!(page.json["outbox"]["autoDrain"], false, "{:?}", page.json);
+    assert_eq!(page.json["outbox"]["holdReason"], "steer_unconfirmed");
+    let queue_id = page.json["outbox"]["queueId"].as_str().unwrap().to_owned();
+
+    let body = json!({"requestId": "drop-1", "reason": "the steer is not needed"});
+    let first = s.admin_post(
+        &format!("/api/gitea-workflow/outbox/{queue_id}/drop"),
+        &body,
+    );
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(first.json["toState"], "cancelled");
+    let again = s.admin_post(
+        &format!("/api/gitea-workflow/outbox/{queue_id}/drop"),
+        &body,
+    );
+    assert_eq!(again.json["eventId"], first.json["eventId"], "one drop");
+    let page = s.admin_get(&format!("/api/gitea-workflow/tasks/{held}"));
+    assert_eq!(page.json["task"]["state"], "cancelled");
+
+    // An entry drained automatically is not held.
+    let other = s.admin_get(&format!("/api/gitea-workflow/tasks/{waiting}"));
+    let other_q = other.json["outbox"]["queueId"].as_str().unwrap().to_owned();
+    let refused = s.admin_post(
+        &format!("/api/gitea-workflow/outbox/{other_q}/drop"),
+        &json!({"requestId": "drop-2", "reason": "x"}),
+    );
+    assert_eq!(refused.status, 409, "{:?}", refused.json);
+    assert_eq!(refused.json["code"], "not_held");
+    let unknown = s.admin_post(
+        "/api/gitea-workflow/outbox/q-00000000000000000000000000000000/drop",
+        &json!({"requestId": "drop-3", "reason": "x"}),
+    );
+    assert_eq!(unknown.status, 404, "{:?}", unknown.json);
+    let bad = s.admin_post(
+        "/api/gitea-workflow/outbox/..%2F..%2Fetc/drop",
+        &json!({"requestId": "drop-4", "reason": "x"}),
+    );
+    assert_eq!(bad.status, 404, "{:?}", bad.json);
+}

@@ -97,6 +97,11 @@ fn e2e_a_steer_joins_the_running_turn_and_reaches_the_model_inside_it() {
         .to_owned();
     assert_eq!(s["task"]["steeredInto"], running, "{s}");
     assert_eq!(s["outbox"]["acceptedTurnId"], turn.as_str(), "{s}");
+    // The entry in the seed's terms: an automatic send into the observed run.
+    assert_eq!(s["outbox"]["intent"], "automatic", "{s}");
+    assert_eq!(s["outbox"]["sendMode"], "steer-running", "{s}");
+    assert_eq!(s["outbox"]["expectedActiveRunId"], turn.as_str(), "{s}");
+    assert!(s["outbox"]["handoffPhase"].is_null(), "{s}");
     assert!(s["turns"].as_array().is_some_and(|t| t.is_empty()), "{s}");
     // Codex recorded the steer's user message, with its operation id, inside
     // the run's turn (the drive saw the echo live).

@@ -105,6 +105,9 @@ fn e2e_a_replace_drops_the_stopped_turn_from_the_real_thread() {
     let n = l.detail(&replace);
     assert_eq!(r["task"]["errorCode"], "superseded", "{r}");
     assert_eq!(n["outbox"]["revertTurnId"], r["task"]["turnId"], "{n}");
+    assert_eq!(n["outbox"]["intent"], "replace-latest", "{n}");
+    assert_eq!(n["outbox"]["sendMode"], "interrupt-running", "{n}");
+    assert!(n["outbox"]["expectedActiveRunId"].is_null(), "{n}");
     assert!(n["outbox"]["revertedAt"].is_string(), "{n}");
     // Gone from what the model sees…
     let texts = request_with(&l, "start over, smaller");

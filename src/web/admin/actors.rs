@@ -172,6 +172,37 @@ pub async fn abort(
     .await
 }
 
+/// `POST /outbox/{queueId}/drop`: a held entry is given up; its task ends
+/// `cancelled` and its repository, if the task held it, goes on.
+pub async fn drop_entry(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let queue_id = path.into_inner();
+    let well_formed = queue_id
+        .strip_prefix("q-")
+        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !well_formed {
+        return Err(ApiError::NotFound(format!("outbox entry {queue_id}")));
+    }
+    let q = queue_id.clone();
+    let event = state
+        .store
+        .write(move |c| control::drop_entry(c, &req, &q))
+        .await?;
+    let found = state
+        .store
+        .read(move |c| crate::store::sessions::entry_by_queue_id(c, &queue_id))
+        .await?;
+    if let Some(entry) = found {
+        after_task_control(&state, &entry.task_id, false).await?;
+    }
+    Ok(HttpResponse::Ok().json(event))
+}
+
 /// `POST /tasks/{id}/clear-workspace`: the operator has looked at the dirty
 /// workspace of a `blocked_workspace` task; it goes back to `queued`.
 pub async fn clear_workspace(

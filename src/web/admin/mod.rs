@@ -50,6 +50,10 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 web::post().to(actors::enable_repo),
             )
             .route("/tasks/{task_id}/cancel", web::post().to(actors::cancel))
+            .route(
+                "/outbox/{queue_id}/drop",
+                web::post().to(actors::drop_entry),
+            )
             .route("/tasks/{task_id}/abort", web::post().to(actors::abort))
             .route(
                 "/tasks/{task_id}/reconcile",
