@@ -198,6 +198,16 @@ impl Harness {
     }
 
     /// The task's detail as the admin API shows it (panics if it is gone).
+    /// The task's audit actions, oldest first.
+    pub async fn actions(&self, task_id: &TaskId) -> Vec<String> {
+        self.detail(task_id)
+            .await
+            .audit
+            .into_iter()
+            .map(|a| a.action)
+            .collect()
+    }
+
     pub async fn detail(&self, task_id: &TaskId) -> tasks::TaskDetail {
         let id = task_id.clone();
         self.store
@@ -285,7 +295,8 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
     }
 }
 
-fn run<F: std::future::Future<Output = ()>>(f: F) {
+/// Runs an in-process test on its own actix system.
+pub fn run<F: std::future::Future<Output = ()>>(f: F) {
     actix::System::new().block_on(f);
 }
 

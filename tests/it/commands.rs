@@ -3,7 +3,7 @@
 //! running turn and outside the repository's queue, ends its own task
 //! `succeeded` with one answer, and moves only what it names.
 
-use super::actors::{settings, Harness};
+use super::actors::{run, settings, Harness};
 use crate::support::{poll_until_async, resource};
 use codex_bridge::actors::registry::RunCommands;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
@@ -12,10 +12,6 @@ use codex_bridge::domain::{Intent, TaskId};
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{approvals, commands, comments, ingest, sessions};
 use std::time::Duration;
-
-fn run<F: std::future::Future<Output = ()>>(f: F) {
-    actix::System::new().block_on(f);
-}
 
 fn hanging() -> ScriptedAgent {
     let rt = ScriptedAgent::new();

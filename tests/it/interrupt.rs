@@ -5,17 +5,12 @@
 //! first, and a run that does not settle in time leaves the message in the
 //! queue's order.
 
-use super::actors::{settings, Harness};
+use super::actors::{run, settings, Harness};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
 use codex_bridge::domain::states::SendMode;
-use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::{comments, interrupt};
 use std::time::Duration;
-
-fn run<F: std::future::Future<Output = ()>>(f: F) {
-    actix::System::new().block_on(f);
-}
 
 fn runtime() -> ScriptedAgent {
     let rt = ScriptedAgent::new();
@@ -26,15 +21,6 @@ fn runtime() -> ScriptedAgent {
         Script::steps(vec![Step::Progress("x"), Step::Stubborn]),
     );
     rt
-}
-
-async fn actions(h: &Harness, task: &TaskId) -> Vec<String> {
-    h.detail(task)
-        .await
-        .audit
-        .into_iter()
-        .map(|a| a.action)
-        .collect()
 }
 
 #[test]
@@ -70,7 +56,8 @@ fn an_interrupt_stops_the_run_and_starts_before_the_queue() {
             h.runtime.reverts().is_empty(),
             "an interrupt reverts nothing"
         );
-        assert!(actions(&h, &now)
+        assert!(h
+            .actions(&now)
             .await
             .contains(&"message.supersedes".to_owned()));
         // The stopped run's one receipt says why it stopped.
@@ -102,7 +89,7 @@ fn a_replace_drops_the_stopped_turn_from_the_thread_before_its_own() {
         assert_eq!(e.revert_turn_id.as_deref(), Some(turn.as_str()));
         assert!(e.reverted_at.is_some());
         // Reverted before its own turn was intended, on the same thread.
-        let acts = actions(&h, &replace).await;
+        let acts = h.actions(&replace).await;
         let reverted = acts.iter().position(|a| a == "thread.reverted");
         let intended = acts.iter().position(|a| a == "turn.start_intent");
         assert!(
@@ -156,7 +143,7 @@ fn a_run_that_does_not_settle_leaves_the_message_in_the_queue() {
             .comment("widgets", 1, 2, "@ccbot /interrupt do this instead")
             .await;
         h.wait_state(&running, TaskState::NeedsReconciliation).await;
-        let acts = actions(&h, &now).await;
+        let acts = h.actions(&now).await;
         assert!(
             acts.contains(&"message.back_in_queue".to_owned()),
             "{acts:?}"

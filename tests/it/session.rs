@@ -4,7 +4,7 @@
 //! again from the store, and an approval decided through this process wakes
 //! the waiting session at once.
 
-use super::actors::{settings, Harness};
+use super::actors::{run, settings, Harness};
 use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
@@ -14,10 +14,6 @@ use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::control::{self, ControlRequest};
 use codex_bridge::store::{approvals, audit, comments, tasks};
 use std::time::Duration;
-
-fn run<F: std::future::Future<Output = ()>>(f: F) {
-    actix::System::new().block_on(f);
-}
 
 fn operator(request_id: &str) -> ControlRequest {
     ControlRequest {

@@ -4,7 +4,7 @@
 //! ordinary turn, and one whose delivery cannot be proven is held, never
 //! sent twice.
 
-use super::actors::{request, settings, Harness};
+use super::actors::{request, run, settings, Harness};
 use crate::support::poll_until_async;
 use codex_bridge::actors::registry::RunCommands;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
@@ -14,10 +14,6 @@ use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::models::OutboxEntry;
 use codex_bridge::store::{commands, comments, ingest, steer};
 use std::time::Duration;
-
-fn run<F: std::future::Future<Output = ()>>(f: F) {
-    actix::System::new().block_on(f);
-}
 
 fn runtime() -> ScriptedAgent {
     let rt = ScriptedAgent::new();
@@ -48,15 +44,6 @@ fn runtime() -> ScriptedAgent {
         },
     );
     rt
-}
-
-async fn audit_actions(h: &Harness, task: &TaskId) -> Vec<String> {
-    h.detail(task)
-        .await
-        .audit
-        .into_iter()
-        .map(|a| a.action)
-        .collect()
 }
 
 async fn entry(h: &Harness, task: &TaskId) -> OutboxEntry {
@@ -111,7 +98,7 @@ fn a_steer_joins_the_running_turn_and_its_task_names_that_task() {
             "the answer names the task it joined"
         );
         assert_eq!(h.state(&running).await, TaskState::Running);
-        let actions = audit_actions(&h, &steer).await;
+        let actions = h.actions(&steer).await;
         assert!(
             actions.contains(&"steer.admitted".to_owned())
                 && actions.contains(&"steer.accepted".to_owned()),
@@ -193,7 +180,7 @@ fn a_steer_whose_run_ended_before_it_was_admitted_goes_back_to_the_queue() {
         h.wait_state(&running, TaskState::Succeeded).await;
         h.wait_state(&steer, TaskState::Succeeded).await;
         assert!(h.runtime.steers().is_empty(), "{:?}", h.runtime.steers());
-        let actions = audit_actions(&h, &steer).await;
+        let actions = h.actions(&steer).await;
         assert!(
             actions.contains(&"steer.not_admitted".to_owned()),
             "{actions:?}"
@@ -305,7 +292,7 @@ fn a_steer_found_sending_after_a_crash_is_held_and_never_sent_again() {
         assert_eq!(h.state(&steer).await, TaskState::Queued);
         assert!(h.runtime.steers().is_empty());
         assert_eq!(h.runtime.calls().len(), 2, "{:?}", h.runtime.calls());
-        let actions = audit_actions(&h, &steer).await;
+        let actions = h.actions(&steer).await;
         assert!(actions.contains(&"steer.held".to_owned()), "{actions:?}");
     });
 }

@@ -74,6 +74,23 @@ fn snapshot(
     })
 }
 
+/// Whether the commenter of `task` may trigger work, as the forge says; one
+/// it cannot answer is `Unknown` (logged: who `did` what), never a guess.
+pub(super) async fn permission(deps: &ActorDeps, task: &Task, did: &str) -> Permission {
+    match deps
+        .verifier
+        .may_trigger(task.resource_key.clone(), task.author.clone())
+        .await
+    {
+        TriggerCheck::Allowed => Permission::Allowed,
+        TriggerCheck::Denied(why) => Permission::Denied(why),
+        TriggerCheck::Unknown(why) => {
+            tracing::warn!(task.id = %task.task_id, error = %why, "cannot check who {did}; trying again later");
+            Permission::Unknown
+        }
+    }
+}
+
 /// Carries out the session's queued turnless commands, oldest first.
 pub(super) async fn run(
     deps: Arc<ActorDeps>,
@@ -90,18 +107,7 @@ pub(super) async fn run(
         else {
             break;
         };
-        let permission = match deps
-            .verifier
-            .may_trigger(task.resource_key.clone(), task.author.clone())
-            .await
-        {
-            TriggerCheck::Allowed => Permission::Allowed,
-            TriggerCheck::Denied(why) => Permission::Denied(why),
-            TriggerCheck::Unknown(why) => {
-                tracing::warn!(task.id = %task.task_id, error = %why, "cannot check who gave a command; trying again later");
-                Permission::Unknown
-            }
-        };
+        let permission = permission(&deps, &task, "gave a command").await;
         let key = session_key.clone();
         let facts = deps
             .store

@@ -15,13 +15,10 @@ use super::{ActorDeps, Signals};
 use crate::domain::command::Command;
 use crate::domain::states::SendMode;
 use crate::domain::ResourceKey;
-use crate::forge::TriggerCheck;
 use crate::store::interrupt::{self, InterruptHead, Supersede};
 use crate::store::steer::{self as steer_store, STALE};
 use crate::store::StoreError;
-use decide::{
-    InterruptDecision, InterruptEvent, InterruptSnapshot, InterruptStep, Permission, RunFact,
-};
+use decide::{InterruptDecision, InterruptEvent, InterruptSnapshot, InterruptStep, RunFact};
 use std::sync::Arc;
 
 /// A decision found its facts moved this many times in a row: give up for
@@ -117,18 +114,7 @@ pub(super) async fn run(
 }
 
 async fn snapshot(deps: &ActorDeps, head: &InterruptHead) -> InterruptSnapshot {
-    let permission = match deps
-        .verifier
-        .may_trigger(head.task.resource_key.clone(), head.task.author.clone())
-        .await
-    {
-        TriggerCheck::Allowed => Permission::Allowed,
-        TriggerCheck::Denied(why) => Permission::Denied(why),
-        TriggerCheck::Unknown(why) => {
-            tracing::warn!(task.id = %head.task.task_id, error = %why, "cannot check who asked to interrupt; trying again later");
-            Permission::Unknown
-        }
-    };
+    let permission = super::command::permission(deps, &head.task, "asked to interrupt").await;
     InterruptSnapshot {
         wants: match head.task.command {
             Some(Command::Replace) => SendMode::Replace,

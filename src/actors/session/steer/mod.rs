@@ -15,7 +15,6 @@ use crate::agent::{AgentError, SteerRequest, TurnLookup};
 use crate::domain::states::OutboxStatus;
 use crate::domain::ResourceKey;
 use crate::domain::TaskId;
-use crate::forge::TriggerCheck;
 use crate::store::models::OutboxEntry;
 use crate::store::steer::{self, SteerHead, STALE};
 use crate::store::StoreError;
@@ -49,7 +48,7 @@ pub(super) async fn run(
         let Some(head) = deps.store.read(move |c| steer::next_steer(c, &key)).await? else {
             return Ok(pass);
         };
-        let permission = permission(&deps, &head).await;
+        let permission = super::command::permission(&deps, &head.task, "asked to steer").await;
         let mut snap = snapshot(&head, permission);
         let mut event = SteerEvent::Woken;
         let mut entry = head.entry.clone();
@@ -114,21 +113,6 @@ enum Rested {
     Waiting,
     Released,
     Settled,
-}
-
-async fn permission(deps: &ActorDeps, head: &SteerHead) -> Permission {
-    match deps
-        .verifier
-        .may_trigger(head.task.resource_key.clone(), head.task.author.clone())
-        .await
-    {
-        TriggerCheck::Allowed => Permission::Allowed,
-        TriggerCheck::Denied(why) => Permission::Denied(why),
-        TriggerCheck::Unknown(why) => {
-            tracing::warn!(task.id = %head.task.task_id, error = %why, "cannot check who asked to steer; trying again later");
-            Permission::Unknown
-        }
-    }
 }
 
 fn snapshot(head: &SteerHead, permission: Permission) -> SteerSnapshot {
