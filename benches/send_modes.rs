@@ -428,6 +428,14 @@ async fn run(runs: usize) -> Result<Figures> {
             *l.interrupted.last().context("an interrupted event")?,
         );
         f.interrupt.push(ms(start - committed));
+        if std::env::var_os("BENCH_SEND_TRACE").is_some() {
+            eprintln!(
+                "interrupt {i}: committed -> turn/interrupt {:.1} ms, -> interrupted {:.1} ms, -> turn/start {:.1} ms",
+                ms(stop.saturating_duration_since(committed)),
+                ms(end.saturating_duration_since(committed)),
+                ms(start - committed)
+            );
+        }
         f.interrupt_codex
             .push(ms(end.saturating_duration_since(stop)));
         drop(l);

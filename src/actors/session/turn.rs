@@ -553,6 +553,9 @@ impl TaskDrive {
     }
 }
 
-/// How often, and how far apart, a refused interrupt is asked again.
-const INTERRUPT_ATTEMPTS: u32 = 8;
-const INTERRUPT_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often, and how far apart, a refused interrupt is asked again: for
+/// about two seconds, close enough together that a stop asked in the
+/// moment before the turn became active waits tens of milliseconds, not a
+/// quarter of a second.
+const INTERRUPT_ATTEMPTS: u32 = 40;
+const INTERRUPT_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
