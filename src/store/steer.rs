@@ -146,6 +146,28 @@ pub fn claimable(conn: &mut DbConn, task_id: &TaskId) -> Result<bool, StoreError
     Ok(n > 0)
 }
 
+/// The entry is still as its send left it (`sending`, at the version the
+/// admission wrote): a late answer or a recovery changes nothing that a
+/// newer decision (a hold, an operator's drop) wrote since.
+fn still_sending(conn: &mut DbConn, entry: &OutboxEntry) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::queue_id.eq(&entry.queue_id))
+            .filter(outbox_entries::version.eq(entry.version))
+            .filter(outbox_entries::status.eq(OutboxStatus::Sending))
+    )
+    .set(outbox_entries::updated_at.eq(&at))
+    .execute(c))?;
+    if n == 0 {
+        return Err(stale(format!(
+            "outbox entry {} is no longer as its send left it (version {})",
+            entry.queue_id, entry.version
+        )));
+    }
+    Ok(())
+}
+
 /// The admission: the entry becomes `sending` into the turn it expects, and
 /// the ledger's `sending` row names the thread, before `turn/steer` leaves.
 pub fn admit(
@@ -212,6 +234,7 @@ pub fn accept(
     answer: impl FnOnce(Option<&TaskId>) -> String,
 ) -> Result<Option<TaskId>, StoreError> {
     unchanged(conn, &entry.task_id, version)?;
+    still_sending(conn, entry)?;
     let into = super::turns::turn(conn, turn_id)?.map(|t| t.task_id);
     // `sent` already when the running turn saw the echo first.
     super::ledger::accepted(conn, &entry.operation_id, turn_id)?;
@@ -274,6 +297,7 @@ pub fn release(
     why: &str,
 ) -> Result<(), StoreError> {
     unchanged(conn, &entry.task_id, version)?;
+    still_sending(conn, entry)?;
     let at = now();
     with_conn!(conn, |c| {
         diesel::delete(
@@ -316,6 +340,7 @@ pub fn hold(
     reason: &str,
 ) -> Result<(), StoreError> {
     unchanged(conn, &entry.task_id, version)?;
+    still_sending(conn, entry)?;
     let at = now();
     with_conn!(conn, |c| diesel::update(
         outbox_entries::table.filter(outbox_entries::queue_id.eq(&entry.queue_id))

@@ -296,3 +296,65 @@ fn a_steer_found_sending_after_a_crash_is_held_and_never_sent_again() {
         assert!(actions.contains(&"steer.held".to_owned()), "{actions:?}");
     });
 }
+
+/// A late answer to a steer changes nothing once a newer decision moved its
+/// entry: the acceptance, the release and the hold each check that the entry
+/// is still as its send left it.
+#[test]
+fn a_late_steer_answer_never_overwrites_a_newer_decision() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let run_task = h.detail(&running).await.task;
+        let req = request("widgets", 1, 2, "@ccbot /steer late");
+        let out = h
+            .store
+            .write(move |c| ingest::ingest(c, &req))
+            .await
+            .unwrap();
+        let ingest::IngestOutcome::Accepted { task_id: late, .. } = out else {
+            panic!("not accepted: {out:?}")
+        };
+        let version = h.detail(&late).await.task.state_version;
+        let e = entry(&h, &late).await;
+        let (thread, turn) = (run_task.thread_id.unwrap(), run_task.turn_id.unwrap());
+        let (th, tu) = (thread.clone(), turn.clone());
+        h.store
+            .write(move |c| steer::admit(c, &e, version, &th, &tu))
+            .await
+            .unwrap();
+        // The entry as the send left it, then a newer decision: held.
+        let as_sent = entry(&h, &late).await;
+        let sent = as_sent.clone();
+        h.store
+            .write(move |c| steer::hold(c, &sent, version, "steer_unconfirmed"))
+            .await
+            .unwrap();
+        // The answer arrives now, late: refused, nothing written.
+        let stale = as_sent.clone();
+        let tu = turn.clone();
+        let refused = h
+            .store
+            .write(move |c| steer::accept(c, &stale, version, &tu, |_| "joined".into()))
+            .await;
+        assert!(
+            matches!(refused, Err(codex_bridge::store::StoreError::Refused { code, .. }) if code == steer::STALE),
+            "{refused:?}"
+        );
+        let stale = as_sent.clone();
+        let released = h
+            .store
+            .write(move |c| steer::release(c, &stale, version, "late"))
+            .await;
+        assert!(released.is_err(), "{released:?}");
+        let d = h.detail(&late).await;
+        assert_eq!(d.task.state, TaskState::Queued);
+        assert_eq!(d.task.steered_into, None);
+        let e = d.outbox.expect("an entry");
+        assert!(!e.auto_drain, "still held");
+        assert_eq!(e.accepted_turn_id, None);
+        assert_eq!(d.ledger.len(), 1, "the ledger keeps its sending row");
+        assert_eq!(d.ledger[0].status, "sending");
+    });
+}
