@@ -53,6 +53,51 @@ async fn entry(h: &Harness, task: &TaskId) -> OutboxEntry {
         .expect("the task's outbox entry")
 }
 
+/// A `/steer` comment accepted by the webhook and admitted into `run`'s
+/// turn by a process that died before it sent anything: written as that
+/// process left it, with no wake-up. Its task and the version admitted on.
+async fn admitted_unsent(
+    h: &Harness,
+    run: &codex_bridge::store::models::Task,
+    comment_id: i64,
+    text: &str,
+) -> (TaskId, i64) {
+    let req = request("widgets", 1, comment_id, text);
+    let out = h
+        .store
+        .write(move |c| ingest::ingest(c, &req))
+        .await
+        .unwrap();
+    let ingest::IngestOutcome::Accepted { task_id, .. } = out else {
+        panic!("not accepted: {out:?}")
+    };
+    let e = entry(h, &task_id).await;
+    let version = h.detail(&task_id).await.task.state_version;
+    let thread = run.thread_id.clone().expect("the run's thread");
+    let turn = run.turn_id.clone().expect("the run's turn");
+    h.store
+        .write(move |c| steer::admit(c, &e, version, &thread, &turn))
+        .await
+        .unwrap();
+    (task_id, version)
+}
+
+/// Waits until the task's outbox entry satisfies `pred`; whether it did.
+async fn entry_becomes(h: &Harness, task: &TaskId, pred: fn(&OutboxEntry) -> bool) -> bool {
+    poll_until_async(Duration::from_secs(10), || {
+        let id = task.clone();
+        let store = h.store.clone();
+        async move {
+            store
+                .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
+                .await
+                .unwrap()
+                .is_some_and(|e| pred(&e))
+        }
+    })
+    .await
+}
+
 #[test]
 fn a_steer_joins_the_running_turn_and_its_task_names_that_task() {
     run(async {
@@ -158,19 +203,7 @@ fn a_steer_whose_run_ended_before_it_was_admitted_goes_back_to_the_queue() {
         h.wait_state(&running, TaskState::Running).await;
         let steer = h.comment("widgets", 1, 2, "@ccbot /steer latecomer").await;
         // The steer lane admitted it into the running turn…
-        let id = steer.clone();
-        let admitted = poll_until_async(Duration::from_secs(10), || {
-            let id = id.clone();
-            let store = h.store.clone();
-            async move {
-                store
-                    .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
-                    .await
-                    .unwrap()
-                    .is_some_and(|e| e.status == OutboxStatus::Sending)
-            }
-        })
-        .await;
+        let admitted = entry_becomes(&h, &steer, |e| e.status == OutboxStatus::Sending).await;
         assert!(
             admitted,
             "the steer was never admitted into the running turn"
@@ -242,41 +275,12 @@ fn a_steer_found_sending_after_a_crash_is_held_and_never_sent_again() {
         let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
         h.wait_state(&running, TaskState::Running).await;
         let run_task = h.detail(&running).await.task;
-        // Accepted by the webhook, admitted by a process that died before it
-        // sent anything: written as that process left it, with no wake-up.
-        let req = request("widgets", 1, 2, "@ccbot /steer crashed");
-        let out = h
-            .store
-            .write(move |c| ingest::ingest(c, &req))
-            .await
-            .unwrap();
-        let ingest::IngestOutcome::Accepted { task_id: steer, .. } = out else {
-            panic!("not accepted: {out:?}")
-        };
-        let e = entry(&h, &steer).await;
-        let version = h.detail(&steer).await.task.state_version;
-        let (thread, turn) = (run_task.thread_id.unwrap(), run_task.turn_id.unwrap());
-        h.store
-            .write(move |c| steer::admit(c, &e, version, &thread, &turn))
-            .await
-            .unwrap();
+        let (steer, _) = admitted_unsent(&h, &run_task, 2, "@ccbot /steer crashed").await;
         h.registry.do_send(RunCommands {
             session_key: run_task.session_key.clone(),
             repo_key: run_task.repo_key.clone(),
         });
-        let id = steer.clone();
-        let held = poll_until_async(Duration::from_secs(10), || {
-            let id = id.clone();
-            let store = h.store.clone();
-            async move {
-                store
-                    .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
-                    .await
-                    .unwrap()
-                    .is_some_and(|e| !e.auto_drain)
-            }
-        })
-        .await;
+        let held = entry_becomes(&h, &steer, |e| !e.auto_drain).await;
         assert!(held, "the steer was never held");
         let held = entry(&h, &steer).await;
         assert_eq!(held.hold_reason.as_deref(), Some("steer_unconfirmed"));
@@ -307,23 +311,8 @@ fn a_late_steer_answer_never_overwrites_a_newer_decision() {
         let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
         h.wait_state(&running, TaskState::Running).await;
         let run_task = h.detail(&running).await.task;
-        let req = request("widgets", 1, 2, "@ccbot /steer late");
-        let out = h
-            .store
-            .write(move |c| ingest::ingest(c, &req))
-            .await
-            .unwrap();
-        let ingest::IngestOutcome::Accepted { task_id: late, .. } = out else {
-            panic!("not accepted: {out:?}")
-        };
-        let version = h.detail(&late).await.task.state_version;
-        let e = entry(&h, &late).await;
-        let (thread, turn) = (run_task.thread_id.unwrap(), run_task.turn_id.unwrap());
-        let (th, tu) = (thread.clone(), turn.clone());
-        h.store
-            .write(move |c| steer::admit(c, &e, version, &th, &tu))
-            .await
-            .unwrap();
+        let (late, version) = admitted_unsent(&h, &run_task, 2, "@ccbot /steer late").await;
+        let turn = run_task.turn_id.clone().expect("the run's turn");
         // The entry as the send left it, then a newer decision: held.
         let as_sent = entry(&h, &late).await;
         let sent = as_sent.clone();

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
 
+mod history;
 mod script;
 
 pub(crate) use script::directive_args;
@@ -72,62 +73,9 @@ impl Inner {
     fn remember(&mut self, operation_id: &str, outcome: TurnLookup) {
         self.history.insert(operation_id.to_owned(), outcome);
         if let Some(file) = &self.history_file {
-            let entries: Vec<serde_json::Value> = self
-                .history
-                .iter()
-                .map(
-                    |(op, h)| serde_json::json!({ "operationId": op, "lookup": lookup_to_json(h) }),
-                )
-                .collect();
-            let tmp = file.with_extension("tmp");
-            let written = std::fs::write(&tmp, serde_json::Value::Array(entries).to_string())
-                .and_then(|_| std::fs::rename(&tmp, file));
-            if let Err(e) = written {
-                tracing::warn!(error = %e, "scripted runtime could not persist its history");
-            }
+            history::save(file, &self.history);
         }
     }
-}
-
-fn lookup_to_json(h: &TurnLookup) -> serde_json::Value {
-    match h {
-        TurnLookup::Missing => serde_json::json!({ "kind": "missing" }),
-        TurnLookup::Running { turn_id } => {
-            serde_json::json!({ "kind": "running", "turnId": turn_id })
-        }
-        TurnLookup::Completed {
-            turn_id,
-            final_text,
-        } => {
-            serde_json::json!({ "kind": "completed", "turnId": turn_id, "finalText": final_text })
-        }
-        TurnLookup::Failed { turn_id, error } => {
-            serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error })
-        }
-        TurnLookup::Interrupted { turn_id } => {
-            serde_json::json!({ "kind": "interrupted", "turnId": turn_id })
-        }
-    }
-}
-
-fn lookup_from_json(v: &serde_json::Value) -> Option<TurnLookup> {
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
-    Some(match v.get("kind")?.as_str()? {
-        "missing" => TurnLookup::Missing,
-        // A turn that was running when its process died is over: interrupted.
-        "running" | "interrupted" => TurnLookup::Interrupted {
-            turn_id: s("turnId")?,
-        },
-        "completed" => TurnLookup::Completed {
-            turn_id: s("turnId")?,
-            final_text: s("finalText"),
-        },
-        "failed" => TurnLookup::Failed {
-            turn_id: s("turnId")?,
-            error: s("error").unwrap_or_default(),
-        },
-        _ => return None,
-    })
 }
 
 /// The scripted runtime. Cloning shares the script book and the recordings.
@@ -226,18 +174,7 @@ impl ScriptedAgent {
             directives: true,
             ..Default::default()
         };
-        if let Ok(text) = std::fs::read_to_string(&history_file) {
-            if let Ok(serde_json::Value::Array(entries)) = serde_json::from_str(&text) {
-                for e in entries {
-                    if let (Some(op), Some(h)) = (
-                        e.get("operationId").and_then(|o| o.as_str()),
-                        e.get("lookup").and_then(lookup_from_json),
-                    ) {
-                        inner.history.insert(op.to_owned(), h);
-                    }
-                }
-            }
-        }
+        inner.history = history::load(&history_file);
         inner.history_file = Some(history_file);
         ScriptedAgent {
             inner: Arc::new(Mutex::new(inner)),
