@@ -4,7 +4,7 @@
 //! out.
 
 use super::audit::{self, Audit};
-use super::models::{Approval, Task};
+use super::models::{Approval, OutboxEntry, Task};
 use super::queue::literal;
 use super::schema::{approvals, comment_changes, outbox_entries, sessions, tasks};
 use super::sessions::{driven_tasks_of_session, session};
@@ -23,7 +23,7 @@ use diesel::prelude::*;
 pub const QUEUED_COMMANDS: &str = "state = 'queued' AND command IS NOT NULL";
 
 /// The stored names of the commands that need no turn.
-fn turnless_names() -> Vec<&'static str> {
+pub(super) fn turnless_names() -> Vec<&'static str> {
     Command::ALL
         .into_iter()
         .filter(|c| c.is_turnless())
@@ -36,19 +36,36 @@ pub fn answer_key(task_id: &TaskId) -> String {
     format!("{task_id}:answer")
 }
 
+/// The session's oldest queued command among `names` (through the partial
+/// index `tasks_queued_commands`): what each of the session's lanes works on.
+pub(super) fn oldest_queued(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+    names: &[&str],
+) -> Result<Option<Task>, StoreError> {
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(literal(QUEUED_COMMANDS))
+        .filter(tasks::session_key.eq(session_key))
+        .filter(tasks::command.eq_any(names))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The outbox entry of a queued command's task; every task the ingest
+/// accepts has one, so a missing one is a defect to report, not skip.
+pub(super) fn entry_of(conn: &mut DbConn, task: &Task) -> Result<OutboxEntry, StoreError> {
+    super::sessions::outbox_entry(conn, &task.task_id)?
+        .ok_or_else(|| StoreError::NotFound(format!("the outbox entry of task {}", task.task_id)))
+}
+
 /// The session's oldest queued turnless command, with what followed its word.
 pub fn next_command(
     conn: &mut DbConn,
     session_key: &ResourceKey,
 ) -> Result<Option<(Task, Option<String>)>, StoreError> {
-    let task: Option<Task> = with_conn!(conn, |c| tasks::table
-        .filter(literal(QUEUED_COMMANDS))
-        .filter(tasks::session_key.eq(session_key))
-        .filter(tasks::command.eq_any(turnless_names()))
-        .order(tasks::id.asc())
-        .select(Task::as_select())
-        .first(c)
-        .optional())?;
+    let task = oldest_queued(conn, session_key, &turnless_names())?;
     let Some(task) = task else {
         return Ok(None);
     };

@@ -3,11 +3,10 @@
 //! decision, each by compare-and-swap on the versions it names.
 
 use super::audit::{self, Audit};
-use super::commands::QUEUED_COMMANDS;
+use super::commands::{entry_of, oldest_queued};
 use super::models::{OutboxEntry, Task};
-use super::queue::literal;
-use super::schema::{outbox_entries, tasks};
-use super::sessions::{driven_tasks_of_session, outbox_entry};
+use super::schema::outbox_entries;
+use super::sessions::driven_tasks_of_session;
 use super::steer::{moved, stale, unchanged};
 use super::tasks::{transition, TransitionRequest};
 use super::{now, DbConn, StoreError};
@@ -36,23 +35,10 @@ pub fn next_interrupt(
     session_key: &ResourceKey,
 ) -> Result<Option<InterruptHead>, StoreError> {
     let names = [Command::Interrupt.as_str(), Command::Replace.as_str()];
-    let task: Option<Task> = with_conn!(conn, |c| tasks::table
-        .filter(literal(QUEUED_COMMANDS))
-        .filter(tasks::session_key.eq(session_key))
-        .filter(tasks::command.eq_any(names))
-        .order(tasks::id.asc())
-        .select(Task::as_select())
-        .first(c)
-        .optional())?;
-    let Some(task) = task else {
+    let Some(task) = oldest_queued(conn, session_key, &names)? else {
         return Ok(None);
     };
-    let Some(entry) = outbox_entry(conn, &task.task_id)? else {
-        return Err(StoreError::NotFound(format!(
-            "the outbox entry of task {}",
-            task.task_id
-        )));
-    };
+    let entry = entry_of(conn, &task)?;
     let run = driven_tasks_of_session(conn, session_key)?
         .into_iter()
         .next();

@@ -5,11 +5,10 @@
 //! made again.
 
 use super::audit::{self, Audit};
-use super::commands::{answer_key, QUEUED_COMMANDS};
+use super::commands::{answer_key, entry_of, oldest_queued, turnless_names};
 use super::models::{OutboxEntry, Task};
-use super::queue::literal;
 use super::schema::{operation_ledger, outbox_entries, tasks};
-use super::sessions::{driven_tasks_of_session, outbox_entry};
+use super::sessions::driven_tasks_of_session;
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
@@ -37,29 +36,12 @@ pub fn next_steer(
     conn: &mut DbConn,
     session_key: &ResourceKey,
 ) -> Result<Option<SteerHead>, StoreError> {
-    let task: Option<Task> = with_conn!(conn, |c| tasks::table
-        .filter(literal(QUEUED_COMMANDS))
-        .filter(tasks::session_key.eq(session_key))
-        .filter(tasks::command.eq(Command::Steer.as_str()))
-        .order(tasks::id.asc())
-        .select(Task::as_select())
-        .first(c)
-        .optional())?;
-    let Some(task) = task else {
+    let Some(task) = oldest_queued(conn, session_key, &[Command::Steer.as_str()])? else {
         return Ok(None);
     };
-    let Some(entry) = outbox_entry(conn, &task.task_id)? else {
-        return Err(StoreError::NotFound(format!(
-            "the outbox entry of steer task {}",
-            task.task_id
-        )));
-    };
+    let entry = entry_of(conn, &task)?;
     // Messages before it that wait for a turn (turnless commands never do).
-    let turnless: Vec<&str> = Command::ALL
-        .into_iter()
-        .filter(|c| c.is_turnless())
-        .map(Command::as_str)
-        .collect();
+    let turnless = turnless_names();
     let before: i64 = with_conn!(conn, |c| tasks::table
         .filter(tasks::session_key.eq(session_key))
         .filter(tasks::state.eq(TaskState::Queued.as_str()))
