@@ -4,6 +4,7 @@
 //! module above it; `store/` maps these types to columns.
 
 pub mod keys;
+pub mod limits;
 pub(crate) mod sql;
 
 pub use keys::{KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};

@@ -189,14 +189,20 @@ async fn handle(
                 message: format!("repository {repo_key} is disabled by an operator; the comment was recorded but will not run"),
             })
         }
-        IngestOutcome::OutboxFull { session_key } => {
+        IngestOutcome::OutboxFull {
+            session_key,
+            task_id,
+        } => {
+            let refusal = task_id
+                .map(|t| format!(" (refused as task {t}, answered in the thread)"))
+                .unwrap_or_default();
             return Err(ApiError::Conflict {
                 code: "outbox_full",
                 message: format!(
-                    "{session_key} already has {} unfinished requests; wait for them or cancel some",
+                    "{session_key} already has {} unfinished requests; wait for them or cancel some{refusal}",
                     ingest::OUTBOX_CAPACITY
                 ),
-            })
+            });
         }
     };
     Ok(response)

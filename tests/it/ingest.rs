@@ -262,11 +262,41 @@ fn a_full_outbox_refuses_until_a_task_ends(url: &str) {
     let refused = c
         .write_transaction(|c| ingest::ingest(c, &one_more))
         .unwrap();
-    assert!(
-        matches!(refused, IngestOutcome::OutboxFull { ref session_key } if session_key == "default:acme/r0:issue:7"),
-        "{refused:?}"
+    let IngestOutcome::OutboxFull {
+        ref session_key,
+        task_id: Some(ref refused_task),
+    } = refused
+    else {
+        panic!("a refusal with its task: {refused:?}")
+    };
+    assert_eq!(session_key, "default:acme/r0:issue:7");
+    // The refusal is a task born `rejected`, with one receipt naming why.
+    assert_eq!(count(&mut c, "tasks"), i64::from(cap) + 1);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "tasks",
+            &format!(
+                "task_id = '{refused_task}' AND state = 'rejected' AND error_code = 'outbox_full'"
+            ),
+        ),
+        1
     );
-    assert_eq!(count(&mut c, "tasks"), i64::from(cap));
+    let receipt_of = |c: &mut _| {
+        count_where(
+            c,
+            "comments",
+            &format!(
+                "task_id = '{refused_task}' AND kind = 'receipt' AND comment_key LIKE '%:rejected'"
+            ),
+        )
+    };
+    assert_eq!(receipt_of(&mut c), 1);
+    assert_eq!(
+        count(&mut c, "outbox_entries"),
+        i64::from(cap),
+        "no entry for it"
+    );
     // A task that is still running keeps its place; one that ends frees it.
     for (to, frees) in [(TaskState::Leased, false), (TaskState::Failed, true)] {
         let outcome = c
@@ -296,14 +326,24 @@ fn a_full_outbox_refuses_until_a_task_ends(url: &str) {
             "after {to:?}: {answer:?}"
         );
     }
-    // The Gitea replay of the refused delivery is judged afresh, and refused again.
+    // The same delivery again is the same refusal; Gitea's replay of it (a
+    // new delivery of the same comment) is the refused task again, with no
+    // second receipt, even now that a place is free.
+    let same = c
+        .write_transaction(|c| ingest::ingest(c, &one_more))
+        .unwrap();
+    assert!(
+        matches!(same, IngestOutcome::OutboxFull { task_id: Some(ref t), .. } if t == refused_task),
+        "{same:?}"
+    );
     let mut replay = one_more.clone();
     replay.delivery_key = "default:cap-replay".into();
     let again = c.write_transaction(|c| ingest::ingest(c, &replay)).unwrap();
     assert!(
-        matches!(again, IngestOutcome::OutboxFull { .. }),
+        matches!(again, IngestOutcome::Duplicate { task_id: Some(ref t), ref state } if t == refused_task && state.as_deref() == Some("rejected")),
         "{again:?}"
     );
+    assert_eq!(receipt_of(&mut c), 1, "one receipt, however often it comes");
     let open: i64 = count_where(
         &mut c,
         "sessions",

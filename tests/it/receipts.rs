@@ -201,3 +201,47 @@ async fn a_failed_receipt_is_retried_when_its_backoff_ends_without_a_poll() {
         "{row:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_comment_past_the_outbox_limit_gets_one_receipt_naming_the_limit() {
+    let mut s = setup();
+    s.start_worker();
+    let cap = ingest::OUTBOX_CAPACITY;
+    for n in 0..cap {
+        accept(&s, 1_000 + n).await;
+    }
+    let over = crate::actors::request("widgets", s.issue, 9_999, "@ccbot one more");
+    let refused = match s.store.ingest(over.clone()).await.unwrap() {
+        ingest::IngestOutcome::OutboxFull {
+            task_id: Some(t), ..
+        } => t,
+        other => panic!("{other:?}"),
+    };
+    let posts = wait_posted(&s.sim, &refused, "rejected").await;
+    assert!(
+        posts[0].body.contains(&format!("{cap} requests")),
+        "{}",
+        posts[0].body
+    );
+    // Gitea's replay of the refused comment is the same refusal: no second
+    // receipt (the receipt row is the one the worker already posted).
+    let mut replay = over;
+    replay.delivery_key = "default:replay-of-9999".into();
+    let again = s.store.ingest(replay).await.unwrap();
+    assert!(
+        matches!(again, ingest::IngestOutcome::Duplicate { task_id: Some(ref t), .. } if *t == refused),
+        "{again:?}"
+    );
+    let db_rows = {
+        let t = refused.clone();
+        s.store
+            .read(move |c| comments::find(c, &comments::receipt_key(&t, TaskState::Rejected)))
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        db_rows.map(|r| r.status.to_string()),
+        Some("posted".to_owned())
+    );
+    assert_eq!(receipt_posts(&s.sim, &refused, "rejected").len(), 1);
+}

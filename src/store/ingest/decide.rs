@@ -202,6 +202,7 @@ fn replay_answer(lookups: &BatchLookups, original: &Delivery) -> IngestOutcome {
         }
         ("rejected", Some("outbox_full"), _, Some(session_key)) => IngestOutcome::OutboxFull {
             session_key: session_key.clone(),
+            task_id: original.task_id.clone(),
         },
         _ => IngestOutcome::Ignored {
             reason: original
@@ -431,25 +432,14 @@ fn create_task(
         }
     };
     if *open >= OUTBOX_CAPACITY {
-        record(
+        return Ok(refuse_full(
+            req,
             lookups,
             rows,
-            delivery_row(req, "rejected", Some("outbox_full"), None, None, at),
-        );
-        rows.audit(
-            AuditDraft {
-                delivery_id: Some(&req.delivery_id),
-                comment_id: subject.comment_id,
-                error_code: Some("outbox_full"),
-                ..AuditDraft::new(
-                    "webhook.rejected",
-                    "system",
-                    serde_json::json!({ "sessionKey": session_key, "capacity": OUTBOX_CAPACITY }),
-                )
-            },
+            (&repo_key, session_key, trigger_key),
+            command,
             at,
-        );
-        return Ok(IngestOutcome::OutboxFull { session_key });
+        ));
     }
     *open += 1;
 
@@ -479,6 +469,7 @@ fn create_task(
         created_at: at.to_owned(),
         updated_at: at.to_owned(),
         command,
+        error_code: None,
     });
     let actor = format!("gitea:user:{}", subject.author);
     // The task is born `received` (state version 1) and leaves it in this same
@@ -566,4 +557,108 @@ fn create_task(
         task_id,
         state: TaskState::Queued.as_str().to_owned(),
     })
+}
+
+/// A comment refused because its session's outbox is full: a task born
+/// `rejected` (`outbox_full`) whose one receipt names the limit. The task
+/// holds the comment's trigger, so a replay of the same comment is that
+/// task again, and never a second receipt; a new comment is judged afresh.
+fn refuse_full(
+    req: &IngestRequest,
+    lookups: &mut BatchLookups,
+    rows: &mut BatchRows,
+    (repo_key, session_key, trigger_key): (
+        &crate::domain::RepoKey,
+        crate::domain::ResourceKey,
+        &str,
+    ),
+    command: Option<Command>,
+    at: &str,
+) -> IngestOutcome {
+    const CODE: &str = "outbox_full";
+    let Some(subject) = req.subject.as_ref() else {
+        return IngestOutcome::OutboxFull {
+            session_key,
+            task_id: None,
+        };
+    };
+    let task_id = TaskId::mint();
+    record(
+        lookups,
+        rows,
+        delivery_row(req, "rejected", Some(CODE), Some(&task_id), None, at),
+    );
+    rows.tasks.push(TaskRow {
+        task_id: task_id.clone(),
+        delivery_key: req.delivery_key.clone(),
+        repo_key: repo_key.clone(),
+        session_key: session_key.clone(),
+        resource_key: session_key.clone(),
+        trigger_key: trigger_key.to_owned(),
+        comment_id: subject.comment_id,
+        author: subject.author.clone(),
+        state: TaskState::Rejected,
+        state_version: 2,
+        head_ref: subject.head_ref.clone(),
+        base_ref: subject.base_ref.clone(),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+        command,
+        error_code: Some(CODE.to_owned()),
+    });
+    let reason = format!("the session already holds {OUTBOX_CAPACITY} unfinished requests");
+    rows.transitions.push(TransitionRow {
+        task_id: task_id.clone(),
+        from_state: Some(TaskState::Received),
+        to_state: TaskState::Rejected,
+        state_version: 2,
+        actor: "system".into(),
+        reason: Some(reason.clone()),
+        error_code: Some(CODE.to_owned()),
+        at: at.to_owned(),
+    });
+    rows.receipts.push(ReceiptRow {
+        comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Rejected),
+        task_id: task_id.clone(),
+        kind: CommentKind::Receipt,
+        resource_key: session_key.clone(),
+        status: CommentStatus::Pending,
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+    });
+    rows.audit(
+        AuditDraft {
+            task_id: Some(&task_id),
+            states: (Some(TaskState::Received), Some(TaskState::Rejected)),
+            delivery_id: Some(&req.delivery_id),
+            comment_id: subject.comment_id,
+            error_code: Some(CODE),
+            ..AuditDraft::new(
+                "webhook.rejected",
+                "system",
+                serde_json::json!({
+                    "stateVersion": 2,
+                    "reason": reason,
+                    "sessionKey": session_key,
+                    "capacity": OUTBOX_CAPACITY,
+                }),
+            )
+        },
+        at,
+    );
+    lookups
+        .task_states
+        .insert(task_id.clone(), TaskState::Rejected.as_str().to_owned());
+    lookups.triggers.insert(
+        trigger_key.to_owned(),
+        (
+            task_id.clone(),
+            TaskState::Rejected.as_str().to_owned(),
+            req.delivery_key.clone(),
+        ),
+    );
+    IngestOutcome::OutboxFull {
+        session_key,
+        task_id: Some(task_id),
+    }
 }

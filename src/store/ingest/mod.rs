@@ -22,8 +22,7 @@ use self::rows::BatchRows;
 use super::{now, sha256_hex, DbConn, StoreError};
 use crate::domain::{IngestRequest, RepoKey, ResourceKey, Subject, TaskId};
 
-/// Most entries a session's outbox holds for unfinished tasks.
-pub const OUTBOX_CAPACITY: i64 = 256;
+pub use crate::domain::limits::OUTBOX_CAPACITY;
 
 /// What the transaction did; the webhook maps it to a status code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +42,11 @@ pub enum IngestOutcome {
     RepositoryDisabled {
         repo_key: RepoKey,
     },
+    /// Refused: the session's outbox is full. `task_id`: the refused task
+    /// that holds the comment and its one receipt.
     OutboxFull {
         session_key: ResourceKey,
+        task_id: Option<TaskId>,
     },
 }
 

@@ -62,6 +62,8 @@ pub(super) struct TaskRow {
     pub(super) created_at: String,
     pub(super) updated_at: String,
     pub(super) command: Option<Command>,
+    /// Why a task born refused was refused.
+    pub(super) error_code: Option<String>,
 }
 
 #[derive(Insertable)]
