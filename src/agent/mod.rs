@@ -54,6 +54,17 @@ pub struct TurnRequest {
     pub terms: ThreadTerms,
 }
 
+/// Codex's own review of the checked-out head (`review/start`), run as a
+/// turn of a thread the bridge opened for it alone.
+#[derive(Debug, Clone)]
+pub struct ReviewRequest {
+    pub thread_id: String,
+    /// What the head is compared with: its merge base with this branch.
+    pub base_branch: String,
+    pub cwd: PathBuf,
+    pub terms: ThreadTerms,
+}
+
 /// More input for a turn that is running (`turn/steer`): it joins that turn
 /// only if it is still the thread's active one.
 #[derive(Debug, Clone)]
@@ -188,6 +199,19 @@ pub trait Agent: Send + Sync + 'static {
         Box::pin(async {
             Err(AgentError::Refused(
                 "this runtime cannot add input to a running turn".into(),
+            ))
+        })
+    }
+    /// Starts a review turn; resolves once the runtime accepted it. Its
+    /// result is the final text of `Completed`.
+    fn start_review(
+        &self,
+        req: ReviewRequest,
+    ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let _ = req;
+        Box::pin(async {
+            Err(AgentError::Refused(
+                "this runtime cannot run a code review".into(),
             ))
         })
     }

@@ -6,16 +6,16 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    ThreadItem, ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt,
-    TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
+    ReviewStart, ReviewTarget, ThreadItem, ThreadResume, ThreadRevert, ThreadStart,
+    ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
 use super::settings::CodexSettings;
 use super::thread::{thread_setup, ThreadPolicy};
 use crate::agent::{
-    Agent, AgentError, SteerRequest, ThreadRequest, ThreadTerms, TurnLookup, TurnRequest,
-    TurnStarted,
+    Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ThreadTerms, TurnLookup,
+    TurnRequest, TurnStarted,
 };
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -194,6 +194,39 @@ impl Agent for CodexAgent {
                 Err(e) => {
                     // Never admitted: nothing will come for it. Admitted but
                     // unreadable (no turn id): the session looks it up by history.
+                    this.inner.router.close_turn(&req.thread_id);
+                    return Err(rpc_to_runtime(e));
+                }
+            };
+            let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+            Ok(TurnStarted {
+                turn_id: answer.turn.id,
+                events,
+            })
+        }
+        .boxed()
+    }
+
+    fn start_review(
+        &self,
+        req: ReviewRequest,
+    ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let this = self.clone();
+        async move {
+            let policy = ThreadPolicy::of(&req.terms)?;
+            let (conn, _) = this
+                .open_thread(Some(&req.thread_id), &req.cwd, Some(policy), &req.terms)
+                .await?;
+            let mut rx = this.inner.router.open_turn(&req.thread_id);
+            let start = ReviewStart {
+                thread_id: req.thread_id.clone(),
+                target: ReviewTarget::BaseBranch {
+                    branch: req.base_branch,
+                },
+            };
+            let answer = match conn.call(&start, this.settings().request_timeout).await {
+                Ok(answer) => answer,
+                Err(e) => {
                     this.inner.router.close_turn(&req.thread_id);
                     return Err(rpc_to_runtime(e));
                 }

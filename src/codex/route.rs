@@ -238,6 +238,13 @@ impl Router {
                                 kind: "agentMessage".into(),
                             }
                         }
+                        ThreadItem::ExitedReviewMode(r) => {
+                            sink.last_agent_text = Some(r.review);
+                            TurnEvent::Progress {
+                                seq,
+                                kind: "exitedReviewMode".into(),
+                            }
+                        }
                         other => TurnEvent::Progress {
                             seq,
                             kind: other.kind().to_owned(),

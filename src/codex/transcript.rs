@@ -28,6 +28,14 @@ pub(super) fn transcript_item(item: &ThreadItem) -> TranscriptItem {
                 truncated: false,
             },
         ),
+        // A review's result is what the turn answered: shown as its message.
+        ThreadItem::ExitedReviewMode(r) => (
+            ItemStatus::Completed,
+            ItemBody::AgentMessage {
+                text: r.review.clone(),
+                truncated: false,
+            },
+        ),
         ThreadItem::Reasoning(r) => (
             ItemStatus::Completed,
             ItemBody::Reasoning {

@@ -28,6 +28,16 @@ pub struct ReplyQuery {
     pub turn_id: String,
     pub resource_key: ResourceKey,
     pub final_text: Option<String>,
+    pub form: ReplyForm,
+}
+
+/// What a reply is in Gitea.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyForm {
+    /// A comment on the Issue/PR.
+    Comment,
+    /// A review of the pull request (`/review`'s result).
+    PullReview,
 }
 
 /// Whether a commenter may trigger work (write permission by default,
@@ -90,14 +100,16 @@ pub struct FileStat {
 pub trait Forge: Send + Sync + 'static {
     fn verify(&self, query: ReplyQuery) -> BoxFuture<'static, ReplyCheck>;
 
-    /// Posts `body` as a comment on the resource (the REST fallback); the new
-    /// comment's id. A write: the caller proves it missing first.
+    /// Posts `body` on the resource in `form` (the REST fallback, or the
+    /// bridge's own reply); the new comment's or review's id. A write: the
+    /// caller proves it missing first.
     fn post_reply(
         &self,
         resource_key: ResourceKey,
         body: String,
+        form: ReplyForm,
     ) -> BoxFuture<'static, Result<i64, String>> {
-        let _ = (resource_key, body);
+        let _ = (resource_key, body, form);
         Box::pin(async { Err("this forge cannot post comments".to_owned()) })
     }
 

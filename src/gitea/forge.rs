@@ -6,7 +6,7 @@ use super::client::{GiteaClient, GiteaError, Permission};
 use super::reply::has_reply_marker;
 use crate::domain::trust::PrFacts;
 use crate::domain::ResourceKey;
-use crate::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
+use crate::forge::{Forge, ReplyCheck, ReplyForm, ReplyQuery, TriggerCheck};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
 use std::collections::BTreeSet;
@@ -122,15 +122,22 @@ impl Forge for GiteaForge {
                 key.number(),
             );
             let (client, bot, task) = (this.client.clone(), this.bot_login.clone(), query.task_id);
-            let found = blocking(move || {
-                client.find_comment(&owner, &repo, number, &bot, |body| {
-                    has_reply_marker(body, &task)
-                })
+            let found = blocking(move || match query.form {
+                ReplyForm::Comment => client
+                    .find_comment(&owner, &repo, number, &bot, |body| {
+                        has_reply_marker(body, &task)
+                    })
+                    .map(|c| c.map(|c| c.id)),
+                ReplyForm::PullReview => client
+                    .find_pull_review(&owner, &repo, number, &bot, |body| {
+                        has_reply_marker(body, &task)
+                    })
+                    .map(|r| r.map(|r| r.id)),
             })
             .await;
             match found {
-                Ok(Some(c)) => ReplyCheck::Confirmed {
-                    comment_id: Some(c.id),
+                Ok(Some(id)) => ReplyCheck::Confirmed {
+                    comment_id: Some(id),
                 },
                 Ok(None) => ReplyCheck::Missing,
                 Err(e) => ReplyCheck::Unknown(e.to_string()),
@@ -143,16 +150,23 @@ impl Forge for GiteaForge {
         &self,
         resource_key: ResourceKey,
         body: String,
+        form: ReplyForm,
     ) -> BoxFuture<'static, Result<i64, String>> {
         let client = self.client.clone();
         async move {
             let owner = resource_key.repo().owner().to_owned();
             let repo = resource_key.repo().name().to_owned();
             let number = resource_key.number();
-            blocking(move || client.create_comment(&owner, &repo, number, &body))
-                .await
-                .map(|c| c.id)
-                .map_err(|e| e.to_string())
+            blocking(move || match form {
+                ReplyForm::Comment => client
+                    .create_comment(&owner, &repo, number, &body)
+                    .map(|c| c.id),
+                ReplyForm::PullReview => client
+                    .create_pull_review(&owner, &repo, number, &body)
+                    .map(|r| r.id),
+            })
+            .await
+            .map_err(|e| e.to_string())
         }
         .boxed()
     }
@@ -249,7 +263,12 @@ impl Forge for ForgeNotConfigured {
         async move { ReplyCheck::Unknown(reason) }.boxed()
     }
 
-    fn post_reply(&self, _: ResourceKey, _: String) -> BoxFuture<'static, Result<i64, String>> {
+    fn post_reply(
+        &self,
+        _: ResourceKey,
+        _: String,
+        _: ReplyForm,
+    ) -> BoxFuture<'static, Result<i64, String>> {
         let reason = self.reason.clone();
         async move { Err(reason) }.boxed()
     }

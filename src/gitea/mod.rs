@@ -18,6 +18,7 @@ pub mod pulls;
 pub mod receipts;
 pub mod reply;
 pub mod repos;
+pub mod reviews;
 pub mod statuses;
 
 pub use client::{GiteaClient, GiteaError, Permission};

@@ -26,6 +26,7 @@ mod e2e;
 mod e2e_commands;
 mod e2e_context;
 mod e2e_interrupt;
+mod e2e_review;
 mod fakemodel;
 mod floors;
 mod fork;

@@ -227,8 +227,13 @@ impl TaskDrive {
             stopping: None,
             superseded: superseded(&task),
             // The thread's trust is decided again before a turn starts; a
-            // task already past it replies as its thread was trusted.
-            reply_path: ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted)),
+            // task already past it replies as its thread was trusted. A
+            // review's result is always posted by the bridge.
+            reply_path: if task.command == Some(crate::domain::command::Command::Review) {
+                ReplyPath::BridgeViaRest
+            } else {
+                ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted))
+            },
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),

@@ -22,6 +22,7 @@ mod interrupt;
 mod prompt;
 mod recover;
 mod reply;
+mod review;
 mod steer;
 mod transcript;
 mod trust;

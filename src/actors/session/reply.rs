@@ -7,9 +7,10 @@ use super::decide::{Event, FallbackOutcome, Start, Verdict};
 use super::drive::{fallback_status, DriveError, TaskDrive};
 use super::prompt::{reply_retry_prompt, strip_markers};
 use crate::agent::{AgentError, ThreadRequest, TurnRequest};
+use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::trust::ReplyPath;
-use crate::forge::{ReplyCheck, ReplyQuery};
+use crate::forge::{ReplyCheck, ReplyForm, ReplyQuery};
 use crate::gitea::reply::reply_marker;
 use crate::store::audit::{self, Audit};
 use crate::store::{comments, turns};
@@ -55,6 +56,7 @@ impl TaskDrive {
                 turn_id: turn_id.clone(),
                 resource_key: self.task.resource_key.clone(),
                 final_text: text.clone(),
+                form: self.reply_form(),
             })
             .await;
         self.turn.final_text = text;
@@ -168,8 +170,19 @@ impl TaskDrive {
         Ok(event)
     }
 
+    /// A review's result is a review of the pull request; every other
+    /// reply is a comment.
+    fn reply_form(&self) -> ReplyForm {
+        if self.task.command == Some(Command::Review) {
+            ReplyForm::PullReview
+        } else {
+            ReplyForm::Comment
+        }
+    }
+
     /// Whether the bridge posts this task's reply itself (an untrusted
-    /// thread): its REST post is then the normal path, not a fallback.
+    /// thread, a review): its REST post is then the normal path, not a
+    /// fallback.
     fn by_bridge(&self) -> bool {
         self.snap.reply_path == ReplyPath::BridgeViaRest
     }
@@ -216,21 +229,30 @@ impl TaskDrive {
             .await?;
         self.snap.fallback = Some(super::decide::Fallback::Posting);
         let resource = self.task.resource_key.clone();
-        match self.deps.verifier.post_reply(resource.clone(), body).await {
-            Ok(comment_id) => {
-                self.record_fallback(CommentStatus::Posted, posted, Some(comment_id), None)
+        let form = self.reply_form();
+        let query = ReplyQuery {
+            task_id: self.task.task_id.clone(),
+            turn_id: self.reply_turn_id(),
+            resource_key: resource.clone(),
+            final_text: Some(text),
+            form,
+        };
+        let answer = self.deps.verifier.post_reply(resource, body, form).await;
+        // An error answer does not prove the post missing (a 500 after the
+        // write, a lost answer): it is looked for before the task is told so,
+        // and never posted a second time here.
+        let check = self.deps.verifier.verify(query).await;
+        match (answer, check) {
+            (Ok(id), check)
+            | (
+                Err(_),
+                check @ ReplyCheck::Confirmed {
+                    comment_id: Some(id),
+                },
+            ) => {
+                self.record_fallback(CommentStatus::Posted, posted, Some(id), None)
                     .await?;
                 self.snap.fallback = Some(super::decide::Fallback::Posted);
-                let check = self
-                    .deps
-                    .verifier
-                    .verify(ReplyQuery {
-                        task_id: self.task.task_id.clone(),
-                        turn_id: self.reply_turn_id(),
-                        resource_key: resource,
-                        final_text: Some(text),
-                    })
-                    .await;
                 match check {
                     ReplyCheck::Confirmed { comment_id } => {
                         self.reply_comment = comment_id;
@@ -246,7 +268,7 @@ impl TaskDrive {
                     }
                 }
             }
-            Err(e) => {
+            (Err(e), _) => {
                 self.record_fallback(CommentStatus::Failed, failed, None, Some(e.clone()))
                     .await?;
                 self.snap.fallback = Some(super::decide::Fallback::Failed);

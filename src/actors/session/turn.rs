@@ -21,6 +21,9 @@ use futures_util::StreamExt;
 impl TaskDrive {
     /// Before admission: the thread, the intent (one commit), turn/start.
     pub(super) async fn start_turn(&mut self) -> Result<Event, DriveError> {
+        if self.task.command == Some(crate::domain::command::Command::Review) {
+            return self.start_review().await;
+        }
         let (Some(cwd), Some(policy), Some(entry)) =
             (self.workspace.clone(), self.policy, self.entry.clone())
         else {

@@ -18,7 +18,12 @@ pub enum ThreadItem {
     CommandExecution(CommandExecutionItem),
     FileChange(FileChangeItem),
     Reasoning(ReasoningItem),
-    Other { kind: String, id: String },
+    /// The end of a review (`review/start`): `review` is its result.
+    ExitedReviewMode(ReviewItem),
+    Other {
+        kind: String,
+        id: String,
+    },
 }
 
 impl ThreadItem {
@@ -31,6 +36,7 @@ impl ThreadItem {
             ThreadItem::CommandExecution(_) => "commandExecution",
             ThreadItem::FileChange(_) => "fileChange",
             ThreadItem::Reasoning(_) => "reasoning",
+            ThreadItem::ExitedReviewMode(_) => "exitedReviewMode",
             ThreadItem::Other { kind, .. } => kind,
         }
     }
@@ -44,6 +50,7 @@ impl ThreadItem {
             ThreadItem::CommandExecution(i) => &i.id,
             ThreadItem::FileChange(i) => &i.id,
             ThreadItem::Reasoning(i) => &i.id,
+            ThreadItem::ExitedReviewMode(i) => &i.id,
             ThreadItem::Other { id, .. } => id,
         }
     }
@@ -68,6 +75,7 @@ impl<'de> Deserialize<'de> for ThreadItem {
             "userMessage" => ThreadItem::UserMessage(read(&value)?),
             "agentMessage" => ThreadItem::AgentMessage(read(&value)?),
             "mcpToolCall" => ThreadItem::McpToolCall(read(&value)?),
+            "exitedReviewMode" => ThreadItem::ExitedReviewMode(read(&value)?),
             // Only the transcript reads these: one it cannot read is only
             // named, and never fails the message (or history page) it is in.
             "commandExecution" => read::<_, D::Error>(&value)
@@ -130,6 +138,15 @@ pub struct AgentMessageItem {
     #[serde(default)]
     pub id: String,
     pub text: String,
+}
+
+/// `v2/ThreadItem` `exitedReviewMode`: the review's result, as Codex
+/// rendered it for a reader.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ReviewItem {
+    #[serde(default)]
+    pub id: String,
+    pub review: String,
 }
 
 /// `v2/ThreadItem` `reasoning`: the summary (the raw content is not kept).

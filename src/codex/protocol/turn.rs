@@ -226,6 +226,37 @@ impl Request for ThreadRevert {
     type Response = IgnoredAny;
 }
 
+/// `review/start` (`v2/ReviewStartParams`): Codex's own review, run inline
+/// on the given thread as a turn of it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewStart {
+    pub thread_id: String,
+    pub target: ReviewTarget,
+}
+
+/// `v2/ReviewTarget`: what the review compares. Only the form the bridge
+/// uses is here.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ReviewTarget {
+    /// The checked-out head against the merge base with `branch`.
+    BaseBranch { branch: String },
+}
+
+impl Request for ReviewStart {
+    const METHOD: &'static str = "review/start";
+    type Response = ReviewStartResponse;
+}
+
+/// The answer to `review/start` (`v2/ReviewStartResponse`): the review's turn.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewStartResponse {
+    pub review_thread_id: String,
+    pub turn: Turn,
+}
+
 /// A turn (`v2/Turn`), live or from history.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Turn {
@@ -238,11 +269,18 @@ pub struct Turn {
 }
 
 impl Turn {
-    /// The last agent message among the turn's items.
+    /// What the turn answered: a review's result, else the last agent
+    /// message among its items.
     pub fn last_agent_text(&self) -> Option<String> {
-        self.items.iter().rev().find_map(|i| match i {
-            ThreadItem::AgentMessage(m) => Some(m.text.clone()),
+        let review = self.items.iter().rev().find_map(|i| match i {
+            ThreadItem::ExitedReviewMode(r) => Some(r.review.clone()),
             _ => None,
+        });
+        review.or_else(|| {
+            self.items.iter().rev().find_map(|i| match i {
+                ThreadItem::AgentMessage(m) => Some(m.text.clone()),
+                _ => None,
+            })
         })
     }
 }

@@ -1,6 +1,7 @@
 //! What a test does to the simulated instance directly, as an
 //! administrator or a user of the web UI would: users, repositories, git,
-//! issues, pull requests and comments.
+//! issues, pull requests and comments; and what it reads back (comments,
+//! reviews, statuses).
 
 use crate::giteasim::data::{Perm, Pull, Repo};
 use crate::giteasim::GiteaSim;
@@ -311,6 +312,22 @@ impl GiteaSim {
             .iter()
             .filter(|c| c.issue_id == id && c.plain)
             .map(|c| d.comment_json(base, c).to_value())
+            .collect()
+    }
+
+    /// Every review of a pull request, pending ones included, oldest first
+    /// (as the API orders them), each as the API shows it to its reviewer.
+    pub fn reviews(&self, owner: &str, repo: &str, number: i64) -> Vec<serde_json::Value> {
+        let d = self.sim.data.lock().unwrap();
+        let id = d.issue_id(owner, repo, number).expect("no such issue");
+        let mut reviews: Vec<_> = d.reviews.iter().filter(|r| r.issue_id == id).collect();
+        reviews.sort_by_key(|r| (r.created, r.id));
+        reviews
+            .into_iter()
+            .map(|r| {
+                d.review_json(self.sim.base(), r, Some(&r.reviewer))
+                    .to_value()
+            })
             .collect()
     }
 

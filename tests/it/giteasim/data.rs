@@ -1,5 +1,6 @@
-//! The simulated instance's records (users, repositories, issues, comments)
-//! and the model rules over them (ids, the clock, permissions).
+//! The simulated instance's records (users, repositories, issues, comments,
+//! pull request reviews) and the model rules over them (ids, the clock,
+//! permissions, how a review is submitted).
 
 /// A user's access to a repository.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -103,6 +104,72 @@ pub(crate) struct CommitStatus {
     pub(crate) created: i64,
 }
 
+/// What a review says (Gitea's `ReviewType`, as the API names it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReviewState {
+    /// Not submitted yet: shown only to its reviewer (and site admins).
+    Pending,
+    Approved,
+    Comment,
+    RequestChanges,
+}
+
+impl ReviewState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReviewState::Pending => "PENDING",
+            ReviewState::Approved => "APPROVED",
+            ReviewState::Comment => "COMMENT",
+            ReviewState::RequestChanges => "REQUEST_CHANGES",
+        }
+    }
+
+    /// `(X-Gitea-Event, X-Gitea-Event-Type)` of the webhook a submitted
+    /// review fires; a pending one fires none.
+    pub(crate) fn hook_event(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            ReviewState::Pending => None,
+            ReviewState::Approved => {
+                Some(("pull_request_approved", "pull_request_review_approved"))
+            }
+            ReviewState::Comment => Some(("pull_request_comment", "pull_request_review_comment")),
+            ReviewState::RequestChanges => {
+                Some(("pull_request_rejected", "pull_request_review_rejected"))
+            }
+        }
+    }
+
+    /// Approvals and requests for changes are the ones that count towards
+    /// (or block) merging, so only they are ever official or dismissed.
+    fn decisive(self) -> bool {
+        matches!(self, ReviewState::Approved | ReviewState::RequestChanges)
+    }
+}
+
+/// A pull request review (Gitea's `review` row).
+pub(crate) struct Review {
+    pub(crate) id: i64,
+    pub(crate) issue_id: i64,
+    pub(crate) reviewer: String,
+    pub(crate) state: ReviewState,
+    pub(crate) body: String,
+    pub(crate) commit_id: String,
+    /// By someone who may write to the repository, and the reviewer's
+    /// latest approval or request for changes.
+    pub(crate) official: bool,
+    /// A later approval or request for changes by the same reviewer
+    /// replaced it.
+    pub(crate) dismissed: bool,
+    /// How many inline (code) comments it holds; the simulator keeps no
+    /// more of them.
+    pub(crate) code_comments: i64,
+    /// The timeline entry (a non-plain comment) its `html_url` points at:
+    /// the first one made for it.
+    pub(crate) comment_id: Option<i64>,
+    pub(crate) created: i64,
+    pub(crate) updated: i64,
+}
+
 #[derive(Default)]
 pub(crate) struct Data {
     pub(crate) next_id: i64,
@@ -111,6 +178,7 @@ pub(crate) struct Data {
     pub(crate) issues: Vec<Issue>,
     pub(crate) comments: Vec<Comment>,
     pub(crate) statuses: Vec<CommitStatus>,
+    pub(crate) reviews: Vec<Review>,
     /// Added to the wall clock, in seconds.
     pub(crate) clock_offset: i64,
 }
@@ -267,6 +335,110 @@ impl Data {
         if let Some(issue) = self.issues.iter_mut().find(|i| i.id == issue_id) {
             issue.updated = now;
         }
+        id
+    }
+
+    pub(crate) fn review(&self, id: i64) -> Option<&Review> {
+        self.reviews.iter().find(|r| r.id == id)
+    }
+
+    /// Gitea's `SubmitReview`, after the API checked the event and body:
+    /// the reviewer's pending review of this pull request, if there is one,
+    /// becomes this review (keeping its id and creation time); otherwise a
+    /// new review is made, and a new approval or request for changes
+    /// dismisses the reviewer's earlier ones. Inline comments first go into
+    /// the pending review (made for them if needed), so a review with
+    /// comments always takes that path. An approval or request for changes
+    /// is official when its reviewer may write (no branch protection here)
+    /// and clears the official flag of the reviewer's earlier reviews.
+    /// Every submission, pending included, adds a timeline entry. Returns
+    /// the review's id.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a review's fields, as Gitea's SubmitReview takes them"
+    )]
+    pub(crate) fn submit_review(
+        &mut self,
+        issue_id: i64,
+        reviewer: &str,
+        state: ReviewState,
+        body: &str,
+        commit_id: &str,
+        code_comments: i64,
+        writer: bool,
+    ) -> i64 {
+        let now = self.now();
+        let mine = |r: &Review| r.issue_id == issue_id && r.reviewer.eq_ignore_ascii_case(reviewer);
+        let mut pending = self
+            .reviews
+            .iter()
+            .position(|r| mine(r) && r.state == ReviewState::Pending);
+        if pending.is_none() && code_comments > 0 {
+            let id = self.alloc();
+            self.reviews.push(Review {
+                id,
+                issue_id,
+                reviewer: reviewer.to_owned(),
+                state: ReviewState::Pending,
+                body: String::new(),
+                commit_id: commit_id.to_owned(),
+                official: false,
+                dismissed: false,
+                code_comments: 0,
+                comment_id: None,
+                created: now,
+                updated: now,
+            });
+            pending = Some(self.reviews.len() - 1);
+        }
+        if state.decisive() {
+            for r in self.reviews.iter_mut().filter(|r| mine(r)) {
+                r.official = false;
+            }
+        }
+        let official = state.decisive() && writer;
+        let id = match pending {
+            Some(i) => {
+                let r = &mut self.reviews[i];
+                r.state = state;
+                r.body = body.to_owned();
+                r.commit_id = commit_id.to_owned();
+                r.official = official;
+                r.code_comments += code_comments;
+                r.updated = now;
+                r.id
+            }
+            None => {
+                if state.decisive() {
+                    for r in self
+                        .reviews
+                        .iter_mut()
+                        .filter(|r| mine(r) && r.state.decisive())
+                    {
+                        r.dismissed = true;
+                    }
+                }
+                let id = self.alloc();
+                self.reviews.push(Review {
+                    id,
+                    issue_id,
+                    reviewer: reviewer.to_owned(),
+                    state,
+                    body: body.to_owned(),
+                    commit_id: commit_id.to_owned(),
+                    official,
+                    dismissed: false,
+                    code_comments: 0,
+                    comment_id: None,
+                    created: now,
+                    updated: now,
+                });
+                id
+            }
+        };
+        let entry = self.add_comment(issue_id, reviewer, body, false);
+        let review = self.reviews.iter_mut().find(|r| r.id == id).unwrap();
+        review.comment_id.get_or_insert(entry);
         id
     }
 }

@@ -1,5 +1,5 @@
 //! The request log and the faults a test injects (500s, delays, dropped or
-//! refused comments).
+//! refused comments, a review answer lost).
 
 use crate::giteasim::GiteaSim;
 use std::collections::HashSet;
@@ -40,6 +40,8 @@ pub(crate) struct Faults {
     pub(crate) list: Vec<Fault>,
     pub(crate) delay: Duration,
     pub(crate) drop_comments: usize,
+    /// Reviews still to be created whose answer is a 500.
+    pub(crate) lost_review_answers: usize,
     pub(crate) denied: HashSet<String>,
 }
 
@@ -120,6 +122,14 @@ impl GiteaSim {
     /// never stored (absent from listings and GET, no webhook).
     pub fn drop_next_comments(&self, n: usize) {
         self.sim.faults.lock().unwrap().drop_comments = n;
+    }
+
+    /// The next review created through the API (`POST .../pulls/{n}/reviews`
+    /// that Gitea would answer 200) is stored and fires its webhook, but
+    /// its answer is a 500 with Gitea's empty-message body: the client
+    /// cannot tell that it landed. Each call loses one more answer.
+    pub fn drop_next_review_answer(&self) {
+        self.sim.faults.lock().unwrap().lost_review_answers += 1;
     }
 
     /// API comment creation by `user` answers 403 (`user is blocked`).

@@ -263,9 +263,9 @@ impl Hooks {
 impl GiteaSim {
     // -- webhooks ------------------------------------------------------------
 
-    /// The test's own hook: every comment event of every repository (and
-    /// `issues` events with [`GiteaSim::set_issue_events`]) goes to `url`,
-    /// signed with `secret`, besides any repository webhook.
+    /// The test's own hook: every comment and review event of every
+    /// repository (and `issues` events with [`GiteaSim::set_issue_events`])
+    /// goes to `url`, signed with `secret`, besides any repository webhook.
     pub fn set_webhook(&self, url: &str, secret: &str) {
         self.sim.hooks.lock().unwrap().test_hook = Some(TestHook {
             url: url.to_owned(),
@@ -467,6 +467,48 @@ impl Sim {
         fields.push(("is_pull", issue.pull.is_some().into()));
         let body = go_json(&obj(fields), true);
         self.enqueue(&mut h, &targets, "issue_comment", event_type, body);
+    }
+
+    /// The tasks for a submitted review, as Gitea's `PullRequestReview`
+    /// notifier makes them: a `PullRequestPayload` with action `reviewed`,
+    /// the reviewer as both `requested_reviewer` and `sender`, the pull
+    /// request as the reviewer sees it, the repository with its author's
+    /// permissions, and `review` `{type, content}`. A pending review fires
+    /// nothing.
+    pub(crate) fn review_hook(&self, d: &Data, review_id: i64) {
+        let r = d.review(review_id).expect("review exists");
+        let Some((event, event_type)) = r.state.hook_event() else {
+            return;
+        };
+        let mut h = self.hooks.lock().unwrap();
+        let issue = d.issue(r.issue_id);
+        let targets = h.targets(issue.repo_id, event_type);
+        if targets.is_empty() || h.lost {
+            return;
+        }
+        let base = self.base();
+        let repo = d.repo_by_id(issue.repo_id);
+        let payload = obj(vec![
+            ("action", "reviewed".into()),
+            ("number", issue.number.into()),
+            (
+                "pull_request",
+                d.pull_json(base, &self.git, issue, Some(&r.reviewer)),
+            ),
+            ("requested_reviewer", d.user_json(base, &r.reviewer, false)),
+            ("repository", d.repo_json(base, repo, Some(&issue.author))),
+            ("sender", d.user_json(base, &r.reviewer, false)),
+            ("commit_id", "".into()),
+            (
+                "review",
+                obj(vec![
+                    ("type", event_type.into()),
+                    ("content", (&r.body).into()),
+                ]),
+            ),
+        ]);
+        let body = go_json(&payload, true);
+        self.enqueue(&mut h, &targets, event, event_type, body);
     }
 
     /// The `issues` `opened` tasks for a new issue.

@@ -88,6 +88,26 @@
 //!   `GET .../statuses/{sha}` and `GET .../commits/{ref}/statuses` (newest
 //!   first, `sort`, `state`, paged with `Link`), `GET .../commits/{ref}/status`
 //!   (latest per context, combined state)
+//! - `POST /repos/{o}/{r}/pulls/{n}/reviews` `{body, commit_id, event,
+//!   comments:[{path, body, old_position, new_position}]}`: 200 with an
+//!   `api.PullReview` (`id, user, team: null, state, body, commit_id, stale:
+//!   false, official, dismissed, comments_count, submitted_at, updated_at,
+//!   html_url` = the PR page `#issuecomment-<id of the review's timeline
+//!   entry>`, `pull_request_url`); read access suffices. `event`
+//!   `APPROVED`/`REQUEST_CHANGES` on one's own PR is 422 (`approve your own
+//!   pull is not allowed` / `reject your own pull is not allowed`);
+//!   `REQUEST_CHANGES` needs a non-blank body, `COMMENT` a body or comments
+//!   (422 `review event X requires a body` / `... requires a body or a
+//!   comment`); any other event (or none) makes a `PENDING` review, which
+//!   needs a body too. No `commit_id`: the PR's head. An issue's number or
+//!   no such index: 404. A user's pending review is what their next review
+//!   of that PR becomes (same id). Approvals and requests for changes are
+//!   `official` when their reviewer may write, and a new one dismisses the
+//!   reviewer's earlier ones.
+//! - `GET /repos/{o}/{r}/pulls/{n}/reviews?page=&limit=`: oldest first,
+//!   paged only when `page` is given, `X-Total-Count` (every review), no
+//!   `Link`; other users' pending reviews are left out (after paging, as
+//!   Gitea does), except for a site admin
 //! - anything else under `/api/`: 404 with Gitea's not-found body.
 //!
 //! JSON answers are compact with a trailing newline, HTML-escaped like Go
@@ -102,13 +122,20 @@
 //! Repository webhooks are made through the API (above) or with
 //! [`GiteaSim::add_webhook`]; [`GiteaSim::set_webhook`] is the test's own
 //! hook, which hears every repository like a system hook (every comment
-//! event, JSON). Every comment created, edited or deleted — from the test
-//! side *or through the REST API, the bot's own included* — makes one
-//! `HookTask` per active repository hook subscribed to its event
-//! (`issue_comment`, or `pull_request_comment` on a PR; review events count
-//! under `pull_request_review`), then one for the test's hook. The body is
-//! `json.MarshalIndent(payload, "", "  ")` of an `IssueCommentPayload` (with
-//! the top-level `pull_request` for PRs), the headers `X-Gitea-*`,
+//! and review event, JSON). Every comment created, edited or deleted — from
+//! the test side *or through the REST API, the bot's own included* — makes
+//! one `HookTask` per active repository hook subscribed to its event
+//! (`issue_comment`, or `pull_request_comment` on a PR), then one for the
+//! test's hook; its body is an `IssueCommentPayload` (with the top-level
+//! `pull_request` for PRs). So does every review submitted through the API
+//! (not a pending one): event `pull_request_approved` /
+//! `pull_request_rejected` / `pull_request_comment`, event type
+//! `pull_request_review_approved` / `_rejected` / `_comment` (all three
+//! count under the `pull_request_review` subscription), body a
+//! `PullRequestPayload` (`action: "reviewed"`, `number`, `pull_request`,
+//! `requested_reviewer` and `sender` the reviewer, `repository`,
+//! `commit_id: ""`, `review: {type, content}`). Bodies are
+//! `json.MarshalIndent(payload, "", "  ")`, the headers `X-Gitea-*`,
 //! `X-Gogs-*`, `X-GitHub-*`, `X-Hub-Signature(-256)` signed with that
 //! hook's secret, `User-Agent: Go-http-client/1.1` (a `form` hook sends
 //! `payload=<JSON>`, still signed over the JSON; a hook's authorization
@@ -124,9 +151,11 @@
 //! (events make no task at all) and
 //! [`GiteaSim::post_comment_without_webhook`].
 //!
-//! # Commit statuses
+//! # Commit statuses and reviews
 //!
-//! [`GiteaSim::statuses`] shows what was set on a commit, oldest first.
+//! [`GiteaSim::statuses`] shows what was set on a commit, oldest first;
+//! [`GiteaSim::reviews`] every review of a pull request, pending ones
+//! included, oldest first, each as its reviewer sees it.
 //!
 //! # Request log and faults
 //!
@@ -137,7 +166,10 @@
 //! `.../comments` → 500), [`GiteaSim::set_delay`] /
 //! [`GiteaSim::delay_next_matching`] (slow answers),
 //! [`GiteaSim::drop_next_comments`] (POST answers 201 with a comment that is
-//! never stored and fires no webhook), [`GiteaSim::deny_comments_for`] (403).
+//! never stored and fires no webhook), [`GiteaSim::deny_comments_for`] (403),
+//! [`GiteaSim::drop_next_review_answer`] (the next review created through
+//! the API is stored and fires its webhook, but the answer is a 500 with
+//! Gitea's empty-message body).
 //!
 //! Git: `clone_url(owner, name)` = `<base>/<owner>/<name>.git`; clone/fetch
 //! need credentials of a user who can read the repository (the bridge sends
@@ -148,9 +180,16 @@
 //! - Webhook requests carry an extra `Accept: */*` (ureq always sets it); the
 //!   sender asks for gzip like Go but records a gzipped answer undecoded.
 //! - No owner (organization) hooks; no `pull_request`, `issues`
-//!   edited/closed, review or push events (a hook may subscribe to them and
-//!   hears nothing); no hook test deliveries; no labels, milestones,
-//!   assignees, closing or merging.
+//!   edited/closed, review request or push events (a hook may subscribe to
+//!   them and hears nothing); review events only for reviews made through
+//!   the API; no hook test deliveries; no labels, milestones, assignees,
+//!   closing or merging.
+//! - Reviews: only creating and listing them (no single review, submitting
+//!   a pending one, deleting, dismissing, inline comment listings or review
+//!   requests); inline comments are only counted; `stale` is always false
+//!   (Gitea compares the diffs when a review names an older commit) and
+//!   there is no branch protection, so write access alone makes a review
+//!   official.
 //! - A hook lists its events in a fixed order; Gitea's order is not stable
 //!   (a Go map): compare them as sets.
 //! - A user without read access gets 404 (as Gitea does for private

@@ -1,8 +1,8 @@
 //! Gitea's JSON shapes (`api.User`, `api.Repository`, `api.Issue`,
-//! `api.PullRequest`, `api.Comment`, `api.Reaction`), field for field in
-//! the order Go marshals them.
+//! `api.PullRequest`, `api.Comment`, `api.Reaction`, `api.CommitStatus`,
+//! `api.PullReview`), field for field in the order Go marshals them.
 
-use crate::giteasim::data::{Comment, CommitStatus, Data, Issue, Perm, Reaction, Repo};
+use crate::giteasim::data::{Comment, CommitStatus, Data, Issue, Perm, Reaction, Repo, Review};
 use crate::giteasim::json::obj;
 use crate::giteasim::{rfc3339, J};
 use crate::gitsim::GitRepos;
@@ -376,6 +376,34 @@ impl Data {
             ("creator", self.user_json(base, &s.creator, false)),
             ("created_at", rfc3339(s.created).into()),
             ("updated_at", rfc3339(s.created).into()),
+        ])
+    }
+
+    /// `api.PullReview` as `viewer` sees it (its reviewer sees its own
+    /// user in full). No teams or branch protection here: `team` is null
+    /// and `stale` false; `html_url` is the review's timeline entry.
+    pub(crate) fn review_json(&self, base: &str, r: &Review, viewer: Option<&str>) -> J {
+        let page = self.issue_html_url(base, self.issue(r.issue_id));
+        let full = viewer.is_some_and(|v| v.eq_ignore_ascii_case(&r.reviewer));
+        let html = r
+            .comment_id
+            .map(|c| format!("{page}#issuecomment-{c}"))
+            .unwrap_or_default();
+        obj(vec![
+            ("id", r.id.into()),
+            ("user", self.user_json(base, &r.reviewer, full)),
+            ("team", J::Null),
+            ("state", r.state.as_str().into()),
+            ("body", (&r.body).into()),
+            ("commit_id", (&r.commit_id).into()),
+            ("stale", false.into()),
+            ("official", r.official.into()),
+            ("dismissed", r.dismissed.into()),
+            ("comments_count", r.code_comments.into()),
+            ("submitted_at", rfc3339(r.created).into()),
+            ("updated_at", rfc3339(r.updated).into()),
+            ("html_url", html.into()),
+            ("pull_request_url", page.into()),
         ])
     }
 }

@@ -2,7 +2,8 @@
 //! against the fixtures' bytes, its webhook payloads against the fixtures'
 //! shapes and signatures, its REST codes and bodies, faults, git serving, and
 //! the real PyPI gitea-mcp posting comments through it; its repository
-//! webhooks, commit statuses and repository-wide comment listing.
+//! webhooks, commit statuses, repository-wide comment listing and pull
+//! request reviews.
 //!
 //! Here: the helpers (an HTTP client, a webhook receiver, payload shapes).
 
@@ -11,6 +12,7 @@ mod hooks;
 mod listing;
 mod mcp;
 mod rest;
+mod reviews;
 mod statuses;
 mod webhooks;
 

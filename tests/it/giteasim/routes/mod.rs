@@ -1,13 +1,15 @@
 //! Gitea's REST routes under `/api/v1`, with its status codes, bodies and
 //! permission rules: [`repos`] (repositories, issues, pulls, collaborators,
 //! the caller's repositories), [`comments`] (comments and reactions),
-//! [`hooks`] (repository webhooks), [`statuses`] (commit statuses). Here:
+//! [`hooks`] (repository webhooks), [`statuses`] (commit statuses),
+//! [`reviews`] (pull request reviews). Here:
 //! authentication, the dispatch, and Gitea's paging (`page`/`limit`,
 //! `X-Total-Count`, `Link`).
 
 mod comments;
 mod hooks;
 mod repos;
+mod reviews;
 mod statuses;
 
 use crate::giteasim::data::{Data, Perm};
@@ -206,6 +208,9 @@ fn repo_api(call: &Call, d: &mut Data, owner: &str, name: &str, rest: &[&str]) -
         return answer;
     }
     if let Some(answer) = statuses::route(&r, d, rest) {
+        return answer;
+    }
+    if let Some(answer) = reviews::route(&r, d, rest) {
         return answer;
     }
     repos::route(&r, d, rest).unwrap_or_else(|| not_found(call.base))
