@@ -72,6 +72,21 @@ text_enum!(
 );
 
 text_enum!(
+    /// Where an operator's "stop and send now" of a held entry stands; each
+    /// phase is written before the next step is taken.
+    HandoffPhase, "handoff phase" {
+        /// Asked for: the entry pins the run, thread and turn it may have reached.
+        Requested = "requested",
+        /// That run is being stopped.
+        Interrupting = "interrupting",
+        /// The ledger's claim for exactly that thread and turn is withdrawn.
+        Revoked = "revoked",
+        /// Back in the queue, auto-drain on, same operation id: its own turn.
+        Dedicated = "dedicated",
+    }
+);
+
+text_enum!(
     /// How a comment's message reaches the agent.
     SendMode, "send mode" {
         /// Queued behind the session's running turn; starts the next turn.

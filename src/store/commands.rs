@@ -108,6 +108,12 @@ pub fn sessions_with_commands(
             sessions.push((key, repo));
         }
     }
+    // And those with a "stop and send now" under way.
+    for (key, repo) in super::handoff::sessions_with_handoffs(conn)? {
+        if !sessions.iter().any(|(s, _)| *s == key) {
+            sessions.push((key, repo));
+        }
+    }
     Ok(sessions)
 }
 

@@ -23,6 +23,7 @@ pub mod catchup;
 pub mod commands;
 pub mod comments;
 pub mod control;
+pub mod handoff;
 pub mod health;
 pub mod ingest;
 pub mod interrupt;

@@ -4,7 +4,7 @@
 use super::schema::*;
 use crate::domain::command::Command;
 use crate::domain::states::{
-    CommentKind, CommentStatus, OutboxStatus, RepoStatus, SendMode, ThreadTrust,
+    CommentKind, CommentStatus, HandoffPhase, OutboxStatus, RepoStatus, SendMode, ThreadTrust,
 };
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
@@ -185,6 +185,11 @@ pub struct OutboxEntry {
     pub revert_turn_id: Option<String>,
     /// When that turn was dropped.
     pub reverted_at: Option<String>,
+    /// "Stop and send now": its phase, and what it pinned.
+    pub handoff_phase: Option<HandoffPhase>,
+    pub handoff_thread_id: Option<String>,
+    pub handoff_turn_id: Option<String>,
+    pub handoff_run_task_id: Option<TaskId>,
 }
 
 /// An outbox entry as the API shows it: its columns, and the seed's names
@@ -223,8 +228,12 @@ pub struct OutboxView {
     send_mode: &'static str,
     /// A steer's run: the turn it expects to be active.
     expected_active_run_id: Option<String>,
-    /// "Stop and send now" of a held entry: none yet.
-    handoff_phase: Option<&'static str>,
+    /// "Stop and send now" of a held entry: where it stands, and what it
+    /// pinned.
+    handoff_phase: Option<HandoffPhase>,
+    handoff_thread_id: Option<String>,
+    handoff_turn_id: Option<String>,
+    handoff_run_task_id: Option<TaskId>,
 }
 
 impl From<OutboxEntry> for OutboxView {
@@ -232,7 +241,10 @@ impl From<OutboxEntry> for OutboxView {
         OutboxView {
             intent: e.mode.intent(),
             send_mode: e.mode.send_mode(),
-            handoff_phase: None,
+            handoff_phase: e.handoff_phase,
+            handoff_thread_id: e.handoff_thread_id,
+            handoff_turn_id: e.handoff_turn_id,
+            handoff_run_task_id: e.handoff_run_task_id,
             queue_id: e.queue_id,
             session_key: e.session_key,
             task_id: e.task_id,

@@ -184,6 +184,10 @@ diesel::table! {
         supersedes -> Nullable<Text>,
         revert_turn_id -> Nullable<Text>,
         reverted_at -> Nullable<Text>,
+        handoff_phase -> Nullable<Text>,
+        handoff_thread_id -> Nullable<Text>,
+        handoff_turn_id -> Nullable<Text>,
+        handoff_run_task_id -> Nullable<Text>,
     }
 }
 

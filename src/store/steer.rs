@@ -40,6 +40,11 @@ pub fn next_steer(
         return Ok(None);
     };
     let entry = entry_of(conn, &task)?;
+    // Being sent now by an operator, or sent so: it runs as a turn of its
+    // own and is never steered again.
+    if entry.handoff_phase.is_some() {
+        return Ok(None);
+    }
     // Messages before it that wait for a turn (turnless commands never do).
     let turnless = turnless_names();
     let before: i64 = with_conn!(conn, |c| tasks::table

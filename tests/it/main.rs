@@ -36,6 +36,8 @@ mod gitea_hook;
 mod giteasim;
 mod giteasim_selftest;
 mod gitsim;
+mod handoff;
+mod handoff_recovery;
 mod hook_state;
 mod ingest;
 mod interrupt;

@@ -18,6 +18,7 @@ mod commit;
 mod context;
 pub mod decide;
 mod drive;
+mod handoff;
 mod interrupt;
 mod prompt;
 mod recover;
@@ -361,23 +362,24 @@ impl SessionActor {
         );
         let fut = async move {
             let steered = steer::run(deps.clone(), key.clone()).await?;
-            let interrupted = interrupt::run(deps, key, signals).await?;
-            Ok::<_, crate::store::StoreError>((steered, interrupted))
+            let interrupted = interrupt::run(deps.clone(), key.clone(), signals.clone()).await?;
+            let handed = handoff::run(deps, key, signals).await?;
+            Ok::<_, crate::store::StoreError>((steered, interrupted, handed))
         };
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             act.steer.busy = false;
             act.update_health(|_| {});
             match result {
-                Ok(Ok((pass, interrupted))) => {
-                    if pass.released || interrupted.wake_repo {
+                Ok(Ok((pass, interrupted, handed))) => {
+                    if pass.released || interrupted.wake_repo || handed.wake_repo {
                         // Back in the queue: the repository starts it as a
                         // turn of its own once nothing holds it.
                         act.registry.do_send(TaskSettled {
                             repo_key: act.repo_key.clone(),
                         });
                     }
-                    if pass.retry_later || interrupted.retry_later {
+                    if pass.retry_later || interrupted.retry_later || handed.retry_later {
                         ctx.run_later(COMMAND_RETRY, |act, ctx| act.run_steer(ctx));
                     }
                 }

@@ -96,7 +96,8 @@ fn millis(arg: Option<&&str>) -> Duration {
 }
 
 /// The script an instruction's directives describe: `[start:slow:MS]`,
-/// `[start:unavailable]`, `[start:uncertain]`, `[sleep:MS]`, `[fail]`, `[hang]`;
+/// `[start:unavailable]`, `[start:uncertain]`, `[sleep:MS]`, `[fail]`, `[hang]`,
+/// `[stubborn]` (hangs and ignores interrupts);
 /// the final text repeats any `[verify:…]` directive for the scripted verifier.
 pub fn script_from_directives(text: &str) -> Script {
     let start = match directive_args(text, "start").as_deref() {
@@ -115,7 +116,9 @@ pub fn script_from_directives(text: &str) -> Script {
             _ => "command",
         }));
     }
-    if directive_args(text, "hang").is_some() {
+    if directive_args(text, "stubborn").is_some() {
+        steps.push(Step::Stubborn);
+    } else if directive_args(text, "hang").is_some() {
         steps.push(Step::Hang);
     } else if directive_args(text, "fail").is_some() {
         steps.push(Step::Fail("scripted failure".into()));

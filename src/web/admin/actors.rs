@@ -3,7 +3,7 @@
 
 use super::ControlBody;
 use crate::actors::health::RegistryHealth;
-use crate::actors::registry::{AbortTask, Notify, Snapshot};
+use crate::actors::registry::{AbortTask, Notify, RunCommands, Snapshot};
 use crate::domain::{RepoKey, TaskId};
 use crate::store::audit::AuditView;
 use crate::store::control;
@@ -180,8 +180,46 @@ pub async fn drop_entry(
     path: web::Path<String>,
     body: web::Json<ControlBody>,
 ) -> Result<HttpResponse, ApiError> {
-    let req = body.into_inner().into_request()?;
-    let queue_id = path.into_inner();
+    entry_control(
+        state,
+        path.into_inner(),
+        body.into_inner(),
+        control::drop_entry,
+    )
+    .await
+}
+
+/// `POST /outbox/{queueId}/send-now`: "stop and send now" of a held entry;
+/// its session takes it through the handoff's phases (the entry's
+/// `handoffPhase` shows where it stands).
+pub async fn send_now(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    entry_control(
+        state,
+        path.into_inner(),
+        body.into_inner(),
+        crate::store::handoff::request,
+    )
+    .await
+}
+
+/// An outbox entry's control: one store write that answers with its audit
+/// event, then its session and repository hear of it.
+async fn entry_control(
+    state: web::Data<AppState>,
+    queue_id: String,
+    body: ControlBody,
+    op: fn(
+        &mut crate::store::DbConn,
+        &control::ControlRequest,
+        &str,
+    ) -> Result<AuditView, crate::store::StoreError>,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_request()?;
     let well_formed = queue_id
         .strip_prefix("q-")
         .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -189,15 +227,18 @@ pub async fn drop_entry(
         return Err(ApiError::NotFound(format!("outbox entry {queue_id}")));
     }
     let q = queue_id.clone();
-    let event = state
-        .store
-        .write(move |c| control::drop_entry(c, &req, &q))
-        .await?;
+    let event = state.store.write(move |c| op(c, &req, &q)).await?;
     let found = state
         .store
         .read(move |c| crate::store::sessions::entry_by_queue_id(c, &queue_id))
         .await?;
     if let Some(entry) = found {
+        if let Some(registry) = &state.registry {
+            registry.do_send(RunCommands {
+                session_key: entry.session_key.clone(),
+                repo_key: entry.session_key.repo().clone(),
+            });
+        }
         after_task_control(&state, &entry.task_id, false).await?;
     }
     Ok(HttpResponse::Ok().json(event))

@@ -54,6 +54,10 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 "/outbox/{queue_id}/drop",
                 web::post().to(actors::drop_entry),
             )
+            .route(
+                "/outbox/{queue_id}/send-now",
+                web::post().to(actors::send_now),
+            )
             .route("/tasks/{task_id}/abort", web::post().to(actors::abort))
             .route(
                 "/tasks/{task_id}/reconcile",
