@@ -71,6 +71,7 @@ pub fn trigger_request(
             text,
             command: None,
             written_at: "t".into(),
+            attachments: Vec::new(),
         },
     }
 }

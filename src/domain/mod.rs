@@ -12,6 +12,7 @@ pub mod request;
 
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
 pub mod command;
+pub mod fingerprint;
 pub mod policy;
 pub mod states;
 pub mod statuses;

@@ -67,6 +67,8 @@ pub enum Intent {
         command: Option<CommandLine>,
         /// When the comment was written, as Gitea says (part of the fingerprint).
         written_at: String,
+        /// The comment's attachments (Gitea asset ids; part of the fingerprint).
+        attachments: Vec<i64>,
     },
     /// A comment was edited. A task is created only if the edit added the first
     /// mention to a comment that has none; otherwise it is recorded and linked.
@@ -75,6 +77,7 @@ pub enum Intent {
         text: String,
         command: Option<CommandLine>,
         written_at: String,
+        attachments: Vec<i64>,
         mention_added: bool,
     },
     /// A comment was deleted: recorded and linked to its task, if any.

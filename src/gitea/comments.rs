@@ -34,6 +34,15 @@ pub struct RepoComment {
     pub created_at: String,
     #[serde(default)]
     pub updated_at: String,
+    /// Its attachments (`api.Attachment`), by id.
+    #[serde(default)]
+    pub assets: Vec<Asset>,
+}
+
+/// An attachment of a comment: only its id is read.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Asset {
+    pub id: i64,
 }
 
 impl RepoComment {

@@ -11,6 +11,7 @@ use super::sessions::{driven_tasks_of_session, session};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
+use crate::domain::fingerprint::Fingerprint;
 use crate::domain::states::ChangeKind;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
@@ -257,6 +258,7 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
         .set((
             sessions::thread_id.eq(None::<String>),
             sessions::thread_trust.eq(None::<crate::domain::states::ThreadTrust>),
+            sessions::thread_generation.eq(sessions::thread_generation + 1),
             sessions::updated_at.eq(&at),
         ))
         .execute(c))?;
@@ -334,6 +336,14 @@ pub struct CommentChange {
     pub command: Option<Command>,
     pub command_argument: Option<String>,
     pub written_at: String,
+    /// The edited comment's attachments: a JSON array of asset ids.
+    pub attachments: String,
+}
+
+impl CommentChange {
+    pub fn attachment_ids(&self) -> Vec<i64> {
+        serde_json::from_str(&self.attachments).unwrap_or_default()
+    }
 }
 
 /// The session's oldest pending comment change, with its task.
@@ -377,6 +387,12 @@ impl ChangeEffect {
     }
 }
 
+/// What the thread is told, once, when an edit asks something else under
+/// the operation id its comment already claimed.
+const EDIT_CONFLICT: &str = "✏️ This comment was edited within the same second as the version \
+before it, so the edit cannot be told apart from it as a request: the request stays as first \
+written. To ask for the change, post it as a new comment.";
+
 /// The key of the one receipt saying a task's comment was edited too late.
 pub fn late_edit_key(task_id: &TaskId) -> String {
     format!("{task_id}:late_edit")
@@ -392,6 +408,7 @@ pub fn apply_change(
     reason: &str,
 ) -> Result<(), StoreError> {
     let actor = format!("gitea:user:{}", task.author);
+    let mut conflict = false;
     let still_queued = |conn: &mut DbConn, version: i64| -> Result<(), StoreError> {
         match super::attempts::task_version(conn, &task.task_id)? {
             Some((TaskState::Queued, v)) if v == version => Ok(()),
@@ -421,47 +438,84 @@ pub fn apply_change(
             let at = now();
             let entry = super::sessions::outbox_entry(conn, &task.task_id)?
                 .ok_or_else(|| StoreError::NotFound(format!("outbox entry of {}", task.task_id)))?;
-            let fingerprint = super::ingest::fingerprint_of(
-                change.session_key.as_str(),
-                &entry.queue_id,
-                &text,
-                task.comment_id,
-                &task.author,
-                &change.written_at,
-            );
-            with_conn!(conn, |c| diesel::update(
-                outbox_entries::table
-                    .filter(outbox_entries::task_id.eq(&task.task_id))
-                    .filter(outbox_entries::version.eq(entry.version))
-            )
-            .set((
-                outbox_entries::user_text.eq(&text),
-                outbox_entries::operation_id.eq(&operation_id),
-                outbox_entries::fingerprint.eq(&fingerprint),
-                outbox_entries::command.eq(change.command),
-                outbox_entries::command_argument.eq(&change.command_argument),
-                outbox_entries::version.eq(entry.version + 1),
-                outbox_entries::updated_at.eq(&at),
-            ))
-            .execute(c))?;
-            with_conn!(conn, |c| diesel::update(
-                tasks::table
-                    .filter(tasks::task_id.eq(&task.task_id))
-                    .filter(tasks::state_version.eq(version))
-            )
-            .set((tasks::command.eq(change.command), tasks::updated_at.eq(&at)))
-            .execute(c))?;
-            audit::record(
-                conn,
-                &Audit::new("outbox.rewritten", &actor)
-                    .task(&task.task_id)
-                    .meta(serde_json::json!({
-                        "queueId": entry.queue_id,
-                        "operationId": operation_id,
-                        "previousOperationId": entry.operation_id,
-                        "fingerprint": fingerprint,
-                    })),
-            )?;
+            let session = super::sessions::session(conn, &change.session_key)?;
+            let attachments = change.attachment_ids();
+            let fingerprint = Fingerprint {
+                session_key: change.session_key.as_str(),
+                queue_id: &entry.queue_id,
+                user_text: &text,
+                prompt_text: match (change.command, &change.command_argument) {
+                    (Some(c), Some(arg)) if c.carries_text() => arg,
+                    _ => &text,
+                },
+                attachments: &attachments,
+                thread_id: session.as_ref().and_then(|s| s.thread_id.as_deref()),
+                thread_generation: session.as_ref().map_or(0, |s| s.thread_generation),
+                access_mode: session
+                    .as_ref()
+                    .and_then(|s| s.thread_trust)
+                    .map(|t| t.as_str()),
+                rollback_before_send: change.command == Some(Command::Replace),
+                created_at: &change.written_at,
+            }
+            .hash();
+            if operation_id == entry.operation_id && fingerprint != entry.fingerprint {
+                // Edited within the second Gitea stamps it with: the same
+                // operation asking something else. The first claim stands.
+                conflict = true;
+                super::comments::enqueue_note(
+                    conn,
+                    &format!("{}:edit_conflict", task.task_id),
+                    &task.task_id,
+                    &task.resource_key,
+                    EDIT_CONFLICT,
+                )?;
+                audit::record(
+                    conn,
+                    &Audit::new("outbox.fingerprint_conflict", &actor)
+                        .task(&task.task_id)
+                        .meta(serde_json::json!({
+                            "queueId": entry.queue_id,
+                            "operationId": operation_id,
+                            "fingerprint": entry.fingerprint,
+                            "refusedFingerprint": fingerprint,
+                        })),
+                )?;
+            } else {
+                with_conn!(conn, |c| diesel::update(
+                    outbox_entries::table
+                        .filter(outbox_entries::task_id.eq(&task.task_id))
+                        .filter(outbox_entries::version.eq(entry.version))
+                )
+                .set((
+                    outbox_entries::user_text.eq(&text),
+                    outbox_entries::operation_id.eq(&operation_id),
+                    outbox_entries::fingerprint.eq(&fingerprint),
+                    outbox_entries::command.eq(change.command),
+                    outbox_entries::command_argument.eq(&change.command_argument),
+                    outbox_entries::version.eq(entry.version + 1),
+                    outbox_entries::updated_at.eq(&at),
+                ))
+                .execute(c))?;
+                with_conn!(conn, |c| diesel::update(
+                    tasks::table
+                        .filter(tasks::task_id.eq(&task.task_id))
+                        .filter(tasks::state_version.eq(version))
+                )
+                .set((tasks::command.eq(change.command), tasks::updated_at.eq(&at)))
+                .execute(c))?;
+                audit::record(
+                    conn,
+                    &Audit::new("outbox.rewritten", &actor)
+                        .task(&task.task_id)
+                        .meta(serde_json::json!({
+                            "queueId": entry.queue_id,
+                            "operationId": operation_id,
+                            "previousOperationId": entry.operation_id,
+                            "fingerprint": fingerprint,
+                        })),
+                )?;
+            }
         }
         ChangeEffect::TooLate { receipt } => {
             if let Some(body) = receipt {
@@ -477,28 +531,30 @@ pub fn apply_change(
         ChangeEffect::Nothing => {}
     }
     let at = now();
+    let outcome = if conflict {
+        "conflict"
+    } else {
+        effect.outcome()
+    };
     with_conn!(conn, |c| diesel::update(
         comment_changes::table.find(change.id)
     )
     .set((
         comment_changes::status.eq("decided"),
-        comment_changes::outcome.eq(effect.outcome()),
+        comment_changes::outcome.eq(outcome),
         comment_changes::decided_at.eq(&at),
     ))
     .execute(c))?;
     audit::record(
         conn,
-        &Audit::new(
-            &format!("comment.{}_{}", change.kind, effect.outcome()),
-            &actor,
-        )
-        .task(&task.task_id)
-        .meta(serde_json::json!({
-            "changeId": change.id,
-            "taskState": task.state,
-            "decidedOnVersion": task.state_version,
-            "reason": reason,
-        })),
+        &Audit::new(&format!("comment.{}_{}", change.kind, outcome), &actor)
+            .task(&task.task_id)
+            .meta(serde_json::json!({
+                "changeId": change.id,
+                "taskState": task.state,
+                "decidedOnVersion": task.state_version,
+                "reason": reason,
+            })),
     )?;
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct Session {
     /// What the thread was created to be trusted with (`None`: a thread made
     /// before trust was recorded, which had every tool).
     pub thread_trust: Option<ThreadTrust>,
+    /// How many times the thread was started over (`/reset`, a change of
+    /// trust).
+    pub thread_generation: i64,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]

@@ -72,6 +72,7 @@ diesel::table! {
         outcome -> Nullable<Text>,
         created_at -> Text,
         decided_at -> Nullable<Text>,
+        attachments -> Text,
     }
 }
 
@@ -220,6 +221,7 @@ diesel::table! {
         version -> Int8,
         open_entries -> Int8,
         thread_trust -> Nullable<Text>,
+        thread_generation -> Int8,
     }
 }
 

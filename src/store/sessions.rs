@@ -74,6 +74,7 @@ pub fn replace_thread(
     .set((
         sessions::thread_id.eq(new),
         sessions::thread_trust.eq(Some(trust)),
+        sessions::thread_generation.eq(sessions::thread_generation + 1),
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;

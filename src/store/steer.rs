@@ -164,6 +164,17 @@ pub fn admit(
     thread_id: &str,
     turn_id: &str,
 ) -> Result<(), StoreError> {
+    // The run a steer was aimed at is part of what it asks: aiming the same
+    // operation at another run is a conflict, never a quiet redirect.
+    if let Some(aimed) = entry.expected_turn_id.as_deref().filter(|t| *t != turn_id) {
+        return Err(StoreError::Refused {
+            code: "steer_redirect",
+            message: format!(
+                "outbox entry {} was aimed at turn {aimed}; it is not sent to turn {turn_id}",
+                entry.queue_id
+            ),
+        });
+    }
     let at = now();
     let n = with_conn!(conn, |c| diesel::update(
         outbox_entries::table
@@ -171,6 +182,11 @@ pub fn admit(
             .filter(outbox_entries::version.eq(entry.version))
             .filter(outbox_entries::status.eq(OutboxStatus::Queued))
             .filter(outbox_entries::auto_drain.eq(true))
+            .filter(
+                outbox_entries::expected_turn_id
+                    .is_null()
+                    .or(outbox_entries::expected_turn_id.eq(turn_id)),
+            )
     )
     .set((
         outbox_entries::status.eq(OutboxStatus::Sending),

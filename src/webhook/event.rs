@@ -77,6 +77,14 @@ struct Comment {
     user: User,
     created_at: String,
     updated_at: String,
+    #[serde(default)]
+    assets: Vec<Asset>,
+}
+
+/// An attachment of a comment (`api.Attachment`): only its id counts.
+#[derive(Deserialize)]
+struct Asset {
+    id: i64,
 }
 
 #[derive(Deserialize)]
@@ -138,6 +146,8 @@ pub(super) struct CommentEvent {
     pub(super) updated_at: String,
     /// The body before an edit, when the event says.
     pub(super) body_before: Option<String>,
+    /// Its attachments' asset ids.
+    pub(super) attachments: Vec<i64>,
 }
 
 #[derive(Deserialize)]
@@ -283,6 +293,7 @@ impl Normalizer {
             created_at: p.comment.created_at,
             updated_at: p.comment.updated_at,
             body_before: p.changes.and_then(|c| c.body).map(|b| b.from),
+            attachments: p.comment.assets.iter().map(|a| a.id).collect(),
         };
         self.comment_event(req, event);
         Ok(())
@@ -317,6 +328,7 @@ impl Normalizer {
                 command,
                 text: e.body,
                 written_at: e.created_at,
+                attachments: e.attachments,
             },
             "created" => Intent::Ignore {
                 reason: "no_mention",
@@ -335,6 +347,7 @@ impl Normalizer {
                         command,
                         text: e.body,
                         written_at: e.updated_at,
+                        attachments: e.attachments,
                         // Only a known earlier body without a mention counts as "added".
                         mention_added: mentioned && mentioned_before == Some(false),
                     }
@@ -395,6 +408,7 @@ impl Normalizer {
                 command,
                 text: content,
                 written_at: updated_at,
+                attachments: Vec::new(),
             }
         } else {
             Intent::Ignore {

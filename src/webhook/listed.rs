@@ -64,6 +64,7 @@ impl CommentRules for Normalizer {
                 created_at: comment.created_at.clone(),
                 updated_at: comment.updated_at.clone(),
                 body_before: None,
+                attachments: comment.assets.iter().map(|a| a.id).collect(),
             },
         );
         Some(req)

@@ -291,6 +291,7 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
             text: text.into(),
             command: codex_bridge::webhook::command::parse(text, "ccbot"),
             written_at: "2026-01-01T00:00:00Z".into(),
+            attachments: Vec::new(),
         },
     }
 }

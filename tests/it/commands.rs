@@ -315,6 +315,7 @@ async fn change(h: &Harness, number: i64, comment_id: i64, edited: Option<&str>,
                 text: text.into(),
                 command: codex_bridge::webhook::command::parse(text, "ccbot"),
                 written_at: format!("2026-01-01T00:0{n}:00Z"),
+                attachments: Vec::new(),
                 mention_added: false,
             }
         }
@@ -426,6 +427,51 @@ fn an_edit_after_admission_changes_nothing_and_is_answered_once() {
                 commands::late_edit_key(&running)
             ],
             "one receipt for the late edits"
+        );
+    });
+}
+
+/// An edit Gitea stamps with the same second as the version before it
+/// derives the same operation id but asks something else: the first claim
+/// stands (entry, operation and fingerprint unchanged), the thread is told
+/// once, and the turn runs the text as first written.
+#[test]
+fn an_edit_in_the_same_second_never_overwrites_the_first_claim() {
+    run(async {
+        let h = Harness::start(hanging(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let first = h
+            .comment("widgets", 1, 2, "@ccbot fix the FIRST thing")
+            .await;
+        let before = entry(&h, &first).await;
+        // n = 0: written at the comment's own creation second.
+        change(&h, 1, 2, Some("@ccbot fix the SECOND thing"), 0).await;
+        changes_decided(&h).await;
+        let after = entry(&h, &first).await;
+        assert_eq!(after.operation_id, before.operation_id);
+        assert_eq!(after.fingerprint, before.fingerprint);
+        assert!(after.user_text.contains("FIRST"), "{}", after.user_text);
+        let actions = h.actions(&first).await;
+        assert!(
+            actions.contains(&"outbox.fingerprint_conflict".to_owned()),
+            "{actions:?}"
+        );
+        let key = format!("{first}:edit_conflict");
+        let note = h
+            .store
+            .read(move |c| comments::find(c, &key))
+            .await
+            .unwrap();
+        assert!(note.is_some(), "the thread is told once");
+        let stop = h.comment("widgets", 1, 4, "@ccbot /stop").await;
+        h.wait_state(&stop, TaskState::Succeeded).await;
+        h.wait_state(&first, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert!(calls.iter().any(|c| c.text.contains("FIRST")), "{calls:?}");
+        assert!(
+            !calls.iter().any(|c| c.text.contains("SECOND")),
+            "{calls:?}"
         );
     });
 }

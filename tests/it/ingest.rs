@@ -30,12 +30,14 @@ fn request(e: &Event) -> IngestRequest {
                 argument: String::new(),
             }),
             written_at: "t".into(),
+            attachments: Vec::new(),
         },
         2 => Intent::Edit {
             trigger_key: format!("default:comment:{comment}"),
             text: "@ccbot edited".into(),
             command: None,
             written_at: "t2".into(),
+            attachments: Vec::new(),
             mention_added: e.delivery % 2 == 0,
         },
         3 => Intent::Delete {

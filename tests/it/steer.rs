@@ -347,3 +347,46 @@ fn a_late_steer_answer_never_overwrites_a_newer_decision() {
         assert_eq!(d.ledger[0].status, "sending");
     });
 }
+
+/// The run a steer was aimed at is part of what it asks: the same entry
+/// aimed at another run is refused (`steer_redirect`), never redirected.
+#[test]
+fn a_steer_aimed_at_one_run_is_never_redirected_to_another() {
+    run(async {
+        let h = Harness::start(runtime(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let run_task = h.detail(&running).await.task;
+        let (steer, version) = admitted_unsent(&h, &run_task, 2, "@ccbot /steer aimed").await;
+        // As if its send were undone by hand: queued again, still aimed.
+        let aimed = entry(&h, &steer).await;
+        let q = aimed.queue_id.clone();
+        h.store
+            .write(move |c| {
+                use codex_bridge::store::schema::outbox_entries as o;
+                use diesel::prelude::*;
+                codex_bridge::with_conn!(c, |c| diesel::update(
+                    o::table.filter(o::queue_id.eq(&q))
+                )
+                .set(o::status.eq("queued"))
+                .execute(c))?;
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let e = entry(&h, &steer).await;
+        let thread = run_task.thread_id.clone().unwrap();
+        let other = h
+            .store
+            .write(move |c| steer::admit(c, &e, version, &thread, "turn-elsewhere"))
+            .await;
+        assert!(
+            matches!(other, Err(codex_bridge::store::StoreError::Refused { code, .. }) if code == "steer_redirect"),
+            "{other:?}"
+        );
+        assert_eq!(
+            entry(&h, &steer).await.expected_turn_id,
+            aimed.expected_turn_id
+        );
+    });
+}

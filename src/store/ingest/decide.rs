@@ -7,8 +7,9 @@ use super::rows::{
     AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
     TransitionRow,
 };
-use super::{fingerprint, IngestOutcome, OUTBOX_CAPACITY};
+use super::{prompt_text, IngestOutcome, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
+use crate::domain::fingerprint::Fingerprint;
 use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
@@ -122,11 +123,18 @@ pub(super) fn delivery(
             text,
             command,
             written_at,
+            attachments,
         } => create_task(
             req,
             lookups,
             rows,
-            TriggerText::new(trigger_key, text, written_at, command.as_ref()),
+            TriggerText {
+                key: trigger_key,
+                text,
+                written_at,
+                command: command.as_ref(),
+                attachments,
+            },
             at,
         ),
         Intent::Edit {
@@ -134,11 +142,18 @@ pub(super) fn delivery(
             text,
             command,
             written_at,
+            attachments,
             mention_added,
         } => {
             let existing = lookups.triggers.get(trigger_key).cloned();
             if existing.is_none() && *mention_added {
-                let trigger = TriggerText::new(trigger_key, text, written_at, command.as_ref());
+                let trigger = TriggerText {
+                    key: trigger_key,
+                    text,
+                    written_at,
+                    command: command.as_ref(),
+                    attachments,
+                };
                 create_task(req, lookups, rows, trigger, at)
             } else {
                 if let Some((task_id, _, _)) = &existing {
@@ -147,7 +162,7 @@ pub(super) fn delivery(
                         rows,
                         task_id,
                         ChangeKind::Edited,
-                        Some((text, command.as_ref())),
+                        Some((text, command.as_ref(), attachments)),
                         written_at,
                         at,
                     );
@@ -260,24 +275,26 @@ fn queue_change(
     rows: &mut BatchRows,
     task_id: &TaskId,
     kind: ChangeKind,
-    edit: Option<(&String, Option<&CommandLine>)>,
+    edit: Option<(&String, Option<&CommandLine>, &[i64])>,
     written_at: &str,
     at: &str,
 ) {
     let Some(subject) = req.subject.as_ref() else {
         return;
     };
-    let line = edit.and_then(|(_, l)| l);
+    let line = edit.and_then(|(_, l, _)| l);
+    let attachments = edit.map(|(_, _, a)| a).unwrap_or_default();
     rows.changes.push(ChangeRow {
         task_id: task_id.clone(),
         session_key: subject.resource_key(),
         kind,
-        body: edit.map(|(text, _)| text.clone()),
+        body: edit.map(|(text, _, _)| text.clone()),
         command: line.map(|l| l.command),
         command_argument: line.map(|l| l.argument.clone()).filter(|a| !a.is_empty()),
         written_at: written_at.to_owned(),
         status: "pending".into(),
         created_at: at.to_owned(),
+        attachments: serde_json::Value::from(attachments.to_vec()).to_string(),
     });
 }
 
@@ -325,22 +342,7 @@ struct TriggerText<'a> {
     text: &'a str,
     written_at: &'a str,
     command: Option<&'a CommandLine>,
-}
-
-impl<'a> TriggerText<'a> {
-    fn new(
-        key: &'a str,
-        text: &'a str,
-        written_at: &'a str,
-        command: Option<&'a CommandLine>,
-    ) -> TriggerText<'a> {
-        TriggerText {
-            key,
-            text,
-            written_at,
-            command,
-        }
-    }
+    attachments: &'a [i64],
 }
 
 fn create_task(
@@ -355,6 +357,7 @@ fn create_task(
         text,
         written_at,
         command: line,
+        attachments,
     } = trigger;
     let command = line.map(|l| l.command);
     let subject = req
@@ -505,7 +508,26 @@ fn create_task(
     }
     *rows.opened.entry(session_key.clone()).or_insert(0) += 1;
     rows.outbox.push(OutboxRow {
-        fingerprint: fingerprint(session_key.as_str(), &queue_id, text, subject, written_at),
+        fingerprint: {
+            let thread = lookups
+                .threads
+                .get(&session_key)
+                .cloned()
+                .unwrap_or_default();
+            Fingerprint {
+                session_key: session_key.as_str(),
+                queue_id: &queue_id,
+                user_text: text,
+                prompt_text: prompt_text(text, line),
+                attachments,
+                thread_id: thread.thread_id.as_deref(),
+                thread_generation: thread.generation,
+                access_mode: thread.access_mode.map(|t| t.as_str()),
+                rollback_before_send: command == Some(Command::Replace),
+                created_at: written_at,
+            }
+            .hash()
+        },
         queue_id: queue_id.clone(),
         session_key: session_key.clone(),
         task_id: task_id.clone(),

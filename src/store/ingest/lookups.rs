@@ -2,6 +2,7 @@
 //! decisions of a batch depend on, read with one query per table for the
 //! whole batch, then kept up to date in memory as its deliveries are decided.
 
+use crate::domain::states::ThreadTrust;
 use crate::domain::{IngestRequest, Intent, RepoKey, ResourceKey, Subject, TaskId};
 use crate::store::models::Delivery;
 use crate::store::schema::{repositories, sessions, tasks, webhook_deliveries};
@@ -27,6 +28,17 @@ pub(super) struct BatchLookups {
     /// session key → unfinished outbox entries, for every session that
     /// exists (in the store or created earlier in the batch)
     pub(super) open_entries: HashMap<ResourceKey, i64>,
+    /// session key → its thread as a message's fingerprint names it, for
+    /// every session that exists (none for one created in the batch).
+    pub(super) threads: HashMap<ResourceKey, ThreadFacts>,
+}
+
+/// A session's thread, as a message's fingerprint names it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ThreadFacts {
+    pub(super) thread_id: Option<String>,
+    pub(super) access_mode: Option<ThreadTrust>,
+    pub(super) generation: i64,
 }
 
 fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
@@ -120,22 +132,37 @@ impl BatchLookups {
                     .load(c)
             })?;
             // Existing sessions, with their count of unfinished outbox entries.
-            let open: Vec<(ResourceKey, i64)> = each_64(&session_keys, |keys| {
+            type SessionFacts = (ResourceKey, i64, Option<String>, Option<ThreadTrust>, i64);
+            let open: Vec<SessionFacts> = each_64(&session_keys, |keys| {
                 sessions::table
                     .filter(InKeys {
                         column: sessions::session_key,
                         keys,
                     })
-                    .select((sessions::session_key, sessions::open_entries))
+                    .select((
+                        sessions::session_key,
+                        sessions::open_entries,
+                        sessions::thread_id,
+                        sessions::thread_trust,
+                        sessions::thread_generation,
+                    ))
                     .load(c)
             })?;
             Ok::<_, diesel::result::Error>((deliveries, by_content, repos, triggers, open))
         })?;
 
-        let mut lookups = BatchLookups {
-            open_entries: open.into_iter().collect(),
-            ..Default::default()
-        };
+        let mut lookups = BatchLookups::default();
+        for (key, entries, thread_id, access_mode, generation) in open {
+            lookups.open_entries.insert(key.clone(), entries);
+            lookups.threads.insert(
+                key,
+                ThreadFacts {
+                    thread_id,
+                    access_mode,
+                    generation,
+                },
+            );
+        }
         for (content_key, delivery_key, task_id) in by_content {
             if let Some(k) = content_key {
                 lookups.content.insert(k, (delivery_key, task_id));

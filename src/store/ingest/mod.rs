@@ -19,8 +19,9 @@ mod rows;
 
 use self::lookups::BatchLookups;
 use self::rows::BatchRows;
-use super::{now, sha256_hex, DbConn, StoreError};
-use crate::domain::{IngestRequest, RepoKey, ResourceKey, Subject, TaskId};
+use super::{now, DbConn, StoreError};
+use crate::domain::command::CommandLine;
+use crate::domain::{IngestRequest, RepoKey, ResourceKey, TaskId};
 
 pub use crate::domain::limits::OUTBOX_CAPACITY;
 
@@ -74,43 +75,11 @@ pub fn ingest_batch(
     Ok(outcomes)
 }
 
-/// SHA-256 over the canonical request fields: the same operation id
-/// with another fingerprint is a conflict, never an overwrite.
-pub fn fingerprint(
-    session_key: &str,
-    queue_id: &str,
-    text: &str,
-    subject: &Subject,
-    written_at: &str,
-) -> String {
-    fingerprint_of(
-        session_key,
-        queue_id,
-        text,
-        subject.comment_id,
-        &subject.author,
-        written_at,
-    )
-}
-
-/// [`fingerprint`] from its parts (an edit's rewrite has no `Subject`).
-pub fn fingerprint_of(
-    session_key: &str,
-    queue_id: &str,
-    text: &str,
-    comment_id: Option<i64>,
-    author: &str,
-    written_at: &str,
-) -> String {
-    // serde_json's map is ordered by key, so this text is canonical.
-    let canonical = serde_json::json!({
-        "sessionKey": session_key,
-        "queueId": queue_id,
-        "userText": text,
-        "source": "gitea",
-        "commentId": comment_id,
-        "author": author,
-        "createdAt": written_at,
-    });
-    sha256_hex(canonical.to_string().as_bytes())
+/// What a message's turn is asked: a command's text after its word, else
+/// the whole comment (part of the fingerprint).
+pub fn prompt_text<'a>(text: &'a str, line: Option<&'a CommandLine>) -> &'a str {
+    match line {
+        Some(l) if l.command.carries_text() => &l.argument,
+        _ => text,
+    }
 }

@@ -185,6 +185,8 @@ pub(super) struct ChangeRow {
     pub(super) written_at: String,
     pub(super) status: String,
     pub(super) created_at: String,
+    /// A JSON array of asset ids.
+    pub(super) attachments: String,
 }
 
 /// An audit event under construction (`BatchRows::audit` fills the rest).
