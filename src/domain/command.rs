@@ -104,6 +104,16 @@ impl Command {
     pub fn carries_text(self) -> bool {
         matches!(self, Command::Steer | Command::Interrupt | Command::Replace)
     }
+
+    /// Whether the session's command lane answers it, with no turn: a
+    /// turnless command, and a turn command with nothing to act on (a
+    /// `/steer`, `/interrupt` or `/replace` without text; a `/review` of an
+    /// Issue, which has no changes to review).
+    pub fn answered_by_lane(self, argument: Option<&str>, on_pull: bool) -> bool {
+        self.is_turnless()
+            || (self.carries_text() && argument.is_none_or(|a| a.trim().is_empty()))
+            || (self == Command::Review && !on_pull)
+    }
 }
 
 /// A comment's command, as written: `@bot /word argument`.
@@ -153,6 +163,18 @@ mod tests {
         assert_eq!(Command::from_word("unknown"), Command::Unknown);
         assert_eq!(Command::from_word("deploy"), Command::Unknown);
         assert!(Command::parse("Steer").is_err());
+    }
+
+    #[test]
+    fn a_turn_command_with_nothing_to_act_on_is_the_lanes_to_answer() {
+        for c in [Command::Steer, Command::Interrupt, Command::Replace] {
+            assert!(c.answered_by_lane(None, true));
+            assert!(c.answered_by_lane(Some("  "), true));
+            assert!(!c.answered_by_lane(Some("fix it"), false));
+        }
+        assert!(Command::Review.answered_by_lane(None, false));
+        assert!(!Command::Review.answered_by_lane(None, true));
+        assert!(Command::Status.answered_by_lane(None, true));
     }
 
     #[test]

@@ -61,21 +61,55 @@ pub(super) fn entry_of(conn: &mut DbConn, task: &Task) -> Result<OutboxEntry, St
         .ok_or_else(|| StoreError::NotFound(format!("the outbox entry of task {}", task.task_id)))
 }
 
-/// The session's oldest queued turnless command, with what followed its word.
-pub fn next_command(
-    conn: &mut DbConn,
-    session_key: &ResourceKey,
-) -> Result<Option<(Task, Option<String>)>, StoreError> {
-    let task = oldest_queued(conn, session_key, &turnless_names())?;
-    let Some(task) = task else {
-        return Ok(None);
-    };
+/// What followed a queued command's word, as typed.
+fn argument_of(conn: &mut DbConn, task: &Task) -> Result<Option<String>, StoreError> {
     let argument: Option<Option<String>> = with_conn!(conn, |c| outbox_entries::table
         .filter(outbox_entries::task_id.eq(&task.task_id))
         .select(outbox_entries::command_argument)
         .first(c)
         .optional())?;
-    Ok(Some((task, argument.flatten())))
+    Ok(argument.flatten())
+}
+
+/// Whether a queued task is its session's command lane's to answer (a
+/// turnless command, or a turn command with nothing to act on), never a
+/// turn's.
+pub fn lane_answers(conn: &mut DbConn, task: &Task) -> Result<bool, StoreError> {
+    let Some(command) = task.command else {
+        return Ok(false);
+    };
+    if command.is_turnless() {
+        return Ok(true);
+    }
+    let argument = if command.carries_text() {
+        argument_of(conn, task)?
+    } else {
+        None
+    };
+    Ok(command.answered_by_lane(argument.as_deref(), task.resource_key.is_pull()))
+}
+
+/// The session's oldest queued command its lane answers, with what
+/// followed its word.
+pub fn next_command(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+) -> Result<Option<(Task, Option<String>)>, StoreError> {
+    let names: Vec<&str> = Command::ALL.into_iter().map(Command::as_str).collect();
+    let queued: Vec<Task> = with_conn!(conn, |c| tasks::table
+        .filter(literal(QUEUED_COMMANDS))
+        .filter(tasks::session_key.eq(session_key))
+        .filter(tasks::command.eq_any(names))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?;
+    for task in queued {
+        if lane_answers(conn, &task)? {
+            let argument = argument_of(conn, &task)?;
+            return Ok(Some((task, argument)));
+        }
+    }
+    Ok(None)
 }
 
 /// Sessions with a queued command their lanes act on (a turnless one, a
@@ -84,13 +118,9 @@ pub fn next_command(
 pub fn sessions_with_commands(
     conn: &mut DbConn,
 ) -> Result<Vec<(ResourceKey, RepoKey)>, StoreError> {
-    // Every command a session's own lanes act on: all but `/review`, which
-    // is a turn of its own.
-    let lane_commands: Vec<&str> = Command::ALL
-        .into_iter()
-        .filter(|c| c.is_turnless() || c.carries_text())
-        .map(Command::as_str)
-        .collect();
+    // Every command a session's own lanes may act on (`/review` too: on an
+    // Issue its lane answers it).
+    let lane_commands: Vec<&str> = Command::ALL.into_iter().map(Command::as_str).collect();
     let mut sessions: Vec<(ResourceKey, RepoKey)> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
         .filter(tasks::command.eq_any(lane_commands))

@@ -39,6 +39,13 @@ pub fn next_interrupt(
         return Ok(None);
     };
     let entry = entry_of(conn, &task)?;
+    // Nothing to send: its session's command lane answers it.
+    if task
+        .command
+        .is_some_and(|c| c.answered_by_lane(entry.command_argument.as_deref(), true))
+    {
+        return Ok(None);
+    }
     let run = driven_tasks_of_session(conn, session_key)?
         .into_iter()
         .next();

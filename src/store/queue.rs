@@ -134,8 +134,22 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
                 .select(Task::as_select())
                 .first(c)
                 .optional()?;
+            // Its session's command lane answers it (a turnless command, a
+            // turn command with nothing to act on): not the queue's.
+            let lanes = match next.as_ref().and_then(|t| t.command.map(|cmd| (t, cmd))) {
+                Some((t, cmd)) if cmd.carries_text() => {
+                    let argument: Option<Option<String>> = outbox_entries::table
+                        .filter(outbox_entries::task_id.eq(&t.task_id))
+                        .select(outbox_entries::command_argument)
+                        .first(c)
+                        .optional()?;
+                    cmd.answered_by_lane(argument.flatten().as_deref(), t.resource_key.is_pull())
+                }
+                Some((t, cmd)) => cmd.answered_by_lane(None, t.resource_key.is_pull()),
+                None => false,
+            };
             match next {
-                Some(t) if t.command.is_some_and(Command::is_turnless) => after = t.id,
+                Some(t) if lanes => after = t.id,
                 // A steer being sent into the running turn, or held because
                 // nothing shows whether that turn took it, is not the
                 // queue's to start.

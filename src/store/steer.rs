@@ -40,6 +40,13 @@ pub fn next_steer(
         return Ok(None);
     };
     let entry = entry_of(conn, &task)?;
+    // Nothing to send: its session's command lane answers it.
+    if task
+        .command
+        .is_some_and(|c| c.answered_by_lane(entry.command_argument.as_deref(), true))
+    {
+        return Ok(None);
+    }
     // Being sent now by an operator, or sent so: it runs as a turn of its
     // own and is never steered again.
     if entry.handoff_phase.is_some() {

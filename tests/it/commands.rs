@@ -475,3 +475,42 @@ fn an_edit_in_the_same_second_never_overwrites_the_first_claim() {
         );
     });
 }
+
+/// A turn command with nothing to act on (`/steer`, `/interrupt` and
+/// `/replace` without text; `/review` on an Issue) gets one answer saying
+/// so, and nothing else: no turn, no steer, the running turn untouched.
+#[test]
+fn a_turn_command_with_nothing_to_act_on_is_answered_once_and_runs_nothing() {
+    run(async {
+        let h = Harness::start(hanging(), settings());
+        let running = h.comment("widgets", 1, 1, "@ccbot hang").await;
+        h.wait_state(&running, TaskState::Running).await;
+        let mut void = Vec::new();
+        for (n, text) in [
+            "@ccbot /steer",
+            "@ccbot /interrupt   ",
+            "@ccbot /replace",
+            "@ccbot /review",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            void.push(h.comment("widgets", 1, 2 + n as i64, text).await);
+        }
+        h.wait_all(&void, TaskState::Succeeded).await;
+        for (task, says) in void.iter().zip([
+            "`/steer`: nothing to do. Write what to send",
+            "`/interrupt`: nothing to do. Write what to send",
+            "`/replace`: nothing to do. Write what to send",
+            "`/review`: nothing to do. This is an Issue",
+        ]) {
+            let text = answer(&h, task).await;
+            assert!(text.starts_with(says), "{text}");
+            let kept = rows(&h, task).await;
+            assert_eq!(kept.len(), 1, "one answer and no receipt: {kept:?}");
+        }
+        assert_eq!(h.state(&running).await, TaskState::Running, "never touched");
+        assert_eq!(h.runtime.calls().len(), 1, "{:?}", h.runtime.calls());
+        assert!(h.runtime.steers().is_empty());
+    });
+}

@@ -117,14 +117,20 @@ fn e2e_a_review_whose_post_answer_is_lost_is_found_and_never_posted_twice() {
 }
 
 #[test]
-fn e2e_a_review_on_an_issue_runs_nothing() {
+fn e2e_a_review_on_an_issue_is_answered_once_and_runs_nothing() {
     let l = Loop::start();
     let review = l.comment("bob", l.issue, "@ccbot /review");
-    l.wait(&review, "failed");
-    assert!(l.model().requests().is_empty(), "no review of an issue");
-    let d = l.detail(&review);
+    l.wait(&review, "succeeded");
+    let db = l.app.db_url.clone();
+    l.app.wait_for("the answer posted", || {
+        let mut c = crate::support::connect(&db);
+        crate::support::count_where(&mut c, "comments", "status IN ('pending', 'posting')") == 0
+    });
+    let said = l.bot_comments(l.issue, &format!("receipt={review}:answer"));
+    assert_eq!(said.len(), 1, "{said:?}");
     assert!(
-        d.to_string().contains("pull request"),
-        "the reason names what a review needs: {d}"
+        text(&said[0]["body"]).contains("This is an Issue"),
+        "{said:?}"
     );
+    assert!(l.model().requests().is_empty(), "no review of an issue");
 }

@@ -493,9 +493,10 @@ fn create_task(
     // Derived from the comment: a redelivery claims the same operation, an
     // edit a new one.
     let operation_id = OperationId::of_comment(trigger_key, written_at);
-    if !command.is_some_and(Command::is_turnless) {
-        // A turnless command's one comment is its answer, written when it
-        // is carried out; a "received" before it would be noise.
+    let on_pull = subject.kind == crate::domain::ResourceKind::Pull;
+    if !line.is_some_and(|l| l.command.answered_by_lane(Some(&l.argument), on_pull)) {
+        // A command its lane answers has one comment, its answer, written
+        // when it is carried out; a "received" before it would be noise.
         rows.receipts.push(ReceiptRow {
             comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Received),
             task_id: task_id.clone(),

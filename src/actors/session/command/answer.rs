@@ -194,6 +194,12 @@ fn nothing(n: &Nothing, command: Command) -> String {
             given.replace('`', "'"),
             pending_list(pending)
         ),
+        Nothing::NoText(c) => {
+            format!("{head} Write what to send after the word: `@bot /{c} <what to do>`.")
+        }
+        Nothing::NotAPull => {
+            format!("{head} This is an Issue: a review compares a pull request's changes.")
+        }
     }
 }
 

@@ -62,6 +62,8 @@ pub struct CommandSnapshot {
     pub approvals: Vec<ApprovalFact>,
     /// The session's current Codex thread.
     pub thread_id: Option<String>,
+    /// The session is a pull request's.
+    pub on_pull: bool,
 }
 
 /// Why a command found nothing to act on.
@@ -81,6 +83,10 @@ pub enum Nothing {
     NoApprovalId { pending: Vec<String> },
     /// `/approve`, `/deny`: the id names no pending approval of this session.
     NoSuchApproval { given: String, pending: Vec<String> },
+    /// `/steer`, `/interrupt`, `/replace` without the text to send.
+    NoText(Command),
+    /// `/review` on an Issue: no changes to review.
+    NotAPull,
 }
 
 /// The one comment a carried-out command posts, as data; `answer.rs` words it.
@@ -179,8 +185,11 @@ fn stoppable(state: TaskState) -> bool {
 /// Decides what the command in `snap` does.
 pub fn decide(snap: &CommandSnapshot) -> CommandDecision {
     use CommandEffect as E;
-    if snap.task.state != TaskState::Queued || !snap.command.is_turnless() {
-        return CommandDecision::on(snap, "not a queued turnless command");
+    let lanes = snap
+        .command
+        .answered_by_lane(snap.argument.as_deref(), snap.on_pull);
+    if snap.task.state != TaskState::Queued || !lanes {
+        return CommandDecision::on(snap, "not a queued command the lane answers");
     }
     match &snap.permission {
         Permission::Allowed => {}
@@ -330,9 +339,16 @@ pub fn decide(snap: &CommandSnapshot) -> CommandDecision {
                 ),
             }
         }
-        Command::Steer | Command::Interrupt | Command::Replace | Command::Review => {
-            CommandDecision::on(snap, "not a turnless command")
-        }
+        Command::Steer | Command::Interrupt | Command::Replace => CommandDecision::done(
+            snap,
+            "no text to send",
+            nothing(Nothing::NoText(snap.command)),
+        ),
+        Command::Review => CommandDecision::done(
+            snap,
+            "an Issue has no changes to review",
+            nothing(Nothing::NotAPull),
+        ),
     }
 }
 

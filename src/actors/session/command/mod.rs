@@ -71,6 +71,7 @@ fn snapshot(
             })
             .collect(),
         thread_id: facts.thread_id,
+        on_pull: task.resource_key.is_pull(),
     })
 }
 

@@ -25,6 +25,7 @@ fn snapshot(command: Command) -> CommandSnapshot {
         queued: Vec::new(),
         approvals: Vec::new(),
         thread_id: None,
+        on_pull: false,
     }
 }
 
@@ -64,6 +65,7 @@ prop_compose! {
             "[a-z0-9 `-]{0,12}".prop_map(Some),
         ],
         thread in prop::option::of("thr-[a-z]{1,4}"),
+        on_pull in any::<bool>(),
     ) -> CommandSnapshot {
         CommandSnapshot {
             task: fact(0, own_state, own_version),
@@ -87,6 +89,7 @@ prop_compose! {
                 })
                 .collect(),
             thread_id: thread,
+            on_pull,
         }
     }
 }
@@ -110,7 +113,8 @@ proptest! {
         if let Some(to) = d.to {
             prop_assert!(lifecycle::check(snap.task.state, to).is_ok());
         }
-        let applies = snap.task.state == TaskState::Queued && snap.command.is_turnless();
+        let applies = snap.task.state == TaskState::Queued
+            && snap.command.answered_by_lane(snap.argument.as_deref(), snap.on_pull);
         if !applies {
             prop_assert!(d.to.is_none() && d.effects.is_empty(), "{:?}", d);
             return Ok(());
