@@ -7,6 +7,7 @@
 //! it needs from the store when it (re)starts, so a restart after a fault loses
 //! nothing but the message in flight.
 
+pub mod gate;
 pub mod health;
 pub mod redact;
 pub mod registry;

@@ -28,10 +28,8 @@ pub struct RepoActor {
     backlog: Arc<AtomicI64>,
     /// The lease we believe we hold (the store decides; renewal checks it).
     lease: Option<Lease>,
-    /// A scheduling pass is in flight.
-    busy: bool,
-    /// A wake-up arrived during the pass: run another when it ends.
-    followup: bool,
+    /// One scheduling pass at a time; a wake-up during one runs another.
+    gate: super::gate::Gate,
 }
 
 /// Look at the store and run what can run.
@@ -66,8 +64,7 @@ impl RepoActor {
             health,
             backlog,
             lease: None,
-            busy: false,
-            followup: false,
+            gate: super::gate::Gate::default(),
         }
     }
 
@@ -79,14 +76,11 @@ impl RepoActor {
     }
 
     fn wake(&mut self, ctx: &mut Context<Self>) {
-        if self.busy {
-            self.followup = true;
+        if !self.gate.wake() {
             return;
         }
-        self.busy = true;
         let fut = schedule_pass(self.deps.clone(), self.repo_key.clone(), self.lease.clone());
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
-            act.busy = false;
             match result {
                 Ok(Ok(outcome)) => {
                     act.lease = outcome.lease.clone();
@@ -105,7 +99,7 @@ impl RepoActor {
                         });
                     }
                     if outcome.again {
-                        act.followup = true;
+                        act.gate.again();
                     }
                 }
                 Ok(Err(e)) => {
@@ -120,8 +114,7 @@ impl RepoActor {
                     return;
                 }
             }
-            if act.followup {
-                act.followup = false;
+            if act.gate.ended() {
                 act.wake(ctx);
             }
         }));
@@ -170,8 +163,7 @@ impl Actor for RepoActor {
 impl Supervised for RepoActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         // Rebuilt from the store on the next pass; the lease stays ours if it is.
-        self.busy = false;
-        self.followup = false;
+        self.gate.reset();
         crate::metrics::actor_restart("repo");
         self.update_health(|h| {
             h.restarts += 1;

@@ -1,9 +1,9 @@
 //! The session actor: one per Issue/PR. It owns the agent thread and drives its
 //! leased tasks through the runtime: thread, turn/start intent, turn, events,
-//! verification. The outbox's drain lane is a mailbox message with its own
-//! busy flag: a wake-up that arrives while the lane runs only sets a
-//! follow-up flag that the finishing drive honours, so nothing that lands at
-//! the boundary is lost.
+//! verification. Each of its lanes (the outbox's drain, the commands, the
+//! steers) runs its passes through a [`super::gate::Gate`]: a wake-up that
+//! arrives while the lane runs only marks a follow-up that the finishing
+//! pass honours, so nothing that lands at the boundary is lost.
 //!
 //! Every decision about a task is made by the pure [`decide::next`]; a drive
 //! (`drive.rs`) gathers what it needs from the store and carries out what it
@@ -89,24 +89,13 @@ pub struct ApprovalDecided {
 #[rtype(result = "()")]
 pub struct StopIfIdle;
 
-/// The drain lane: it starts turns for queued work, one at a time.
-#[derive(Debug, Default)]
-struct LaneState {
-    /// A drive is running.
-    busy: bool,
-    /// A wake-up arrived during the drive: run another when it ends.
-    followup: bool,
-    /// Drives started since the actor started (shown by the health view).
-    passes: u64,
-}
+/// A lane's gate, and how the health view shows it.
+type LaneState = super::gate::Gate;
 
-impl LaneState {
-    /// The lane as the health view shows it.
-    fn show(&self, to: &mut super::health::LaneHealth) {
-        to.busy = self.busy;
-        to.followup = self.followup;
-        to.passes = self.passes;
-    }
+fn show(lane: &LaneState, to: &mut super::health::LaneHealth) {
+    to.busy = lane.busy();
+    to.followup = lane.followup();
+    to.passes = lane.passes();
 }
 
 /// The turn a drive follows, shared so `Abort` can reach it.
@@ -256,9 +245,9 @@ impl SessionActor {
     fn update_health(&self, f: impl FnOnce(&mut SessionHealth)) {
         if let Ok(mut h) = self.health.lock() {
             f(&mut h);
-            self.lane.show(&mut h.normal_lane);
-            self.steer.show(&mut h.steer_lane);
-            self.commands.show(&mut h.command_lane);
+            show(&self.lane, &mut h.normal_lane);
+            show(&self.steer, &mut h.steer_lane);
+            show(&self.commands, &mut h.command_lane);
             h.last_event_at = Some(now());
         }
     }
@@ -294,16 +283,12 @@ impl SessionActor {
     /// Runs a command pass, or marks a follow-up when one is running.
     fn run_commands(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        if self.commands.busy {
-            self.commands.followup = true;
+        if !self.commands.wake() {
             return;
         }
-        self.commands.busy = true;
-        self.commands.passes += 1;
         let fut = command::run(self.deps.clone(), self.session_key.clone());
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
-            act.commands.busy = false;
             act.update_health(|_| {});
             match result {
                 Ok(Ok(pass)) => {
@@ -339,8 +324,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.commands.followup {
-                act.commands.followup = false;
+            if act.commands.ended() {
                 act.run_commands(ctx);
             }
         }));
@@ -349,12 +333,9 @@ impl SessionActor {
     /// Runs a steer pass, or marks a follow-up when one is running.
     fn run_steer(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        if self.steer.busy {
-            self.steer.followup = true;
+        if !self.steer.wake() {
             return;
         }
-        self.steer.busy = true;
-        self.steer.passes += 1;
         let (deps, key, signals) = (
             self.deps.clone(),
             self.session_key.clone(),
@@ -368,7 +349,6 @@ impl SessionActor {
         };
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
-            act.steer.busy = false;
             act.update_health(|_| {});
             match result {
                 Ok(Ok((pass, interrupted, handed))) => {
@@ -395,8 +375,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.steer.followup {
-                act.steer.followup = false;
+            if act.steer.ended() {
                 act.run_steer(ctx);
             }
         }));
@@ -404,12 +383,9 @@ impl SessionActor {
 
     fn drain(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
-        if self.lane.busy {
-            self.lane.followup = true;
+        if !self.lane.wake() {
             return;
         }
-        self.lane.busy = true;
-        self.lane.passes += 1;
         self.update_health(|h| h.status = SessionActorStatus::Busy);
         let fut = drive::run(
             self.deps.clone(),
@@ -418,7 +394,6 @@ impl SessionActor {
         );
         ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
             act.last_activity = Instant::now();
-            act.lane.busy = false;
             if let Ok(mut a) = act.signals.active.lock() {
                 *a = ActiveTurn::default();
             }
@@ -456,8 +431,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.lane.followup {
-                act.lane.followup = false;
+            if act.lane.ended() {
                 act.drain(ctx);
             }
         }));
@@ -552,9 +526,9 @@ impl Handler<StopIfIdle> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: StopIfIdle, _: &mut Self::Context) {
-        if !self.lane.busy
-            && !self.commands.busy
-            && !self.steer.busy
+        if !self.lane.busy()
+            && !self.commands.busy()
+            && !self.steer.busy()
             && self.last_activity.elapsed() >= self.deps.settings.session_idle
         {
             self.registry.do_send(SessionIdle {
