@@ -232,3 +232,57 @@ fn the_send_now_route_answers_for_held_entries_only() {
     );
     assert_eq!(missing.status, 404, "{:?}", missing.json);
 }
+
+/// A task that waits for reconciliation because nothing shows whether its
+/// turn/start reached Codex is sent now once its thread's history proves it
+/// missing: queued again under its own operation id, it runs once.
+#[test]
+fn a_task_needing_reconciliation_is_sent_now_once_its_history_proves_it_missing() {
+    let mut s = app();
+    let task = s.task_comment(
+        "uncertain",
+        1,
+        "@ccbot after intent [start:slow:8000]",
+        "widgets",
+        1,
+    );
+    wait_until("the turn/start intent recorded", LONG, || {
+        entry_where(&s, &task, "status = 'sending'")
+    });
+    s.kill9();
+    s.start_again();
+    wait_task_state(&s.db_url, &task, "needs_reconciliation", LONG);
+    let mut c = s.db();
+    let e = sessions::outbox_entry(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap();
+    let sent = s.admin_post(
+        &format!("/api/gitea-workflow/outbox/{}/send-now", e.queue_id),
+        &serde_json::json!({"requestId": "r-rec", "reason": "never reached Codex"}),
+    );
+    assert_eq!(sent.status, 200, "{:?}", sent.json);
+    wait_task_state(&s.db_url, &task, "succeeded", LONG);
+    let d = tasks::detail(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap();
+    let states: Vec<String> = d
+        .transitions
+        .iter()
+        .map(|t| t.to_state.to_string())
+        .collect();
+    assert!(
+        states
+            .windows(2)
+            .any(|w| w == ["needs_reconciliation", "queued"]),
+        "{states:?}"
+    );
+    assert_eq!(
+        d.outbox.as_ref().and_then(|o| o.handoff_phase),
+        Some(HandoffPhase::Dedicated)
+    );
+    assert_eq!(
+        count_where(&mut c, "turns", &format!("task_id = '{task}'")),
+        1,
+        "one turn, after the handoff"
+    );
+}

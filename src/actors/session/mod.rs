@@ -289,6 +289,9 @@ impl SessionActor {
         let fut = command::run(self.deps.clone(), self.session_key.clone());
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
+            // Free before the health view is updated below; a wake-up that
+            // came during the pass starts the next one at the end.
+            let again = act.commands.ended();
             act.update_health(|_| {});
             match result {
                 Ok(Ok(pass)) => {
@@ -324,7 +327,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.commands.ended() {
+            if again {
                 act.run_commands(ctx);
             }
         }));
@@ -349,6 +352,9 @@ impl SessionActor {
         };
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
+            // Free before the health view is updated below; a wake-up that
+            // came during the pass starts the next one at the end.
+            let again = act.steer.ended();
             act.update_health(|_| {});
             match result {
                 Ok(Ok((pass, interrupted, handed))) => {
@@ -375,7 +381,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.steer.ended() {
+            if again {
                 act.run_steer(ctx);
             }
         }));
@@ -394,6 +400,9 @@ impl SessionActor {
         );
         ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
             act.last_activity = Instant::now();
+            // Free before the health view is updated below; a wake-up that
+            // came during the pass starts the next one at the end.
+            let again = act.lane.ended();
             if let Ok(mut a) = act.signals.active.lock() {
                 *a = ActiveTurn::default();
             }
@@ -431,7 +440,7 @@ impl SessionActor {
                     return;
                 }
             }
-            if act.lane.ended() {
+            if again {
                 act.drain(ctx);
             }
         }));
