@@ -11,8 +11,8 @@
 //! - The ledger's claim is withdrawn only after the pinned run settled and
 //!   the pinned thread's history proved the message missing (or nothing was
 //!   ever claimed); the history searched is only the pinned thread's.
-//! - Only the pinned run is stopped, and only while its drive may still be
-//!   working on it.
+//! - Only the pinned run is stopped, only while its drive may still be
+//!   working on it, and only while the runtime can start the message.
 //! - The entry is queued again only from `revoked`.
 //! - Every decision names the entry version it was made on.
 
@@ -60,6 +60,9 @@ pub struct HandoffSnapshot {
     pub pinned_thread: Option<String>,
     pub pinned_turn: Option<String>,
     pub run: Option<RunFact>,
+    /// The runtime can start the message's turn now (its process and
+    /// account): a run is never stopped for a message that cannot follow.
+    pub ready: bool,
 }
 
 /// What the pinned thread's history says of the message.
@@ -160,6 +163,7 @@ fn step(snap: &HandoffSnapshot, event: &HandoffEvent) -> HandoffStep {
     match snap.phase {
         P::Dedicated => HandoffStep::Nothing(Idle::Done),
         P::Revoked => HandoffStep::Dedicate,
+        P::Requested if !snap.ready => HandoffStep::Nothing(Idle::RetryLater),
         P::Requested => {
             let run = snap.run.as_ref().filter(|r| r.live());
             HandoffStep::Interrupt {
@@ -222,8 +226,9 @@ mod tests {
             prop::option::of("thread-[ab]"),
             prop::option::of("turn-[ab]"),
             prop::option::of((state(), 0i64..9)),
+            any::<bool>(),
         )
-            .prop_map(|(phase, v, claim, th, tu, run)| HandoffSnapshot {
+            .prop_map(|(phase, v, claim, th, tu, run, ready)| HandoffSnapshot {
                 phase,
                 entry_version: v,
                 claim,
@@ -234,6 +239,7 @@ mod tests {
                     state,
                     state_version,
                 }),
+                ready,
             })
     }
 
@@ -285,6 +291,7 @@ mod tests {
                     prop_assert_eq!(Some(thread_id), s.pinned_thread.clone());
                 }
                 HandoffStep::Interrupt { stop: Some((run, version)), .. } => {
+                    prop_assert!(s.ready, "a run is stopped only for a message that can start");
                     let pinned = s.run.clone().expect("a pinned run");
                     prop_assert!(pinned.live());
                     prop_assert_eq!(run, pinned.task_id);
@@ -322,7 +329,14 @@ mod tests {
                 state: TaskState::Running,
                 state_version: 4,
             }),
+            ready: false,
         };
+        assert_eq!(
+            decide(&s, &HandoffEvent::Woken).step,
+            HandoffStep::Nothing(Idle::RetryLater),
+            "nothing is stopped while the runtime cannot start the message"
+        );
+        s.ready = true;
         assert_eq!(
             decide(&s, &HandoffEvent::Woken).step,
             HandoffStep::Interrupt {

@@ -53,7 +53,7 @@ pub(super) async fn run(
         let Some(phase) = head.entry.handoff_phase else {
             return Ok(pass);
         };
-        let snap = snapshot(&head, phase);
+        let snap = snapshot(&head, phase, deps.settings.agent.now().can_run());
         let d = decide::decide(&snap, &event);
         tracing::debug!(task.id = %head.task.task_id, decided_on = d.expected_version, step = ?d.step, "handoff decision");
         event = HandoffEvent::Woken;
@@ -121,8 +121,9 @@ pub(super) async fn run(
     }
 }
 
-fn snapshot(head: &HandoffHead, phase: HandoffPhase) -> HandoffSnapshot {
+fn snapshot(head: &HandoffHead, phase: HandoffPhase, ready: bool) -> HandoffSnapshot {
     HandoffSnapshot {
+        ready,
         phase,
         entry_version: head.entry.version,
         claim: match head.ledger.as_ref().map(|l| l.status.as_str()) {
