@@ -171,6 +171,8 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     // when the task starts.
     // `succeeded`: a turnless command was carried out by its session.
     (Queued, &[Leased, Cancelled, Rejected, Succeeded]),
+    // queued: a second failure before admission holds the entry for an
+    // operator (auto-drain off); nothing reached the agent.
     (
         Leased,
         &[
@@ -181,6 +183,7 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
             CancelRequested,
             NeedsReconciliation,
             Rejected,
+            Queued,
         ],
     ),
     (

@@ -104,7 +104,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     (
         "max_attempts",
-        "attempts a task gets before a transient failure fails it (default 2)",
+        "attempts a task gets when it fails before reaching Codex; after the last its entry is held for an operator (default 2)",
     ),
     (
         "prompt_context_bytes",

@@ -53,9 +53,7 @@ pub fn claim(
     lease_id: &str,
     owner: &str,
 ) -> Result<Option<Attempt>, StoreError> {
-    if task.command == Some(crate::domain::command::Command::Steer)
-        && !super::steer::claimable(conn, &task.task_id)?
-    {
+    if super::steer::held_or_sending(conn, &task.task_id)? {
         // Being sent into the running turn, or held for an operator.
         return Ok(None);
     }

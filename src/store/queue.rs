@@ -6,7 +6,6 @@
 use super::models::{Repository, Task};
 use super::schema::{outbox_entries, repositories, tasks};
 use super::{now, DbConn, StoreError};
-use crate::domain::command::Command;
 use crate::domain::states::{OutboxStatus, RepoStatus};
 use crate::domain::RepoKey;
 use crate::lifecycle::TaskState;
@@ -150,17 +149,21 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
             };
             match next {
                 Some(t) if lanes => after = t.id,
-                // A steer being sent into the running turn, or held because
-                // nothing shows whether that turn took it, is not the
-                // queue's to start.
-                Some(t) if t.command == Some(Command::Steer) => {
-                    let waits: i64 = outbox_entries::table
+                // An entry held for an operator (auto-drain off: a steer
+                // nothing shows the turn took, a second failure before
+                // admission), or a steer being sent into the running turn,
+                // is not the queue's to start.
+                Some(t) => {
+                    let held: i64 = outbox_entries::table
                         .filter(outbox_entries::task_id.eq(&t.task_id))
-                        .filter(outbox_entries::status.eq(OutboxStatus::Queued))
-                        .filter(outbox_entries::auto_drain.eq(true))
+                        .filter(
+                            outbox_entries::auto_drain
+                                .eq(false)
+                                .or(outbox_entries::status.ne(OutboxStatus::Queued)),
+                        )
                         .count()
                         .get_result(c)?;
-                    if waits > 0 {
+                    if held == 0 {
                         break Some(t);
                     }
                     after = t.id

@@ -140,6 +140,29 @@ pub fn claimable(conn: &mut DbConn, task_id: &TaskId) -> Result<bool, StoreError
     Ok(n > 0)
 }
 
+/// Whether the task's entry is held for an operator (auto-drain off) or
+/// being sent: the queue starts neither. By an update, so that on
+/// PostgreSQL the entry's row stays locked until the claim commits. A task
+/// with no entry is not held (its drive fails it as `outbox_missing`).
+pub fn held_or_sending(conn: &mut DbConn, task_id: &TaskId) -> Result<bool, StoreError> {
+    let n = with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::task_id.eq(task_id))
+            .filter(
+                outbox_entries::auto_drain
+                    .eq(false)
+                    .or(outbox_entries::status.ne(OutboxStatus::Queued)),
+            )
+    )
+    .set(outbox_entries::version.eq(outbox_entries::version))
+    .execute(c))?;
+    if n > 0 {
+        return Ok(true);
+    }
+    // Lock the entry as it is (queued, auto-drain on) for the claim too.
+    claimable(conn, task_id).map(|_| false)
+}
+
 /// The entry is still as its send left it (`sending`, at the version the
 /// admission wrote): a late answer or a recovery changes nothing that a
 /// newer decision (a hold, an operator's drop) wrote since.
@@ -373,6 +396,42 @@ pub fn hold(
                 "operationId": entry.operation_id,
                 "expectedTurnId": entry.expected_turn_id,
             })),
+    )?;
+    Ok(())
+}
+
+/// A second failure before admission: the task's entry waits in the queue
+/// with auto-drain off and `reason`, for an operator's drop or send-now.
+/// Nothing reached the agent (the intent, if any, was released first).
+pub fn hold_before_admission(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    reason: &str,
+) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        outbox_entries::table
+            .filter(outbox_entries::task_id.eq(task_id))
+            .filter(outbox_entries::status.eq(OutboxStatus::Queued))
+    )
+    .set((
+        outbox_entries::auto_drain.eq(false),
+        outbox_entries::hold_reason.eq(reason),
+        outbox_entries::updated_at.eq(&at),
+        outbox_entries::version.eq(outbox_entries::version + 1),
+    ))
+    .execute(c))?;
+    if n == 0 {
+        return Err(stale(format!(
+            "the outbox entry of task {task_id} is not queued; it cannot be held"
+        )));
+    }
+    audit::record(
+        conn,
+        &Audit::new("outbox.held", "system")
+            .task(task_id)
+            .error(reason)
+            .meta(serde_json::json!({ "reason": reason })),
     )?;
     Ok(())
 }

@@ -566,8 +566,12 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
     });
 }
 
+/// A failure before admission is retried once; a second one holds the
+/// entry for an operator (auto-drain off, its reason), and the repository
+/// goes on. Nothing reached the agent, so an operator's send-now starts it
+/// as a turn of its own.
 #[test]
-fn runtime_unavailable_retries_once_then_fails() {
+fn runtime_unavailable_retries_once_then_holds_the_entry_for_an_operator() {
     run(async {
         let rt = ScriptedAgent::new();
         rt.on(
@@ -579,15 +583,55 @@ fn runtime_unavailable_retries_once_then_fails() {
         );
         let h = Harness::start(rt, settings());
         let id = h.comment("widgets", 1, 1, "@ccbot down").await;
-        h.wait_state(&id, TaskState::Failed).await;
+        let held = poll_until_async(Duration::from_secs(15), || async {
+            let d = h.detail(&id).await;
+            d.task.state == TaskState::Queued && d.outbox.is_some_and(|e| !e.auto_drain)
+        })
+        .await;
+        assert!(held, "the entry was never held");
         let detail = h.detail(&id).await;
         let path = states_passed(&detail);
-        assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "failed"]);
+        assert_eq!(path, ["queued", "leased", "retry_wait", "leased", "queued"]);
         assert_eq!(detail.attempts.len(), 2);
+        let entry = detail.outbox.unwrap();
+        assert_eq!(entry.status.as_str(), "queued", "nothing was sent");
+        assert_eq!(entry.hold_reason.as_deref(), Some("runtime_unavailable"));
         assert_eq!(
-            detail.outbox.unwrap().status.as_str(),
-            "queued",
-            "nothing was sent"
+            detail.task.error_code.as_deref(),
+            Some("runtime_unavailable")
+        );
+        // The repository goes on: the next request runs.
+        let next = h.comment("widgets", 1, 2, "@ccbot after").await;
+        h.wait_state(&next, TaskState::Succeeded).await;
+        assert_eq!(h.state(&id).await, TaskState::Queued, "held, not retried");
+        // The runtime is back; the operator sends it now.
+        h.runtime
+            .on("down", Script::steps(vec![Step::Complete("done".into())]));
+        let q = entry.queue_id.clone();
+        h.store
+            .write(move |c| {
+                let req = codex_bridge::store::control::ControlRequest {
+                    request_id: "send-held".into(),
+                    reason: "the runtime is back".into(),
+                    actor: "admin:ops".into(),
+                };
+                codex_bridge::store::handoff::request(c, &req, &q).map(|_| ())
+            })
+            .await
+            .unwrap();
+        h.registry.do_send(RunCommands {
+            session_key: detail.task.session_key.clone(),
+            repo_key: detail.task.repo_key.clone(),
+        });
+        h.wait_state(&id, TaskState::Succeeded).await;
+        let calls = h.runtime.calls();
+        assert_eq!(
+            calls
+                .iter()
+                .filter(|c| c.operation_id == entry.operation_id.as_str())
+                .count(),
+            1,
+            "{calls:?}"
         );
         System::current().stop();
     });

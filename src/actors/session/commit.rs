@@ -100,6 +100,10 @@ impl CommitCtx {
                     attempts::end_attempt(c, &self.task_id, outcome)?;
                 }
                 Effect::ReleaseIntent => turns::release_intent(c, &self.task_id)?,
+                Effect::HoldEntry => {
+                    let why = d.code.map(Code::as_str).unwrap_or("held");
+                    crate::store::steer::hold_before_admission(c, &self.task_id, why)?
+                }
                 Effect::RecordAdmission(kind) => {
                     let (thread, turn) = self.turn_ids()?;
                     turns::record_turn_admitted(

@@ -247,6 +247,9 @@ pub enum Effect {
     ReleaseReplyRetry,
     /// An operator's "send now": the held entry goes back to the queue.
     RequeueEntry,
+    /// A second failure before admission: the entry waits in the queue with
+    /// auto-drain off, its reason the decision's code, for an operator.
+    HoldEntry,
 
     // --- carried out after the commit ---
     /// Asks the forge whether the commenter may trigger work.
@@ -293,6 +296,7 @@ impl Effect {
                 | Effect::BeginReplyRetry
                 | Effect::ReleaseReplyRetry
                 | Effect::RequeueEntry
+                | Effect::HoldEntry
         )
     }
 }

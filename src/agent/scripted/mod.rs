@@ -91,9 +91,14 @@ impl ScriptedAgent {
 
     /// Turns whose text contains `word` play `script` (first matching rule wins;
     /// otherwise the turn completes with "done").
+    /// Plays `script` for instructions containing `word`; a word given
+    /// again gets its new script (a runtime that comes back, say).
     pub fn on(&self, word: &str, script: Script) -> &Self {
         if let Ok(mut inner) = self.inner.lock() {
-            inner.rules.push((word.to_owned(), script));
+            match inner.rules.iter_mut().find(|(w, _)| w == word) {
+                Some(rule) => rule.1 = script,
+                None => inner.rules.push((word.to_owned(), script)),
+            }
         }
         self
     }

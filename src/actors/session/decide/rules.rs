@@ -26,7 +26,7 @@ pub(super) fn picked(snap: &Snapshot) -> Decision {
                 d.ends(S::RetryWait, Some(Code::InterruptedByRestart))
                     .then(&[E::Retry(RetryAfter::Now)])
             } else {
-                d.ends(S::Failed, Some(Code::InterruptedByRestart))
+                held(d, Code::InterruptedByRestart)
             }
         }
         S::Leased if snap.admission == Admission::NotSent => {
@@ -96,9 +96,19 @@ pub(super) fn not_admitted(
     if retryable && snap.attempt < snap.max_attempts {
         d.ends(S::RetryWait, Some(code))
             .then(&[E::Retry(RetryAfter::Backoff)])
+    } else if retryable {
+        held(d, code)
     } else {
         d.ends(S::Failed, Some(code))
     }
+}
+
+/// A failure before admission that its retry did not get past: nothing
+/// reached the agent, so nothing is lost by waiting. The task goes back to
+/// `queued` with its entry held (auto-drain off, the code as its reason)
+/// until an operator drops it or sends it now; the repository goes on.
+fn held(d: Decision, code: Code) -> Decision {
+    d.ends(S::Queued, Some(code)).then(&[E::HoldEntry])
 }
 
 pub(super) fn started(snap: &Snapshot, start: Start) -> Decision {

@@ -95,7 +95,7 @@ fn a_workspace_that_cannot_be_named_fails_the_task_and_starts_nothing() {
 }
 
 #[test]
-fn a_dead_process_lease_is_retried_once_then_failed() {
+fn a_dead_process_lease_is_retried_once_then_held() {
     let s = Snapshot {
         attempt_is_ours: false,
         ..leased()
@@ -104,7 +104,9 @@ fn a_dead_process_lease_is_retried_once_then_failed() {
     assert_eq!(d.to, Some(S::RetryWait));
     assert!(d.effects.contains(&E::Retry(RetryAfter::Now)));
     let s = Snapshot { attempt: 2, ..s };
-    assert_eq!(next(&s, &Event::Picked).to, Some(S::Failed));
+    let d = next(&s, &Event::Picked);
+    assert_eq!(d.to, Some(S::Queued));
+    assert!(d.effects.contains(&E::HoldEntry));
 }
 
 #[test]
@@ -346,7 +348,24 @@ fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError
         )));
     }
     if d.to == Some(S::Queued) {
-        prop_assert_eq!(event, Event::SendNow { ledger_sent: false });
+        // Back to the queue only by an operator's send-now of something the
+        // ledger proves never sent, or held (for an operator) after the last
+        // attempt failed before admission, its intent released first.
+        let send_now = event == Event::SendNow { ledger_sent: false };
+        let held = d.effects.contains(&E::HoldEntry)
+            && snap.state == S::Leased
+            && snap.attempt >= snap.max_attempts
+            && (snap.admission != Admission::Intended || d.effects.contains(&E::ReleaseIntent))
+            && matches!(
+                event,
+                Event::Picked
+                    | Event::Permission(Permission::Unknown)
+                    | Event::Started(Start::NotAdmitted { retryable: true })
+            );
+        prop_assert!(send_now || held, "{:?} after {:?}", d, event);
+    }
+    if d.effects.contains(&E::HoldEntry) {
+        prop_assert_eq!(d.to, Some(S::Queued));
     }
     if snap.reply_path == ReplyPath::BridgeViaRest {
         // The bridge's post is the normal path: no reply-retry turn, and
