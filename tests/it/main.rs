@@ -25,6 +25,7 @@ mod doctor;
 mod e2e;
 mod e2e_commands;
 mod e2e_context;
+mod e2e_control;
 mod e2e_interrupt;
 mod e2e_review;
 mod fakemodel;
