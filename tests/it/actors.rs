@@ -1077,9 +1077,13 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         assert_eq!(pending.len(), 1);
         assert_eq!(pending[0].kind, "command");
         assert!(pending[0].detail.contains("touch approved.txt"));
-        let tree = h.health().await;
-        let session = &tree.repositories[0].sessions[0];
-        assert_eq!(session.status.as_str(), "awaiting_approval");
+        // The store says so first; the actor shows it once its drive waits.
+        let shown = poll_until_async(Duration::from_secs(10), || async {
+            let tree = h.health().await;
+            tree.repositories[0].sessions[0].status.as_str() == "awaiting_approval"
+        })
+        .await;
+        assert!(shown, "the session actor never showed awaiting_approval");
         let (approval, req) = (
             pending[0].approval_id.clone(),
             ControlRequest {
