@@ -142,3 +142,43 @@ fn e2e_cancel_empties_the_queue_and_reset_starts_a_new_real_thread() {
         );
     }
 }
+
+/// A pending approval of the real turn is announced in the thread with its
+/// id; `/approve` by a commenter without `trigger_permission` is refused
+/// and decides nothing; `/approve` by one who holds it lets the command run.
+#[test]
+fn e2e_approve_is_decided_only_by_a_commenter_who_may_trigger_work() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+            .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+    });
+    l.sim().add_user("carol");
+    l.sim()
+        .set_permission("acme", "widgets", "carol", crate::giteasim::Perm::Read);
+    l.model().push(crate::fakemodel::Step::Reply(vec![
+        crate::fakemodel::Item::shell("touch approved.txt"),
+    ]));
+    l.script_reply(l.issue, "Touched it.");
+    let task = l.comment("bob", l.issue, "@ccbot touch a file");
+    l.wait(&task, "awaiting_approval");
+    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    wait_posted(&l);
+    let announced = l.bot_comments(l.issue, &format!("receipt={task}:approval:{approval}"));
+    assert_eq!(announced.len(), 1, "{announced:?}");
+
+    let refused = l.comment("carol", l.issue, &format!("@ccbot /approve {approval}"));
+    l.wait(&refused, "rejected");
+    assert_eq!(l.detail(&task)["task"]["state"], "awaiting_approval");
+    let granted = l.comment("bob", l.issue, &format!("@ccbot /approve {approval}"));
+    l.wait(&granted, "succeeded");
+    l.wait(&task, "succeeded");
+    let d = l.detail(&task);
+    assert_eq!(d["approvals"][0]["decision"], "accept", "{d}");
+    let file = l.app.dir().join("ws/default/acme/widgets/approved.txt");
+    assert!(file.exists(), "the approved command ran");
+}
