@@ -6,7 +6,7 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    ReviewStart, ReviewTarget, ThreadItem, ThreadResume, ThreadRevert, ThreadStart,
+    Request, ReviewStart, ReviewTarget, ThreadItem, ThreadResume, ThreadRevert, ThreadStart,
     ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
@@ -155,6 +155,43 @@ impl CodexAgent {
     }
 }
 
+impl CodexAgent {
+    /// Sends `start` (a `turn/start` or `review/start`, whose answer names
+    /// the turn) on the thread; the turn's events follow on the router. The
+    /// session opens its thread through `ensure_thread` first; a thread not
+    /// loaded here yet (the app-server restarted between the two) is resumed
+    /// with the same terms, so a thread that may not have the Gitea tools
+    /// never gets them back on a resume.
+    async fn start_on_thread<R: Request>(
+        &self,
+        thread_id: &str,
+        cwd: &Path,
+        terms: &ThreadTerms,
+        start: &R,
+        turn_of: impl FnOnce(R::Response) -> String,
+    ) -> Result<TurnStarted, AgentError> {
+        let policy = ThreadPolicy::of(terms)?;
+        let (conn, _) = self
+            .open_thread(Some(thread_id), cwd, Some(policy), terms)
+            .await?;
+        let mut rx = self.inner.router.open_turn(thread_id);
+        let answer = match conn.call(start, self.settings().request_timeout).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Never admitted: nothing will come for it. Admitted but
+                // unreadable (no turn id): the session looks it up by history.
+                self.inner.router.close_turn(thread_id);
+                return Err(rpc_to_runtime(e));
+            }
+        };
+        let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
+        Ok(TurnStarted {
+            turn_id: turn_of(answer),
+            events,
+        })
+    }
+}
+
 impl Agent for CodexAgent {
     fn name(&self) -> &'static str {
         "codex"
@@ -175,34 +212,13 @@ impl Agent for CodexAgent {
     fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let this = self.clone();
         async move {
-            // The session opens its thread through `ensure_thread` first; a
-            // thread not loaded here yet (the app-server restarted between
-            // the two) is resumed with the same terms, so a thread that may
-            // not have the Gitea tools never gets them back on a resume.
-            let policy = ThreadPolicy::of(&req.terms)?;
-            let (conn, _) = this
-                .open_thread(Some(&req.thread_id), &req.cwd, Some(policy), &req.terms)
-                .await?;
-            let mut rx = this.inner.router.open_turn(&req.thread_id);
             let start = TurnStart {
                 thread_id: req.thread_id.clone(),
                 input: vec![UserInput::text(req.text)],
                 client_user_message_id: req.operation_id.to_string(),
             };
-            let answer = match conn.call(&start, this.settings().request_timeout).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    // Never admitted: nothing will come for it. Admitted but
-                    // unreadable (no turn id): the session looks it up by history.
-                    this.inner.router.close_turn(&req.thread_id);
-                    return Err(rpc_to_runtime(e));
-                }
-            };
-            let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
-            Ok(TurnStarted {
-                turn_id: answer.turn.id,
-                events,
-            })
+            this.start_on_thread(&req.thread_id, &req.cwd, &req.terms, &start, |a| a.turn.id)
+                .await
         }
         .boxed()
     }
@@ -213,29 +229,14 @@ impl Agent for CodexAgent {
     ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let this = self.clone();
         async move {
-            let policy = ThreadPolicy::of(&req.terms)?;
-            let (conn, _) = this
-                .open_thread(Some(&req.thread_id), &req.cwd, Some(policy), &req.terms)
-                .await?;
-            let mut rx = this.inner.router.open_turn(&req.thread_id);
             let start = ReviewStart {
                 thread_id: req.thread_id.clone(),
                 target: ReviewTarget::BaseBranch {
                     branch: req.base_branch,
                 },
             };
-            let answer = match conn.call(&start, this.settings().request_timeout).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    this.inner.router.close_turn(&req.thread_id);
-                    return Err(rpc_to_runtime(e));
-                }
-            };
-            let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed();
-            Ok(TurnStarted {
-                turn_id: answer.turn.id,
-                events,
-            })
+            this.start_on_thread(&req.thread_id, &req.cwd, &req.terms, &start, |a| a.turn.id)
+                .await
         }
         .boxed()
     }

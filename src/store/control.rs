@@ -215,25 +215,41 @@ pub fn drop_entry(
 ) -> Result<AuditView, StoreError> {
     use crate::lifecycle::TaskState;
     idempotent(conn, req, "outbox.drop", queue_id, |conn| {
-        let entry = super::sessions::entry_by_queue_id(conn, queue_id)?
-            .ok_or_else(|| StoreError::NotFound(format!("outbox entry {queue_id}")))?;
-        let task = super::tasks::find(conn, &entry.task_id)?
-            .ok_or_else(|| StoreError::NotFound(format!("task {}", entry.task_id)))?;
-        let held = (task.state == TaskState::Queued && !entry.auto_drain)
-            || task.state == TaskState::NeedsReconciliation;
-        if !held {
-            return Err(StoreError::Refused {
-                code: "not_held",
-                message: format!(
-                    "outbox entry {queue_id} is not held (its task is `{}`, auto-drain {}): \
-                     drop takes held entries; cancel or abort the task instead",
-                    task.state,
-                    if entry.auto_drain { "on" } else { "off" }
-                ),
-            });
-        }
+        let (_, task) = held_entry(
+            conn,
+            queue_id,
+            "drop takes held entries; cancel or abort the task instead",
+        )?;
         transition_by_operator(conn, req, &task, TaskState::Cancelled, "outbox.drop")
     })
+}
+
+/// A held outbox entry by its queue id, with its task: an entry whose task
+/// is queued with auto-drain off, or whose task waits for reconciliation.
+/// Anything else is refused (`not_held`), `instead` saying what to do.
+pub(super) fn held_entry(
+    conn: &mut DbConn,
+    queue_id: &str,
+    instead: &str,
+) -> Result<(super::models::OutboxEntry, super::models::Task), StoreError> {
+    use crate::lifecycle::TaskState;
+    let entry = super::sessions::entry_by_queue_id(conn, queue_id)?
+        .ok_or_else(|| StoreError::NotFound(format!("outbox entry {queue_id}")))?;
+    let task = super::tasks::find(conn, &entry.task_id)?
+        .ok_or_else(|| StoreError::NotFound(format!("task {}", entry.task_id)))?;
+    let held = (task.state == TaskState::Queued && !entry.auto_drain)
+        || task.state == TaskState::NeedsReconciliation;
+    if !held {
+        return Err(StoreError::Refused {
+            code: "not_held",
+            message: format!(
+                "outbox entry {queue_id} is not held (its task is `{}`, auto-drain {}): {instead}",
+                task.state,
+                if entry.auto_drain { "on" } else { "off" }
+            ),
+        });
+    }
+    Ok((entry, task))
 }
 
 /// Puts a `blocked_workspace` task back in the queue after an operator has

@@ -96,22 +96,8 @@ pub fn request(
     queue_id: &str,
 ) -> Result<AuditView, StoreError> {
     idempotent(conn, req, "outbox.send_now", queue_id, |conn| {
-        let entry = super::sessions::entry_by_queue_id(conn, queue_id)?
-            .ok_or_else(|| StoreError::NotFound(format!("outbox entry {queue_id}")))?;
-        let task = tasks::find(conn, &entry.task_id)?
-            .ok_or_else(|| StoreError::NotFound(format!("task {}", entry.task_id)))?;
-        let held = (task.state == TaskState::Queued && !entry.auto_drain)
-            || task.state == TaskState::NeedsReconciliation;
-        if !held {
-            return Err(StoreError::Refused {
-                code: "not_held",
-                message: format!(
-                    "outbox entry {queue_id} is not held (its task is `{}`): send-now takes \
-                     held entries only",
-                    task.state
-                ),
-            });
-        }
+        let (entry, task) =
+            super::control::held_entry(conn, queue_id, "send-now takes held entries only")?;
         if let Some(phase) = entry
             .handoff_phase
             .filter(|p| *p != HandoffPhase::Dedicated)

@@ -32,10 +32,14 @@ fn wait_posted(l: &Loop) {
 
 /// Starts a turn whose model stream stays open until it is stopped.
 fn long_run(l: &Loop, text: &str) -> String {
+    let before = l.model().requests().len();
     l.model().push(Step::Hang);
     let running = l.comment("bob", l.issue, text);
     l.wait(&running, "running");
-    l.model().wait_for_requests(1, Duration::from_secs(60));
+    // Its model request has taken the held-open step (a stop before that
+    // would leave the step to the next turn).
+    l.model()
+        .wait_for_requests(before + 1, Duration::from_secs(60));
     running
 }
 

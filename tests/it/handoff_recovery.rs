@@ -61,37 +61,9 @@ fn held_steer(s: &mut TestApp) -> (String, String) {
     // so it waits for an operator (and holds the repository). The operator
     // settles it first.
     wait_task_state(&s.db_url, &run, "needs_reconciliation", LONG);
-    reconcile_failed(s, &run);
+    s.reconcile_failed(&run);
     wait_task_state(&s.db_url, &run, "failed", LONG);
     (run, steer)
-}
-
-fn reconcile_failed(s: &TestApp, task: &str) {
-    let mut c = s.db();
-    let attempt = tasks::detail(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .attempts
-        .last()
-        .unwrap()
-        .attempt_id
-        .clone();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
-        .env("CODEX_BRIDGE_DATABASE_URL", &s.db_url)
-        .args([
-            "reconcile",
-            task,
-            &attempt,
-            "failed",
-            "--confirm-no-active-turn",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The store's own phase writes, as the dead process committed them, up to

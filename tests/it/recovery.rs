@@ -157,30 +157,7 @@ fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_
     assert_eq!(task_state(&mut c, &behind).as_deref(), Some("queued"));
 
     // The operator decides; then the next task runs.
-    let attempt = codex_bridge::store::tasks::detail(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .attempts
-        .last()
-        .unwrap()
-        .attempt_id
-        .clone();
-    let out = Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
-        .env("CODEX_BRIDGE_DATABASE_URL", &s.db_url)
-        .args([
-            "reconcile",
-            &task,
-            &attempt,
-            "failed",
-            "--confirm-no-active-turn",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    s.reconcile_failed(&task);
     wait(&s, &behind, "succeeded");
     let mut decided = before;
     decided.push("failed".into());

@@ -456,24 +456,13 @@ fn create_task(
         rows,
         delivery_row(req, "accepted", None, Some(&task_id), None, at),
     );
-    rows.tasks.push(TaskRow {
-        task_id: task_id.clone(),
-        delivery_key: req.delivery_key.clone(),
-        repo_key: repo_key.clone(),
-        session_key: session_key.clone(),
-        resource_key: session_key.clone(),
-        trigger_key: trigger_key.to_owned(),
-        comment_id: subject.comment_id,
-        author: subject.author.clone(),
-        state: TaskState::Queued,
-        state_version: 2,
-        head_ref: subject.head_ref.clone(),
-        base_ref: subject.base_ref.clone(),
-        created_at: at.to_owned(),
-        updated_at: at.to_owned(),
+    rows.tasks.push(task_row(
+        req,
+        (&task_id, &repo_key, &session_key, trigger_key),
+        (TaskState::Queued, None),
         command,
-        error_code: None,
-    });
+        at,
+    ));
     let actor = format!("gitea:user:{}", subject.author);
     // The task is born `received` (state version 1) and leaves it in this same
     // transaction: its history starts with that one transition, and the accept's
@@ -611,24 +600,13 @@ fn refuse_full(
         rows,
         delivery_row(req, "rejected", Some(CODE), Some(&task_id), None, at),
     );
-    rows.tasks.push(TaskRow {
-        task_id: task_id.clone(),
-        delivery_key: req.delivery_key.clone(),
-        repo_key: repo_key.clone(),
-        session_key: session_key.clone(),
-        resource_key: session_key.clone(),
-        trigger_key: trigger_key.to_owned(),
-        comment_id: subject.comment_id,
-        author: subject.author.clone(),
-        state: TaskState::Rejected,
-        state_version: 2,
-        head_ref: subject.head_ref.clone(),
-        base_ref: subject.base_ref.clone(),
-        created_at: at.to_owned(),
-        updated_at: at.to_owned(),
+    rows.tasks.push(task_row(
+        req,
+        (&task_id, repo_key, &session_key, trigger_key),
+        (TaskState::Rejected, Some(CODE)),
         command,
-        error_code: Some(CODE.to_owned()),
-    });
+        at,
+    ));
     let reason = format!("the session already holds {OUTBOX_CAPACITY} unfinished requests");
     rows.transitions.push(TransitionRow {
         task_id: task_id.clone(),
@@ -683,5 +661,40 @@ fn refuse_full(
     IngestOutcome::OutboxFull {
         session_key,
         task_id: Some(task_id),
+    }
+}
+
+/// A task born from a triggering comment, in `state` (state version 2: it
+/// left `received` in the same transaction).
+fn task_row(
+    req: &IngestRequest,
+    (task_id, repo_key, session_key, trigger_key): (
+        &TaskId,
+        &crate::domain::RepoKey,
+        &crate::domain::ResourceKey,
+        &str,
+    ),
+    (state, error_code): (TaskState, Option<&str>),
+    command: Option<Command>,
+    at: &str,
+) -> TaskRow {
+    let subject = req.subject.as_ref();
+    TaskRow {
+        task_id: task_id.clone(),
+        delivery_key: req.delivery_key.clone(),
+        repo_key: repo_key.clone(),
+        session_key: session_key.clone(),
+        resource_key: session_key.clone(),
+        trigger_key: trigger_key.to_owned(),
+        comment_id: subject.and_then(|s| s.comment_id),
+        author: subject.map(|s| s.author.clone()).unwrap_or_default(),
+        state,
+        state_version: 2,
+        head_ref: subject.and_then(|s| s.head_ref.clone()),
+        base_ref: subject.and_then(|s| s.base_ref.clone()),
+        created_at: at.to_owned(),
+        updated_at: at.to_owned(),
+        command,
+        error_code: error_code.map(str::to_owned),
     }
 }

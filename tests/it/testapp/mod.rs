@@ -485,6 +485,35 @@ impl TestApp {
         connect(&self.db_url)
     }
 
+    /// The operator's verdict on a task that needs reconciliation, through
+    /// the CLI: its last attempt failed, no turn is active.
+    pub fn reconcile_failed(&self, task: &str) {
+        let attempt = codex_bridge::store::tasks::detail(&mut self.db(), &task.parse().unwrap())
+            .unwrap()
+            .unwrap()
+            .attempts
+            .last()
+            .unwrap()
+            .attempt_id
+            .clone();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+            .env("CODEX_BRIDGE_DATABASE_URL", &self.db_url)
+            .args([
+                "reconcile",
+                task,
+                &attempt,
+                "failed",
+                "--confirm-no-active-turn",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Waits until `cond` holds (for effects written in the background).
     pub fn wait_for(&self, what: &str, cond: impl FnMut() -> bool) {
         wait_until(what, Duration::from_secs(10), cond);
