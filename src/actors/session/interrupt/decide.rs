@@ -27,6 +27,9 @@ pub struct RunFact {
     pub state_version: i64,
     /// The run's own turn, once admitted (not the reply retry's).
     pub turn_id: Option<String>,
+    /// That turn is in the session's thread (a `/review` runs in a thread
+    /// of its own): only such a turn is reverted by `/replace`.
+    pub in_session_thread: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,7 +164,8 @@ fn step(snap: &InterruptSnapshot, event: InterruptEvent) -> InterruptStep {
         (Some(turn), true) if snap.ready => S::Supersede {
             run: run.task_id.clone(),
             run_version: run.state_version,
-            revert_turn: (snap.wants == SendMode::Replace).then(|| turn.clone()),
+            revert_turn: (snap.wants == SendMode::Replace && run.in_session_thread)
+                .then(|| turn.clone()),
         },
         (Some(_), true) => S::Nothing(Idle::NotReady),
         _ => S::Nothing(Idle::RunNotStoppable),
@@ -184,12 +188,16 @@ mod tests {
                 prop::sample::select(TaskState::ALL.to_vec()),
                 0_i64..20,
                 prop::option::of("turn-[a-c]"),
+                any::<bool>(),
             )
-                .prop_map(|(n, state, state_version, turn_id)| RunFact {
-                    task_id: task(n),
-                    state,
-                    state_version,
-                    turn_id,
+                .prop_map(|(n, state, state_version, turn_id, in_session_thread)| {
+                    RunFact {
+                        task_id: task(n),
+                        state,
+                        state_version,
+                        turn_id,
+                        in_session_thread,
+                    }
                 }),
         )
     }
@@ -273,9 +281,12 @@ mod tests {
                 prop_assert_eq!(s.state, TaskState::Queued);
                 prop_assert!(!sends_now(s.entry_mode), "it stops one run, once");
                 prop_assert!(s.supersedes.is_none(), "never again once back in the queue");
-                // Only `/replace` reverts, and only the turn it stopped.
+                // Only `/replace` reverts, only the turn it stopped, and
+                // only from the session's own thread.
                 match s.wants {
-                    SendMode::Replace => prop_assert_eq!(revert_turn, r.turn_id),
+                    SendMode::Replace if r.in_session_thread => {
+                        prop_assert_eq!(revert_turn, r.turn_id)
+                    }
                     _ => prop_assert_eq!(revert_turn, None),
                 }
             }

@@ -135,6 +135,7 @@ async fn snapshot(deps: &ActorDeps, head: &InterruptHead) -> InterruptSnapshot {
             // The reply retry's turn only posts an answer again: not a run
             // a message may stop.
             turn_id: t.turn_id.clone().filter(|_| t.reply_attempt == 0),
+            in_session_thread: t.command != Some(Command::Review),
         }),
     }
 }
