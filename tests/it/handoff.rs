@@ -6,7 +6,7 @@
 //! agent has is never sent again.
 
 use super::actors::{request, run, settings, Harness};
-use crate::support::poll_until_async;
+use super::steer::entry_becomes;
 use codex_bridge::actors::registry::RunCommands;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
 use codex_bridge::agent::{Agent, SteerRequest};
@@ -16,7 +16,6 @@ use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::control::ControlRequest;
 use codex_bridge::store::models::{OutboxEntry, Task};
 use codex_bridge::store::{handoff, ingest, ledger, steer, StoreError};
-use std::time::Duration;
 
 fn runtime() -> ScriptedAgent {
     let rt = ScriptedAgent::new();
@@ -37,21 +36,6 @@ async fn entry(h: &Harness, task: &TaskId) -> OutboxEntry {
         .await
         .outbox
         .expect("the task's outbox entry")
-}
-
-async fn entry_becomes(h: &Harness, task: &TaskId, pred: fn(&OutboxEntry) -> bool) -> bool {
-    poll_until_async(Duration::from_secs(10), || {
-        let id = task.clone();
-        let store = h.store.clone();
-        async move {
-            store
-                .read(move |c| codex_bridge::store::sessions::outbox_entry(c, &id))
-                .await
-                .unwrap()
-                .is_some_and(|e| pred(&e))
-        }
-    })
-    .await
 }
 
 fn wake(h: &Harness, run: &Task) {

@@ -83,7 +83,7 @@ async fn admitted_unsent(
 }
 
 /// Waits until the task's outbox entry satisfies `pred`; whether it did.
-async fn entry_becomes(h: &Harness, task: &TaskId, pred: fn(&OutboxEntry) -> bool) -> bool {
+pub async fn entry_becomes(h: &Harness, task: &TaskId, pred: fn(&OutboxEntry) -> bool) -> bool {
     poll_until_async(Duration::from_secs(10), || {
         let id = task.clone();
         let store = h.store.clone();

@@ -66,15 +66,7 @@ pub struct HandoffSnapshot {
 }
 
 /// What the pinned thread's history says of the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
-    /// A turn carries it.
-    Turn {
-        turn_id: String,
-    },
-    Missing,
-    Unreadable,
-}
+pub use super::super::steer::decide::Found;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandoffEvent {

@@ -10,13 +10,12 @@
 pub mod decide;
 
 use super::{ActorDeps, Signals};
-use crate::agent::TurnLookup;
 use crate::domain::states::HandoffPhase;
 use crate::domain::ResourceKey;
 use crate::store::handoff::{self, HandoffHead};
 use crate::store::steer::STALE;
 use crate::store::StoreError;
-use decide::{Claim, Found, HandoffEvent, HandoffSnapshot, HandoffStep, Idle, RunFact};
+use decide::{Claim, HandoffEvent, HandoffSnapshot, HandoffStep, Idle, RunFact};
 use std::sync::Arc;
 
 /// A decision found its facts moved this many times in a row: give up for
@@ -93,22 +92,8 @@ pub(super) async fn run(
                 }
             }
             HandoffStep::LookUp { thread_id } => {
-                let op = head.entry.operation_id.to_string();
-                event = HandoffEvent::History(
-                    match deps.runtime.lookup_turn(&thread_id, &op).await {
-                        Ok(TurnLookup::Missing) => Found::Missing,
-                        Ok(
-                            TurnLookup::Running { turn_id }
-                            | TurnLookup::Completed { turn_id, .. }
-                            | TurnLookup::Failed { turn_id, .. }
-                            | TurnLookup::Interrupted { turn_id },
-                        ) => Found::Turn { turn_id },
-                        Err(e) => {
-                            tracing::warn!(task.id = %head.task.task_id, error = %e, "the pinned thread's history could not be read; the handoff waits");
-                            Found::Unreadable
-                        }
-                    },
-                );
+                let found = super::steer::look_up(&deps, &thread_id, &head.entry).await;
+                event = HandoffEvent::History(found);
             }
             HandoffStep::Revoke | HandoffStep::KeepHeld { .. } => {}
             HandoffStep::Dedicate => pass.wake_repo = true,

@@ -215,7 +215,9 @@ async fn send(deps: &ActorDeps, head: &SteerHead, entry: &OutboxEntry, run: &Run
 }
 
 /// The steer's operation id in the history of the thread the ledger names.
-async fn look_up(deps: &ActorDeps, thread_id: &str, entry: &OutboxEntry) -> Found {
+/// What the thread's history says of the entry's operation (the steer lane's
+/// and the handoff's lookup).
+pub(super) async fn look_up(deps: &ActorDeps, thread_id: &str, entry: &OutboxEntry) -> Found {
     match deps
         .runtime
         .lookup_turn(thread_id, entry.operation_id.as_str())
@@ -229,7 +231,7 @@ async fn look_up(deps: &ActorDeps, thread_id: &str, entry: &OutboxEntry) -> Foun
             | TurnLookup::Interrupted { turn_id },
         ) => Found::Turn { turn_id },
         Err(e) => {
-            tracing::warn!(task.id = %entry.task_id, error = %e, "cannot read the thread's history for a steer");
+            tracing::warn!(task.id = %entry.task_id, error = %e, "cannot read the thread's history for a held or sent message");
             Found::Unreadable
         }
     }
