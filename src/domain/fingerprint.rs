@@ -6,6 +6,7 @@
 //! while the same words aimed at another run are caught by admission, which
 //! compares the run the entry stored.
 
+use super::command::Command;
 use sha2::{Digest, Sha256};
 
 /// The request's fields, mapped to the bridge's: a Gitea comment asks in
@@ -32,6 +33,19 @@ pub struct Fingerprint<'a> {
     pub rollback_before_send: bool,
     /// When the comment was written, as Gitea says.
     pub created_at: &'a str,
+}
+
+/// What a message's turn is asked: a command's text after its word, else
+/// the whole comment.
+pub fn prompt_text<'a>(
+    text: &'a str,
+    command: Option<Command>,
+    argument: Option<&'a str>,
+) -> &'a str {
+    match (command, argument) {
+        (Some(c), Some(arg)) if c.carries_text() && !arg.trim().is_empty() => arg,
+        _ => text,
+    }
 }
 
 impl Fingerprint<'_> {

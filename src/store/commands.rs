@@ -11,12 +11,13 @@ use super::sessions::{driven_tasks_of_session, session};
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
-use crate::domain::fingerprint::Fingerprint;
+use crate::domain::fingerprint::{prompt_text, Fingerprint};
 use crate::domain::states::ChangeKind;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
+use std::collections::HashMap;
 
 /// Queued commands, as the literal condition of the partial index
 /// `tasks_queued_commands` (migration 2026-12-03-000016): SQLite uses a partial
@@ -61,69 +62,46 @@ pub(super) fn entry_of(conn: &mut DbConn, task: &Task) -> Result<OutboxEntry, St
         .ok_or_else(|| StoreError::NotFound(format!("the outbox entry of task {}", task.task_id)))
 }
 
-/// What followed a queued command's word, as typed.
-fn argument_of(conn: &mut DbConn, task: &Task) -> Result<Option<String>, StoreError> {
-    let argument: Option<Option<String>> = with_conn!(conn, |c| outbox_entries::table
-        .filter(outbox_entries::task_id.eq(&task.task_id))
-        .select(outbox_entries::command_argument)
-        .first(c)
-        .optional())?;
-    Ok(argument.flatten())
-}
-
-/// Whether a queued task is its session's command lane's to answer (a
-/// turnless command, or a turn command with nothing to act on), never a
-/// turn's.
-pub fn lane_answers(conn: &mut DbConn, task: &Task) -> Result<bool, StoreError> {
-    let Some(command) = task.command else {
-        return Ok(false);
-    };
-    if command.is_turnless() {
-        return Ok(true);
-    }
-    let argument = if command.carries_text() {
-        argument_of(conn, task)?
-    } else {
-        None
-    };
-    Ok(command.answered_by_lane(argument.as_deref(), task.resource_key.is_pull()))
-}
-
-/// The session's oldest queued command its lane answers, with what
-/// followed its word.
+/// The session's oldest queued command its lane answers (a turnless
+/// command, or a turn command with nothing to act on), with what followed
+/// its word.
 pub fn next_command(
     conn: &mut DbConn,
     session_key: &ResourceKey,
 ) -> Result<Option<(Task, Option<String>)>, StoreError> {
-    let names: Vec<&str> = Command::ALL.into_iter().map(Command::as_str).collect();
+    // The queued commands through their partial index, then what followed
+    // each one's word: two reads, however many wait.
     let queued: Vec<Task> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
         .filter(tasks::session_key.eq(session_key))
-        .filter(tasks::command.eq_any(names))
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?;
-    for task in queued {
-        if lane_answers(conn, &task)? {
-            let argument = argument_of(conn, &task)?;
-            return Ok(Some((task, argument)));
-        }
-    }
-    Ok(None)
+    let ids: Vec<&TaskId> = queued.iter().map(|t| &t.task_id).collect();
+    let arguments: HashMap<TaskId, Option<String>> = with_conn!(conn, |c| outbox_entries::table
+        .filter(outbox_entries::task_id.eq_any(&ids))
+        .select((outbox_entries::task_id, outbox_entries::command_argument))
+        .load::<(TaskId, Option<String>)>(c))?
+    .into_iter()
+    .collect();
+    Ok(queued.into_iter().find_map(|task| {
+        let argument = arguments.get(&task.task_id).cloned().flatten();
+        let lanes = task
+            .command
+            .is_some_and(|c| c.answered_by_lane(argument.as_deref(), task.resource_key.is_pull()));
+        lanes.then_some((task, argument))
+    }))
 }
 
-/// Sessions with a queued command their lanes act on (a turnless one, a
-/// steer, an interrupt or replace), or a comment change to decide on (the registry's sweep: work accepted by a process that died,
-/// or by another instance).
+/// Sessions with a queued command (every command may be its lanes' to act
+/// on: `/review` too, which on an Issue its lane answers), a comment change
+/// to decide on, or a handoff under way: the registry's sweep wakes them
+/// (work accepted by a process that died, or by another instance).
 pub fn sessions_with_commands(
     conn: &mut DbConn,
 ) -> Result<Vec<(ResourceKey, RepoKey)>, StoreError> {
-    // Every command a session's own lanes may act on (`/review` too: on an
-    // Issue its lane answers it).
-    let lane_commands: Vec<&str> = Command::ALL.into_iter().map(Command::as_str).collect();
     let mut sessions: Vec<(ResourceKey, RepoKey)> = with_conn!(conn, |c| tasks::table
         .filter(literal(QUEUED_COMMANDS))
-        .filter(tasks::command.eq_any(lane_commands))
         .select((tasks::session_key, tasks::repo_key))
         .distinct()
         .load(c))?;
@@ -474,10 +452,7 @@ pub fn apply_change(
                 session_key: change.session_key.as_str(),
                 queue_id: &entry.queue_id,
                 user_text: &text,
-                prompt_text: match (change.command, &change.command_argument) {
-                    (Some(c), Some(arg)) if c.carries_text() => arg,
-                    _ => &text,
-                },
+                prompt_text: prompt_text(&text, change.command, change.command_argument.as_deref()),
                 attachments: &attachments,
                 thread_id: session.as_ref().and_then(|s| s.thread_id.as_deref()),
                 thread_generation: session.as_ref().map_or(0, |s| s.thread_generation),

@@ -11,7 +11,6 @@
 
 use super::audit::{self, Audit, AuditView};
 use super::control::{idempotent, ControlRequest};
-use super::interrupt::SUPERSEDED;
 use super::ledger::{self, LedgerEntry};
 use super::models::{OutboxEntry, Task};
 use super::schema::{operation_ledger, outbox_entries};
@@ -246,18 +245,7 @@ pub fn interrupting(
             "stopped so that task {}'s held message is sent now",
             entry.task_id
         );
-        let out = transition(
-            conn,
-            &TransitionRequest {
-                task_id: run,
-                to: TaskState::CancelRequested,
-                expected_version: Some(version),
-                actor: "system",
-                reason: Some(&why),
-                error_code: Some(SUPERSEDED),
-            },
-        )?;
-        moved(out, run)?;
+        super::interrupt::stop_superseded(conn, run, version, &why)?;
     }
     record(
         conn,

@@ -103,18 +103,7 @@ pub fn supersede(conn: &mut DbConn, w: &Supersede) -> Result<(), StoreError> {
             "interrupt"
         }
     );
-    let out = transition(
-        conn,
-        &TransitionRequest {
-            task_id: &w.run,
-            to: TaskState::CancelRequested,
-            expected_version: Some(w.run_version),
-            actor: "system",
-            reason: Some(&why),
-            error_code: Some(SUPERSEDED),
-        },
-    )?;
-    moved(out, &w.run)?;
+    stop_superseded(conn, &w.run, w.run_version, &why)?;
     audit::record(
         conn,
         &Audit::new("message.supersedes", "system")
@@ -128,6 +117,28 @@ pub fn supersede(conn: &mut DbConn, w: &Supersede) -> Result<(), StoreError> {
             })),
     )?;
     Ok(())
+}
+
+/// Stops a run for a newer message: `cancel_requested` with `errorCode`
+/// `superseded` at the version decided on (its drive interrupts the turn).
+pub(super) fn stop_superseded(
+    conn: &mut DbConn,
+    run: &TaskId,
+    version: i64,
+    why: &str,
+) -> Result<(), StoreError> {
+    let out = transition(
+        conn,
+        &TransitionRequest {
+            task_id: run,
+            to: TaskState::CancelRequested,
+            expected_version: Some(version),
+            actor: "system",
+            reason: Some(why),
+            error_code: Some(SUPERSEDED),
+        },
+    )?;
+    moved(out, run)
 }
 
 /// The message goes back to the queue's order as an ordinary one (nothing

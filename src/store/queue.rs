@@ -133,43 +133,38 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
                 .select(Task::as_select())
                 .first(c)
                 .optional()?;
-            // Its session's command lane answers it (a turnless command, a
-            // turn command with nothing to act on): not the queue's.
-            let lanes = match next.as_ref().and_then(|t| t.command.map(|cmd| (t, cmd))) {
-                Some((t, cmd)) if cmd.carries_text() => {
-                    let argument: Option<Option<String>> = outbox_entries::table
-                        .filter(outbox_entries::task_id.eq(&t.task_id))
-                        .select(outbox_entries::command_argument)
-                        .first(c)
-                        .optional()?;
-                    cmd.answered_by_lane(argument.flatten().as_deref(), t.resource_key.is_pull())
-                }
-                Some((t, cmd)) => cmd.answered_by_lane(None, t.resource_key.is_pull()),
-                None => false,
+            let Some(t) = next else {
+                break None;
             };
-            match next {
-                Some(t) if lanes => after = t.id,
-                // An entry held for an operator (auto-drain off: a steer
-                // nothing shows the turn took, a second failure before
-                // admission), or a steer being sent into the running turn,
-                // is not the queue's to start.
-                Some(t) => {
-                    let held: i64 = outbox_entries::table
-                        .filter(outbox_entries::task_id.eq(&t.task_id))
-                        .filter(
-                            outbox_entries::auto_drain
-                                .eq(false)
-                                .or(outbox_entries::status.ne(OutboxStatus::Queued)),
-                        )
-                        .count()
-                        .get_result(c)?;
-                    if held == 0 {
-                        break Some(t);
-                    }
-                    after = t.id
-                }
-                other => break other,
+            // One look at its entry: what followed a command's word, and
+            // whether the entry waits with auto-drain on.
+            let entry: Option<(Option<String>, bool, OutboxStatus)> = outbox_entries::table
+                .filter(outbox_entries::task_id.eq(&t.task_id))
+                .select((
+                    outbox_entries::command_argument,
+                    outbox_entries::auto_drain,
+                    outbox_entries::status,
+                ))
+                .first(c)
+                .optional()?;
+            let (argument, auto_drain, status) = match &entry {
+                Some((a, d, s)) => (a.as_deref(), *d, *s),
+                // No entry: its drive fails it as `outbox_missing`.
+                None => (None, true, OutboxStatus::Queued),
+            };
+            // Its session's command lane answers it (a turnless command, a
+            // turn command with nothing to act on); an entry held for an
+            // operator (auto-drain off: a steer nothing shows the turn took,
+            // a second failure before admission) or a steer being sent into
+            // the running turn waits: none is the queue's to start.
+            let lanes = t
+                .command
+                .is_some_and(|cmd| cmd.answered_by_lane(argument, t.resource_key.is_pull()));
+            if lanes || !auto_drain || status != OutboxStatus::Queued {
+                after = t.id;
+                continue;
             }
+            break Some(t);
         };
         let retry = tasks::table
             .filter(tasks::repo_key.eq(repo_key))

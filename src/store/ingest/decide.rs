@@ -7,10 +7,10 @@ use super::rows::{
     AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
     TransitionRow,
 };
-use super::{prompt_text, IngestOutcome, OUTBOX_CAPACITY};
+use super::{IngestOutcome, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
-use crate::domain::fingerprint::Fingerprint;
-use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
+use crate::domain::fingerprint::{prompt_text, Fingerprint};
+use crate::domain::states::{ChangeKind, OutboxStatus, SendMode};
 use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
@@ -486,15 +486,12 @@ fn create_task(
     if !line.is_some_and(|l| l.command.answered_by_lane(Some(&l.argument), on_pull)) {
         // A command its lane answers has one comment, its answer, written
         // when it is carried out; a "received" before it would be noise.
-        rows.receipts.push(ReceiptRow {
-            comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Received),
-            task_id: task_id.clone(),
-            kind: CommentKind::Receipt,
-            resource_key: session_key.clone(),
-            status: CommentStatus::Pending,
-            created_at: at.to_owned(),
-            updated_at: at.to_owned(),
-        });
+        rows.receipts.push(ReceiptRow::pending(
+            &task_id,
+            TaskState::Received,
+            &session_key,
+            at,
+        ));
     }
     *rows.opened.entry(session_key.clone()).or_insert(0) += 1;
     rows.outbox.push(OutboxRow {
@@ -508,7 +505,7 @@ fn create_task(
                 session_key: session_key.as_str(),
                 queue_id: &queue_id,
                 user_text: text,
-                prompt_text: prompt_text(text, line),
+                prompt_text: prompt_text(text, command, line.map(|l| l.argument.as_str())),
                 attachments,
                 thread_id: thread.thread_id.as_deref(),
                 thread_generation: thread.generation,
@@ -554,17 +551,7 @@ fn create_task(
         },
         at,
     );
-    lookups
-        .task_states
-        .insert(task_id.clone(), TaskState::Queued.as_str().to_owned());
-    lookups.triggers.insert(
-        trigger_key.to_owned(),
-        (
-            task_id.clone(),
-            TaskState::Queued.as_str().to_owned(),
-            req.delivery_key.clone(),
-        ),
-    );
+    lookups.remember_task(trigger_key, &task_id, TaskState::Queued, &req.delivery_key);
     Ok(IngestOutcome::Accepted {
         task_id,
         state: TaskState::Queued.as_str().to_owned(),
@@ -618,15 +605,12 @@ fn refuse_full(
         error_code: Some(CODE.to_owned()),
         at: at.to_owned(),
     });
-    rows.receipts.push(ReceiptRow {
-        comment_key: crate::store::comments::receipt_key(&task_id, TaskState::Rejected),
-        task_id: task_id.clone(),
-        kind: CommentKind::Receipt,
-        resource_key: session_key.clone(),
-        status: CommentStatus::Pending,
-        created_at: at.to_owned(),
-        updated_at: at.to_owned(),
-    });
+    rows.receipts.push(ReceiptRow::pending(
+        &task_id,
+        TaskState::Rejected,
+        &session_key,
+        at,
+    ));
     rows.audit(
         AuditDraft {
             task_id: Some(&task_id),
@@ -647,16 +631,11 @@ fn refuse_full(
         },
         at,
     );
-    lookups
-        .task_states
-        .insert(task_id.clone(), TaskState::Rejected.as_str().to_owned());
-    lookups.triggers.insert(
-        trigger_key.to_owned(),
-        (
-            task_id.clone(),
-            TaskState::Rejected.as_str().to_owned(),
-            req.delivery_key.clone(),
-        ),
+    lookups.remember_task(
+        trigger_key,
+        &task_id,
+        TaskState::Rejected,
+        &req.delivery_key,
     );
     IngestOutcome::OutboxFull {
         session_key,

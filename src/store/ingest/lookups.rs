@@ -49,6 +49,26 @@ fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
 }
 
 impl BatchLookups {
+    /// A task the batch created: later deliveries of its comment find it.
+    pub(super) fn remember_task(
+        &mut self,
+        trigger_key: &str,
+        task_id: &TaskId,
+        state: crate::lifecycle::TaskState,
+        delivery_key: &str,
+    ) {
+        self.task_states
+            .insert(task_id.clone(), state.as_str().to_owned());
+        self.triggers.insert(
+            trigger_key.to_owned(),
+            (
+                task_id.clone(),
+                state.as_str().to_owned(),
+                delivery_key.to_owned(),
+            ),
+        );
+    }
+
     pub(super) fn load(
         conn: &mut DbConn,
         reqs: &[IngestRequest],

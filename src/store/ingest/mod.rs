@@ -20,7 +20,6 @@ mod rows;
 use self::lookups::BatchLookups;
 use self::rows::BatchRows;
 use super::{now, DbConn, StoreError};
-use crate::domain::command::CommandLine;
 use crate::domain::{IngestRequest, RepoKey, ResourceKey, TaskId};
 
 pub use crate::domain::limits::OUTBOX_CAPACITY;
@@ -73,13 +72,4 @@ pub fn ingest_batch(
     }
     rows.write(conn, &at)?;
     Ok(outcomes)
-}
-
-/// What a message's turn is asked: a command's text after its word, else
-/// the whole comment (part of the fingerprint).
-pub fn prompt_text<'a>(text: &'a str, line: Option<&'a CommandLine>) -> &'a str {
-    match line {
-        Some(l) if l.command.carries_text() => &l.argument,
-        _ => text,
-    }
 }

@@ -157,8 +157,8 @@ pub(super) struct BatchRows {
     pub(super) opened: BTreeMap<ResourceKey, i64>,
 }
 
-/// The "received" receipt each accepted task gets, written by the receipts
-/// worker after the commit.
+/// The receipt a task born in the ingest gets ("received", or a refusal),
+/// written by the receipts worker after the commit.
 #[derive(Insertable)]
 #[diesel(table_name = comments, treat_none_as_default_value = false)]
 pub(super) struct ReceiptRow {
@@ -169,6 +169,26 @@ pub(super) struct ReceiptRow {
     pub(super) status: CommentStatus,
     pub(super) created_at: String,
     pub(super) updated_at: String,
+}
+
+impl ReceiptRow {
+    /// The pending receipt of `task_id` for `state`.
+    pub(super) fn pending(
+        task_id: &TaskId,
+        state: crate::lifecycle::TaskState,
+        resource_key: &ResourceKey,
+        at: &str,
+    ) -> ReceiptRow {
+        ReceiptRow {
+            comment_key: crate::store::comments::receipt_key(task_id, state),
+            task_id: task_id.clone(),
+            kind: CommentKind::Receipt,
+            resource_key: resource_key.clone(),
+            status: CommentStatus::Pending,
+            created_at: at.to_owned(),
+            updated_at: at.to_owned(),
+        }
+    }
 }
 
 /// An edit or deletion of a comment that has a task, for its session to
