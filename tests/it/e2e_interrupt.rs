@@ -16,7 +16,7 @@ use std::time::Duration;
 
 /// What the thread's history says of one operation, as Codex keeps it on
 /// disk (read by an app-server of its own, so the bridge's is not touched).
-fn history(l: &Loop, thread: &str, operation: &str) -> TurnLookup {
+pub fn history(l: &Loop, thread: &str, operation: &str) -> TurnLookup {
     let reader = CodexAgent::new(
         CodexSettings {
             codex_bin: codex_bin(),
@@ -47,7 +47,7 @@ fn request_with(l: &Loop, text: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("no model request carries {text:?}"))
 }
 
-fn text(v: &Value) -> String {
+pub fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
 

@@ -10,7 +10,8 @@
 //! - Every request body is recorded as JSON ([`FakeModel::requests`]), so a
 //!   test can assert what Codex sent: [`user_texts`], [`tool_names`] and
 //!   [`tool_outputs`] dig out the usual parts.
-//! - Faults: an HTTP error, `response.failed`, a delay, a hang.
+//! - Faults: an HTTP error, `response.failed`, a delay, a gate the test
+//!   opens, a hang.
 //!
 //! Codex points at it through `model_providers.<name>.base_url =
 //! `[`FakeModel::base_url`] (see `codexhome.rs`). The server is actix-web in
@@ -40,9 +41,33 @@ pub enum Step {
     /// `response.created` (so Codex is mid-turn while it lasts), for an HTTP
     /// error before the answer.
     Delayed(Duration, Box<Step>),
+    /// The step once the test opened the gate: `response.created` comes
+    /// first, so Codex is mid-turn until then.
+    Gated(Gate, Box<Step>),
     /// `response.created`, then silence with the stream open until the server
     /// stops. Codex gives up after `stream_idle_timeout_ms`.
     Hang,
+}
+
+/// A gate a [`Step::Gated`] waits at until the test opens it (once open it
+/// stays open).
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate(Arc::new(tokio::sync::watch::channel(false).0))
+    }
+
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        let mut open = self.0.subscribe();
+        // The sender lives in `self`: the wait ends only when it is opened.
+        let _ = open.wait_for(|o| *o).await;
+    }
 }
 
 /// One output item of a [`Step::Reply`].
@@ -135,6 +160,11 @@ impl Step {
     /// This step after `delay`.
     pub fn delayed(self, delay: Duration) -> Step {
         Step::Delayed(delay, Box::new(self))
+    }
+
+    /// This step once `gate` is open.
+    pub fn gated(self, gate: &Gate) -> Step {
+        Step::Gated(gate.clone(), Box::new(self))
     }
 }
 
@@ -319,7 +349,7 @@ async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
                 .find_map(|t| find_marker(t).map(str::to_owned))
         })
         .unwrap_or_default();
-    answer(&state, fill(step, &marker), &tools, Duration::ZERO).await
+    answer(&state, fill(step, &marker), &tools, Pause::default()).await
 }
 
 /// The codex-bridge reply marker in a prompt, if any.
@@ -367,20 +397,38 @@ fn fill(step: Step, marker: &str) -> Step {
                 .collect(),
         ),
         Step::Delayed(d, step) => Step::Delayed(d, Box::new(fill(*step, marker))),
+        Step::Gated(g, step) => Step::Gated(g, Box::new(fill(*step, marker))),
         other => other,
     }
 }
 
-async fn answer(state: &State, step: Step, tools: &[String], delay: Duration) -> HttpResponse {
+/// What a step waits for before its content: a delay, then gates.
+#[derive(Default)]
+struct Pause {
+    delay: Duration,
+    gates: Vec<Gate>,
+}
+
+async fn answer(state: &State, step: Step, tools: &[String], mut pause: Pause) -> HttpResponse {
     match step {
-        Step::Delayed(more, step) => Box::pin(answer(state, *step, tools, delay + more)).await,
+        Step::Delayed(more, step) => {
+            pause.delay += more;
+            Box::pin(answer(state, *step, tools, pause)).await
+        }
+        Step::Gated(gate, step) => {
+            pause.gates.push(gate);
+            Box::pin(answer(state, *step, tools, pause)).await
+        }
         Step::HttpError { status, body } => {
             // The scripted delay is the slow model the test asked for.
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep(pause.delay).await;
+            for gate in &pause.gates {
+                gate.passed().await;
+            }
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             HttpResponse::build(status).json(body)
         }
-        step => sse(stream_of(state, step, tools, delay)),
+        step => sse(stream_of(state, step, tools, pause)),
     }
 }
 
@@ -388,6 +436,8 @@ async fn answer(state: &State, step: Step, tools: &[String], delay: Duration) ->
 enum Emit {
     Event(Bytes),
     Sleep(Duration),
+    /// Wait until the gate is open.
+    Wait(Gate),
     /// Stay open and silent for good.
     Hang,
 }
@@ -397,16 +447,17 @@ fn event(name: &str, data: Value) -> Emit {
 }
 
 /// The events of a streamed step (anything but an HTTP error).
-fn stream_of(state: &State, step: Step, tools: &[String], delay: Duration) -> Vec<Emit> {
+fn stream_of(state: &State, step: Step, tools: &[String], pause: Pause) -> Vec<Emit> {
     let resp_id = state.next_id("resp");
     let mut out = vec![event(
         "response.created",
         json!({"type": "response.created",
                "response": {"id": resp_id, "status": "in_progress"}}),
     )];
-    if !delay.is_zero() {
-        out.push(Emit::Sleep(delay));
+    if !pause.delay.is_zero() {
+        out.push(Emit::Sleep(pause.delay));
     }
+    out.extend(pause.gates.into_iter().map(Emit::Wait));
     match step {
         Step::Reply(items) => {
             for item in items {
@@ -437,7 +488,7 @@ fn stream_of(state: &State, step: Step, tools: &[String], delay: Duration) -> Ve
         )),
         Step::Hang => out.push(Emit::Hang),
         // Unwrapped by `answer` before a stream is built.
-        Step::HttpError { .. } | Step::Delayed(..) => {
+        Step::HttpError { .. } | Step::Delayed(..) | Step::Gated(..) => {
             unreachable!("fakemodel: {step:?} is not a stream")
         }
     }
@@ -548,6 +599,7 @@ fn sse(emits: Vec<Emit>) -> HttpResponse {
                 Emit::Event(bytes) => return Some((Ok::<_, Infallible>(bytes), emits)),
                 // The script's pause between events: a slow stream on purpose.
                 Emit::Sleep(d) => tokio::time::sleep(d).await,
+                Emit::Wait(gate) => gate.passed().await,
                 Emit::Hang => std::future::pending::<()>().await,
             }
         }

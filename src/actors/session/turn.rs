@@ -531,18 +531,30 @@ impl TaskDrive {
     /// until the grace period ends.
     pub(super) async fn interrupt(&mut self, stop: Stop) {
         self.snap.stopping = Some(stop);
-        self.turn.grace = Some(tokio::time::Instant::now() + self.deps.settings.interrupt_grace);
+        let grace = tokio::time::Instant::now() + self.deps.settings.interrupt_grace;
+        self.turn.grace = Some(grace);
         let (Some(thread), Some(turn)) = (self.turn.thread_id.clone(), self.turn.turn_id.clone())
         else {
             return;
         };
+        // An interrupt Codex never answers (lost on the way, a wedged
+        // process) must not outlast the grace period: the asking ends with
+        // it, and the drive then resets the runtime as for any unconfirmed
+        // stop.
+        let asked = tokio::time::timeout_at(grace, self.ask_interrupt(&thread, &turn)).await;
+        if asked.is_err() {
+            tracing::warn!(task.id = %self.task.task_id, "turn/interrupt got no answer within the grace period");
+        }
+    }
+
+    async fn ask_interrupt(&self, thread: &str, turn: &str) {
         // Codex answers turn/start before the turn is its active one, and
         // refuses an interrupt in between ("no active turn"): asked again for
         // a short while, the stop lands instead of waiting out the grace
         // period and leaving the task uncertain. A turn that had already
         // ended is refused every time; its end is on the events read next.
         for attempt in 1..=INTERRUPT_ATTEMPTS {
-            match self.deps.runtime.interrupt(&thread, &turn).await {
+            match self.deps.runtime.interrupt(thread, turn).await {
                 Ok(()) => return,
                 Err(e) if attempt < INTERRUPT_ATTEMPTS => {
                     tracing::debug!(task.id = %self.task.task_id, error = %e, attempt, "turn/interrupt refused; asking again");

@@ -77,8 +77,21 @@ pub(super) async fn run(
                 if let Some((thread, turn)) = turn {
                     // Best effort: a turn no drive of ours follows (its task
                     // waits for reconciliation) may still run in Codex.
-                    if let Err(e) = deps.runtime.interrupt(&thread, &turn).await {
-                        tracing::info!(task.id = %head.task.task_id, error = %e, "the pinned turn could not be interrupted (it may have ended)");
+                    // An interrupt Codex never answers waits no longer than
+                    // the settle limit the phase waits next anyway.
+                    let asked = tokio::time::timeout(
+                        deps.settings.interrupt_settle,
+                        deps.runtime.interrupt(&thread, &turn),
+                    )
+                    .await;
+                    match asked {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::info!(task.id = %head.task.task_id, error = %e, "the pinned turn could not be interrupted (it may have ended)");
+                        }
+                        Err(_) => {
+                            tracing::info!(task.id = %head.task.task_id, "the pinned turn's interrupt got no answer in time");
+                        }
                     }
                 }
             }
