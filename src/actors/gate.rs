@@ -67,6 +67,47 @@ impl Gate {
     }
 }
 
+/// Which lane a pass belongs to (named to a [`PassEndProbe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneKind {
+    /// A session's drive of its leased task.
+    Drain,
+    /// A session's turnless commands and comment changes.
+    Commands,
+    /// A session's steers, interrupts and handoffs.
+    Steer,
+}
+
+/// Called at the very end of a lane's pass — after its last read of the
+/// store, before the actor frees the lane — with the lane and the session
+/// key. Tests use it to land a wake-up exactly there; a server never sets it.
+#[derive(Clone)]
+pub struct PassEndProbe(
+    pub  std::sync::Arc<
+        dyn Fn(LaneKind, String) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync,
+    >,
+);
+
+impl std::fmt::Debug for PassEndProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PassEndProbe")
+    }
+}
+
+/// `pass`, then the probe (if any) before its result is handed back.
+pub(crate) async fn probed<T>(
+    probe: Option<PassEndProbe>,
+    lane: LaneKind,
+    key: String,
+    pass: impl std::future::Future<Output = T>,
+) -> T {
+    let out = pass.await;
+    if let Some(p) = probe {
+        (p.0)(lane, key).await;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

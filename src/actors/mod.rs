@@ -79,6 +79,9 @@ pub struct ActorSettings {
     /// actors lease nothing new: a task leased then would only use up an
     /// attempt. The registry wakes them when it changes.
     pub agent: crate::agent::Availability,
+    /// Test seam: runs at the end of every session lane's pass (`None` in a
+    /// server).
+    pub pass_end: Option<gate::PassEndProbe>,
 }
 
 impl ActorSettings {
@@ -110,6 +113,7 @@ impl ActorSettings {
             redactor: redact::Redactor::default(),
             hold: Vec::new(),
             agent: crate::agent::Availability::always(),
+            pass_end: None,
         }
     }
 

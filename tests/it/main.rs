@@ -5,6 +5,7 @@
 
 mod actors;
 mod admin;
+mod boundary;
 mod browser;
 mod browser_charts;
 mod browser_codex;

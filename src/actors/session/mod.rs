@@ -29,6 +29,7 @@ mod transcript;
 mod trust;
 mod turn;
 
+use super::gate::{self, LaneKind};
 use super::health::{SessionActorStatus, SessionHealth};
 use super::registry::{Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, ActorDeps};
@@ -284,9 +285,16 @@ impl SessionActor {
     fn run_commands(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         if !self.commands.wake() {
+            // Shown as a pending follow-up until the running pass ends.
+            self.update_health(|_| {});
             return;
         }
-        let fut = command::run(self.deps.clone(), self.session_key.clone());
+        let fut = gate::probed(
+            self.deps.settings.pass_end.clone(),
+            LaneKind::Commands,
+            self.session_key.to_string(),
+            command::run(self.deps.clone(), self.session_key.clone()),
+        );
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             // Free before the health view is updated below; a wake-up that
@@ -337,6 +345,7 @@ impl SessionActor {
     fn run_steer(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         if !self.steer.wake() {
+            self.update_health(|_| {});
             return;
         }
         let (deps, key, signals) = (
@@ -350,6 +359,12 @@ impl SessionActor {
             let handed = handoff::run(deps, key, signals).await?;
             Ok::<_, crate::store::StoreError>((steered, interrupted, handed))
         };
+        let fut = gate::probed(
+            self.deps.settings.pass_end.clone(),
+            LaneKind::Steer,
+            self.session_key.to_string(),
+            fut,
+        );
         ctx.spawn(catch_panic(fut).into_actor(self).map(|result, act, ctx| {
             act.last_activity = Instant::now();
             // Free before the health view is updated below; a wake-up that
@@ -390,13 +405,19 @@ impl SessionActor {
     fn drain(&mut self, ctx: &mut Context<Self>) {
         self.last_activity = Instant::now();
         if !self.lane.wake() {
+            self.update_health(|_| {});
             return;
         }
         self.update_health(|h| h.status = SessionActorStatus::Busy);
-        let fut = drive::run(
-            self.deps.clone(),
-            self.session_key.clone(),
-            self.signals.clone(),
+        let fut = gate::probed(
+            self.deps.settings.pass_end.clone(),
+            LaneKind::Drain,
+            self.session_key.to_string(),
+            drive::run(
+                self.deps.clone(),
+                self.session_key.clone(),
+                self.signals.clone(),
+            ),
         );
         ctx.spawn(catch_panic(fut).into_actor(self).map(move |result, act, ctx| {
             act.last_activity = Instant::now();
