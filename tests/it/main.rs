@@ -56,6 +56,7 @@ mod recovery;
 mod relay;
 mod scheduling;
 mod schema;
+mod send_modes;
 mod session;
 mod stats;
 mod statuses;
