@@ -289,6 +289,23 @@ minted_id!(
     [32, 64]
 );
 
+minted_id!(
+    /// `wf-<32 hex>`: one workflow (a session's top-level one, or a child).
+    WorkflowId,
+    "wf-",
+    "the workflow id",
+    NO_SUFFIX,
+    [32]
+);
+minted_id!(
+    /// `gate-<32 hex>`: one owner gate of a workflow, named in its comment.
+    GateId,
+    "gate-",
+    "the gate id",
+    NO_SUFFIX,
+    [32]
+);
+
 const NO_SUFFIX: [&str; 0] = [];
 const REPLY_RETRY: &str = "-reply-retry";
 
@@ -303,6 +320,19 @@ impl OperationId {
         h.update(trigger_key.as_bytes());
         h.update([0]);
         h.update(written_at.as_bytes());
+        OperationId(format!("op-{}", hex::encode(h.finalize())))
+    }
+
+    /// The operation of a workflow's `seq`th continuation: derived from the
+    /// workflow and the number, so the continuation task created again after
+    /// a crash carries the same one.
+    pub fn of_continuation(workflow: &WorkflowId, seq: i64) -> OperationId {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(b"continuation\0");
+        h.update(workflow.as_str().as_bytes());
+        h.update([0]);
+        h.update(seq.to_be_bytes());
         OperationId(format!("op-{}", hex::encode(h.finalize())))
     }
 
@@ -381,7 +411,14 @@ macro_rules! key_text {
     )*};
 }
 
-key_text!(RepoKey, ResourceKey, TaskId, OperationId);
+key_text!(
+    RepoKey,
+    ResourceKey,
+    TaskId,
+    OperationId,
+    WorkflowId,
+    GateId
+);
 
 /// Keys whose parts are parsed out of their text compare, order and hash by
 /// that text alone: the parts follow from it.

@@ -7,7 +7,9 @@ pub mod keys;
 pub mod limits;
 pub(crate) mod sql;
 
-pub use keys::{KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
+pub use keys::{
+    GateId, KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId, WorkflowId,
+};
 pub mod request;
 
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
@@ -17,3 +19,4 @@ pub mod policy;
 pub mod states;
 pub mod statuses;
 pub mod trust;
+pub mod workflow;

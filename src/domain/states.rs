@@ -2,12 +2,6 @@
 //! is the lifecycle's): each is an enum whose text is what the column and the
 //! admin API hold.
 
-use super::sql::text_column;
-use diesel::sql_types::Text;
-use diesel::{AsExpression, FromSqlRow};
-use serde::{Deserialize, Serialize};
-use std::fmt;
-
 /// A column value the enum does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{text:?} is not a {what}")]
@@ -16,13 +10,22 @@ pub struct UnknownValue {
     text: String,
 }
 
+impl UnknownValue {
+    pub(crate) fn new(what: &'static str, text: &str) -> UnknownValue {
+        UnknownValue {
+            what,
+            text: text.chars().take(100).collect(),
+        }
+    }
+}
+
 /// An enum stored as text: `as_str`, `parse`, `ALL`, Display, serde and the
 /// column mapping, from one list of (variant, text) pairs.
 macro_rules! text_enum {
     ($(#[$doc:meta])* $ty:ident, $what:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, AsExpression, FromSqlRow, Serialize, Deserialize)]
-        #[diesel(sql_type = Text)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, diesel::AsExpression, diesel::FromSqlRow, serde::Serialize, serde::Deserialize)]
+        #[diesel(sql_type = diesel::sql_types::Text)]
         pub enum $ty {
             $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
         }
@@ -36,30 +39,32 @@ macro_rules! text_enum {
                 }
             }
 
-            pub fn parse(text: &str) -> Result<$ty, UnknownValue> {
+            pub fn parse(text: &str) -> Result<$ty, $crate::domain::states::UnknownValue> {
                 match text {
                     $($text => Ok($ty::$variant),)+
-                    _ => Err(UnknownValue { what: $what, text: text.chars().take(100).collect() }),
+                    _ => Err($crate::domain::states::UnknownValue::new($what, text)),
                 }
             }
         }
 
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
         impl std::str::FromStr for $ty {
-            type Err = UnknownValue;
-            fn from_str(text: &str) -> Result<$ty, UnknownValue> {
+            type Err = $crate::domain::states::UnknownValue;
+            fn from_str(text: &str) -> Result<$ty, $crate::domain::states::UnknownValue> {
                 <$ty>::parse(text)
             }
         }
 
-        text_column!($ty);
+        $crate::domain::sql::text_column!($ty);
     };
 }
+
+pub(crate) use text_enum;
 
 text_enum!(
     /// Whether a repository takes new work.

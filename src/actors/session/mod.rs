@@ -28,6 +28,7 @@ mod steer;
 mod transcript;
 mod trust;
 mod turn;
+pub mod workflow;
 
 use super::gate::{self, LaneKind};
 use super::health::{SessionActorStatus, SessionHealth};

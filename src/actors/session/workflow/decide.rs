@@ -1,0 +1,329 @@
+//! What happens to a session's workflow, as one pure function:
+//! [`decide`]`(snapshot, event) -> WorkflowDecision`. The session gathers
+//! the [`WorkflowSnapshot`] and commits the decision in the transaction that
+//! ends the task it is about, by compare-and-swap on the version it names.
+//!
+//! The promises (property-tested below):
+//! - A provider's final never ends a workflow: only the agent's
+//!   `complete_workflow`, the owner's cancel, a closed Issue/PR or a failure
+//!   that exhausted its recovery do, and an ended workflow stays ended.
+//! - An open workflow whose turn ended with an ordinary final continues
+//!   through one continuation at a time, numbered in order, due after a
+//!   bounded backoff.
+//! - `max_idle_finals` finals in a row without durable progress open a gate
+//!   instead of another continuation; owner input and durable results reset
+//!   the count.
+//! - While it waits for its owner, only the owner's input resumes it; others'
+//!   input is refused.
+//! - Every decision names the workflow's version it was made on.
+
+use crate::domain::workflow::{GateKind, WorkflowState};
+use std::time::Duration;
+
+/// The longest a continuation waits, however many finals came before it.
+pub const MAX_CONTINUATION_DELAY: Duration = Duration::from_secs(600);
+
+/// The workflow as the decision needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowSnapshot {
+    pub state: WorkflowState,
+    pub version: i64,
+    /// Finals in a row without durable progress.
+    pub idle_finals: i64,
+    /// Continuations created so far: the next one is number `continuations + 1`.
+    pub continuations: i64,
+    /// A continuation exists that has not ended.
+    pub continuation_pending: bool,
+    /// `workflow_max_idle_finals`.
+    pub max_idle_finals: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowEvent {
+    /// A task's turn ended with an ordinary final; `progress`: the task
+    /// brought durable progress (owner input, a child's result).
+    Final { progress: bool },
+    /// The agent called `complete_workflow`.
+    Complete,
+    /// The agent called `request_owner_gate`.
+    GateAsked(GateKind),
+    /// The owner stopped the run (`/stop`), or a limit was reached: the
+    /// workflow waits for its owner instead of continuing.
+    Halted(GateKind),
+    /// The owner's comment was admitted as the workflow's next input.
+    OwnerInput,
+    /// Someone else's comment arrived for the workflow.
+    OtherInput,
+    /// The owner cancelled it (`/cancel`, the admin view).
+    Cancel,
+    /// Its Issue or pull request was closed or merged.
+    ResourceClosed,
+    /// A failure exhausted the workflow's recovery.
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkflowStep {
+    /// Create continuation number `seq`, due after `delay`; the count of
+    /// finals without progress is now `idle_finals`.
+    Continue {
+        seq: i64,
+        idle_finals: i64,
+        delay_steps: u32,
+    },
+    /// Count the final; a continuation is pending already.
+    Count {
+        idle_finals: i64,
+    },
+    /// Wait for the owner behind a gate of this kind (a bot comment).
+    Gate(GateKind),
+    /// The owner answered: open again, the count reset.
+    Resume,
+    /// Owner input while open: the count starts again.
+    ResetIdle,
+    /// Not the owner's to resume: refuse the input (`owner_gate_required`).
+    Refuse,
+    /// The workflow ends in `state` for `code`.
+    End {
+        state: WorkflowState,
+        code: &'static str,
+    },
+    Nothing(Idle),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idle {
+    /// It has ended: nothing changes it any more.
+    Ended,
+    /// The event does not apply in this state (a final while it waits).
+    NotOpen,
+    /// Input from anyone while open is an ordinary message.
+    OrdinaryInput,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkflowDecision {
+    pub expected_version: i64,
+    pub step: WorkflowStep,
+}
+
+pub fn decide(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowDecision {
+    WorkflowDecision {
+        expected_version: snap.version,
+        step: step(snap, event),
+    }
+}
+
+fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
+    use WorkflowEvent as E;
+    use WorkflowState as W;
+    use WorkflowStep as S;
+    if snap.state.is_end() {
+        return S::Nothing(Idle::Ended);
+    }
+    match event {
+        E::Cancel => S::End {
+            state: W::Cancelled,
+            code: "cancelled",
+        },
+        E::ResourceClosed => S::End {
+            state: W::Cancelled,
+            code: "resource_closed",
+        },
+        E::Failed => S::End {
+            state: W::Failed,
+            code: "recovery_exhausted",
+        },
+        E::OwnerInput => match snap.state {
+            W::WaitingOwner => S::Resume,
+            _ => S::ResetIdle,
+        },
+        E::OtherInput => match snap.state {
+            W::WaitingOwner => S::Refuse,
+            _ => S::Nothing(Idle::OrdinaryInput),
+        },
+        E::Complete if snap.state == W::Open => S::End {
+            state: W::Completed,
+            code: "completed",
+        },
+        E::GateAsked(kind) | E::Halted(kind) if snap.state == W::Open => S::Gate(kind),
+        E::Final { progress } if snap.state == W::Open => {
+            let idle_finals = if progress { 0 } else { snap.idle_finals + 1 };
+            if idle_finals >= snap.max_idle_finals.max(1) {
+                S::Gate(GateKind::IdleFinals)
+            } else if snap.continuation_pending {
+                S::Count { idle_finals }
+            } else {
+                S::Continue {
+                    seq: snap.continuations + 1,
+                    idle_finals,
+                    delay_steps: u32::try_from(idle_finals.clamp(0, 16)).unwrap_or(16),
+                }
+            }
+        }
+        E::Complete | E::GateAsked(_) | E::Halted(_) | E::Final { .. } => S::Nothing(Idle::NotOpen),
+    }
+}
+
+/// How long continuation `delay_steps` waits: the base doubled for each
+/// final without progress before it, at most [`MAX_CONTINUATION_DELAY`].
+pub fn continuation_delay(base: Duration, delay_steps: u32) -> Duration {
+    let factor = 1u32 << delay_steps.saturating_sub(1).min(16);
+    base.saturating_mul(factor).min(MAX_CONTINUATION_DELAY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn snapshot() -> impl Strategy<Value = WorkflowSnapshot> {
+        (
+            proptest::sample::select(WorkflowState::ALL.to_vec()),
+            0i64..50,
+            0i64..70,
+            0i64..20,
+            any::<bool>(),
+            1i64..70,
+        )
+            .prop_map(
+                |(state, version, idle_finals, continuations, continuation_pending, max)| {
+                    WorkflowSnapshot {
+                        state,
+                        version,
+                        idle_finals: idle_finals.min(max - 1),
+                        continuations,
+                        continuation_pending,
+                        max_idle_finals: max,
+                    }
+                },
+            )
+    }
+
+    fn event() -> impl Strategy<Value = WorkflowEvent> {
+        use WorkflowEvent as E;
+        prop_oneof![
+            any::<bool>().prop_map(|progress| E::Final { progress }),
+            Just(E::Complete),
+            proptest::sample::select(GateKind::ALL.to_vec()).prop_map(E::GateAsked),
+            proptest::sample::select(vec![GateKind::Stopped, GateKind::Budget]).prop_map(E::Halted),
+            Just(E::OwnerInput),
+            Just(E::OtherInput),
+            Just(E::Cancel),
+            Just(E::ResourceClosed),
+            Just(E::Failed),
+        ]
+    }
+
+    /// The state a step leaves the workflow in.
+    fn after(snap: &WorkflowSnapshot, step: WorkflowStep) -> WorkflowState {
+        match step {
+            WorkflowStep::Gate(_) => WorkflowState::WaitingOwner,
+            WorkflowStep::Resume => WorkflowState::Open,
+            WorkflowStep::End { state, .. } => state,
+            _ => snap.state,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn every_decision_names_the_version_it_was_made_on(s in snapshot(), e in event()) {
+            prop_assert_eq!(decide(&s, e).expected_version, s.version);
+        }
+
+        #[test]
+        fn a_final_never_ends_a_workflow_and_an_end_is_for_good(s in snapshot(), e in event()) {
+            let step = decide(&s, e).step;
+            if s.state.is_end() {
+                prop_assert_eq!(step, WorkflowStep::Nothing(Idle::Ended));
+            }
+            if let (WorkflowEvent::Final { .. }, false) = (e, s.state.is_end()) {
+                prop_assert!(!after(&s, step).is_end(), "{:?}", step);
+            }
+            if !s.state.is_end() && after(&s, step) == WorkflowState::Completed {
+                prop_assert_eq!(e, WorkflowEvent::Complete);
+            }
+        }
+
+        #[test]
+        fn one_continuation_at_a_time_numbered_in_order(s in snapshot(), e in event()) {
+            if let WorkflowStep::Continue { seq, .. } = decide(&s, e).step {
+                prop_assert_eq!(s.state, WorkflowState::Open);
+                prop_assert!(!s.continuation_pending);
+                prop_assert_eq!(seq, s.continuations + 1);
+            }
+        }
+
+        #[test]
+        fn finals_without_progress_open_a_gate_at_the_limit(s in snapshot(), progress in any::<bool>()) {
+            let step = decide(&s, WorkflowEvent::Final { progress }).step;
+            if s.state == WorkflowState::Open {
+                let count = if progress { 0 } else { s.idle_finals + 1 };
+                match step {
+                    WorkflowStep::Gate(kind) => {
+                        prop_assert_eq!(kind, GateKind::IdleFinals);
+                        prop_assert!(count >= s.max_idle_finals);
+                    }
+                    WorkflowStep::Continue { idle_finals, .. } | WorkflowStep::Count { idle_finals } => {
+                        prop_assert_eq!(idle_finals, count);
+                        prop_assert!(idle_finals < s.max_idle_finals);
+                    }
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
+        }
+
+        #[test]
+        fn only_the_owner_resumes_a_waiting_workflow(s in snapshot(), e in event()) {
+            let step = decide(&s, e).step;
+            if s.state == WorkflowState::WaitingOwner && after(&s, step) == WorkflowState::Open {
+                prop_assert_eq!(e, WorkflowEvent::OwnerInput);
+            }
+            if s.state == WorkflowState::WaitingOwner && e == WorkflowEvent::OtherInput {
+                prop_assert_eq!(step, WorkflowStep::Refuse);
+            }
+        }
+
+        #[test]
+        fn a_continuation_waits_longer_after_each_idle_final_but_never_past_the_cap(
+            base in 1u64..30, a in 0u32..40, b in 0u32..40,
+        ) {
+            let base = Duration::from_secs(base);
+            let (lo, hi) = (a.min(b), a.max(b));
+            prop_assert!(continuation_delay(base, lo) <= continuation_delay(base, hi));
+            prop_assert!(continuation_delay(base, hi) <= MAX_CONTINUATION_DELAY.max(base));
+        }
+    }
+
+    #[test]
+    fn an_open_workflow_continues_then_completes_only_when_the_agent_says_so() {
+        let mut s = WorkflowSnapshot {
+            state: WorkflowState::Open,
+            version: 1,
+            idle_finals: 0,
+            continuations: 0,
+            continuation_pending: false,
+            max_idle_finals: 3,
+        };
+        assert_eq!(
+            decide(&s, WorkflowEvent::Final { progress: true }).step,
+            WorkflowStep::Continue {
+                seq: 1,
+                idle_finals: 0,
+                delay_steps: 0
+            }
+        );
+        s.idle_finals = 2;
+        assert_eq!(
+            decide(&s, WorkflowEvent::Final { progress: false }).step,
+            WorkflowStep::Gate(GateKind::IdleFinals)
+        );
+        assert_eq!(
+            decide(&s, WorkflowEvent::Complete).step,
+            WorkflowStep::End {
+                state: WorkflowState::Completed,
+                code: "completed"
+            }
+        );
+    }
+}

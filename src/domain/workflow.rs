@@ -1,0 +1,486 @@
+//! Workflows as the agent and the store see them: a workflow's states, the
+//! kinds of owner gate, and the bridge's tools for the agent — their names,
+//! what the model is told of each, and the one reading of a call's
+//! arguments (a bad call is an error the model can read, never a crash).
+
+use super::states::text_enum;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// The namespace the tools are offered under: the model sees
+/// `codex_bridge` tools named as below.
+pub const TOOL_NAMESPACE: &str = "codex_bridge";
+
+/// Longest text a tool argument may carry (a summary, a question): a
+/// comment in Gitea holds more, but an answer longer than this is not a
+/// summary.
+pub const MAX_TOOL_TEXT: usize = 16 * 1024;
+
+text_enum!(
+    /// Where a workflow is. Open ones take their session's next logical
+    /// input; the last three are ends.
+    WorkflowState, "workflow state" {
+        /// Work goes on: a continuation follows an ordinary final.
+        Open = "open",
+        /// An owner must answer (a gate, `/stop`, a budget hit).
+        WaitingOwner = "waiting_owner",
+        /// It waits for a child it handed work to.
+        WaitingChild = "waiting_child",
+        /// The agent said the mission is done.
+        Completed = "completed",
+        Cancelled = "cancelled",
+        Failed = "failed",
+    }
+);
+
+impl WorkflowState {
+    pub fn is_end(self) -> bool {
+        matches!(
+            self,
+            WorkflowState::Completed | WorkflowState::Cancelled | WorkflowState::Failed
+        )
+    }
+}
+
+text_enum!(
+    /// Why a workflow waits for its owner. The first four are the authority
+    /// a mission may not have granted, and the only ones the agent may ask
+    /// for; the bridge opens the others.
+    GateKind, "gate kind" {
+        /// Publish to a public remote or registry.
+        Publish = "publish",
+        /// Expose a new network service.
+        NetworkService = "network_service",
+        /// Pay for a resource.
+        SpendMoney = "spend_money",
+        /// Choose between materially different product semantics.
+        ProductSemantics = "product_semantics",
+        /// Too many finals in a row without durable progress.
+        IdleFinals = "idle_finals",
+        /// The owner stopped the running turn.
+        Stopped = "stopped",
+        /// A limit on what the agent may spend was reached.
+        Budget = "budget",
+    }
+);
+
+impl GateKind {
+    /// Whether the agent may open a gate of this kind.
+    pub fn agent_may_ask(self) -> bool {
+        matches!(
+            self,
+            GateKind::Publish
+                | GateKind::NetworkService
+                | GateKind::SpendMoney
+                | GateKind::ProductSemantics
+        )
+    }
+}
+
+/// A call of one of the bridge's tools, its arguments read and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolCall {
+    CompleteWorkflow { summary: String },
+    RequestOwnerGate { question: String, kind: GateKind },
+    AssignChild { title: String, instructions: String },
+    HandoffChild { title: String, instructions: String },
+    RecordResult(ResultReport),
+    AckResult { result_id: String },
+    ListResults,
+}
+
+/// A child's structured result, as `record_result` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultReport {
+    pub summary: String,
+    pub files_changed: Vec<String>,
+    pub checks_run: Vec<String>,
+    pub risks: Vec<String>,
+    pub blockers: Vec<String>,
+}
+
+/// Why a call was not taken: said to the model as the tool's result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolCallError {
+    #[error("codex-bridge has no tool named {0:?}")]
+    UnknownTool(String),
+    #[error("{tool}: {problem}")]
+    BadArguments { tool: &'static str, problem: String },
+}
+
+impl ToolCall {
+    /// The tool's name as the model calls it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ToolCall::CompleteWorkflow { .. } => "complete_workflow",
+            ToolCall::RequestOwnerGate { .. } => "request_owner_gate",
+            ToolCall::AssignChild { .. } => "assign_child",
+            ToolCall::HandoffChild { .. } => "handoff_child",
+            ToolCall::RecordResult(_) => "record_result",
+            ToolCall::AckResult { .. } => "ack_result",
+            ToolCall::ListResults => "list_results",
+        }
+    }
+
+    /// Reads a call of `tool` (its bare name; a namespaced or prefixed name
+    /// that ends in it counts, as the model may see either).
+    pub fn parse(tool: &str, arguments: &Value) -> Result<ToolCall, ToolCallError> {
+        let bare = tool
+            .rsplit(['.', '/'])
+            .next()
+            .unwrap_or(tool)
+            .trim_start_matches("codex_bridge__");
+        let args = Args::of(bare, arguments)?;
+        Ok(match args.tool {
+            "complete_workflow" => ToolCall::CompleteWorkflow {
+                summary: args.text("summary")?,
+            },
+            "request_owner_gate" => {
+                let kind_text = args.text("kind")?;
+                let kind = GateKind::parse(&kind_text)
+                    .ok()
+                    .filter(|k| k.agent_may_ask())
+                    .ok_or_else(|| {
+                        args.bad(format!(
+                            "`kind` must be one of publish, network_service, spend_money, \
+                             product_semantics (not {kind_text:?}); a failing test or a slow \
+                             task is no reason for a gate"
+                        ))
+                    })?;
+                ToolCall::RequestOwnerGate {
+                    question: args.text("question")?,
+                    kind,
+                }
+            }
+            "assign_child" => ToolCall::AssignChild {
+                title: args.text("title")?,
+                instructions: args.text("instructions")?,
+            },
+            "handoff_child" => ToolCall::HandoffChild {
+                title: args.text("title")?,
+                instructions: args.text("instructions")?,
+            },
+            "record_result" => ToolCall::RecordResult(ResultReport {
+                summary: args.text("summary")?,
+                files_changed: args.list("filesChanged")?,
+                checks_run: args.list("checksRun")?,
+                risks: args.list("risks")?,
+                blockers: args.list("blockers")?,
+            }),
+            "ack_result" => ToolCall::AckResult {
+                result_id: args.text("resultId")?,
+            },
+            "list_results" => ToolCall::ListResults,
+            other => return Err(ToolCallError::UnknownTool(other.to_owned())),
+        })
+    }
+}
+
+/// A call's arguments, with the checks every tool shares.
+struct Args<'a> {
+    tool: &'static str,
+    object: &'a serde_json::Map<String, Value>,
+}
+
+impl<'a> Args<'a> {
+    fn of(bare: &str, arguments: &'a Value) -> Result<Args<'a>, ToolCallError> {
+        let tool = TOOLS
+            .iter()
+            .map(|t| t.name)
+            .find(|n| *n == bare)
+            .ok_or_else(|| ToolCallError::UnknownTool(bare.chars().take(100).collect()))?;
+        let object = arguments
+            .as_object()
+            .ok_or_else(|| ToolCallError::BadArguments {
+                tool,
+                problem: "the arguments must be a JSON object".into(),
+            })?;
+        Ok(Args { tool, object })
+    }
+
+    fn bad(&self, problem: String) -> ToolCallError {
+        ToolCallError::BadArguments {
+            tool: self.tool,
+            problem,
+        }
+    }
+
+    /// A required, non-blank text within [`MAX_TOOL_TEXT`].
+    fn text(&self, key: &str) -> Result<String, ToolCallError> {
+        let text = match self.object.get(key) {
+            Some(Value::String(s)) => s.trim(),
+            Some(_) => return Err(self.bad(format!("`{key}` must be a string"))),
+            None => return Err(self.bad(format!("`{key}` is required"))),
+        };
+        if text.is_empty() {
+            return Err(self.bad(format!("`{key}` must not be empty")));
+        }
+        if text.len() > MAX_TOOL_TEXT {
+            return Err(self.bad(format!(
+                "`{key}` is {} bytes; at most {MAX_TOOL_TEXT} are taken",
+                text.len()
+            )));
+        }
+        Ok(text.to_owned())
+    }
+
+    /// An optional list of texts (missing = empty), within [`MAX_TOOL_TEXT`]
+    /// in all.
+    fn list(&self, key: &str) -> Result<Vec<String>, ToolCallError> {
+        let items = match self.object.get(key) {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(self.bad(format!("`{key}` must be a list of strings"))),
+        };
+        let mut out = Vec::with_capacity(items.len());
+        let mut total = 0;
+        for item in items {
+            let Value::String(s) = item else {
+                return Err(self.bad(format!("`{key}` must be a list of strings")));
+            };
+            total += s.len();
+            out.push(s.trim().to_owned());
+        }
+        if total > MAX_TOOL_TEXT {
+            return Err(self.bad(format!(
+                "`{key}` holds {total} bytes; at most {MAX_TOOL_TEXT} are taken"
+            )));
+        }
+        Ok(out)
+    }
+}
+
+/// One tool as it is offered to the model.
+#[derive(Debug, Clone, Copy)]
+pub struct ToolSpec {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Builds the JSON Schema of its arguments.
+    schema: fn() -> Value,
+}
+
+impl ToolSpec {
+    pub fn input_schema(&self) -> Value {
+        (self.schema)()
+    }
+}
+
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+fn texts() -> Value {
+    json!({"type": "array", "items": {"type": "string"}})
+}
+
+/// Every tool the bridge offers a thread, in the order the model sees them.
+pub const TOOLS: &[ToolSpec] = &[
+    ToolSpec {
+        name: "complete_workflow",
+        description: "Close this Issue's or pull request's workflow: call it only when the whole \
+            mission the owner asked for is done and checked. Ending your turn does not end the \
+            workflow; without this call the bridge continues it.",
+        schema: || {
+            object(
+                json!({"summary": {"type": "string", "description": "What was done, for the owner."}}),
+                &["summary"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "request_owner_gate",
+        description: "Ask the owner for authority the mission did not grant: publishing, \
+            exposing a network service, spending money, or choosing between materially \
+            different product semantics. Never for a failing test, a slow task or the end of \
+            a turn: keep working on anything else that is eligible first. The workflow waits \
+            until the owner answers in the thread.",
+        schema: || {
+            object(
+                json!({
+                    "question": {"type": "string", "description": "What the owner must decide, and the options."},
+                    "kind": {"type": "string", "enum": ["publish", "network_service", "spend_money", "product_semantics"]},
+                }),
+                &["question", "kind"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "assign_child",
+        description: "Start a bounded piece of work in a child workflow with its own thread and \
+            worktree; you continue meanwhile and its result is delivered later.",
+        schema: || {
+            object(
+                json!({"title": {"type": "string"}, "instructions": {"type": "string"}}),
+                &["title", "instructions"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "handoff_child",
+        description: "Hand a bounded piece of work to a child workflow and wait for its result \
+            before continuing: for a next step that depends directly on the answer.",
+        schema: || {
+            object(
+                json!({"title": {"type": "string"}, "instructions": {"type": "string"}}),
+                &["title", "instructions"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "record_result",
+        description: "As a child workflow, record your structured result for the parent (once; \
+            it cannot be changed afterwards).",
+        schema: || {
+            object(
+                json!({
+                    "summary": {"type": "string"},
+                    "filesChanged": texts(),
+                    "checksRun": texts(),
+                    "risks": texts(),
+                    "blockers": texts(),
+                }),
+                &["summary"],
+            )
+        },
+    },
+    ToolSpec {
+        name: "ack_result",
+        description: "Say that you read and incorporated a child's result (by its resultId); \
+            acknowledge each result once, after using it.",
+        schema: || object(json!({"resultId": {"type": "string"}}), &["resultId"]),
+    },
+    ToolSpec {
+        name: "list_results",
+        description: "The results delivered to this workflow, acknowledged or not.",
+        schema: || object(json!({}), &[]),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn every_offered_tool_is_read_back_by_its_name() {
+        let args = json!({
+            "summary": "done", "question": "publish?", "kind": "publish",
+            "title": "t", "instructions": "i", "resultId": "r-1",
+        });
+        for spec in TOOLS {
+            let call = ToolCall::parse(spec.name, &args).expect(spec.name);
+            assert_eq!(call.name(), spec.name);
+            assert_eq!(spec.input_schema()["type"], "object");
+        }
+    }
+
+    #[test]
+    fn a_gate_is_for_authority_only() {
+        let call = ToolCall::parse(
+            "request_owner_gate",
+            &json!({"question": "tests fail", "kind": "idle_finals"}),
+        );
+        assert!(
+            matches!(&call, Err(ToolCallError::BadArguments { tool: "request_owner_gate", problem }) if problem.contains("failing test")),
+            "{call:?}"
+        );
+        for kind in GateKind::ALL {
+            let asked = ToolCall::parse(
+                "request_owner_gate",
+                &json!({"question": "q", "kind": kind.as_str()}),
+            );
+            assert_eq!(asked.is_ok(), kind.agent_may_ask(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn names_with_a_namespace_count() {
+        let args = json!({"summary": "ok"});
+        for name in [
+            "complete_workflow",
+            "codex_bridge.complete_workflow",
+            "codex_bridge/complete_workflow",
+            "codex_bridge__complete_workflow",
+        ] {
+            assert!(ToolCall::parse(name, &args).is_ok(), "{name}");
+        }
+        assert!(matches!(
+            ToolCall::parse("complete_workflow_now", &args),
+            Err(ToolCallError::UnknownTool(_))
+        ));
+    }
+
+    #[test]
+    fn missing_empty_oversize_and_mistyped_arguments_are_said_plainly() {
+        let bad = |args: Value| match ToolCall::parse("complete_workflow", &args) {
+            Err(ToolCallError::BadArguments { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        };
+        assert!(bad(json!({})).contains("required"));
+        assert!(bad(json!({"summary": "  "})).contains("empty"));
+        assert!(bad(json!({"summary": 3})).contains("string"));
+        assert!(bad(json!({"summary": "x".repeat(MAX_TOOL_TEXT + 1)})).contains("at most"));
+        assert!(bad(json!("done")).contains("object"));
+        let list = ToolCall::parse("record_result", &json!({"summary": "s", "risks": ["a", 1]}));
+        assert!(matches!(list, Err(ToolCallError::BadArguments { .. })));
+    }
+
+    fn arbitrary_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,40}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("summary".to_owned()),
+                        Just("kind".to_owned()),
+                        Just("question".to_owned()),
+                        Just("risks".to_owned()),
+                        "[a-z]{1,8}"
+                    ],
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Whatever the model sends, the answer is a call or an error that
+        /// names the tool; reading never panics, and a call's texts are
+        /// never blank or oversize.
+        #[test]
+        fn any_call_is_read_or_refused_with_a_reason(
+            tool in prop_oneof![
+                proptest::sample::select(TOOLS.iter().map(|t| t.name).collect::<Vec<_>>())
+                    .prop_map(str::to_owned),
+                ".{0,30}",
+            ],
+            args in arbitrary_json(),
+        ) {
+            match ToolCall::parse(&tool, &args) {
+                Ok(ToolCall::CompleteWorkflow { summary }) => {
+                    prop_assert!(!summary.is_empty() && summary.len() <= MAX_TOOL_TEXT);
+                }
+                Ok(ToolCall::RequestOwnerGate { question, kind }) => {
+                    prop_assert!(!question.is_empty());
+                    prop_assert!(kind.agent_may_ask());
+                }
+                Ok(_) => {}
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+    }
+}
