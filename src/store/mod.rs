@@ -40,6 +40,7 @@ pub mod transcripts;
 pub mod turns;
 pub mod views;
 pub mod walvfs;
+pub mod workflows;
 
 pub use conn::{ConnSettings, DbConn, DbManager};
 pub use writer::WriterSettings;

@@ -6,7 +6,7 @@ use crate::domain::command::Command;
 use crate::domain::states::{
     CommentKind, CommentStatus, HandoffPhase, OutboxStatus, RepoStatus, SendMode, ThreadTrust,
 };
-use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
+use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
 use diesel::prelude::*;
 use serde::Serialize;
@@ -104,6 +104,10 @@ pub struct Task {
     pub command: Option<Command>,
     /// A steer's: the task whose running turn took it in.
     pub steered_into: Option<TaskId>,
+    /// The workflow the task is a logical input of (once it ran).
+    pub workflow_id: Option<WorkflowId>,
+    /// A continuation task's number in its workflow (`null`: a comment's).
+    pub continuation: Option<i64>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

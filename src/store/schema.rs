@@ -273,6 +273,8 @@ diesel::table! {
         updated_at -> Text,
         command -> Nullable<Text>,
         steered_into -> Nullable<Text>,
+        workflow_id -> Nullable<Text>,
+        continuation -> Nullable<Int8>,
     }
 }
 
@@ -350,6 +352,41 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    workflow_gates (id) {
+        id -> Int8,
+        gate_id -> Text,
+        workflow_id -> Text,
+        kind -> Text,
+        question -> Text,
+        status -> Text,
+        opened_by_task -> Nullable<Text>,
+        resumed_by_task -> Nullable<Text>,
+        resumed_by -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+    }
+}
+
+diesel::table! {
+    workflows (id) {
+        id -> Int8,
+        workflow_id -> Text,
+        session_key -> Text,
+        parent_workflow_id -> Nullable<Text>,
+        state -> Text,
+        title -> Text,
+        owner -> Text,
+        idle_finals -> Int8,
+        continuations -> Int8,
+        end_code -> Nullable<Text>,
+        summary -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+        version -> Int8,
+    }
+}
+
 diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
 diesel::joinable!(outbox_entries -> sessions (session_key));
@@ -357,6 +394,7 @@ diesel::joinable!(sessions -> repositories (repo_key));
 diesel::joinable!(tasks -> repositories (repo_key));
 diesel::joinable!(tasks -> sessions (session_key));
 diesel::joinable!(tasks -> webhook_deliveries (delivery_key));
+diesel::joinable!(workflows -> sessions (session_key));
 
 diesel::allow_tables_to_appear_in_same_query!(
     approvals,
@@ -381,4 +419,6 @@ diesel::allow_tables_to_appear_in_same_query!(
     turn_token_usage,
     turns,
     webhook_deliveries,
+    workflow_gates,
+    workflows,
 );

@@ -67,4 +67,5 @@ mod transcripts;
 mod walkthrough;
 mod walvfs;
 mod webhook;
+mod workflows_store;
 mod workspace;

@@ -1,0 +1,5 @@
+DROP TABLE workflow_gates;
+DROP INDEX tasks_live_continuation;
+ALTER TABLE tasks DROP COLUMN continuation;
+ALTER TABLE tasks DROP COLUMN workflow_id;
+DROP TABLE workflows;

@@ -1,0 +1,491 @@
+//! A session's workflow in the store: the one that has not ended, a task
+//! joining it, and the writes of the workflow's decisions — each a
+//! compare-and-swap on the version it was made on, in the caller's
+//! transaction (the one that ends the task the decision is about). A
+//! continuation is a task of its own, created here with its delivery and
+//! outbox entry under an operation derived from the workflow and its
+//! number: written again after a crash, it is the same operation.
+
+use super::audit::{self, Audit};
+use super::models::Task;
+use super::schema::{
+    outbox_entries, sessions, task_transitions, tasks, webhook_deliveries, workflow_gates,
+    workflows,
+};
+use super::steer::stale;
+use super::{now, DbConn, StoreError};
+use crate::domain::fingerprint::Fingerprint;
+use crate::domain::states::{OutboxStatus, SendMode};
+use crate::domain::workflow::{GateKind, WorkflowState};
+use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
+use crate::lifecycle::TaskState;
+use crate::with_conn;
+use diesel::prelude::*;
+use serde::Serialize;
+
+/// The literal condition of the partial index `workflows_session_live`.
+const LIVE: &str = "workflows.parent_workflow_id IS NULL \
+     AND workflows.state IN ('open', 'waiting_owner', 'waiting_child')";
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = workflows)]
+#[serde(rename_all = "camelCase")]
+pub struct Workflow {
+    #[serde(skip)]
+    pub id: i64,
+    pub workflow_id: WorkflowId,
+    pub session_key: ResourceKey,
+    pub parent_workflow_id: Option<WorkflowId>,
+    pub state: WorkflowState,
+    pub title: String,
+    pub owner: String,
+    pub idle_finals: i64,
+    pub continuations: i64,
+    pub end_code: Option<String>,
+    pub summary: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub version: i64,
+}
+
+#[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
+#[diesel(table_name = workflow_gates)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    #[serde(skip)]
+    pub id: i64,
+    pub gate_id: GateId,
+    pub workflow_id: WorkflowId,
+    pub kind: GateKind,
+    pub question: String,
+    pub status: String,
+    pub opened_by_task: Option<TaskId>,
+    pub resumed_by_task: Option<TaskId>,
+    pub resumed_by: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// The session's top-level workflow that has not ended, if any.
+pub fn live(conn: &mut DbConn, session_key: &ResourceKey) -> Result<Option<Workflow>, StoreError> {
+    Ok(with_conn!(conn, |c| workflows::table
+        .filter(workflows::session_key.eq(session_key))
+        .filter(diesel::dsl::sql::<diesel::sql_types::Bool>(LIVE))
+        .select(Workflow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+pub fn find(conn: &mut DbConn, id: &WorkflowId) -> Result<Option<Workflow>, StoreError> {
+    Ok(with_conn!(conn, |c| workflows::table
+        .filter(workflows::workflow_id.eq(id))
+        .select(Workflow::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// The workflow's open gate, if it waits behind one.
+pub fn open_gate(conn: &mut DbConn, id: &WorkflowId) -> Result<Option<Gate>, StoreError> {
+    Ok(with_conn!(conn, |c| workflow_gates::table
+        .filter(workflow_gates::workflow_id.eq(id))
+        .filter(workflow_gates::status.eq("open"))
+        .select(Gate::as_select())
+        .first(c)
+        .optional())?)
+}
+
+/// Whether a continuation of the workflow has not ended.
+pub fn continuation_pending(conn: &mut DbConn, id: &WorkflowId) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| tasks::table
+        .filter(tasks::workflow_id.eq(id))
+        .filter(tasks::continuation.is_not_null())
+        .filter(tasks::state.eq_any(live_states()))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
+fn live_states() -> Vec<&'static str> {
+    TaskState::ALL
+        .iter()
+        .filter(|s| !s.is_terminal())
+        .map(|s| s.as_str())
+        .collect()
+}
+
+/// The session's live workflow, opened for `task` (its author the owner)
+/// when there is none; the task joins it. Idempotent for a task that joined
+/// already.
+pub fn join(conn: &mut DbConn, task: &Task, title: &str) -> Result<Workflow, StoreError> {
+    if let Some(id) = &task.workflow_id {
+        if let Some(w) = find(conn, id)? {
+            return Ok(w);
+        }
+    }
+    let workflow = match live(conn, &task.session_key)? {
+        Some(w) => w,
+        None => {
+            let at = now();
+            let id = WorkflowId::mint();
+            with_conn!(conn, |c| diesel::insert_into(workflows::table)
+                .values((
+                    workflows::workflow_id.eq(&id),
+                    workflows::session_key.eq(&task.session_key),
+                    workflows::state.eq(WorkflowState::Open),
+                    workflows::title.eq(title.chars().take(200).collect::<String>()),
+                    workflows::owner.eq(&task.author),
+                    workflows::created_at.eq(&at),
+                    workflows::updated_at.eq(&at),
+                ))
+                .execute(c))?;
+            audit::record(
+                conn,
+                &Audit::new("workflow.opened", "system")
+                    .task(&task.task_id)
+                    .meta(serde_json::json!({"workflowId": id, "owner": task.author})),
+            )?;
+            find(conn, &id)?.ok_or_else(|| StoreError::Refused {
+                code: "workflow_missing",
+                message: format!("workflow {id} vanished right after it was written"),
+            })?
+        }
+    };
+    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
+        .set(tasks::workflow_id.eq(&workflow.workflow_id))
+        .execute(c))?;
+    Ok(workflow)
+}
+
+/// Moves the workflow from `version` to `version + 1`; `Refused { STALE }`
+/// if it is no longer at `version` (nothing written). The caller then sets
+/// what the decision changes, in the same transaction.
+fn bump(conn: &mut DbConn, w: &Workflow, version: i64) -> Result<(), StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        workflows::table
+            .filter(workflows::workflow_id.eq(&w.workflow_id))
+            .filter(workflows::version.eq(version))
+    )
+    .set((
+        workflows::updated_at.eq(&at),
+        workflows::version.eq(version + 1),
+    ))
+    .execute(c))?;
+    if n == 0 {
+        return Err(stale(format!(
+            "workflow {} moved on from version {version}",
+            w.workflow_id
+        )));
+    }
+    Ok(())
+}
+
+/// The workflow's row, for the columns a decision changes.
+fn row(w: &Workflow) -> diesel::dsl::Filter<workflows::table, diesel::dsl::Eq<workflows::workflow_id, &WorkflowId>> {
+    workflows::table.filter(workflows::workflow_id.eq(&w.workflow_id))
+}
+
+/// What a new continuation needs besides its workflow.
+#[derive(Debug, Clone)]
+pub struct ContinueWith<'a> {
+    pub version: i64,
+    pub seq: i64,
+    pub idle_finals: i64,
+    /// When it may start (the backoff ends).
+    pub due_at: String,
+    /// The task whose final it continues (its repository, session and refs).
+    pub after: &'a Task,
+    pub instance_id: &'a str,
+    /// What the continuation's turn is told.
+    pub text: &'a str,
+}
+
+/// Counts the final and creates continuation `seq`: its delivery, its task
+/// (`queued`, not before `due_at`) and its outbox entry. Its task id.
+pub fn continue_with(
+    conn: &mut DbConn,
+    w: &Workflow,
+    c: &ContinueWith<'_>,
+) -> Result<TaskId, StoreError> {
+    bump(conn, w, c.version)?;
+    with_conn!(conn, |x| diesel::update(row(w))
+        .set((
+            workflows::idle_finals.eq(c.idle_finals),
+            workflows::continuations.eq(c.seq),
+        ))
+        .execute(x))?;
+    let at = now();
+    let delivery_key = format!(
+        "{}:continuation:{}:{}",
+        c.instance_id, w.workflow_id, c.seq
+    );
+    let task_id = TaskId::mint();
+    let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
+    let operation_id = OperationId::of_continuation(&w.workflow_id, c.seq);
+    let after = c.after;
+    with_conn!(conn, |x| {
+        diesel::insert_into(webhook_deliveries::table)
+            .values((
+                webhook_deliveries::delivery_key.eq(&delivery_key),
+                webhook_deliveries::delivery_id.eq(&delivery_key),
+                webhook_deliveries::event_type.eq("continuation"),
+                webhook_deliveries::status.eq("accepted"),
+                webhook_deliveries::repo_key.eq(&after.repo_key),
+                webhook_deliveries::resource_key.eq(&after.resource_key),
+                webhook_deliveries::task_id.eq(&task_id),
+                webhook_deliveries::payload_hash.eq("continuation"),
+                webhook_deliveries::received_at.eq(&at),
+            ))
+            .execute(x)?;
+        diesel::insert_into(tasks::table)
+            .values((
+                tasks::task_id.eq(&task_id),
+                tasks::delivery_key.eq(&delivery_key),
+                tasks::repo_key.eq(&after.repo_key),
+                tasks::session_key.eq(&after.session_key),
+                tasks::resource_key.eq(&after.resource_key),
+                tasks::trigger_key.eq(&delivery_key),
+                tasks::author.eq(&w.owner),
+                tasks::state.eq(TaskState::Queued),
+                tasks::state_version.eq(1),
+                tasks::next_retry_at.eq(&c.due_at),
+                tasks::head_ref.eq(&after.head_ref),
+                tasks::base_ref.eq(&after.base_ref),
+                tasks::created_at.eq(&at),
+                tasks::updated_at.eq(&at),
+                tasks::workflow_id.eq(&w.workflow_id),
+                tasks::continuation.eq(c.seq),
+            ))
+            .execute(x)?;
+        diesel::insert_into(task_transitions::table)
+            .values((
+                task_transitions::task_id.eq(&task_id),
+                task_transitions::to_state.eq(TaskState::Queued),
+                task_transitions::state_version.eq(1),
+                task_transitions::actor.eq("system"),
+                task_transitions::reason.eq("the workflow continues after an ordinary final"),
+                task_transitions::at.eq(&at),
+            ))
+            .execute(x)?;
+        let fingerprint = Fingerprint {
+            session_key: after.session_key.as_str(),
+            queue_id: &queue_id,
+            user_text: c.text,
+            prompt_text: c.text,
+            attachments: &[],
+            thread_id: after.thread_id.as_deref(),
+            thread_generation: 0,
+            access_mode: None,
+            rollback_before_send: false,
+            created_at: &at,
+        }
+        .hash();
+        diesel::insert_into(outbox_entries::table)
+            .values((
+                outbox_entries::queue_id.eq(&queue_id),
+                outbox_entries::session_key.eq(&after.session_key),
+                outbox_entries::task_id.eq(&task_id),
+                outbox_entries::operation_id.eq(&operation_id),
+                outbox_entries::fingerprint.eq(&fingerprint),
+                outbox_entries::mode.eq(SendMode::Enqueue),
+                outbox_entries::status.eq(OutboxStatus::Queued),
+                outbox_entries::auto_drain.eq(true),
+                outbox_entries::user_text.eq(c.text),
+                outbox_entries::created_at.eq(&at),
+                outbox_entries::updated_at.eq(&at),
+                outbox_entries::version.eq(1),
+            ))
+            .execute(x)?;
+        diesel::update(sessions::table.filter(sessions::session_key.eq(&after.session_key)))
+            .set(sessions::open_entries.eq(sessions::open_entries + 1))
+            .execute(x)
+    })?;
+    audit::record(
+        conn,
+        &Audit::new("workflow.continued", "system")
+            .task(&task_id)
+            .meta(serde_json::json!({
+                "workflowId": w.workflow_id,
+                "seq": c.seq,
+                "after": after.task_id,
+                "dueAt": c.due_at,
+                "idleFinals": c.idle_finals,
+                "decidedOnVersion": c.version,
+            })),
+    )?;
+    Ok(task_id)
+}
+
+/// Counts a final while a continuation is pending already.
+pub fn count_final(
+    conn: &mut DbConn,
+    w: &Workflow,
+    version: i64,
+    idle_finals: i64,
+) -> Result<(), StoreError> {
+    bump(conn, w, version)?;
+    with_conn!(conn, |c| diesel::update(row(w))
+        .set(workflows::idle_finals.eq(idle_finals))
+        .execute(c))?;
+    Ok(())
+}
+
+/// The workflow waits for its owner behind a new gate; its id.
+pub fn gate(
+    conn: &mut DbConn,
+    w: &Workflow,
+    version: i64,
+    kind: GateKind,
+    question: &str,
+    task: &TaskId,
+) -> Result<GateId, StoreError> {
+    bump(conn, w, version)?;
+    with_conn!(conn, |c| diesel::update(row(w))
+        .set(workflows::state.eq(WorkflowState::WaitingOwner))
+        .execute(c))?;
+    supersede_continuation(conn, w, "the workflow waits for its owner")?;
+    let at = now();
+    let gate_id = GateId::mint();
+    with_conn!(conn, |c| diesel::insert_into(workflow_gates::table)
+        .values((
+            workflow_gates::gate_id.eq(&gate_id),
+            workflow_gates::workflow_id.eq(&w.workflow_id),
+            workflow_gates::kind.eq(kind),
+            workflow_gates::question.eq(question),
+            workflow_gates::status.eq("open"),
+            workflow_gates::opened_by_task.eq(task),
+            workflow_gates::created_at.eq(&at),
+            workflow_gates::updated_at.eq(&at),
+        ))
+        .execute(c))?;
+    audit::record(
+        conn,
+        &Audit::new("workflow.gate_opened", "system")
+            .task(task)
+            .meta(serde_json::json!({
+                "workflowId": w.workflow_id, "gateId": gate_id, "kind": kind,
+                "decidedOnVersion": version,
+            })),
+    )?;
+    Ok(gate_id)
+}
+
+/// The owner answered the gate with `task`: the workflow is open again and
+/// its count of finals without progress starts over.
+pub fn resume(
+    conn: &mut DbConn,
+    w: &Workflow,
+    version: i64,
+    task: &TaskId,
+    by: &str,
+) -> Result<(), StoreError> {
+    bump(conn, w, version)?;
+    with_conn!(conn, |c| diesel::update(row(w))
+        .set((
+            workflows::state.eq(WorkflowState::Open),
+            workflows::idle_finals.eq(0),
+        ))
+        .execute(c))?;
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        workflow_gates::table
+            .filter(workflow_gates::workflow_id.eq(&w.workflow_id))
+            .filter(workflow_gates::status.eq("open"))
+    )
+    .set((
+        workflow_gates::status.eq("resumed"),
+        workflow_gates::resumed_by_task.eq(task),
+        workflow_gates::resumed_by.eq(by),
+        workflow_gates::updated_at.eq(&at),
+    ))
+    .execute(c))?;
+    audit::record(
+        conn,
+        &Audit::new("workflow.resumed", by)
+            .task(task)
+            .meta(serde_json::json!({"workflowId": w.workflow_id, "decidedOnVersion": version})),
+    )?;
+    Ok(())
+}
+
+/// Owner input while open: the count starts over, and a continuation not
+/// started yet is superseded for good (the input is the next step).
+pub fn reset_idle(
+    conn: &mut DbConn,
+    w: &Workflow,
+    version: i64,
+    task: &TaskId,
+) -> Result<(), StoreError> {
+    bump(conn, w, version)?;
+    with_conn!(conn, |c| diesel::update(row(w))
+        .set(workflows::idle_finals.eq(0))
+        .execute(c))?;
+    supersede_continuation(conn, w, &format!("superseded by task {task}"))
+}
+
+/// The workflow ends: `state` for `code`; a continuation not started yet is
+/// cancelled and an open gate closed, in this transaction.
+pub fn end(
+    conn: &mut DbConn,
+    w: &Workflow,
+    version: i64,
+    state: WorkflowState,
+    code: &str,
+    summary: Option<&str>,
+) -> Result<(), StoreError> {
+    bump(conn, w, version)?;
+    with_conn!(conn, |c| diesel::update(row(w))
+        .set((
+            workflows::state.eq(state),
+            workflows::end_code.eq(code),
+            workflows::summary.eq(summary),
+        ))
+        .execute(c))?;
+    supersede_continuation(conn, w, &format!("the workflow ended ({code})"))?;
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        workflow_gates::table
+            .filter(workflow_gates::workflow_id.eq(&w.workflow_id))
+            .filter(workflow_gates::status.eq("open"))
+    )
+    .set((
+        workflow_gates::status.eq("closed"),
+        workflow_gates::updated_at.eq(&at),
+    ))
+    .execute(c))?;
+    audit::record(
+        conn,
+        &Audit::new("workflow.ended", "system").meta(serde_json::json!({
+            "workflowId": w.workflow_id, "state": state, "code": code,
+            "decidedOnVersion": version,
+        })),
+    )?;
+    Ok(())
+}
+
+/// Cancels the workflow's continuation that has not started (`queued`):
+/// it can never run later. One that runs already is left to end.
+fn supersede_continuation(conn: &mut DbConn, w: &Workflow, why: &str) -> Result<(), StoreError> {
+    let waiting: Option<Task> = with_conn!(conn, |c| tasks::table
+        .filter(tasks::workflow_id.eq(&w.workflow_id))
+        .filter(tasks::continuation.is_not_null())
+        .filter(tasks::state.eq(TaskState::Queued.as_str()))
+        .select(Task::as_select())
+        .first(c)
+        .optional())?;
+    let Some(t) = waiting else {
+        return Ok(());
+    };
+    let moved = super::tasks::transition(
+        conn,
+        &super::tasks::TransitionRequest {
+            task_id: &t.task_id,
+            expected_version: Some(t.state_version),
+            to: TaskState::Cancelled,
+            actor: "system",
+            reason: Some(why),
+            error_code: Some("superseded"),
+        },
+    )?;
+    super::steer::moved(moved, &t.task_id)
+}
