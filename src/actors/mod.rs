@@ -53,6 +53,9 @@ pub struct ActorSettings {
     pub interrupt_settle: Duration,
     /// How much of the Issue/PR and its comments a turn's prompt carries.
     pub prompt_context_bytes: usize,
+    /// Finals in a row without durable progress before a workflow waits
+    /// for its owner (`workflow_max_idle_finals`).
+    pub workflow_max_idle_finals: i64,
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
@@ -104,6 +107,7 @@ impl ActorSettings {
             interrupt_grace: Duration::from_secs(15),
             interrupt_settle: Duration::from_secs(10),
             prompt_context_bytes: 65_536,
+            workflow_max_idle_finals: 65,
             approval_timeout: Duration::from_secs(600),
             approval_policy: ApprovalPolicy::Never,
             sandbox: Sandbox::DangerFullAccess,

@@ -120,6 +120,15 @@ pub enum TurnEvent {
     Failed { seq: i64, error: String },
     /// The turn was interrupted (abort or deadline).
     Interrupted { seq: i64 },
+    /// The agent called one of the bridge's own tools; the turn waits until
+    /// [`Agent::answer_tool`] answers `key`.
+    ToolRequested {
+        seq: i64,
+        key: String,
+        /// The tool's name as the model called it (without its namespace).
+        tool: String,
+        arguments: serde_json::Value,
+    },
     /// The agent asks to do something that needs a person's approval; the
     /// turn waits until [`Agent::decide_approval`] answers `key`.
     ApprovalRequested {
@@ -130,6 +139,14 @@ pub enum TurnEvent {
         /// What, where and why, as the runtime described it.
         detail: serde_json::Value,
     },
+}
+
+/// The bridge's answer to a call of one of its tools: what the model reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolAnswer {
+    /// The call did what it asked.
+    pub success: bool,
+    pub text: String,
 }
 
 /// A turn the runtime accepted. The turn runs in the runtime whether or not
@@ -239,6 +256,19 @@ pub trait Agent: Send + Sync + 'static {
         Box::pin(async {
             Err(AgentError::Unavailable(
                 "this runtime asks for no approvals".into(),
+            ))
+        })
+    }
+    /// Answers a call of one of the bridge's tools.
+    fn answer_tool(
+        &self,
+        key: &str,
+        answer: ToolAnswer,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let _ = (key, answer);
+        Box::pin(async {
+            Err(AgentError::Unavailable(
+                "this runtime offers no tools of the bridge".into(),
             ))
         })
     }

@@ -6,16 +6,17 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    Request, ReviewStart, ReviewTarget, ThreadItem, ThreadResume, ThreadRevert, ThreadStart,
-    ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
+    DynamicToolCallResponse, Request, ReviewStart, ReviewTarget, ThreadItem, ThreadResume,
+    ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart,
+    TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
 use super::settings::CodexSettings;
 use super::thread::{thread_setup, ThreadPolicy};
 use crate::agent::{
-    Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ThreadTerms, TurnLookup,
-    TurnRequest, TurnStarted,
+    Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ThreadTerms, ToolAnswer,
+    TurnLookup, TurnRequest, TurnStarted,
 };
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
@@ -314,6 +315,28 @@ impl Agent for CodexAgent {
             let conn = this.connection().await?;
             conn.respond(&id, &kind.answer(accept))
                 .map_err(rpc_to_runtime)
+        }
+        .boxed()
+    }
+
+    fn answer_tool(
+        &self,
+        key: &str,
+        answer: ToolAnswer,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let (this, key) = (self.clone(), key.to_owned());
+        async move {
+            let Some(id) = this.inner.router.take_tool_call(&key) else {
+                return Err(AgentError::Unavailable(format!(
+                    "tool call {key} is not pending (answered, or its process is gone)"
+                )));
+            };
+            let conn = this.connection().await?;
+            conn.respond(
+                &id,
+                &DynamicToolCallResponse::text(answer.success, answer.text),
+            )
+            .map_err(rpc_to_runtime)
         }
         .boxed()
     }

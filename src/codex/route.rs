@@ -6,8 +6,9 @@
 use super::account::AccountEvents;
 use super::notice::{CodexNotice, NoticeSender};
 use super::protocol::{
-    ApprovalKind, ApprovalRequest, McpServerStartupState, McpToolCallItem, Refusal, RequestId,
-    ServerNotification, ThreadItem, ThreadScoped, TurnStatus, Unreadable,
+    ApprovalKind, ApprovalRequest, DynamicToolCallParams, McpServerStartupState, McpToolCallItem,
+    Refusal, RequestId, ServerNotification, ThreadItem, ThreadScoped, TurnStatus, Unreadable,
+    DYNAMIC_TOOL_CALL,
 };
 use super::rpc::{Incoming, RpcConnection};
 use super::transcript::{token_counts, transcript_item};
@@ -40,6 +41,8 @@ pub(super) struct Router {
     sinks: Arc<Mutex<HashMap<String, Sink>>>,
     /// Approval requests waiting for a decision: key → (request id, kind).
     approvals: Arc<Mutex<HashMap<String, (RequestId, ApprovalKind)>>>,
+    /// Calls of the bridge's tools waiting for their answer: key → request id.
+    tool_calls: Arc<Mutex<HashMap<String, RequestId>>>,
     /// (thread, server) → start-up status.
     mcp: Arc<Mutex<HashMap<(String, String), StartupStatus>>>,
     mcp_changed: Arc<tokio::sync::Notify>,
@@ -53,6 +56,7 @@ impl Router {
         Router {
             sinks: Arc::default(),
             approvals: Arc::default(),
+            tool_calls: Arc::default(),
             mcp: Arc::default(),
             mcp_changed: Arc::default(),
             account: Arc::default(),
@@ -105,6 +109,11 @@ impl Router {
     /// Takes the approval `key` out of the waiting ones.
     pub(super) fn take_approval(&self, key: &str) -> Option<(RequestId, ApprovalKind)> {
         self.approvals.lock().ok().and_then(|mut p| p.remove(key))
+    }
+
+    /// Takes the tool call `key` out of the waiting ones.
+    pub(super) fn take_tool_call(&self, key: &str) -> Option<RequestId> {
+        self.tool_calls.lock().ok().and_then(|mut p| p.remove(key))
     }
 
     /// Forgets what an earlier process reported of `thread`'s MCP servers:
@@ -349,6 +358,16 @@ impl Router {
     /// hang on it.
     fn request(&self, conn: &RpcConnection, id: RequestId, method: &str, params: Value) {
         let thread_id = ThreadScoped::of(&params);
+        if method == DYNAMIC_TOOL_CALL {
+            match DynamicToolCallParams::parse(params.clone()) {
+                Ok(call) => {
+                    if self.route_tool_call(&id, call) {
+                        return;
+                    }
+                }
+                Err(e) => self.unreadable(e),
+            }
+        }
         let routed = match ApprovalRequest::parse(method, params) {
             Some(Ok(approval)) => self.route_approval(&id, approval),
             Some(Err(e)) => {
@@ -405,6 +424,37 @@ impl Router {
     }
 }
 
+impl Router {
+    /// Hands a call of the bridge's tools to the turn on its thread; false
+    /// if none is routed (then it is refused like any unexpected request).
+    fn route_tool_call(&self, id: &RequestId, call: DynamicToolCallParams) -> bool {
+        let Ok(mut sinks) = self.sinks.lock() else {
+            return false;
+        };
+        let Some(sink) = sinks.get_mut(&call.thread_id) else {
+            return false;
+        };
+        sink.seq += 1;
+        let key = format!("tool-{}", uuid::Uuid::now_v7().simple());
+        // Pending before the turn hears of it: the answer may come back at once.
+        if let Ok(mut pending) = self.tool_calls.lock() {
+            pending.insert(key.clone(), id.clone());
+        }
+        let event = TurnEvent::ToolRequested {
+            seq: sink.seq,
+            key: key.clone(),
+            tool: call.tool,
+            arguments: call.arguments,
+        };
+        if sink.tx.send(event).is_ok() {
+            true
+        } else {
+            self.take_tool_call(&key);
+            false
+        }
+    }
+}
+
 /// The turn event of an MCP tool call.
 fn tool_call(seq: i64, phase: &str, call: McpToolCallItem) -> TurnEvent {
     TurnEvent::ToolCall {
@@ -428,6 +478,7 @@ mod tests {
     /// The "app-server" side of a connection whose client end is routed.
     struct Peer {
         router: Router,
+        conn: Arc<RpcConnection>,
         notices: mpsc::Receiver<CodexNotice>,
         write: tokio::io::DuplexStream,
         lines: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
@@ -440,9 +491,10 @@ mod tests {
             let (conn, incoming) = RpcConnection::start(ours_w, ours_r);
             let (tx, notices) = notice_channel();
             let router = Router::new(tx);
-            router.start(conn, incoming);
+            router.start(conn.clone(), incoming);
             Peer {
                 router,
+                conn,
                 notices,
                 write: theirs_w,
                 lines: BufReader::new(theirs_r).lines(),
@@ -482,6 +534,7 @@ mod tests {
             json!({"threadId": "t-none", "turnId": "u", "itemId": "i", "startedAtMs": 1});
         let elicitation = json!({"threadId": "t-none", "serverName": "gitea", "mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}});
         let other = json!({"threadId": "t-none"});
+        let tool_call = json!({"threadId": "t-none", "turnId": "u", "callId": "c", "tool": "complete_workflow", "arguments": {}});
         let cases = [
             (
                 "item/commandExecution/requestApproval",
@@ -516,8 +569,8 @@ mod tests {
             ("item/tool/requestUserInput", &other, json!({"answers": {}})),
             (
                 "item/tool/call",
-                &other,
-                json!({"contentItems": [{"type": "inputText", "text": "codex-bridge offers no dynamic tools"}], "success": false}),
+                &tool_call,
+                json!({"contentItems": [{"type": "inputText", "text": "no turn of codex-bridge is waiting for this call"}], "success": false}),
             ),
             ("account/chatgptAuthTokens/refresh", &other, Value::Null),
             ("attestation/generate", &other, Value::Null),
@@ -546,6 +599,39 @@ mod tests {
                 other => panic!("{method}: {other:?}"),
             }
         }
+    }
+
+    /// A call of the bridge's tools on a driven thread becomes the turn's
+    /// event; the answer goes back to that request, in the schema's shape.
+    #[tokio::test]
+    async fn a_tool_call_reaches_its_turn_and_is_answered_in_its_shape() {
+        let mut peer = Peer::start();
+        let mut events = peer.router.open_turn("t1");
+        peer.send(json!({"id": 9, "method": "item/tool/call", "params": {
+            "threadId": "t1", "turnId": "u1", "callId": "call-1", "namespace": "codex_bridge",
+            "tool": "complete_workflow", "arguments": {"summary": "done"}}}))
+            .await;
+        let Some(TurnEvent::ToolRequested {
+            key,
+            tool,
+            arguments,
+            ..
+        }) = events.recv().await
+        else {
+            panic!("no tool event");
+        };
+        assert_eq!(tool, "complete_workflow");
+        assert_eq!(arguments, json!({"summary": "done"}));
+        let id = peer.router.take_tool_call(&key).expect("pending");
+        assert!(peer.router.take_tool_call(&key).is_none(), "taken once");
+        let answer = crate::codex::protocol::DynamicToolCallResponse::text(true, "ok".into());
+        peer.conn.respond(&id, &answer).unwrap();
+        let sent = peer.answer().await;
+        assert_eq!(sent["id"], json!(9), "{sent}");
+        assert_eq!(
+            sent["result"],
+            json!({"contentItems": [{"type": "inputText", "text": "ok"}], "success": true})
+        );
     }
 
     /// An approval that cannot be read is declined all the same, and both

@@ -42,6 +42,10 @@ impl<'a> Audit<'a> {
         self.to_state = to;
         self
     }
+    pub fn turn(mut self, turn_id: &'a str) -> Self {
+        self.turn_id = Some(turn_id);
+        self
+    }
     pub fn delivery(mut self, delivery_id: &'a str) -> Self {
         self.delivery_id = Some(delivery_id);
         self

@@ -150,9 +150,11 @@ pub fn join(conn: &mut DbConn, task: &Task, title: &str) -> Result<Workflow, Sto
             })?
         }
     };
-    with_conn!(conn, |c| diesel::update(tasks::table.filter(tasks::task_id.eq(&task.task_id)))
-        .set(tasks::workflow_id.eq(&workflow.workflow_id))
-        .execute(c))?;
+    with_conn!(conn, |c| diesel::update(
+        tasks::table.filter(tasks::task_id.eq(&task.task_id))
+    )
+    .set(tasks::workflow_id.eq(&workflow.workflow_id))
+    .execute(c))?;
     Ok(workflow)
 }
 
@@ -181,7 +183,9 @@ fn bump(conn: &mut DbConn, w: &Workflow, version: i64) -> Result<(), StoreError>
 }
 
 /// The workflow's row, for the columns a decision changes.
-fn row(w: &Workflow) -> diesel::dsl::Filter<workflows::table, diesel::dsl::Eq<workflows::workflow_id, &WorkflowId>> {
+fn row(
+    w: &Workflow,
+) -> diesel::dsl::Filter<workflows::table, diesel::dsl::Eq<workflows::workflow_id, &WorkflowId>> {
     workflows::table.filter(workflows::workflow_id.eq(&w.workflow_id))
 }
 
@@ -215,10 +219,7 @@ pub fn continue_with(
         ))
         .execute(x))?;
     let at = now();
-    let delivery_key = format!(
-        "{}:continuation:{}:{}",
-        c.instance_id, w.workflow_id, c.seq
-    );
+    let delivery_key = format!("{}:continuation:{}:{}", c.instance_id, w.workflow_id, c.seq);
     let task_id = TaskId::mint();
     let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
     let operation_id = OperationId::of_continuation(&w.workflow_id, c.seq);

@@ -67,5 +67,6 @@ mod transcripts;
 mod walkthrough;
 mod walvfs;
 mod webhook;
+mod workflow_tools;
 mod workflows_store;
 mod workspace;

@@ -62,9 +62,15 @@ fn workflow_rows(url: &str) {
     assert_eq!(t.state, TaskState::Queued);
     assert_eq!(t.continuation, Some(1));
     assert_eq!(t.author, "bob");
-    assert_eq!(t.delivery_key, format!("default:continuation:{}:1", w.workflow_id));
+    assert_eq!(
+        t.delivery_key,
+        format!("default:continuation:{}:1", w.workflow_id)
+    );
     let e = sessions::outbox_entry(&mut c, &cont).unwrap().unwrap();
-    assert_eq!(e.operation_id, OperationId::of_continuation(&w.workflow_id, 1));
+    assert_eq!(
+        e.operation_id,
+        OperationId::of_continuation(&w.workflow_id, 1)
+    );
     assert!(workflows::continuation_pending(&mut c, &w.workflow_id).unwrap());
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!((w.continuations, w.idle_finals), (1, 1));
@@ -76,8 +82,9 @@ fn workflow_rows(url: &str) {
         "{stale:?}"
     );
     // A second continuation while one is alive breaks the unique index.
-    let twice =
-        c.write_transaction(|c| workflows::continue_with(c, &w, &continuation(&first, w.version, 2)));
+    let twice = c.write_transaction(|c| {
+        workflows::continue_with(c, &w, &continuation(&first, w.version, 2))
+    });
     assert!(twice.is_err(), "a second live continuation was written");
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!(w.continuations, 1, "the failed write left nothing behind");
@@ -85,17 +92,31 @@ fn workflow_rows(url: &str) {
     // A gate supersedes the waiting continuation; the owner resumes it.
     let gate = c
         .write_transaction(|c| {
-            workflows::gate(c, &w, w.version, GateKind::Publish, "Publish 1.0?", &first.task_id)
+            workflows::gate(
+                c,
+                &w,
+                w.version,
+                GateKind::Publish,
+                "Publish 1.0?",
+                &first.task_id,
+            )
         })
         .unwrap();
-    assert_eq!(tasks::find(&mut c, &cont).unwrap().unwrap().state, TaskState::Cancelled);
-    let open = workflows::open_gate(&mut c, &w.workflow_id).unwrap().unwrap();
+    assert_eq!(
+        tasks::find(&mut c, &cont).unwrap().unwrap().state,
+        TaskState::Cancelled
+    );
+    let open = workflows::open_gate(&mut c, &w.workflow_id)
+        .unwrap()
+        .unwrap();
     assert_eq!(open.gate_id, gate);
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!(w.state, WorkflowState::WaitingOwner);
     c.write_transaction(|c| workflows::resume(c, &w, w.version, &second.task_id, "bob"))
         .unwrap();
-    assert!(workflows::open_gate(&mut c, &w.workflow_id).unwrap().is_none());
+    assert!(workflows::open_gate(&mut c, &w.workflow_id)
+        .unwrap()
+        .is_none());
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!((w.state, w.idle_finals), (WorkflowState::Open, 0));
 
@@ -106,10 +127,20 @@ fn workflow_rows(url: &str) {
         .unwrap();
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     c.write_transaction(|c| {
-        workflows::end(c, &w, w.version, WorkflowState::Completed, "completed", Some("done"))
+        workflows::end(
+            c,
+            &w,
+            w.version,
+            WorkflowState::Completed,
+            "completed",
+            Some("done"),
+        )
     })
     .unwrap();
-    assert_eq!(tasks::find(&mut c, &again).unwrap().unwrap().state, TaskState::Cancelled);
+    assert_eq!(
+        tasks::find(&mut c, &again).unwrap().unwrap().state,
+        TaskState::Cancelled
+    );
     assert!(workflows::live(&mut c, &w.session_key).unwrap().is_none());
     let third = comment(&mut c, 3, "@ccbot one more thing");
     let next = c

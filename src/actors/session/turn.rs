@@ -319,6 +319,16 @@ impl TaskDrive {
                     });
                     return Ok(Event::ApprovalRequested);
                 }
+                TurnEvent::ToolRequested {
+                    seq,
+                    key,
+                    tool,
+                    arguments,
+                } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    self.answer_tool_call(turn_id, &key, &tool, &arguments)
+                        .await?;
+                }
                 TurnEvent::Item { seq, phase, item } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
                     self.record_item(turn_id, seq, phase, item).await?;

@@ -63,6 +63,10 @@ struct Inner {
     approvals: HashMap<String, tokio::sync::oneshot::Sender<bool>>,
     /// Decisions received: (key, accepted).
     decisions: Vec<(String, bool)>,
+    /// Tool calls waiting for their answer, by key.
+    tool_calls: HashMap<String, (String, tokio::sync::oneshot::Sender<()>)>,
+    /// Answers given to tool calls: (tool, answer).
+    tool_answers: Vec<(String, super::ToolAnswer)>,
     /// Where the history is kept across process restarts (directive mode).
     history_file: Option<std::path::PathBuf>,
     /// Choose scripts from `[directives]` in the text when no rule matches.
@@ -144,6 +148,14 @@ impl ScriptedAgent {
         self.inner
             .lock()
             .map(|i| i.decisions.clone())
+            .unwrap_or_default()
+    }
+
+    /// The answers the bridge gave to the script's tool calls: (tool, answer).
+    pub fn tool_answers(&self) -> Vec<(String, super::ToolAnswer)> {
+        self.inner
+            .lock()
+            .map(|i| i.tool_answers.clone())
             .unwrap_or_default()
     }
 
@@ -295,6 +307,24 @@ async fn play(
                 }));
                 tokio::select! {
                     _ = decided_rx => {}
+                    _ = &mut stop => break,
+                }
+            }
+            Step::CallTool(tool, arguments) => {
+                let key = format!("tool-{}", uuid::Uuid::new_v4().simple());
+                let (answered_tx, answered_rx) = tokio::sync::oneshot::channel();
+                if let Ok(mut i) = inner.lock() {
+                    i.tool_calls
+                        .insert(key.clone(), ((*tool).to_owned(), answered_tx));
+                }
+                let _ = tx.send(Wire::Event(TurnEvent::ToolRequested {
+                    seq,
+                    key,
+                    tool: tool.to_owned(),
+                    arguments: arguments.clone(),
+                }));
+                tokio::select! {
+                    _ = answered_rx => {}
                     _ = &mut stop => break,
                 }
             }
@@ -482,6 +512,33 @@ impl Agent for ScriptedAgent {
                     "scripted: pipe closed after sending".into(),
                 )),
                 _ => Ok(req.expected_turn_id),
+            }
+        }
+        .boxed()
+    }
+
+    fn answer_tool(
+        &self,
+        key: &str,
+        answer: super::ToolAnswer,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let pending = match self.inner.lock() {
+            Ok(mut i) => match i.tool_calls.remove(key) {
+                Some((tool, tx)) => {
+                    i.tool_answers.push((tool, answer));
+                    Some(tx)
+                }
+                None => None,
+            },
+            Err(_) => None,
+        };
+        async move {
+            match pending {
+                Some(tx) => {
+                    let _ = tx.send(());
+                    Ok(())
+                }
+                None => Err(AgentError::Unavailable("no such pending tool call".into())),
             }
         }
         .boxed()

@@ -20,6 +20,9 @@ pub enum Step {
     Stubborn,
     /// Ask for an approval of this kind and wait for the decision.
     AskApproval(&'static str),
+    /// Call one of the bridge's tools with these arguments and wait for the
+    /// answer.
+    CallTool(&'static str, serde_json::Value),
     /// The consumer of the events panics when it reads this point (a fault
     /// inside the session actor); the turn itself goes on.
     PanicConsumer,

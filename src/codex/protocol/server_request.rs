@@ -283,6 +283,39 @@ pub struct UserInputResponse {
     pub answers: BTreeMap<String, Value>,
 }
 
+/// `item/tool/call`: the model called one of the bridge's dynamic tools.
+pub const DYNAMIC_TOOL_CALL: &str = "item/tool/call";
+
+/// `DynamicToolCallParams`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DynamicToolCallParams {
+    pub thread_id: String,
+    pub turn_id: String,
+    pub call_id: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+impl DynamicToolCallParams {
+    pub fn parse(params: Value) -> Result<DynamicToolCallParams, Unreadable> {
+        parse(DYNAMIC_TOOL_CALL, params)
+    }
+}
+
+impl DynamicToolCallResponse {
+    /// One text for the model, and whether the call did what it asked.
+    pub fn text(success: bool, text: String) -> DynamicToolCallResponse {
+        DynamicToolCallResponse {
+            content_items: vec![DynamicToolOutput::InputText { text }],
+            success,
+        }
+    }
+}
+
 /// `DynamicToolCallResponse`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -351,11 +384,11 @@ impl Refusal {
             "item/tool/call" => (
                 Ok(RefusalAnswer::DynamicTool(DynamicToolCallResponse {
                     content_items: vec![DynamicToolOutput::InputText {
-                        text: "codex-bridge offers no dynamic tools".into(),
+                        text: "no turn of codex-bridge is waiting for this call".into(),
                     }],
                     success: false,
                 })),
-                "codex-bridge registers no dynamic tools",
+                "a tool call for a thread no turn of codex-bridge drives",
             ),
             "account/chatgptAuthTokens/refresh" | "attestation/generate" => (
                 Err(ErrorBody {

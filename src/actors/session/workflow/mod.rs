@@ -2,3 +2,4 @@
 //! pure (`decide`); the session commits them with the task they are about.
 
 pub mod decide;
+mod tools;

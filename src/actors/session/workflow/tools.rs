@@ -1,0 +1,112 @@
+//! The bridge's tools, answered inside the turn that called them: a call
+//! is read and checked (a bad one gets an error the model can read), carried
+//! out against the task's workflow in one transaction with the decision it
+//! is, audited, and answered. The call is authorised by the turn it arrives
+//! on: it acts only on that task's own workflow.
+
+use super::decide::{decide, WorkflowEvent, WorkflowSnapshot, WorkflowStep};
+use crate::actors::session::drive::{DriveError, TaskDrive};
+use crate::agent::ToolAnswer;
+use crate::domain::workflow::ToolCall;
+use crate::store::audit::{self, Audit};
+use crate::store::workflows;
+
+impl TaskDrive {
+    /// Answers the call `key` of `tool` with `arguments`. A failure to
+    /// answer is logged (the turn then fails or ends on its own); a failure
+    /// of the store fails the drive as any other write would.
+    pub(in crate::actors::session) async fn answer_tool_call(
+        &mut self,
+        turn_id: &str,
+        key: &str,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<(), DriveError> {
+        let answer = match ToolCall::parse(tool, arguments) {
+            Err(e) => ToolAnswer {
+                success: false,
+                text: e.to_string(),
+            },
+            Ok(ToolCall::CompleteWorkflow { summary }) => self.complete_workflow(summary).await?,
+            Ok(call) => ToolAnswer {
+                success: false,
+                text: format!(
+                    "{} is not available on this server yet; finish the work yourself, \
+                     or say in your answer what is still open",
+                    call.name()
+                ),
+            },
+        };
+        let task_id = self.task.task_id.clone();
+        let (tool_name, success, text, turn) = (
+            tool.chars().take(100).collect::<String>(),
+            answer.success,
+            answer.text.clone(),
+            turn_id.to_owned(),
+        );
+        self.deps
+            .store
+            .write(move |c| {
+                audit::record(
+                    c,
+                    &Audit::new("workflow.tool_call", "agent")
+                        .task(&task_id)
+                        .turn(&turn)
+                        .meta(serde_json::json!({
+                            "tool": tool_name, "success": success, "answer": text,
+                        })),
+                )
+                .map(|_| ())
+            })
+            .await?;
+        if let Err(e) = self.deps.runtime.answer_tool(key, answer).await {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "could not answer the agent's tool call");
+        }
+        Ok(())
+    }
+
+    /// `complete_workflow`: the task's workflow ends `completed`, with the
+    /// summary, in one transaction with the decision.
+    async fn complete_workflow(&mut self, summary: String) -> Result<ToolAnswer, DriveError> {
+        let task = self.task.clone();
+        let title = self
+            .entry
+            .as_ref()
+            .map(|e| e.user_text.lines().next().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
+        let step = self
+            .deps
+            .store
+            .write(move |c| {
+                let w = workflows::join(c, &task, &title)?;
+                let snap = WorkflowSnapshot {
+                    state: w.state,
+                    version: w.version,
+                    idle_finals: w.idle_finals,
+                    continuations: w.continuations,
+                    continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
+                    max_idle_finals,
+                };
+                let d = decide(&snap, WorkflowEvent::Complete);
+                if let WorkflowStep::End { state, code } = d.step {
+                    workflows::end(c, &w, d.expected_version, state, code, Some(&summary))?;
+                }
+                Ok((w.workflow_id, w.state, d.step))
+            })
+            .await?;
+        Ok(match step {
+            (id, _, WorkflowStep::End { .. }) => ToolAnswer {
+                success: true,
+                text: format!(
+                    "Workflow {id} is complete; nothing more runs for it. End your turn with \
+                     your answer to the owner."
+                ),
+            },
+            (id, state, _) => ToolAnswer {
+                success: false,
+                text: format!("workflow {id} is {state}: it cannot be completed now"),
+            },
+        })
+    }
+}
