@@ -186,3 +186,33 @@ fn e2e_approve_is_decided_only_by_a_commenter_who_may_trigger_work() {
     let file = l.app.dir().join("ws/default/acme/widgets/approved.txt");
     assert!(file.exists(), "the approved command ran");
 }
+
+/// `/deny` by the owner declines the real turn's pending command: Codex
+/// tells the model, the command never runs, and the turn goes on to its
+/// answer.
+#[test]
+fn e2e_deny_declines_the_real_turns_command_and_it_never_runs() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+            .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+    });
+    l.model().push(crate::fakemodel::Step::Reply(vec![
+        crate::fakemodel::Item::shell("touch denied.txt"),
+    ]));
+    l.script_reply(l.issue, "Left it alone.");
+    let task = l.comment("bob", l.issue, "@ccbot touch a file");
+    l.wait(&task, "awaiting_approval");
+    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    let denied = l.comment("bob", l.issue, &format!("@ccbot /deny {approval}"));
+    l.wait(&denied, "succeeded");
+    l.wait(&task, "succeeded");
+    let d = l.detail(&task);
+    assert_eq!(d["approvals"][0]["decision"], "decline", "{d}");
+    let file = l.app.dir().join("ws/default/acme/widgets/denied.txt");
+    assert!(!file.exists(), "the denied command ran");
+}
