@@ -56,6 +56,9 @@ pub struct ActorSettings {
     /// Finals in a row without durable progress before a workflow waits
     /// for its owner (`workflow_max_idle_finals`).
     pub workflow_max_idle_finals: i64,
+    /// The first continuation's wait after an ordinary final
+    /// (`continuation_backoff_secs`).
+    pub continuation_backoff: Duration,
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
@@ -108,6 +111,7 @@ impl ActorSettings {
             interrupt_settle: Duration::from_secs(10),
             prompt_context_bytes: 65_536,
             workflow_max_idle_finals: 65,
+            continuation_backoff: Duration::from_secs(5),
             approval_timeout: Duration::from_secs(600),
             approval_policy: ApprovalPolicy::Never,
             sandbox: Sandbox::DangerFullAccess,

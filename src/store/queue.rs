@@ -160,7 +160,13 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
             let lanes = t
                 .command
                 .is_some_and(|cmd| cmd.answered_by_lane(argument, t.resource_key.is_pull()));
-            if lanes || !auto_drain || status != OutboxStatus::Queued {
+            // A workflow's continuation waits out its backoff; the sweep
+            // looks again once it is due.
+            let not_yet = t.continuation.is_some()
+                && t.next_retry_at
+                    .as_deref()
+                    .is_some_and(|due| due > at.as_str());
+            if lanes || not_yet || !auto_drain || status != OutboxStatus::Queued {
                 after = t.id;
                 continue;
             }

@@ -160,3 +160,51 @@ fn workflow_rows_postgres() {
     let db = PgDb::create();
     workflow_rows(&db.url);
 }
+
+/// A continuation is not started before its backoff ends.
+fn a_continuation_waits_out_its_backoff(url: &str) {
+    use codex_bridge::store::queue;
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    let first = comment(&mut c, 1, "@ccbot fix the parser");
+    let w = c
+        .write_transaction(|c| workflows::join(c, &first, "fix the parser"))
+        .unwrap();
+    exec(
+        &mut c,
+        &format!(
+            "UPDATE tasks SET state = 'succeeded' WHERE task_id = '{}'",
+            first.task_id
+        ),
+    )
+    .unwrap();
+    let later = codex_bridge::store::format_time(chrono::Utc::now() + chrono::Duration::hours(1));
+    let mut next = continuation(&first, w.version, 1);
+    next.due_at = later;
+    let cont = c
+        .write_transaction(|c| workflows::continue_with(c, &w, &next))
+        .unwrap();
+    assert_eq!(queue::next_runnable(&mut c, &first.repo_key).unwrap(), None);
+    exec(
+        &mut c,
+        &format!("UPDATE tasks SET next_retry_at = '2000-01-01T00:00:00.000000Z' WHERE task_id = '{cont}'"),
+    )
+    .unwrap();
+    let due = queue::next_runnable(&mut c, &first.repo_key).unwrap();
+    assert_eq!(due.map(|t| t.task_id), Some(cont));
+}
+
+#[test]
+fn a_continuation_waits_out_its_backoff_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_continuation_waits_out_its_backoff(&format!(
+        "sqlite://{}",
+        dir.path().join("b.db").display()
+    ));
+}
+
+#[test]
+fn a_continuation_waits_out_its_backoff_postgres() {
+    let db = PgDb::create();
+    a_continuation_waits_out_its_backoff(&db.url);
+}
