@@ -186,9 +186,11 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
             Queued,
         ],
     ),
+    // succeeded: a workflow's continuation turn ended; it owes no Gitea reply.
     (
         Running,
         &[
+            Succeeded,
             AwaitingApproval,
             WaitingUser,
             VerifyingReply,

@@ -95,6 +95,9 @@ pub struct Snapshot {
     /// then retried, then the REST fallback), or the bridge itself (its REST
     /// post is the normal path, and a task that ends so has `succeeded`).
     pub reply_path: ReplyPath,
+    /// The task owes a Gitea reply: a comment's task does, a workflow's
+    /// continuation does not (its turn's end is the task's end).
+    pub owes_reply: bool,
 }
 
 /// The commenter's permission, checked again when the task starts.

@@ -234,6 +234,7 @@ impl TaskDrive {
             } else {
                 ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted))
             },
+            owes_reply: task.continuation.is_none(),
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),

@@ -195,6 +195,9 @@ pub(super) fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
         (S::AwaitingApproval, _) => Decision::on(snap, "the turn ended while awaiting approval")
             .to(S::Running)
             .then(&[E::Again]),
+        (S::Running, TurnEnd::Completed) if !snap.owes_reply => {
+            on("the continuation's turn completed; it owes no reply").ends(S::Succeeded, None)
+        }
         (S::Running, TurnEnd::Completed) => on("turn completed")
             .to(S::VerifyingReply)
             .then(&[E::VerifyReply]),
@@ -280,6 +283,11 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
                 .then(&[E::MarkSent, E::RecordTurnEnd(end), E::VerifyReply])
         }
         Finding::Completed => match snap.state {
+            S::Running if !snap.owes_reply => {
+                on("the continuation's turn completed (confirmed from history)")
+                    .ends(S::Succeeded, None)
+                    .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)])
+            }
             S::Running => on("turn completed (confirmed from history)")
                 .to(S::VerifyingReply)
                 .then(&[

@@ -17,6 +17,7 @@ fn leased() -> Snapshot {
         stopping: None,
         superseded: false,
         reply_path: ReplyPath::AgentViaMcp,
+        owes_reply: true,
     }
 }
 
@@ -319,6 +320,23 @@ fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError
         prop_assert!(snap.workspace_named, "a turn without a workspace");
         prop_assert_eq!(event, Event::Permission(Permission::Allowed));
     }
+    // Only a task that owes no reply succeeds straight from its turn; one
+    // that owes a reply succeeds only once its reply was verified.
+    if d.to == Some(S::Succeeded) && snap.state == S::Running {
+        prop_assert!(!snap.owes_reply, "a reply owed was never verified");
+    }
+    // (A continuation never reaches verification, a reply retry or the
+    // fallback, so those snapshots say nothing about one.)
+    if !snap.owes_reply
+        && snap.state != S::VerifyingReply
+        && snap.reply_retry == ReplyRetry::Unused
+        && snap.fallback.is_none()
+    {
+        prop_assert!(
+            !d.effects.contains(&E::VerifyReply) && d.to != Some(S::VerifyingReply),
+            "a continuation waited for a reply it does not owe"
+        );
+    }
     if d.effects.contains(&E::StartReplyRetry) {
         prop_assert_eq!(snap.reply_retry, ReplyRetry::Unused);
         prop_assert!(d.effects.contains(&E::BeginReplyRetry));
@@ -442,7 +460,7 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            for flags in 0u8..64 {
+            for flags in 0u8..128 {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
                     for fallback in [
                         None,
@@ -471,6 +489,7 @@ fn every_decision_keeps_the_promises() {
                                     } else {
                                         ReplyPath::AgentViaMcp
                                     },
+                                    owes_reply: flags & 64 == 0,
                                 };
                                 for event in &events {
                                     if let Err(e) = keeps_the_promises(&snap, *event) {
@@ -556,6 +575,27 @@ proptest! {
 /// An untrusted thread's reply: looked for, posted once by the bridge, and
 /// found again: the task has `succeeded`, with no reply-retry turn and no
 /// fallback state on the way.
+#[test]
+fn a_continuations_turn_ends_the_task_and_a_comments_turn_is_verified() {
+    let running = Snapshot {
+        state: S::Running,
+        admission: Admission::Intended,
+        turn_recorded: true,
+        ..leased()
+    };
+    let continuation = Snapshot {
+        owes_reply: false,
+        ..running.clone()
+    };
+    let d = next(&continuation, &Event::TurnEnded(TurnEnd::Completed));
+    assert_eq!(d.to, Some(S::Succeeded));
+    assert!(!d.effects.contains(&E::VerifyReply), "{d:?}");
+    let d = next(&continuation, &Event::History(Finding::Completed));
+    assert_eq!(d.to, Some(S::Succeeded));
+    let d = next(&running, &Event::TurnEnded(TurnEnd::Completed));
+    assert_eq!(d.to, Some(S::VerifyingReply));
+}
+
 #[test]
 fn the_bridges_own_reply_ends_the_task_succeeded() {
     let mut s = Snapshot {
