@@ -130,6 +130,9 @@ impl CodexAgent {
             None => {
                 let start = ThreadStart {
                     setup: thread_setup(s, cwd, policy, terms),
+                    // Offered once a workflow's continuations run: a thread
+                    // that could complete its workflow must also be continued.
+                    dynamic_tools: Vec::new(),
                 };
                 conn.call(&start, s.request_timeout)
                     .await

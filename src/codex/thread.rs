@@ -121,6 +121,7 @@ mod tests {
         let cwd = Path::new("/srv/ws/acme/widgets");
         let start = serde_json::to_value(ThreadStart {
             setup: thread_setup(&s, cwd, Some(policy), &trusted()),
+            dynamic_tools: Vec::new(),
         })
         .unwrap();
         let mut resume = serde_json::to_value(ThreadResume {
@@ -167,6 +168,7 @@ mod tests {
         let policy = ThreadPolicy::of(&terms).unwrap();
         let params = serde_json::to_value(ThreadStart {
             setup: thread_setup(&settings(), Path::new("/w"), Some(policy), &terms),
+            dynamic_tools: Vec::new(),
         })
         .unwrap();
         assert_eq!(params["sandbox"], "read-only");

@@ -329,6 +329,7 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             "v2/ThreadStartParams",
             &ThreadStart {
                 setup: setup(policy),
+                dynamic_tools: Vec::new(),
             },
         );
         check_request(
@@ -340,6 +341,35 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             },
         );
     }
+    // Every one of the bridge's tools, as `thread/start` offers them.
+    let every_tool: Vec<&str> = codex_bridge::domain::workflow::TOOLS
+        .iter()
+        .map(|t| t.name)
+        .collect();
+    let offered = ThreadStart {
+        setup: setup(None),
+        dynamic_tools: DynamicToolSpec::bridge_tools(&every_tool),
+    };
+    assert_eq!(
+        value(&offered)["dynamicTools"][0]["tools"]
+            .as_array()
+            .map(Vec::len),
+        Some(every_tool.len())
+    );
+    check_request(&schema, "v2/ThreadStartParams", &offered);
+    // The answer to a call, and the call as Codex sends it.
+    schema.validate(
+        "DynamicToolCallResponse",
+        &value(&DynamicToolCallResponse::text(
+            false,
+            "`summary` is required".into(),
+        )),
+    );
+    let call = json!({"threadId": "t", "turnId": "u", "callId": "c", "namespace": "codex_bridge",
+        "tool": "complete_workflow", "arguments": {"summary": "done"}});
+    schema.validate("DynamicToolCallParams", &call);
+    let read = DynamicToolCallParams::parse(call).unwrap();
+    assert_eq!(read.tool, "complete_workflow");
     check_request(
         &schema,
         "v2/TurnStartParams",

@@ -66,11 +66,61 @@ pub struct ThreadSetup {
     pub config: Option<serde_json::Map<String, Value>>,
 }
 
-/// `thread/start` (`v2/ThreadStartParams`).
+/// `thread/start` (`v2/ThreadStartParams`). Dynamic tools are given only
+/// here: `thread/resume` cannot add them to a thread.
 #[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ThreadStart {
     #[serde(flatten)]
     pub setup: ThreadSetup,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dynamic_tools: Vec<DynamicToolSpec>,
+}
+
+/// `v2/DynamicToolSpec`: the bridge offers its tools as one namespace.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum DynamicToolSpec {
+    Namespace {
+        name: String,
+        description: String,
+        tools: Vec<DynamicToolFunction>,
+    },
+}
+
+/// `v2/DynamicToolNamespaceTool` (a function).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename = "function", rename_all = "camelCase")]
+pub struct DynamicToolFunction {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+impl DynamicToolSpec {
+    /// The bridge's tools named in `offered`, as one `codex_bridge` namespace
+    /// (none offered: nothing).
+    pub fn bridge_tools(offered: &[&str]) -> Vec<DynamicToolSpec> {
+        use crate::domain::workflow::{TOOLS, TOOL_NAMESPACE};
+        let tools: Vec<DynamicToolFunction> = TOOLS
+            .iter()
+            .filter(|t| offered.contains(&t.name))
+            .map(|t| DynamicToolFunction {
+                name: t.name.to_owned(),
+                description: t.description.to_owned(),
+                input_schema: t.input_schema(),
+            })
+            .collect();
+        if tools.is_empty() {
+            return Vec::new();
+        }
+        vec![DynamicToolSpec::Namespace {
+            name: TOOL_NAMESPACE.to_owned(),
+            description: "codex-bridge's tools for the workflow of this Issue or pull request"
+                .to_owned(),
+            tools,
+        }]
+    }
 }
 
 impl Request for ThreadStart {
