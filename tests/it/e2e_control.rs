@@ -147,6 +147,16 @@ fn e2e_cancel_empties_the_queue_and_reset_starts_a_new_real_thread() {
     }
 }
 
+/// The one approval waiting, as the admin API lists it; its id.
+fn the_pending_approval(l: &Loop) -> String {
+    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    pending[0]["approvalId"].as_str().unwrap().to_owned()
+}
+
 /// A pending approval of the real turn is announced in the thread with its
 /// id; `/approve` by a commenter without `trigger_permission` is refused
 /// and decides nothing; `/approve` by one who holds it lets the command run.
@@ -165,12 +175,7 @@ fn e2e_approve_is_decided_only_by_a_commenter_who_may_trigger_work() {
     l.script_reply(l.issue, "Touched it.");
     let task = l.comment("bob", l.issue, "@ccbot touch a file");
     l.wait(&task, "awaiting_approval");
-    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(pending.len(), 1, "{pending:?}");
-    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    let approval = the_pending_approval(&l);
     wait_posted(&l);
     let announced = l.bot_comments(l.issue, &format!("receipt={task}:approval:{approval}"));
     assert_eq!(announced.len(), 1, "{announced:?}");
@@ -202,12 +207,7 @@ fn e2e_deny_declines_the_real_turns_command_and_it_never_runs() {
     l.script_reply(l.issue, "Left it alone.");
     let task = l.comment("bob", l.issue, "@ccbot touch a file");
     l.wait(&task, "awaiting_approval");
-    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert_eq!(pending.len(), 1, "{pending:?}");
-    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    let approval = the_pending_approval(&l);
     let denied = l.comment("bob", l.issue, &format!("@ccbot /deny {approval}"));
     l.wait(&denied, "succeeded");
     l.wait(&task, "succeeded");
