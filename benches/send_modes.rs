@@ -354,6 +354,7 @@ async fn run(runs: usize) -> Result<Figures> {
             env: Vec::new(),
             request_timeout: Duration::from_secs(30),
             nice: 0,
+            workflow_tools: false,
         },
         notice_channel().0,
     );

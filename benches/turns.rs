@@ -175,6 +175,7 @@ async fn run(sessions: usize, repos: usize) -> Result<Figures> {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(10),
+            workflow_tools: false,
         },
         notices,
     );

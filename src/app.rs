@@ -403,5 +403,6 @@ pub fn codex_settings(config: &Config) -> anyhow::Result<crate::codex::CodexSett
         env,
         request_timeout: std::time::Duration::from_secs(30),
         nice: config.codex_nice,
+        workflow_tools: config.workflows,
     })
 }

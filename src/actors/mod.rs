@@ -59,6 +59,12 @@ pub struct ActorSettings {
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
+    /// Work outlives a turn (`workflows`): threads get the bridge's tools and
+    /// an open workflow continues after an ordinary final.
+    pub workflows: bool,
+    /// The Gitea namespace of this instance (`instance_id`): continuations'
+    /// delivery keys are under it.
+    pub instance_id: String,
     /// An approval nobody decides within this is declined.
     pub approval_timeout: Duration,
     /// The thread's approval policy where no repository override says otherwise.
@@ -112,6 +118,8 @@ impl ActorSettings {
             prompt_context_bytes: 65_536,
             workflow_max_idle_finals: 65,
             continuation_backoff: Duration::from_secs(5),
+            workflows: true,
+            instance_id: instance_id.to_owned(),
             approval_timeout: Duration::from_secs(600),
             approval_policy: ApprovalPolicy::Never,
             sandbox: Sandbox::DangerFullAccess,
@@ -146,6 +154,9 @@ impl ActorSettings {
         s.retry_backoff = Duration::from_secs(config.retry_backoff_secs);
         s.max_attempts = config.max_attempts;
         s.prompt_context_bytes = config.prompt_context_bytes as usize;
+        s.workflows = config.workflows;
+        s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
+        s.workflow_max_idle_finals = config.workflow_max_idle_finals;
         s.sweep = Duration::from_millis(config.scheduler_sweep_ms);
         s.approval_timeout = Duration::from_secs(config.approval_timeout_secs);
         s.turn_timeout = config.default_policy.turn_timeout;

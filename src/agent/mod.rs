@@ -259,6 +259,11 @@ pub trait Agent: Send + Sync + 'static {
             ))
         })
     }
+    /// Whether a thread this runtime starts is given the bridge's tools (a
+    /// resumed thread keeps what it was started with).
+    fn offers_workflow_tools(&self) -> bool {
+        false
+    }
     /// Answers a call of one of the bridge's tools.
     fn answer_tool(
         &self,

@@ -6,9 +6,9 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    DynamicToolCallResponse, Request, ReviewStart, ReviewTarget, ThreadItem, ThreadResume,
-    ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart,
-    TurnStatus, TurnSteer, UserInput,
+    DynamicToolCallResponse, DynamicToolSpec, Request, ReviewStart, ReviewTarget, ThreadItem,
+    ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView,
+    TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
@@ -130,9 +130,13 @@ impl CodexAgent {
             None => {
                 let start = ThreadStart {
                     setup: thread_setup(s, cwd, policy, terms),
-                    // Offered once a workflow's continuations run: a thread
-                    // that could complete its workflow must also be continued.
-                    dynamic_tools: Vec::new(),
+                    // Only a new thread can get them: `thread/resume` cannot
+                    // add tools to a thread.
+                    dynamic_tools: if s.workflow_tools {
+                        DynamicToolSpec::bridge_tools(OFFERED_TOOLS)
+                    } else {
+                        Vec::new()
+                    },
                 };
                 conn.call(&start, s.request_timeout)
                     .await
@@ -196,9 +200,16 @@ impl CodexAgent {
     }
 }
 
+/// The bridge's tools a new thread is offered: those the drive carries out.
+pub const OFFERED_TOOLS: &[&str] = &["complete_workflow"];
+
 impl Agent for CodexAgent {
     fn name(&self) -> &'static str {
         "codex"
+    }
+
+    fn offers_workflow_tools(&self) -> bool {
+        self.settings().workflow_tools
     }
 
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {

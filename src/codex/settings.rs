@@ -121,6 +121,8 @@ pub struct CodexSettings {
     /// so a busy agent on a small machine never starves the bridge's own
     /// durable bookkeeping (config `codex_nice`).
     pub nice: u8,
+    /// New threads are offered the bridge's tools (config `workflows`).
+    pub workflow_tools: bool,
 }
 
 impl std::fmt::Debug for CodexSettings {
@@ -161,6 +163,7 @@ mod tests {
             )],
             request_timeout: Duration::from_secs(1),
             nice: 0,
+            workflow_tools: false,
         };
         assert!(!format!("{settings:?}").contains("tok-very-secret"));
         assert!(!config.to_string().contains("tok-very-secret"));

@@ -111,6 +111,7 @@ mod tests {
             env: Vec::new(),
             request_timeout: Duration::from_secs(1),
             nice: 0,
+            workflow_tools: false,
         }
     }
 

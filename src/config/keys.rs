@@ -112,6 +112,22 @@ pub const KEYS: &[(&str, &str)] = &[
          the newest is kept, and the prompt says what was left out (default 65536)",
     ),
     (
+        "workflows",
+        "whether an Issue's or pull request's work outlives a turn: its workflow stays open \
+         until the agent completes it, and an ordinary final is followed by a continuation turn \
+         (default true; false: a turn's final ends the work)",
+    ),
+    (
+        "continuation_backoff_secs",
+        "how long an open workflow waits after an ordinary final before its next continuation \
+         turn, doubled for each final in a row without progress up to 10 minutes (default 5)",
+    ),
+    (
+        "workflow_max_idle_finals",
+        "finals in a row without durable progress (owner input) before a workflow stops and \
+         waits for its owner (default 65)",
+    ),
+    (
         "scheduler_sweep_ms",
         "how often the registry looks for due work in the store (default 5000)",
     ),

@@ -111,6 +111,12 @@ pub struct Config {
     pub max_attempts: i64,
     /// How much of the Issue/PR and its comments a turn's prompt carries.
     pub prompt_context_bytes: u64,
+    /// Work outlives a turn: workflows, their tools and continuations.
+    pub workflows: bool,
+    /// Wait before an open workflow's next continuation (doubled per idle final).
+    pub continuation_backoff_secs: u64,
+    /// Finals in a row without progress before a workflow waits for its owner.
+    pub workflow_max_idle_finals: i64,
     pub scheduler_sweep_ms: u64,
     /// Seconds between catch-up passes over the known repositories' comments
     /// (0: no catch-up).

@@ -75,6 +75,12 @@ pub(super) struct Raw {
     pub max_attempts: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub prompt_context_bytes: Option<u128>,
+    #[serde(deserialize_with = "flag")]
+    pub workflows: Option<bool>,
+    #[serde(deserialize_with = "whole")]
+    pub continuation_backoff_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub workflow_max_idle_finals: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub scheduler_sweep_ms: Option<u128>,
     #[serde(deserialize_with = "whole")]

@@ -157,6 +157,20 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         1_048_576,
     )?;
+    let continuation_backoff_secs = number(
+        "continuation_backoff_secs",
+        raw.continuation_backoff_secs,
+        5,
+        0,
+        86_400,
+    )?;
+    let workflow_max_idle_finals = number(
+        "workflow_max_idle_finals",
+        raw.workflow_max_idle_finals,
+        65,
+        1,
+        10_000,
+    )? as i64;
     let scheduler_sweep_ms = number(
         "scheduler_sweep_ms",
         raw.scheduler_sweep_ms,
@@ -222,6 +236,9 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         retry_backoff_secs,
         max_attempts,
         prompt_context_bytes,
+        workflows: raw.workflows.unwrap_or(true),
+        continuation_backoff_secs,
+        workflow_max_idle_finals,
         scheduler_sweep_ms,
         catchup_interval_secs,
         metrics_listen: raw.metrics_listen,

@@ -266,6 +266,7 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
         .set((
             sessions::thread_id.eq(None::<String>),
             sessions::thread_trust.eq(None::<crate::domain::states::ThreadTrust>),
+            sessions::thread_tools.eq(false),
             sessions::thread_generation.eq(sessions::thread_generation + 1),
             sessions::updated_at.eq(&at),
         ))

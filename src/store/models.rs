@@ -49,6 +49,9 @@ pub struct Session {
     /// How many times the thread was started over (`/reset`, a change of
     /// trust).
     pub thread_generation: i64,
+    /// The thread was started with the bridge's tools (its workflow can be
+    /// completed, so it is continued).
+    pub thread_tools: bool,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]

@@ -222,6 +222,7 @@ diesel::table! {
         open_entries -> Int8,
         thread_trust -> Nullable<Text>,
         thread_generation -> Int8,
+        thread_tools -> Bool,
     }
 }
 

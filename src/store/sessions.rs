@@ -38,6 +38,7 @@ pub fn set_thread_once(
     session_key: &ResourceKey,
     thread_id: &str,
     trust: ThreadTrust,
+    tools: bool,
 ) -> Result<String, StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
@@ -48,6 +49,7 @@ pub fn set_thread_once(
     .set((
         sessions::thread_id.eq(thread_id),
         sessions::thread_trust.eq(Some(trust)),
+        sessions::thread_tools.eq(tools),
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;
@@ -64,6 +66,7 @@ pub fn replace_thread(
     old: &str,
     new: &str,
     trust: ThreadTrust,
+    tools: bool,
 ) -> Result<String, StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
@@ -74,6 +77,7 @@ pub fn replace_thread(
     .set((
         sessions::thread_id.eq(new),
         sessions::thread_trust.eq(Some(trust)),
+        sessions::thread_tools.eq(tools),
         sessions::thread_generation.eq(sessions::thread_generation + 1),
         sessions::updated_at.eq(&at)
     ))

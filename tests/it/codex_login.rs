@@ -259,6 +259,7 @@ async fn codex_credentials_are_files_under_codex_home_whatever_its_config_says()
             env: Vec::new(),
             request_timeout: Duration::from_secs(30),
             nice: 0,
+            workflow_tools: false,
         },
         notice_channel().0,
     );

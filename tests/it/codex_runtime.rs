@@ -30,6 +30,7 @@ fn runtime(home: &CodexHome) -> CodexAgent {
             env: Vec::new(),
             request_timeout: Duration::from_secs(30),
             nice: 0,
+            workflow_tools: false,
         },
         unaudited(),
     )
@@ -397,6 +398,7 @@ pub fn with_mcp(
             )],
             request_timeout: Duration::from_secs(30),
             nice: 0,
+            workflow_tools: false,
         },
         unaudited(),
     )
@@ -503,6 +505,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             env: Vec::new(),
             request_timeout: Duration::from_secs(10),
             nice: 0,
+            workflow_tools: false,
         },
         notices,
     );

@@ -26,6 +26,7 @@ pub fn history(l: &Loop, thread: &str, operation: &str) -> TurnLookup {
             env: Vec::new(),
             request_timeout: Duration::from_secs(30),
             nice: 0,
+            workflow_tools: false,
         },
         notice_channel().0,
     );

@@ -30,6 +30,7 @@ mod e2e_control;
 mod e2e_interrupt;
 mod e2e_races;
 mod e2e_review;
+mod e2e_workflow;
 mod fakemodel;
 mod floors;
 mod fork;

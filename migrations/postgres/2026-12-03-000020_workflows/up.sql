@@ -26,6 +26,11 @@ CREATE TABLE workflows (
 CREATE UNIQUE INDEX workflows_session_live ON workflows (session_key)
     WHERE parent_workflow_id IS NULL AND state IN ('open', 'waiting_owner', 'waiting_child');
 
+-- The session's thread was started with the bridge's tools: only such a
+-- thread can complete its workflow, so only its workflow is continued
+-- (a thread cannot be given tools when it is resumed).
+ALTER TABLE sessions ADD COLUMN thread_tools BOOLEAN NOT NULL DEFAULT FALSE;
+
 -- The workflow a task is a logical input of, and the number of a
 -- continuation task (NULL: the task of a comment).
 ALTER TABLE tasks ADD COLUMN workflow_id TEXT REFERENCES workflows (workflow_id);

@@ -7,6 +7,7 @@ use crate::agent::transcript::{ItemPhase, TranscriptItem};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
+use crate::lifecycle::TaskState as S;
 use crate::store::audit::{self, Audit};
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, comments, ledger, transcripts, turns, StoreError};
@@ -33,6 +34,9 @@ pub(super) struct CommitCtx {
     /// Why the agent's own reply is missing: kept on a fallback's row.
     pub(super) mcp_reason: String,
     pub(super) retry_at: Option<String>,
+    /// What the task's workflow needs when the task ends (`None`: workflows
+    /// are off).
+    pub(super) workflow: Option<super::workflow::WorkflowEnd>,
     pub(super) reason: String,
 }
 
@@ -88,6 +92,12 @@ impl CommitCtx {
                 None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
             },
         };
+        // A task that ended with its final moves its workflow on, in this
+        // transaction: a continuation, a count, or a gate.
+        if let (Some(w), Some(S::Succeeded | S::SucceededWithRestFallback)) = (&self.workflow, d.to)
+        {
+            super::workflow::after_final(c, w)?;
+        }
         let mut approval_id = None;
         for effect in &d.effects {
             match effect {

@@ -338,6 +338,16 @@ impl TaskDrive {
             ),
             mcp_reason: self.mcp_reason.clone(),
             retry_at: retry_at(d, &self.deps),
+            workflow: self
+                .deps
+                .settings
+                .workflows
+                .then(|| super::workflow::WorkflowEnd {
+                    task_id: self.task.task_id.clone(),
+                    max_idle_finals: self.deps.settings.workflow_max_idle_finals,
+                    backoff: self.deps.settings.continuation_backoff,
+                    instance_id: self.deps.settings.instance_id.clone(),
+                }),
             reason: match self.detail.take() {
                 Some(detail) => format!("{}: {detail}", d.reason),
                 None => d.reason.to_owned(),

@@ -82,6 +82,18 @@ impl TaskDrive {
             self.attempt_id.clone(),
             replacing.clone(),
         );
+        // A thread started now got the bridge's tools if the runtime offers
+        // them; a resumed one keeps what it was started with.
+        let new_thread = replacing.is_some() || self.session_thread.is_none();
+        let tools =
+            new_thread && self.deps.settings.workflows && self.deps.runtime.offers_workflow_tools();
+        let title = entry
+            .user_text
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
         let version = self.snap.state_version;
         let thread = self
             .deps
@@ -90,7 +102,7 @@ impl TaskDrive {
                 let stored = match &old {
                     Some(old) => {
                         let stored =
-                            sessions::replace_thread(c, &task.session_key, old, &th, trust)?;
+                            sessions::replace_thread(c, &task.session_key, old, &th, trust, tools)?;
                         audit::record(
                             c,
                             &Audit::new("thread.replaced", "system")
@@ -104,8 +116,13 @@ impl TaskDrive {
                         )?;
                         stored
                     }
-                    None => sessions::set_thread_once(c, &task.session_key, &th, trust)?,
+                    None => sessions::set_thread_once(c, &task.session_key, &th, trust, tools)?,
                 };
+                // A thread that can complete its workflow takes part in one:
+                // the task is the workflow's next logical input.
+                if sessions::session(c, &task.session_key)?.is_some_and(|s| s.thread_tools) {
+                    super::workflow::join(c, &task, &title, max_idle_finals)?;
+                }
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)
             })

@@ -589,6 +589,9 @@ fn configuration(
         ("CODEX_BRIDGE_STATE_DIR", path(dir.join("state"))),
         ("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws"))),
         ("CODEX_BRIDGE_LOG_FILTER", "info".to_owned()),
+        // A test of one turn ends with that turn; the workflow tests turn
+        // workflows on (`Loop::with_workflows`).
+        ("CODEX_BRIDGE_WORKFLOWS", "false".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

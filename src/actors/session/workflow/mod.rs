@@ -1,5 +1,139 @@
 //! The session's workflow: work that outlives a turn. Its decisions are
-//! pure (`decide`); the session commits them with the task they are about.
+//! pure (`decide`); the session commits them with the task they are about:
+//! the tools the agent calls inside a turn (`tools`), and the step a task's
+//! end takes (`after_final`, in the transaction that ends the task).
 
 pub mod decide;
 mod tools;
+
+use crate::domain::TaskId;
+use crate::store::workflows::{self, ContinueWith};
+use crate::store::{format_time, tasks, DbConn, StoreError};
+use decide::{continuation_delay, decide, WorkflowEvent, WorkflowSnapshot, WorkflowStep};
+use std::time::Duration;
+
+/// What a continuation's turn is told (the prompt adds the thread's news).
+pub const CONTINUATION_TEXT: &str = "The workflow of this Issue or pull request is still open. \
+Continue the work the owner asked for in this thread, from where the last turn stopped. When the \
+whole mission is done and checked, call the codex_bridge tool complete_workflow with a summary; \
+until then the bridge continues the work after each turn.";
+
+/// What a task's end needs to move its workflow on.
+#[derive(Debug, Clone)]
+pub struct WorkflowEnd {
+    pub task_id: TaskId,
+    pub max_idle_finals: i64,
+    /// The first continuation's wait (doubled per final without progress).
+    pub backoff: Duration,
+    pub instance_id: String,
+}
+
+/// `task` (a comment's, or a continuation) becomes its session's workflow's
+/// next logical input, opening the workflow if none is live. A comment by
+/// the owner resets the count of finals without progress and supersedes a
+/// continuation that has not started, for good.
+pub(in crate::actors::session) fn join(
+    c: &mut DbConn,
+    task: &crate::store::models::Task,
+    title: &str,
+    max_idle_finals: i64,
+) -> Result<(), StoreError> {
+    let w = workflows::join(c, task, title)?;
+    if task.continuation.is_some() {
+        return Ok(());
+    }
+    let snap = WorkflowSnapshot {
+        state: w.state,
+        version: w.version,
+        idle_finals: w.idle_finals,
+        continuations: w.continuations,
+        continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
+        max_idle_finals,
+    };
+    let event = if task.author.eq_ignore_ascii_case(&w.owner) {
+        WorkflowEvent::OwnerInput
+    } else {
+        WorkflowEvent::OtherInput
+    };
+    let d = decide(&snap, event);
+    match d.step {
+        WorkflowStep::ResetIdle => workflows::reset_idle(c, &w, d.expected_version, &task.task_id),
+        WorkflowStep::Resume => {
+            workflows::resume(c, &w, d.expected_version, &task.task_id, &task.author)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The task ended with an ordinary final: its workflow (if it joined one)
+/// continues, counts the final, or waits for its owner. A comment's task
+/// is owner input (progress); a continuation is not.
+pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), StoreError> {
+    let Some(task) = tasks::find(c, &end.task_id)? else {
+        return Ok(());
+    };
+    let Some(id) = task.workflow_id.clone() else {
+        return Ok(());
+    };
+    let Some(w) = workflows::find(c, &id)? else {
+        return Ok(());
+    };
+    let snap = WorkflowSnapshot {
+        state: w.state,
+        version: w.version,
+        idle_finals: w.idle_finals,
+        continuations: w.continuations,
+        continuation_pending: workflows::continuation_pending(c, &id)?,
+        max_idle_finals: end.max_idle_finals,
+    };
+    let d = decide(
+        &snap,
+        WorkflowEvent::Final {
+            progress: task.continuation.is_none(),
+        },
+    );
+    tracing::debug!(task.id = %task.task_id, workflow.id = %id, decided_on = d.expected_version, step = ?d.step, "workflow decision");
+    match d.step {
+        WorkflowStep::Continue {
+            seq,
+            idle_finals,
+            delay_steps,
+        } => {
+            let delay = continuation_delay(end.backoff, delay_steps);
+            let due = chrono::Utc::now()
+                + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero());
+            workflows::continue_with(
+                c,
+                &w,
+                &ContinueWith {
+                    version: d.expected_version,
+                    seq,
+                    idle_finals,
+                    due_at: format_time(due),
+                    after: &task,
+                    instance_id: &end.instance_id,
+                    text: CONTINUATION_TEXT,
+                },
+            )?;
+        }
+        WorkflowStep::Count { idle_finals } => {
+            workflows::count_final(c, &w, d.expected_version, idle_finals)?
+        }
+        WorkflowStep::Gate(kind) => {
+            workflows::gate(
+                c,
+                &w,
+                d.expected_version,
+                kind,
+                &format!(
+                    "The agent ended {} turns in a row without progress. Answer in this thread \
+                     (mention the bot) to go on, or /cancel.",
+                    w.idle_finals + 1
+                ),
+                &task.task_id,
+            )?;
+        }
+        _ => {}
+    }
+    Ok(())
+}
