@@ -97,3 +97,57 @@ fn e2e_an_open_workflow_continues_on_its_thread_until_the_agent_completes_it() {
     assert!(!workflows::continuation_pending(&mut c, &w.workflow_id).unwrap());
     assert!(workflows::live(&mut c, &w.session_key).unwrap().is_none());
 }
+
+/// Finals without progress stop the workflow at `workflow_max_idle_finals`:
+/// the bot says so in the thread with the gate's marker, nothing more runs,
+/// and the owner's next comment resumes it (and that turn completes it).
+#[test]
+fn e2e_finals_without_progress_stop_the_workflow_until_its_owner_answers() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "1")
+            .env("CODEX_BRIDGE_WORKFLOW_MAX_IDLE_FINALS", "2")
+    });
+    l.script_reply(l.issue, "Started on the parser.");
+    l.model().push(Step::message("Still looking."));
+    l.model().push(Step::message("Still looking."));
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let second = continuation(&l, 2);
+    l.wait(&second, "succeeded");
+
+    let mut c = connect(&l.app.db_url);
+    let t = tasks::find(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap();
+    let id = t.workflow_id.clone().expect("joined");
+    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    assert_eq!(w.state, WorkflowState::WaitingOwner);
+    assert_eq!((w.idle_finals, w.continuations), (1, 2));
+    assert!(!workflows::continuation_pending(&mut c, &id).unwrap());
+    let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");
+    l.app.wait_for("the gate's comment", || {
+        !l.bot_comments(l.issue, &format!("gate={}", gate.gate_id))
+            .is_empty()
+    });
+    let said = l.bot_comments(l.issue, &format!("gate={}", gate.gate_id));
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0]["body"].as_str().unwrap().contains("@bob"),
+        "{said:?}"
+    );
+
+    // The owner answers: the workflow is open again, and this turn ends it.
+    l.model().push(Step::Reply(vec![Item::FunctionCall {
+        namespace: Some("codex_bridge".into()),
+        name: "complete_workflow".into(),
+        arguments: json!({"summary": "Parser fixed."}),
+    }]));
+    l.script_reply(l.issue, "Fixed it.");
+    let resume = l.comment("bob", l.issue, "@ccbot go on, the fix is in parse.rs");
+    l.wait(&resume, "succeeded");
+    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    assert_eq!(w.state, WorkflowState::Completed);
+    assert!(workflows::open_gate(&mut c, &id).unwrap().is_none());
+    assert_eq!(w.continuations, 2, "no continuation after the gate");
+}

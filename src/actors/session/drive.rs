@@ -347,6 +347,7 @@ impl TaskDrive {
                     max_idle_finals: self.deps.settings.workflow_max_idle_finals,
                     backoff: self.deps.settings.continuation_backoff,
                     instance_id: self.deps.settings.instance_id.clone(),
+                    bot_login: self.deps.settings.bot_login.clone(),
                 }),
             reason: match self.detail.take() {
                 Some(detail) => format!("{}: {detail}", d.reason),

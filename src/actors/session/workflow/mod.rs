@@ -26,6 +26,8 @@ pub struct WorkflowEnd {
     /// The first continuation's wait (doubled per final without progress).
     pub backoff: Duration,
     pub instance_id: String,
+    /// The bot's login, named in a gate's comment.
+    pub bot_login: String,
 }
 
 /// `task` (a comment's, or a continuation) becomes its session's workflow's
@@ -120,17 +122,26 @@ pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), Store
             workflows::count_final(c, &w, d.expected_version, idle_finals)?
         }
         WorkflowStep::Gate(kind) => {
-            workflows::gate(
+            let question = format!(
+                "The agent ended {} turns in a row without progress on this workflow, so it \
+                 stopped.",
+                w.idle_finals + 1
+            );
+            let gate = workflows::gate(c, &w, d.expected_version, kind, &question, &task.task_id)?;
+            // The gate is a comment in the thread: what is asked, and who
+            // may answer.
+            let body = format!(
+                "{question}\n\n@{owner}: say how to go on in a comment that mentions \
+                 @{bot}; it resumes the workflow.\n\n<!-- codex-bridge gate={gate} -->",
+                owner = w.owner,
+                bot = end.bot_login,
+            );
+            crate::store::comments::enqueue_note(
                 c,
-                &w,
-                d.expected_version,
-                kind,
-                &format!(
-                    "The agent ended {} turns in a row without progress. Answer in this thread \
-                     (mention the bot) to go on, or /cancel.",
-                    w.idle_finals + 1
-                ),
+                &format!("{}:gate:{gate}", task.task_id),
                 &task.task_id,
+                &task.resource_key,
+                &body,
             )?;
         }
         _ => {}
