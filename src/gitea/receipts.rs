@@ -79,6 +79,7 @@ pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> 
         "failed_reply" => format!("⚠️ The work finished, but its answer could not be posted or confirmed in this thread{code}. {look}"),
         "needs_reconciliation" => format!("⏸️ This task is held for an operator{code}: the bridge cannot prove what the agent did, so it will not run it again by itself. New requests on this repository wait until it is reconciled. {look}"),
         "rejected" if error_code == Some("outbox_full") => format!("🚫 Not queued{code}: this thread already has {OUTBOX_CAPACITY} requests waiting or running, the most one Issue or pull request may hold. Ask again once some have finished, or cancel the queued ones with `/cancel`. {look}"),
+        "rejected" if error_code == Some("owner_gate_required") => format!("🚫 Not started{code}: this Issue's workflow waits for its owner's answer to the bot's last question, and only the owner may resume it. {look}"),
         "rejected" => format!("🚫 Not started{code}: only people with write access to this repository may ask for work. {look}"),
         other => format!("This task ended `{other}`{code}. {look}"),
     }

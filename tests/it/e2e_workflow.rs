@@ -100,6 +100,7 @@ fn e2e_an_open_workflow_continues_on_its_thread_until_the_agent_completes_it() {
 
 /// Finals without progress stop the workflow at `workflow_max_idle_finals`:
 /// the bot says so in the thread with the gate's marker, nothing more runs,
+/// someone else's comment is refused (`owner_gate_required`, one receipt),
 /// and the owner's next comment resumes it (and that turn completes it).
 #[test]
 fn e2e_finals_without_progress_stop_the_workflow_until_its_owner_answers() {
@@ -136,6 +137,17 @@ fn e2e_finals_without_progress_stop_the_workflow_until_its_owner_answers() {
         said[0]["body"].as_str().unwrap().contains("@bob"),
         "{said:?}"
     );
+
+    // Someone else who may trigger work is refused while it waits.
+    l.sim().add_user("carol");
+    l.sim()
+        .set_permission("acme", "widgets", "carol", crate::giteasim::Perm::Write);
+    let other = l.comment("carol", l.issue, "@ccbot do it my way");
+    l.wait(&other, "rejected");
+    assert_eq!(l.detail(&other)["task"]["errorCode"], "owner_gate_required");
+    l.expect_one_receipt(&other, "rejected");
+    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    assert_eq!(w.state, WorkflowState::WaitingOwner);
 
     // The owner answers: the workflow is open again, and this turn ends it.
     l.model().push(Step::Reply(vec![Item::FunctionCall {

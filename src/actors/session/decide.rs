@@ -107,6 +107,8 @@ pub enum Permission {
     Denied,
     /// The question could not be answered now (Gitea unreachable).
     Unknown,
+    /// The session's workflow waits for its owner; the commenter is not.
+    OwnerGate,
 }
 
 /// What came of asking the agent runtime to start a turn.
@@ -331,6 +333,8 @@ pub enum Code {
     BridgeReplyFailed,
     /// Stopped for a newer message (`/interrupt`, `/replace`).
     Superseded,
+    /// The session's workflow waits for its owner, and this is not the owner.
+    OwnerGateRequired,
 }
 
 impl Code {
@@ -358,6 +362,7 @@ impl Code {
             Code::BridgeReplyNotFound => "bridge_reply_not_found",
             Code::BridgeReplyFailed => "bridge_reply_failed",
             Code::Superseded => "superseded",
+            Code::OwnerGateRequired => "owner_gate_required",
         }
     }
 }

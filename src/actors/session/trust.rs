@@ -22,7 +22,18 @@ impl TaskDrive {
             .may_trigger(self.task.resource_key.clone(), self.task.author.clone())
             .await;
         Event::Permission(match check {
-            TriggerCheck::Allowed => Permission::Allowed,
+            TriggerCheck::Allowed => match self.gated_for_author().await {
+                Ok(false) => Permission::Allowed,
+                Ok(true) => {
+                    self.detail = Some("the workflow waits for its owner".into());
+                    Permission::OwnerGate
+                }
+                // Fails closed: the gate cannot be checked, so nothing runs yet.
+                Err(e) => {
+                    self.detail = Some(e);
+                    Permission::Unknown
+                }
+            },
             TriggerCheck::Denied(why) => {
                 self.detail = Some(why);
                 Permission::Denied
@@ -32,6 +43,28 @@ impl TaskDrive {
                 Permission::Unknown
             }
         })
+    }
+
+    /// The session's workflow waits for its owner and this task's author is
+    /// not the owner (`Err`: the workflow could not be read).
+    async fn gated_for_author(&self) -> Result<bool, String> {
+        if self.task.continuation.is_some() {
+            return Ok(false);
+        }
+        let (key, author) = (self.task.session_key.clone(), self.task.author.clone());
+        let live = self
+            .deps
+            .store
+            .read(move |c| crate::store::workflows::live(c, &key))
+            .await;
+        match live {
+            Ok(Some(w)) => Ok(
+                w.state == crate::domain::workflow::WorkflowState::WaitingOwner
+                    && !w.owner.eq_ignore_ascii_case(&author),
+            ),
+            Ok(None) => Ok(false),
+            Err(e) => Err(format!("the session's workflow could not be read: {e}")),
+        }
     }
 
     /// Decides the thread's terms for this task's turn and audits them.

@@ -76,6 +76,11 @@ pub(super) fn permission(snap: &Snapshot, p: Permission) -> Decision {
             .ends(S::Failed, Some(Code::WorkspaceUnavailable)),
         Permission::Denied => Decision::on(snap, "the commenter may not trigger work")
             .ends(S::Rejected, Some(Code::PermissionDenied)),
+        Permission::OwnerGate => Decision::on(
+            snap,
+            "the workflow waits for its owner, who did not write this",
+        )
+        .ends(S::Rejected, Some(Code::OwnerGateRequired)),
         Permission::Unknown => not_admitted(
             snap,
             "the commenter's permission could not be checked",

@@ -224,7 +224,8 @@ fn event() -> impl Strategy<Value = Event> {
         proptest::sample::select(vec![
             Permission::Allowed,
             Permission::Denied,
-            Permission::Unknown
+            Permission::Unknown,
+            Permission::OwnerGate
         ])
         .prop_map(Event::Permission),
         prop_oneof![
@@ -415,7 +416,12 @@ fn every_decision_keeps_the_promises() {
         Event::ApprovalRequested,
         Event::InterruptUnconfirmed,
     ];
-    for p in [Permission::Allowed, Permission::Denied, Permission::Unknown] {
+    for p in [
+        Permission::Allowed,
+        Permission::Denied,
+        Permission::Unknown,
+        Permission::OwnerGate,
+    ] {
         events.push(Event::Permission(p));
     }
     for st in [
