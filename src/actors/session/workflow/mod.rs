@@ -30,6 +30,22 @@ pub struct WorkflowEnd {
     pub bot_login: String,
 }
 
+/// The workflow as its decision sees it, read in the caller's transaction.
+pub(in crate::actors::session) fn snapshot(
+    c: &mut DbConn,
+    w: &workflows::Workflow,
+    max_idle_finals: i64,
+) -> Result<WorkflowSnapshot, StoreError> {
+    Ok(WorkflowSnapshot {
+        state: w.state,
+        version: w.version,
+        idle_finals: w.idle_finals,
+        continuations: w.continuations,
+        continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
+        max_idle_finals,
+    })
+}
+
 /// `task` (a comment's, or a continuation) becomes its session's workflow's
 /// next logical input, opening the workflow if none is live. A comment by
 /// the owner resets the count of finals without progress and supersedes a
@@ -44,14 +60,7 @@ pub(in crate::actors::session) fn join(
     if task.continuation.is_some() {
         return Ok(());
     }
-    let snap = WorkflowSnapshot {
-        state: w.state,
-        version: w.version,
-        idle_finals: w.idle_finals,
-        continuations: w.continuations,
-        continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
-        max_idle_finals,
-    };
+    let snap = snapshot(c, &w, max_idle_finals)?;
     let event = if task.author.eq_ignore_ascii_case(&w.owner) {
         WorkflowEvent::OwnerInput
     } else {
@@ -80,14 +89,7 @@ pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), Store
     let Some(w) = workflows::find(c, &id)? else {
         return Ok(());
     };
-    let snap = WorkflowSnapshot {
-        state: w.state,
-        version: w.version,
-        idle_finals: w.idle_finals,
-        continuations: w.continuations,
-        continuation_pending: workflows::continuation_pending(c, &id)?,
-        max_idle_finals: end.max_idle_finals,
-    };
+    let snap = snapshot(c, &w, end.max_idle_finals)?;
     let d = decide(
         &snap,
         WorkflowEvent::Final {

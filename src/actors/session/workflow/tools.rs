@@ -4,7 +4,7 @@
 //! is, audited, and answered. The call is authorised by the turn it arrives
 //! on: it acts only on that task's own workflow.
 
-use super::decide::{decide, WorkflowEvent, WorkflowSnapshot, WorkflowStep};
+use super::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
 use crate::domain::workflow::ToolCall;
@@ -80,14 +80,7 @@ impl TaskDrive {
             .store
             .write(move |c| {
                 let w = workflows::join(c, &task, &title)?;
-                let snap = WorkflowSnapshot {
-                    state: w.state,
-                    version: w.version,
-                    idle_finals: w.idle_finals,
-                    continuations: w.continuations,
-                    continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
-                    max_idle_finals,
-                };
+                let snap = super::snapshot(c, &w, max_idle_finals)?;
                 let d = decide(&snap, WorkflowEvent::Complete);
                 if let WorkflowStep::End { state, code } = d.step {
                     workflows::end(c, &w, d.expected_version, state, code, Some(&summary))?;
