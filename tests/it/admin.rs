@@ -523,23 +523,14 @@ fn approvals_are_listed_and_decided_once_through_the_api_and_the_cli() {
     );
 
     // The CLI decides the other one.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
-        .env("CODEX_BRIDGE_DATABASE_URL", &s.db_url)
-        .args([
-            "approvals",
-            "decide",
-            &second.approval_id,
-            "decline",
-            "--reason",
-            "not now",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    s.cli_ok(&[
+        "approvals",
+        "decide",
+        &second.approval_id,
+        "decline",
+        "--reason",
+        "not now",
+    ]);
     assert_eq!(
         s.admin_get("/api/gitea-workflow/approvals").json["approvals"]
             .as_array()

@@ -262,14 +262,7 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         .cloned()
         .collect();
     for id in &uncertain {
-        let attempt = codex_bridge::store::tasks::detail(&mut c, &id.parse().unwrap())
-            .unwrap()
-            .unwrap()
-            .attempts
-            .last()
-            .unwrap()
-            .attempt_id
-            .clone();
+        let attempt = last_attempt_id(&mut c, id);
         let r = b.admin_post(
             &format!("/api/gitea-workflow/tasks/{id}/reconcile"),
             &json!({"requestId": format!("rc-{id}"), "reason": "A died mid-turn", "attemptId": attempt, "verdict": "failed", "confirmNoActiveTurn": true}),

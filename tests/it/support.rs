@@ -205,6 +205,18 @@ pub fn exec(conn: &mut DbConn, sql: &str) -> Result<usize, diesel::result::Error
     codex_bridge::with_conn!(conn, |c| diesel::sql_query(sql).execute(c))
 }
 
+/// The id of the task's latest attempt (panics if it has none).
+pub fn last_attempt_id(conn: &mut DbConn, task_id: &str) -> String {
+    codex_bridge::store::tasks::detail(conn, &task_id.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .attempts
+        .last()
+        .expect("the task has an attempt")
+        .attempt_id
+        .clone()
+}
+
 /// A task's state and version, read directly from the database.
 pub fn task_state(conn: &mut DbConn, task_id: &str) -> Option<String> {
     codex_bridge::store::tasks::find(conn, &task_id.parse().unwrap())

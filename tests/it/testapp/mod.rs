@@ -488,23 +488,22 @@ impl TestApp {
     /// The operator's verdict on a task that needs reconciliation, through
     /// the CLI: its last attempt failed, no turn is active.
     pub fn reconcile_failed(&self, task: &str) {
-        let attempt = codex_bridge::store::tasks::detail(&mut self.db(), &task.parse().unwrap())
-            .unwrap()
-            .unwrap()
-            .attempts
-            .last()
-            .unwrap()
-            .attempt_id
-            .clone();
+        let attempt = last_attempt_id(&mut self.db(), task);
+        self.cli_ok(&[
+            "reconcile",
+            task,
+            &attempt,
+            "failed",
+            "--confirm-no-active-turn",
+        ]);
+    }
+
+    /// Runs the `codex-bridge` command line on this server's database;
+    /// panics with its error output unless it succeeds.
+    pub fn cli_ok(&self, args: &[&str]) {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
             .env("CODEX_BRIDGE_DATABASE_URL", &self.db_url)
-            .args([
-                "reconcile",
-                task,
-                &attempt,
-                "failed",
-                "--confirm-no-active-turn",
-            ])
+            .args(args)
             .output()
             .unwrap();
         assert!(
