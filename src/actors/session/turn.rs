@@ -87,12 +87,7 @@ impl TaskDrive {
         let new_thread = replacing.is_some() || self.session_thread.is_none();
         let tools =
             new_thread && self.deps.settings.workflows && self.deps.runtime.offers_workflow_tools();
-        let title = entry
-            .user_text
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned();
+        let title = super::workflow::title_of(&entry.user_text);
         let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
         let version = self.snap.state_version;
         let thread = self

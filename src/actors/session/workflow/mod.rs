@@ -30,6 +30,11 @@ pub struct WorkflowEnd {
     pub bot_login: String,
 }
 
+/// A workflow's title, from the message that opens it: its first line.
+pub(in crate::actors::session) fn title_of(text: &str) -> String {
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
 /// The workflow as its decision sees it, read in the caller's transaction.
 pub(in crate::actors::session) fn snapshot(
     c: &mut DbConn,
@@ -80,6 +85,8 @@ pub(in crate::actors::session) fn join(
 /// continues, counts the final, or waits for its owner. A comment's task
 /// is owner input (progress); a continuation is not.
 pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), StoreError> {
+    // Read here, not taken from the drive: the task joined its workflow
+    // during this drive, after the drive read it.
     let Some(task) = tasks::find(c, &end.task_id)? else {
         return Ok(());
     };

@@ -72,7 +72,7 @@ impl TaskDrive {
         let title = self
             .entry
             .as_ref()
-            .map(|e| e.user_text.lines().next().unwrap_or_default().to_owned())
+            .map(|e| super::title_of(&e.user_text))
             .unwrap_or_default();
         let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
         let step = self
