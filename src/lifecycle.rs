@@ -173,9 +173,12 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     (Queued, &[Leased, Cancelled, Rejected, Succeeded]),
     // queued: a second failure before admission holds the entry for an
     // operator (auto-drain off); nothing reached the agent.
+    // cancelled: a continuation whose Issue/PR was closed, before anything
+    // was sent.
     (
         Leased,
         &[
+            Cancelled,
             Running,
             BlockedWorkspace,
             RetryWait,

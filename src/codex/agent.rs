@@ -201,7 +201,7 @@ impl CodexAgent {
 }
 
 /// The bridge's tools a new thread is offered: those the drive carries out.
-pub const OFFERED_TOOLS: &[&str] = &["complete_workflow"];
+pub const OFFERED_TOOLS: &[&str] = &["complete_workflow", "request_owner_gate"];
 
 impl Agent for CodexAgent {
     fn name(&self) -> &'static str {

@@ -138,6 +138,13 @@ pub trait Forge: Send + Sync + 'static {
         Box::pin(async { Err("this forge cannot read an Issue or pull request".to_owned()) })
     }
 
+    /// Whether the Issue or pull request is open (`false`: closed or
+    /// merged). An `Err` (Gitea could not say) runs nothing on a guess.
+    fn resource_open(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<bool, String>> {
+        let _ = resource_key;
+        Box::pin(async { Err("this forge cannot read an Issue or pull request".to_owned()) })
+    }
+
     /// Whether `author` may trigger work on the resource's repository.
     ///
     /// A verifier that cannot ask anyone must not let a turn start, so the

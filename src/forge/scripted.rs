@@ -20,6 +20,8 @@ pub struct ScriptedForge {
     pub unknown: Arc<Mutex<Vec<String>>>,
     /// What `thread_context` answers (an empty Issue unless a test sets it).
     pub context: Arc<Mutex<Result<ThreadContext, String>>>,
+    /// Issues and pull requests that are closed (every other one is open).
+    pub closed: Arc<Mutex<Vec<ResourceKey>>>,
 }
 
 impl Default for ScriptedForge {
@@ -29,6 +31,7 @@ impl Default for ScriptedForge {
             denied: Arc::default(),
             unknown: Arc::default(),
             context: Arc::new(Mutex::new(Ok(ThreadContext::default()))),
+            closed: Arc::default(),
         }
     }
 }
@@ -72,6 +75,15 @@ impl Forge for ScriptedForge {
             .map(|c| c.clone())
             .unwrap_or_else(|_| Err("scripted forge poisoned".into()));
         async move { context }.boxed()
+    }
+
+    fn resource_open(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<bool, String>> {
+        let open = self
+            .closed
+            .lock()
+            .map(|c| !c.contains(&resource_key))
+            .map_err(|_| "scripted forge poisoned".to_owned());
+        async move { open }.boxed()
     }
 
     /// Everyone may trigger: the scripted runtime is the test mode, where no

@@ -179,6 +179,27 @@ impl Forge for GiteaForge {
         async move { this.read_context(resource_key).await }.boxed()
     }
 
+    fn resource_open(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<bool, String>> {
+        let client = self.client.clone();
+        async move {
+            let (owner, repo) = (
+                resource_key.repo().owner().to_owned(),
+                resource_key.repo().name().to_owned(),
+            );
+            let number = resource_key.number();
+            let issue = blocking(move || client.get_issue(&owner, &repo, number))
+                .await
+                .map_err(|e| e.to_string())?;
+            // A merged pull request is a closed issue to this endpoint.
+            match issue.get("state").and_then(|s| s.as_str()) {
+                Some("open") => Ok(true),
+                Some(_) => Ok(false),
+                None => Err(format!("Gitea gave {resource_key} without a state")),
+            }
+        }
+        .boxed()
+    }
+
     fn pr_facts(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<PrFacts, String>> {
         let this = self.clone();
         async move {

@@ -13,7 +13,7 @@ use super::{now, DbConn, StoreError};
 use crate::domain::command::Command;
 use crate::domain::fingerprint::{prompt_text, Fingerprint};
 use crate::domain::states::ChangeKind;
-use crate::domain::{RepoKey, ResourceKey, TaskId};
+use crate::domain::{RepoKey, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -137,6 +137,8 @@ pub struct SessionFacts {
     /// Pending approvals of its tasks, oldest first.
     pub approvals: Vec<Approval>,
     pub thread_id: Option<String>,
+    /// The session's workflow that has not ended.
+    pub workflow: Option<super::workflows::Workflow>,
 }
 
 pub fn session_facts(
@@ -160,11 +162,13 @@ pub fn session_facts(
         .select(Approval::as_select())
         .load(c))?;
     let thread_id = session(conn, session_key)?.and_then(|s| s.thread_id);
+    let workflow = super::workflows::live(conn, session_key)?;
     Ok(SessionFacts {
         driven,
         queued,
         approvals,
         thread_id,
+        workflow,
     })
 }
 
@@ -190,6 +194,22 @@ pub struct CommandWrite {
     pub approval: Option<(String, bool)>,
     /// The answer's text.
     pub answer: Option<String>,
+    /// What the command does to the session's workflow.
+    pub workflow: Option<WorkflowWrite>,
+}
+
+/// A command's write to the session's workflow, at the version decided on.
+#[derive(Debug, Clone)]
+pub enum WorkflowWrite {
+    /// `/stop`: it waits for its owner behind a gate asking `question` (the
+    /// command's answer is its comment).
+    Halt {
+        workflow_id: WorkflowId,
+        version: i64,
+        question: String,
+    },
+    /// The owner's `/cancel`: it ends `cancelled`.
+    Cancel { workflow_id: WorkflowId, version: i64 },
 }
 
 /// `Refused { code: STALE }`: something the decision named changed; the
@@ -214,6 +234,22 @@ fn moved(out: TransitionOutcome, task_id: &TaskId) -> Result<(), StoreError> {
 /// transition and every write it implies, each task moved by compare-and-swap
 /// on the version decided on. Anything moved meanwhile rolls it all back
 /// (`Refused { code: STALE }`).
+/// The workflow a command decided on; stale if it is gone.
+fn live_workflow(
+    conn: &mut DbConn,
+    id: &WorkflowId,
+) -> Result<super::workflows::Workflow, StoreError> {
+    super::workflows::find(conn, id)?.ok_or_else(|| stale(format!("workflow {id} is gone")))
+}
+
+/// A workflow that moved on is a fact the command decided on that moved.
+fn restale(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Refused { code, message } if code == super::steer::STALE => stale(message),
+        e => e,
+    }
+}
+
 pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> {
     let own = transition(
         conn,
@@ -255,6 +291,41 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
             },
         )?;
         moved(out, task_id)?;
+    }
+    match &w.workflow {
+        Some(WorkflowWrite::Halt {
+            workflow_id,
+            version,
+            question,
+        }) => {
+            let wf = live_workflow(conn, workflow_id)?;
+            super::workflows::gate(
+                conn,
+                &wf,
+                *version,
+                crate::domain::workflow::GateKind::Stopped,
+                question,
+                &w.task_id,
+            )
+            .map_err(restale)?;
+        }
+        Some(WorkflowWrite::Cancel {
+            workflow_id,
+            version,
+        }) => {
+            let wf = live_workflow(conn, workflow_id)?;
+            super::workflows::end(
+                conn,
+                &wf,
+                *version,
+                crate::domain::workflow::WorkflowState::Cancelled,
+                "cancelled",
+                None,
+                Some(&w.task_id),
+            )
+            .map_err(restale)?;
+        }
+        None => {}
     }
     if let Some(old) = &w.reset_thread {
         let at = now();

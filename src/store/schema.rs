@@ -385,6 +385,7 @@ diesel::table! {
         created_at -> Text,
         updated_at -> Text,
         version -> Int8,
+        ended_by_task -> Nullable<Text>,
     }
 }
 

@@ -46,6 +46,8 @@ pub struct Workflow {
     pub created_at: String,
     pub updated_at: String,
     pub version: i64,
+    /// The task whose turn ended it (the agent completed it there).
+    pub ended_by_task: Option<TaskId>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -433,6 +435,7 @@ pub fn end(
     state: WorkflowState,
     code: &str,
     summary: Option<&str>,
+    by_task: Option<&TaskId>,
 ) -> Result<(), StoreError> {
     bump(conn, w, version)?;
     with_conn!(conn, |c| diesel::update(row(w))
@@ -440,6 +443,7 @@ pub fn end(
             workflows::state.eq(state),
             workflows::end_code.eq(code),
             workflows::summary.eq(summary),
+            workflows::ended_by_task.eq(by_task),
         ))
         .execute(c))?;
     supersede_continuation(conn, w, &format!("the workflow ended ({code})"))?;
@@ -462,6 +466,17 @@ pub fn end(
         })),
     )?;
     Ok(())
+}
+
+/// Whether `task`'s turn completed its workflow: such a task owes the owner
+/// its answer, even as a continuation.
+pub fn completed_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| workflows::table
+        .filter(workflows::ended_by_task.eq(task))
+        .filter(workflows::state.eq(WorkflowState::Completed))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
 }
 
 /// Cancels the workflow's continuation that has not started (`queued`):

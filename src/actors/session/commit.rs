@@ -7,7 +7,6 @@ use crate::agent::transcript::{ItemPhase, TranscriptItem};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
-use crate::lifecycle::TaskState as S;
 use crate::store::audit::{self, Audit};
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, comments, ledger, transcripts, turns, StoreError};
@@ -92,11 +91,12 @@ impl CommitCtx {
                 None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
             },
         };
-        // A task that ended with its final moves its workflow on, in this
-        // transaction: a continuation, a count, or a gate.
-        if let (Some(w), Some(S::Succeeded | S::SucceededWithRestFallback)) = (&self.workflow, d.to)
-        {
-            super::workflow::after_final(c, w)?;
+        // A task that ended moves its workflow on, in this transaction: a
+        // continuation, a count, a gate or the workflow's end.
+        if let (Some(w), Some(to)) = (&self.workflow, d.to) {
+            if to.is_terminal() {
+                super::workflow::after_end(c, w, to, d.code.map(Code::as_str))?;
+            }
         }
         let mut approval_id = None;
         for effect in &d.effects {

@@ -109,6 +109,9 @@ pub enum Permission {
     Unknown,
     /// The session's workflow waits for its owner; the commenter is not.
     OwnerGate,
+    /// A continuation's Issue or pull request was closed or merged: its
+    /// workflow ends and nothing more runs for it.
+    ResourceClosed,
 }
 
 /// What came of asking the agent runtime to start a turn.
@@ -335,6 +338,8 @@ pub enum Code {
     Superseded,
     /// The session's workflow waits for its owner, and this is not the owner.
     OwnerGateRequired,
+    /// The Issue or pull request of a continuation was closed or merged.
+    ResourceClosed,
 }
 
 impl Code {
@@ -342,6 +347,7 @@ impl Code {
         match self {
             Code::OutboxMissing => "outbox_missing",
             Code::InterruptedByRestart => "interrupted_by_restart",
+            Code::ResourceClosed => "resource_closed",
             Code::WorkspaceUnavailable => "workspace_unavailable",
             Code::PermissionDenied => "permission_denied",
             Code::PermissionUnknown => "permission_unknown",

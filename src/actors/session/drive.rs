@@ -166,16 +166,26 @@ impl TaskDrive {
                     ),
                     _ => (false, false),
                 };
+                // A continuation owes a reply only once it completed its
+                // workflow.
+                let owes_reply = task.continuation.is_none()
+                    || crate::store::workflows::completed_by(c, &task.task_id)?;
                 Ok(Some((
                     task,
                     entry,
                     attempt,
                     (repo, session),
-                    (retry_finished, retry_intended),
+                    (retry_finished, retry_intended, owes_reply),
                 )))
             })
             .await?;
-        let Some((task, entry, attempt, (repo, session), (retry_finished, retry_intended))) = found
+        let Some((
+            task,
+            entry,
+            attempt,
+            (repo, session),
+            (retry_finished, retry_intended, owes_reply),
+        )) = found
         else {
             return Ok(None);
         };
@@ -228,13 +238,16 @@ impl TaskDrive {
             superseded: superseded(&task),
             // The thread's trust is decided again before a turn starts; a
             // task already past it replies as its thread was trusted. A
-            // review's result is always posted by the bridge.
-            reply_path: if task.command == Some(crate::domain::command::Command::Review) {
+            // review's result is always posted by the bridge, and so is the
+            // answer of a continuation that completed its workflow.
+            reply_path: if task.command == Some(crate::domain::command::Command::Review)
+                || task.continuation.is_some()
+            {
                 ReplyPath::BridgeViaRest
             } else {
                 ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted))
             },
-            owes_reply: task.continuation.is_none(),
+            owes_reply,
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),

@@ -59,6 +59,35 @@ a comment on {kind} #{number} of {owner}/{name}."
     Prompt { parts }
 }
 
+/// The prompt of a workflow's continuation: the bridge's own words (there
+/// is no comment to answer), the thread's news, and who posts what.
+pub(super) fn continuation_prompt(
+    task: &Task,
+    entry: &OutboxEntry,
+    context: Vec<PromptPart>,
+) -> Prompt {
+    let (owner, name, number) = resource_names(&task.resource_key);
+    let kind = if task.resource_key.is_pull() {
+        "pull request"
+    } else {
+        "issue"
+    };
+    let seq = task.continuation.unwrap_or_default();
+    let mut parts = vec![PromptPart::trusted(format!(
+        "This is continuation {seq} of the workflow @{author} started on {kind} \
+{owner}/{name}#{number}.\n\n",
+        author = task.author
+    ))];
+    parts.extend(context);
+    parts.push(PromptPart::trusted(format!(
+        "{}\n\nDo not post comments about your progress: when you complete the workflow, \
+codex-bridge posts your last message on #{number} as the answer. If you need the owner's \
+authority for something the mission did not grant, call request_owner_gate instead.",
+        entry.user_text
+    )));
+    Prompt { parts }
+}
+
 /// The input a `/steer` adds to the running turn: the comment, as untrusted
 /// data, and that the turn's one answer covers it.
 pub(super) fn steer_prompt(task: &Task, entry: &OutboxEntry) -> Prompt {

@@ -23,6 +23,7 @@ impl TaskDrive {
             .await;
         Event::Permission(match check {
             TriggerCheck::Allowed => match self.gated_for_author().await {
+                Ok(false) if self.task.continuation.is_some() => self.continuation_may_run().await,
                 Ok(false) => Permission::Allowed,
                 Ok(true) => {
                     self.detail = Some("the workflow waits for its owner".into());
@@ -43,6 +44,27 @@ impl TaskDrive {
                 Permission::Unknown
             }
         })
+    }
+
+    /// A continuation runs only while its Issue/PR is open: closed or merged,
+    /// its workflow ends (`resource_closed`); unreadable, nothing runs yet.
+    async fn continuation_may_run(&mut self) -> Permission {
+        match self
+            .deps
+            .verifier
+            .resource_open(self.task.resource_key.clone())
+            .await
+        {
+            Ok(true) => Permission::Allowed,
+            Ok(false) => {
+                self.detail = Some("the Issue or pull request is closed".into());
+                Permission::ResourceClosed
+            }
+            Err(e) => {
+                self.detail = Some(format!("whether the Issue or pull request is open: {e}"));
+                Permission::Unknown
+            }
+        }
     }
 
     /// The session's workflow waits for its owner and this task's author is

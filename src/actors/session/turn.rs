@@ -6,7 +6,7 @@
 use super::context::{context_parts, ContextView};
 use super::decide::{Event, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
-use super::prompt::turn_prompt;
+use super::prompt::{continuation_prompt, turn_prompt};
 use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::SendMode;
@@ -127,13 +127,17 @@ impl TaskDrive {
         self.snap.admission = super::decide::Admission::Intended;
         self.turn.thread_id = Some(thread.clone());
         self.signals.thread(&thread);
-        let prompt = turn_prompt(
-            &self.task,
-            &entry,
-            &self.deps.settings.bot_login,
-            terms.policy.reply_path,
-            context,
-        );
+        let prompt = if self.task.continuation.is_some() {
+            continuation_prompt(&self.task, &entry, context)
+        } else {
+            turn_prompt(
+                &self.task,
+                &entry,
+                &self.deps.settings.bot_login,
+                terms.policy.reply_path,
+                context,
+            )
+        };
         self.sending(&prompt);
         let started = self
             .deps

@@ -303,6 +303,15 @@ impl GiteaSim {
         d.issues.iter_mut().find(|i| i.id == id).unwrap().locked = locked;
     }
 
+    /// Close an issue or pull request (as its page's Close button does:
+    /// no webhook is sent by this call).
+    pub fn close_issue(&self, owner: &str, repo: &str, number: i64) {
+        let mut d = self.sim.data.lock().unwrap();
+        let now = d.now();
+        let id = d.issue_id(owner, repo, number).expect("no such issue");
+        d.issues.iter_mut().find(|i| i.id == id).unwrap().closed = Some(now);
+    }
+
     /// The plain comments of an issue/PR as `GET .../comments` shows them.
     pub fn comments(&self, owner: &str, repo: &str, number: i64) -> Vec<serde_json::Value> {
         let d = self.sim.data.lock().unwrap();

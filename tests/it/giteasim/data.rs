@@ -62,6 +62,8 @@ pub(crate) struct Issue {
     pub(crate) body: String,
     pub(crate) author: String,
     pub(crate) locked: bool,
+    /// Unix time it was closed (`None`: open).
+    pub(crate) closed: Option<i64>,
     pub(crate) created: i64,
     pub(crate) updated: i64,
     pub(crate) pull: Option<Pull>,
@@ -306,6 +308,7 @@ impl Data {
             body: body.to_owned(),
             author: author.to_owned(),
             locked: false,
+            closed: None,
             created: now,
             updated: now,
             pull,

@@ -147,13 +147,28 @@ pub fn text(answer: &Answer, command: Command, bot: &str) -> String {
             }
             out
         }
-        Answer::Stopping(task) => format!(
-            "🛑 Stopping task `{task}`. Queued requests stay queued. Files the agent already changed stay changed; nothing is rolled back."
-        ),
-        Answer::Cancelled(tasks) => {
+        Answer::Stopping { task, workflow } => {
+            let mut out = match task {
+                Some(task) => format!(
+                    "🛑 Stopping task `{task}`. Queued requests stay queued. Files the agent already changed stay changed; nothing is rolled back."
+                ),
+                None => "🛑 No turn is running; the work stops here.".to_owned(),
+            };
+            if *workflow {
+                let _ = write!(
+                    out,
+                    "\n\nThe workflow of this thread waits for its owner: no further turn runs on its own. Its owner's next comment that mentions @{bot} resumes it."
+                );
+            }
+            out
+        }
+        Answer::Cancelled { tasks, workflow } => {
             let mut out = format!("Cancelled {} queued request(s):\n", tasks.len());
             for t in tasks {
                 let _ = writeln!(out, "- `{t}`");
+            }
+            if *workflow {
+                out.push_str("\nThe workflow of this thread is cancelled: nothing more runs for it.");
             }
             out.push_str("\nA running turn, if any, goes on.");
             out

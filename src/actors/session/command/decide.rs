@@ -17,7 +17,8 @@
 //! - Every decision names the versions it was made on.
 
 use crate::domain::command::Command;
-use crate::domain::TaskId;
+use crate::domain::workflow::WorkflowState;
+use crate::domain::{TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
 
 /// The commenter's permission to trigger work, asked of the forge.
@@ -36,6 +37,18 @@ pub struct TaskFact {
     pub state: TaskState,
     pub state_version: i64,
     pub command: Option<Command>,
+    /// A continuation of the session's workflow (not someone's comment).
+    pub continuation: bool,
+}
+
+/// The session's workflow that has not ended, as a command sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkflowFact {
+    pub workflow_id: WorkflowId,
+    pub state: WorkflowState,
+    pub version: i64,
+    /// The command's author is the workflow's owner.
+    pub by_owner: bool,
 }
 
 /// A pending approval of one of the session's tasks.
@@ -64,6 +77,7 @@ pub struct CommandSnapshot {
     pub thread_id: Option<String>,
     /// The session is a pull request's.
     pub on_pull: bool,
+    pub workflow: Option<WorkflowFact>,
 }
 
 /// Why a command found nothing to act on.
@@ -100,8 +114,18 @@ pub enum Answer {
         driven: Vec<TaskFact>,
         queued: Vec<TaskFact>,
     },
-    Stopping(TaskId),
-    Cancelled(Vec<TaskId>),
+    /// `/stop`: the running task (if one runs) is stopped; `workflow`: the
+    /// session's workflow now waits for its owner.
+    Stopping {
+        task: Option<TaskId>,
+        workflow: bool,
+    },
+    /// `/cancel`: these queued tasks are cancelled; `workflow`: and the
+    /// session's workflow with them.
+    Cancelled {
+        tasks: Vec<TaskId>,
+        workflow: bool,
+    },
     Reset {
         old_thread: String,
     },
@@ -120,6 +144,17 @@ pub enum CommandEffect {
     Cancel { task_id: TaskId, version: i64 },
     /// The running task goes to `cancel_requested`; its drive interrupts it.
     Stop { task_id: TaskId, version: i64 },
+    /// The session's workflow waits for its owner (`/stop`): no
+    /// continuation follows.
+    HaltWorkflow {
+        workflow_id: WorkflowId,
+        version: i64,
+    },
+    /// The session's workflow ends `cancelled` (the owner's `/cancel`).
+    CancelWorkflow {
+        workflow_id: WorkflowId,
+        version: i64,
+    },
     /// The session forgets its thread: the next task starts a new one.
     ResetThread { old_thread: String },
     /// A pending approval is decided.
@@ -226,52 +261,98 @@ pub fn decide(snap: &CommandSnapshot) -> CommandDecision {
             }),
         ),
         Command::Cancel => {
-            if snap.queued.is_empty() {
+            // The owner's `/cancel` ends the workflow too; anyone else's
+            // leaves its continuation alone (a cancelled continuation would
+            // leave the workflow open with nothing to carry it on).
+            let workflow = snap
+                .workflow
+                .as_ref()
+                .filter(|w| w.by_owner && !w.state.is_end());
+            let cancel: Vec<&TaskFact> = snap
+                .queued
+                .iter()
+                .filter(|t| workflow.is_some() || !t.continuation)
+                .collect();
+            if cancel.is_empty() && workflow.is_none() {
                 return CommandDecision::done(
                     snap,
                     "nothing queued to cancel",
                     nothing(Nothing::NoQueued),
                 );
             }
-            let mut effects: Vec<_> = snap
-                .queued
+            let mut effects: Vec<_> = cancel
                 .iter()
                 .map(|t| E::Cancel {
                     task_id: t.task_id.clone(),
                     version: t.state_version,
                 })
                 .collect();
-            effects.push(E::Answer(Answer::Cancelled(
-                snap.queued.iter().map(|t| t.task_id.clone()).collect(),
-            )));
+            if let Some(w) = workflow {
+                effects.push(E::CancelWorkflow {
+                    workflow_id: w.workflow_id.clone(),
+                    version: w.version,
+                });
+            }
+            effects.push(E::Answer(Answer::Cancelled {
+                tasks: cancel.iter().map(|t| t.task_id.clone()).collect(),
+                workflow: workflow.is_some(),
+            }));
             CommandDecision::done(snap, "the session's queued tasks are cancelled", effects)
         }
-        Command::Stop => match snap.driven.first() {
-            Some(t) if stoppable(t.state) => CommandDecision::done(
-                snap,
-                "the session's running task is stopped",
-                vec![
-                    E::Stop {
+        Command::Stop => {
+            // A stopped workflow waits for its owner instead of continuing.
+            let halt = snap
+                .workflow
+                .as_ref()
+                .filter(|w| matches!(w.state, WorkflowState::Open | WorkflowState::WaitingChild))
+                .map(|w| E::HaltWorkflow {
+                    workflow_id: w.workflow_id.clone(),
+                    version: w.version,
+                });
+            let halted = halt.is_some();
+            match snap.driven.first() {
+                Some(t) if stoppable(t.state) => CommandDecision::done(
+                    snap,
+                    "the session's running task is stopped",
+                    [E::Stop {
                         task_id: t.task_id.clone(),
                         version: t.state_version,
-                    },
-                    E::Answer(Answer::Stopping(t.task_id.clone())),
-                ],
-            ),
-            Some(t) if t.state == TaskState::CancelRequested => CommandDecision::done(
-                snap,
-                "the running task is already being stopped",
-                nothing(Nothing::AlreadyStopping(t.task_id.clone())),
-            ),
-            Some(t) => CommandDecision::done(
-                snap,
-                "the running task's turn has ended",
-                nothing(Nothing::TurnEnded(t.task_id.clone())),
-            ),
-            None => {
-                CommandDecision::done(snap, "no turn runs on the session", nothing(Nothing::NoRun))
+                    }]
+                    .into_iter()
+                    .chain(halt)
+                    .chain([E::Answer(Answer::Stopping {
+                        task: Some(t.task_id.clone()),
+                        workflow: halted,
+                    })])
+                    .collect(),
+                ),
+                _ if halted => CommandDecision::done(
+                    snap,
+                    "the session's workflow waits for its owner",
+                    halt.into_iter()
+                        .chain([E::Answer(Answer::Stopping {
+                            task: None,
+                            workflow: true,
+                        })])
+                        .collect(),
+                ),
+                Some(t) if t.state == TaskState::CancelRequested => CommandDecision::done(
+                    snap,
+                    "the running task is already being stopped",
+                    nothing(Nothing::AlreadyStopping(t.task_id.clone())),
+                ),
+                Some(t) => CommandDecision::done(
+                    snap,
+                    "the running task's turn has ended",
+                    nothing(Nothing::TurnEnded(t.task_id.clone())),
+                ),
+                None => CommandDecision::done(
+                    snap,
+                    "no turn runs on the session",
+                    nothing(Nothing::NoRun),
+                ),
             }
-        },
+        }
         Command::Reset => match &snap.thread_id {
             Some(thread) => CommandDecision::done(
                 snap,

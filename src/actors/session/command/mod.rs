@@ -17,7 +17,7 @@ use crate::forge::TriggerCheck;
 use crate::store::commands::{self, ChangeEffect, CommandWrite, SessionFacts, STALE};
 use crate::store::models::Task;
 use crate::store::StoreError;
-use decide::{ApprovalFact, CommandEffect, CommandSnapshot, Permission, TaskFact};
+use decide::{ApprovalFact, CommandEffect, CommandSnapshot, Permission, TaskFact, WorkflowFact};
 use std::sync::Arc;
 
 /// A decision found its facts moved this many times in a row: give up for
@@ -41,6 +41,7 @@ fn fact(t: &Task) -> TaskFact {
         state: t.state,
         state_version: t.state_version,
         command: t.command,
+        continuation: t.continuation.is_some(),
     }
 }
 
@@ -72,6 +73,12 @@ fn snapshot(
             .collect(),
         thread_id: facts.thread_id,
         on_pull: task.resource_key.is_pull(),
+        workflow: facts.workflow.map(|w| WorkflowFact {
+            by_owner: w.owner.eq_ignore_ascii_case(&task.author),
+            workflow_id: w.workflow_id,
+            state: w.state,
+            version: w.version,
+        }),
     })
 }
 
@@ -144,6 +151,7 @@ pub(super) async fn run(
             stop: None,
             reset_thread: None,
             approval: None,
+            workflow: None,
             answer: d
                 .answer()
                 .map(|a| answer::text(a, snap.command, &deps.settings.bot_login)),
@@ -157,6 +165,28 @@ pub(super) async fn run(
                 CommandEffect::Stop { task_id, version } => {
                     write.stop = Some((task_id.clone(), *version));
                     stopped = Some(task_id.clone());
+                }
+                CommandEffect::HaltWorkflow {
+                    workflow_id,
+                    version,
+                } => {
+                    write.workflow = Some(commands::WorkflowWrite::Halt {
+                        workflow_id: workflow_id.clone(),
+                        version: *version,
+                        question: format!(
+                            "@{} stopped the work with `/stop`.",
+                            task.author
+                        ),
+                    })
+                }
+                CommandEffect::CancelWorkflow {
+                    workflow_id,
+                    version,
+                } => {
+                    write.workflow = Some(commands::WorkflowWrite::Cancel {
+                        workflow_id: workflow_id.clone(),
+                        version: *version,
+                    })
                 }
                 CommandEffect::ResetThread { old_thread } => {
                     write.reset_thread = Some(old_thread.clone())

@@ -81,6 +81,11 @@ pub(super) fn permission(snap: &Snapshot, p: Permission) -> Decision {
             "the workflow waits for its owner, who did not write this",
         )
         .ends(S::Rejected, Some(Code::OwnerGateRequired)),
+        Permission::ResourceClosed => Decision::on(
+            snap,
+            "the continuation's Issue or pull request is closed; nothing was sent",
+        )
+        .ends(S::Cancelled, Some(Code::ResourceClosed)),
         Permission::Unknown => not_admitted(
             snap,
             "the commenter's permission could not be checked",

@@ -18,6 +18,7 @@
 //! - Every decision names the workflow's version it was made on.
 
 use crate::domain::workflow::{GateKind, WorkflowState};
+use crate::lifecycle::TaskState;
 use std::time::Duration;
 
 /// The longest a continuation waits, however many finals came before it.
@@ -165,6 +166,35 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
     }
 }
 
+/// How a task's end moves the workflow it is an input of (`None`: it does
+/// not). `code` is the task's `errorCode`; `continuation`: the task is one
+/// of the workflow's continuations (its final is no progress by itself).
+///
+/// - A final (posted or not) continues the workflow, as does a turn cut by a
+///   restart after its input was admitted: the work goes on in a new
+///   continuation, never by replaying the input.
+/// - A budget hit or a timeout, and a run stopped by its owner, wait for the
+///   owner; a run stopped for a newer message leaves the workflow to it.
+/// - Any other failure has used up the task's bounded recovery.
+pub fn event_of_end(state: TaskState, code: Option<&str>, continuation: bool) -> Option<WorkflowEvent> {
+    use TaskState as T;
+    let progress = !continuation;
+    match (state, code) {
+        (T::Succeeded | T::SucceededWithRestFallback | T::FailedReply, _) => {
+            Some(WorkflowEvent::Final { progress })
+        }
+        (T::Failed, Some("interrupted_by_restart")) => Some(WorkflowEvent::Final { progress }),
+        (T::Failed, Some("budget_exceeded")) | (T::TimedOut, _) => {
+            Some(WorkflowEvent::Halted(GateKind::Budget))
+        }
+        (T::Cancelled, Some("resource_closed")) => Some(WorkflowEvent::ResourceClosed),
+        (T::Aborted, Some("superseded")) => None,
+        (T::Aborted, _) => Some(WorkflowEvent::Halted(GateKind::Stopped)),
+        (T::Failed, _) => Some(WorkflowEvent::Failed),
+        _ => None,
+    }
+}
+
 /// How long continuation `delay_steps` waits: the base doubled for each
 /// final without progress before it, at most [`MAX_CONTINUATION_DELAY`].
 pub fn continuation_delay(base: Duration, delay_steps: u32) -> Duration {
@@ -292,6 +322,35 @@ mod tests {
             let (lo, hi) = (a.min(b), a.max(b));
             prop_assert!(continuation_delay(base, lo) <= continuation_delay(base, hi));
             prop_assert!(continuation_delay(base, hi) <= MAX_CONTINUATION_DELAY.max(base));
+        }
+    }
+
+    proptest! {
+        /// Only a terminal task moves its workflow, and only a failure that
+        /// is neither a limit nor a restart ends it.
+        #[test]
+        fn a_task_end_moves_its_workflow_only_as_its_outcome_says(
+            state in proptest::sample::select(TaskState::ALL.to_vec()),
+            code in proptest::option::of(proptest::sample::select(vec![
+                "superseded", "budget_exceeded", "interrupted_by_restart", "turn_failed",
+                "turn_interrupted",
+            ])),
+            continuation in any::<bool>(),
+        ) {
+            let event = event_of_end(state, code, continuation);
+            if !state.is_terminal() {
+                prop_assert_eq!(event, None);
+            }
+            if event == Some(WorkflowEvent::Failed) {
+                prop_assert_eq!(state, TaskState::Failed);
+                prop_assert!(!matches!(code, Some("budget_exceeded" | "interrupted_by_restart")));
+            }
+            if let Some(WorkflowEvent::Final { progress }) = event {
+                prop_assert_eq!(progress, !continuation);
+            }
+            if code == Some("superseded") && state == TaskState::Aborted {
+                prop_assert_eq!(event, None);
+            }
         }
     }
 

@@ -6,10 +6,14 @@
 pub mod decide;
 mod tools;
 
-use crate::domain::TaskId;
+use crate::domain::workflow::GateKind;
+use crate::domain::{GateId, TaskId};
+use crate::lifecycle::TaskState;
 use crate::store::workflows::{self, ContinueWith};
 use crate::store::{format_time, tasks, DbConn, StoreError};
-use decide::{continuation_delay, decide, WorkflowEvent, WorkflowSnapshot, WorkflowStep};
+use decide::{
+    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowSnapshot, WorkflowStep,
+};
 use std::time::Duration;
 
 /// What a continuation's turn is told (the prompt adds the thread's news).
@@ -81,10 +85,15 @@ pub(in crate::actors::session) fn join(
     }
 }
 
-/// The task ended with an ordinary final: its workflow (if it joined one)
-/// continues, counts the final, or waits for its owner. A comment's task
-/// is owner input (progress); a continuation is not.
-pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), StoreError> {
+/// The task ended in `state` (for `code`): its workflow, if it joined one,
+/// moves on as [`event_of_end`] says — a continuation, a count, a gate, or
+/// its end — in the transaction that ends the task.
+pub(super) fn after_end(
+    c: &mut DbConn,
+    end: &WorkflowEnd,
+    state: TaskState,
+    code: Option<&str>,
+) -> Result<(), StoreError> {
     // Read here, not taken from the drive: the task joined its workflow
     // during this drive, after the drive read it.
     let Some(task) = tasks::find(c, &end.task_id)? else {
@@ -93,17 +102,15 @@ pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), Store
     let Some(id) = task.workflow_id.clone() else {
         return Ok(());
     };
+    let Some(event) = event_of_end(state, code, task.continuation.is_some()) else {
+        return Ok(());
+    };
     let Some(w) = workflows::find(c, &id)? else {
         return Ok(());
     };
     let snap = snapshot(c, &w, end.max_idle_finals)?;
-    let d = decide(
-        &snap,
-        WorkflowEvent::Final {
-            progress: task.continuation.is_none(),
-        },
-    );
-    tracing::debug!(task.id = %task.task_id, workflow.id = %id, decided_on = d.expected_version, step = ?d.step, "workflow decision");
+    let d = decide(&snap, event);
+    tracing::debug!(task.id = %task.task_id, workflow.id = %id, decided_on = d.expected_version, event = ?event, step = ?d.step, "workflow decision");
     match d.step {
         WorkflowStep::Continue {
             seq,
@@ -131,29 +138,62 @@ pub(super) fn after_final(c: &mut DbConn, end: &WorkflowEnd) -> Result<(), Store
             workflows::count_final(c, &w, d.expected_version, idle_finals)?
         }
         WorkflowStep::Gate(kind) => {
-            let question = format!(
-                "The agent ended {} turns in a row without progress on this workflow, so it \
-                 stopped.",
-                w.idle_finals + 1
-            );
-            let gate = workflows::gate(c, &w, d.expected_version, kind, &question, &task.task_id)?;
-            // The gate is a comment in the thread: what is asked, and who
-            // may answer.
-            let body = format!(
-                "{question}\n\n@{owner}: say how to go on in a comment that mentions \
-                 @{bot}; it resumes the workflow.\n\n<!-- codex-bridge gate={gate} -->",
-                owner = w.owner,
-                bot = end.bot_login,
-            );
-            crate::store::comments::enqueue_note(
-                c,
-                &format!("{}:gate:{gate}", task.task_id),
-                &task.task_id,
-                &task.resource_key,
-                &body,
-            )?;
+            let question = match kind {
+                GateKind::IdleFinals => format!(
+                    "The agent ended {} turns in a row without progress on this workflow, so it \
+                     stopped.",
+                    w.idle_finals + 1
+                ),
+                GateKind::Budget => format!(
+                    "Task `{}` reached a limit on what the agent may spend ({}), so the \
+                     workflow stopped.",
+                    task.task_id,
+                    code.unwrap_or("timed_out")
+                ),
+                _ => format!(
+                    "Task `{}` was stopped, so the workflow waits.",
+                    task.task_id
+                ),
+            };
+            open_gate(c, &w, d.expected_version, kind, &question, &task, &end.bot_login)?;
+        }
+        WorkflowStep::End { state, code } => {
+            workflows::end(c, &w, d.expected_version, state, code, None, Some(&task.task_id))?
         }
         _ => {}
     }
     Ok(())
+}
+
+/// The workflow waits behind a gate that `task` opened: the gate's record
+/// and its comment in the thread — what is asked, and who may answer — in
+/// the caller's transaction. The gate's id.
+pub(in crate::actors::session) fn open_gate(
+    c: &mut DbConn,
+    w: &workflows::Workflow,
+    version: i64,
+    kind: GateKind,
+    question: &str,
+    task: &crate::store::models::Task,
+    bot_login: &str,
+) -> Result<GateId, StoreError> {
+    let gate = workflows::gate(c, w, version, kind, question, &task.task_id)?;
+    let body = gate_comment(question, &w.owner, bot_login, &gate);
+    crate::store::comments::enqueue_note(
+        c,
+        &format!("{}:gate:{gate}", task.task_id),
+        &task.task_id,
+        &task.resource_key,
+        &body,
+    )?;
+    Ok(gate)
+}
+
+/// A gate's comment: the question, who may answer and how, and the marker
+/// that names the gate.
+pub fn gate_comment(question: &str, owner: &str, bot_login: &str, gate: &GateId) -> String {
+    format!(
+        "{question}\n\n@{owner}: say how to go on in a comment that mentions @{bot_login}; it \
+         resumes the workflow.\n\n<!-- codex-bridge gate={gate} -->"
+    )
 }

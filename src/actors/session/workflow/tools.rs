@@ -7,7 +7,7 @@
 use super::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
-use crate::domain::workflow::ToolCall;
+use crate::domain::workflow::{GateKind, ToolCall};
 use crate::store::audit::{self, Audit};
 use crate::store::workflows;
 
@@ -28,6 +28,9 @@ impl TaskDrive {
                 text: e.to_string(),
             },
             Ok(ToolCall::CompleteWorkflow { summary }) => self.complete_workflow(summary).await?,
+            Ok(ToolCall::RequestOwnerGate { question, kind }) => {
+                self.request_owner_gate(question, kind).await?
+            }
             Ok(call) => ToolAnswer {
                 success: false,
                 text: format!(
@@ -83,11 +86,24 @@ impl TaskDrive {
                 let snap = super::snapshot(c, &w, max_idle_finals)?;
                 let d = decide(&snap, WorkflowEvent::Complete);
                 if let WorkflowStep::End { state, code } = d.step {
-                    workflows::end(c, &w, d.expected_version, state, code, Some(&summary))?;
+                    workflows::end(
+                        c,
+                        &w,
+                        d.expected_version,
+                        state,
+                        code,
+                        Some(&summary),
+                        Some(&task.task_id),
+                    )?;
                 }
                 Ok((w.workflow_id, w.state, d.step))
             })
             .await?;
+        if matches!(step.2, WorkflowStep::End { .. }) {
+            // The task that completes its workflow answers the owner, even
+            // a continuation (the bridge posts its last message).
+            self.snap.owes_reply = true;
+        }
         Ok(match step {
             (id, _, WorkflowStep::End { .. }) => ToolAnswer {
                 success: true,
@@ -99,6 +115,59 @@ impl TaskDrive {
             (id, state, _) => ToolAnswer {
                 success: false,
                 text: format!("workflow {id} is {state}: it cannot be completed now"),
+            },
+        })
+    }
+
+    /// `request_owner_gate`: the workflow waits for its owner behind a gate
+    /// whose comment asks `question`, in one transaction with the decision.
+    async fn request_owner_gate(
+        &mut self,
+        question: String,
+        kind: GateKind,
+    ) -> Result<ToolAnswer, DriveError> {
+        let task = self.task.clone();
+        let title = self
+            .entry
+            .as_ref()
+            .map(|e| super::title_of(&e.user_text))
+            .unwrap_or_default();
+        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
+        let bot = self.deps.settings.bot_login.clone();
+        let (id, state, gate) = self
+            .deps
+            .store
+            .write(move |c| {
+                let w = workflows::join(c, &task, &title)?;
+                let snap = super::snapshot(c, &w, max_idle_finals)?;
+                let d = decide(&snap, WorkflowEvent::GateAsked(kind));
+                let gate = match d.step {
+                    WorkflowStep::Gate(kind) => Some(super::open_gate(
+                        c,
+                        &w,
+                        d.expected_version,
+                        kind,
+                        &question,
+                        &task,
+                        &bot,
+                    )?),
+                    _ => None,
+                };
+                Ok((w.workflow_id, w.state, gate))
+            })
+            .await?;
+        Ok(match gate {
+            Some(gate) => ToolAnswer {
+                success: true,
+                text: format!(
+                    "Gate {gate} is open: the question is posted in the thread, and workflow \
+                     {id} waits until its owner answers there. End your turn now with a short \
+                     note of what you did so far."
+                ),
+            },
+            None => ToolAnswer {
+                success: false,
+                text: format!("workflow {id} is {state}: no gate can be opened now"),
             },
         })
     }

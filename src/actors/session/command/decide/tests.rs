@@ -1,4 +1,6 @@
 use super::*;
+use crate::domain::workflow::WorkflowState;
+use crate::domain::WorkflowId;
 use crate::lifecycle;
 use proptest::prelude::*;
 
@@ -12,6 +14,7 @@ fn fact(n: u8, state: TaskState, version: i64) -> TaskFact {
         state,
         state_version: version,
         command: None,
+        continuation: false,
     }
 }
 
@@ -26,6 +29,7 @@ fn snapshot(command: Command) -> CommandSnapshot {
         approvals: Vec::new(),
         thread_id: None,
         on_pull: false,
+        workflow: None,
     }
 }
 
@@ -57,7 +61,7 @@ prop_compose! {
             1 => Just(Permission::Unknown),
         ],
         driven in prop::collection::vec((driven_state(), 1i64..9), 0..3),
-        queued in prop::collection::vec(1i64..9, 0..4),
+        queued in prop::collection::vec((1i64..9, any::<bool>()), 0..4),
         approvals in 0usize..3,
         argument in prop_oneof![
             Just(None),
@@ -66,6 +70,9 @@ prop_compose! {
         ],
         thread in prop::option::of("thr-[a-z]{1,4}"),
         on_pull in any::<bool>(),
+        workflow in prop::option::of((
+            prop::sample::select(WorkflowState::ALL.to_vec()), 1i64..9, any::<bool>(),
+        )),
     ) -> CommandSnapshot {
         CommandSnapshot {
             task: fact(0, own_state, own_version),
@@ -80,7 +87,10 @@ prop_compose! {
             queued: queued
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| fact(20 + i as u8, TaskState::Queued, v))
+                .map(|(i, (v, continuation))| TaskFact {
+                    continuation,
+                    ..fact(20 + i as u8, TaskState::Queued, v)
+                })
                 .collect(),
             approvals: (0..approvals)
                 .map(|i| ApprovalFact {
@@ -90,6 +100,13 @@ prop_compose! {
                 .collect(),
             thread_id: thread,
             on_pull,
+            workflow: workflow.map(|(state, version, by_owner)| WorkflowFact {
+                workflow_id: WorkflowId::parse("wf-0123456789abcdef0123456789abcdef")
+                    .expect("a valid workflow id"),
+                state,
+                version,
+                by_owner,
+            }),
         }
     }
 }
@@ -150,6 +167,18 @@ proptest! {
                     prop_assert!(t.is_some_and(|t| t.state_version == *version && stoppable(t.state)));
                     prop_assert!(snap.queued.iter().all(|q| &q.task_id != task_id));
                 }
+                CommandEffect::HaltWorkflow { version, .. } => {
+                    prop_assert_eq!(snap.command, Command::Stop);
+                    let w = snap.workflow.as_ref();
+                    prop_assert!(w.is_some_and(|w| w.version == *version
+                        && matches!(w.state, WorkflowState::Open | WorkflowState::WaitingChild)));
+                }
+                CommandEffect::CancelWorkflow { version, .. } => {
+                    prop_assert_eq!(snap.command, Command::Cancel);
+                    let w = snap.workflow.as_ref();
+                    prop_assert!(w.is_some_and(|w| w.version == *version && w.by_owner && !w.state.is_end()),
+                        "only the owner's /cancel cancels the workflow");
+                }
                 CommandEffect::ResetThread { old_thread } => {
                     prop_assert_eq!(snap.command, Command::Reset);
                     prop_assert_eq!(Some(old_thread), snap.thread_id.as_ref());
@@ -168,7 +197,16 @@ proptest! {
         prop_assert!(stops <= 1);
         if snap.command == Command::Cancel {
             let cancels = d.effects.iter().filter(|e| matches!(e, CommandEffect::Cancel { .. })).count();
-            prop_assert_eq!(cancels, snap.queued.len(), "every queued task, and only those");
+            let owner = snap.workflow.as_ref().is_some_and(|w| w.by_owner && !w.state.is_end());
+            let expected = snap.queued.iter().filter(|t| owner || !t.continuation).count();
+            prop_assert_eq!(cancels, expected, "every queued task, a continuation only for the workflow's owner");
+        }
+        if snap.command == Command::Stop {
+            let open = snap.workflow.as_ref().is_some_and(|w| {
+                matches!(w.state, WorkflowState::Open | WorkflowState::WaitingChild)
+            });
+            let halts = d.effects.iter().any(|e| matches!(e, CommandEffect::HaltWorkflow { .. }));
+            prop_assert_eq!(halts, open, "/stop leaves an open workflow waiting for its owner");
         }
     }
 }
@@ -186,7 +224,10 @@ fn stop_takes_the_running_task_and_leaves_the_queue() {
                 task_id: task_id(1),
                 version: 5
             },
-            CommandEffect::Answer(Answer::Stopping(task_id(1))),
+            CommandEffect::Answer(Answer::Stopping {
+                task: Some(task_id(1)),
+                workflow: false
+            }),
         ]
     );
 }
