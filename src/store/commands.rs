@@ -209,7 +209,10 @@ pub enum WorkflowWrite {
         question: String,
     },
     /// The owner's `/cancel`: it ends `cancelled`.
-    Cancel { workflow_id: WorkflowId, version: i64 },
+    Cancel {
+        workflow_id: WorkflowId,
+        version: i64,
+    },
 }
 
 /// `Refused { code: STALE }`: something the decision named changed; the

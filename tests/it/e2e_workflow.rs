@@ -12,7 +12,7 @@ use codex_bridge::store::{tasks, workflows};
 use serde_json::json;
 use std::time::Duration;
 
-fn with_workflows() -> Loop {
+pub(crate) fn with_workflows() -> Loop {
     Loop::start_with(|b| {
         b.env("CODEX_BRIDGE_WORKFLOWS", "true")
             .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "1")
@@ -20,7 +20,7 @@ fn with_workflows() -> Loop {
 }
 
 /// The workflow's continuation number `seq`, once it exists; its task id.
-fn continuation(l: &Loop, seq: i64) -> String {
+pub(crate) fn continuation(l: &Loop, seq: i64) -> String {
     let mut found = None;
     wait_until(
         &format!("continuation {seq}"),
@@ -96,6 +96,14 @@ fn e2e_an_open_workflow_continues_on_its_thread_until_the_agent_completes_it() {
     // Nothing more: the workflow has ended and no continuation is alive.
     assert!(!workflows::continuation_pending(&mut c, &w.workflow_id).unwrap());
     assert!(workflows::live(&mut c, &w.session_key).unwrap().is_none());
+    // The continuation that completed it answers the owner (the bridge
+    // posts its last message, with the task's marker), once.
+    let answer = l.bot_comments(l.issue, "All done.");
+    assert_eq!(answer.len(), 1, "{answer:?}");
+    assert!(
+        answer[0]["body"].as_str().unwrap().contains(&cont),
+        "{answer:?}"
+    );
 }
 
 /// Finals without progress stop the workflow at `workflow_max_idle_finals`:

@@ -31,6 +31,7 @@ mod e2e_interrupt;
 mod e2e_races;
 mod e2e_review;
 mod e2e_workflow;
+mod e2e_workflow_control;
 mod fakemodel;
 mod floors;
 mod fork;

@@ -112,7 +112,7 @@ fn workflow_rows(url: &str) {
     assert_eq!(open.gate_id, gate);
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!(w.state, WorkflowState::WaitingOwner);
-    c.write_transaction(|c| workflows::resume(c, &w, w.version, &second.task_id, "bob"))
+    c.write_transaction(|c| workflows::resume(c, &w, w.version, Some(&second.task_id), "bob"))
         .unwrap();
     assert!(workflows::open_gate(&mut c, &w.workflow_id)
         .unwrap()
@@ -134,6 +134,7 @@ fn workflow_rows(url: &str) {
             WorkflowState::Completed,
             "completed",
             Some("done"),
+            None,
         )
     })
     .unwrap();

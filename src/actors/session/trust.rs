@@ -123,7 +123,12 @@ impl TaskDrive {
             InstructionsSource::WorkingTree => None,
             InstructionsSource::BaseBranch => self.base_instructions().await,
         };
-        self.snap.reply_path = policy.reply_path;
+        // A continuation's answer (owed once it completes its workflow) is
+        // always posted by the bridge: its prompt asks the agent to post
+        // nothing.
+        if self.task.continuation.is_none() {
+            self.snap.reply_path = policy.reply_path;
+        }
         let facts = match &subject {
             Subject::PullRequest(Some(f)) => serde_json::json!({
                 "headInBaseRepo": f.head_in_base_repo,

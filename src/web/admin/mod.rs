@@ -10,6 +10,7 @@ pub(crate) mod overview;
 pub(crate) mod stats;
 mod tasks;
 mod transcripts;
+mod workflows;
 
 use crate::domain::TaskId;
 use crate::web::error::ApiError;
@@ -66,6 +67,16 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route(
                 "/tasks/{task_id}/clear-workspace",
                 web::post().to(actors::clear_workspace),
+            )
+            .route("/workflows", web::get().to(workflows::list))
+            .route("/workflows/{workflow_id}", web::get().to(workflows::show))
+            .route(
+                "/workflows/{workflow_id}/cancel",
+                web::post().to(workflows::cancel),
+            )
+            .route(
+                "/workflows/{workflow_id}/gates/{gate_id}/resume",
+                web::post().to(workflows::resume_gate),
             )
             .route("/codex", web::get().to(codex::account))
             .route("/codex/account", web::get().to(codex::account))

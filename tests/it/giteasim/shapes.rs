@@ -219,12 +219,23 @@ impl Data {
             ("milestone", J::Null),
             ("assignee", J::Null),
             ("assignees", J::Null),
-            ("state", if issue.closed.is_some() { "closed" } else { "open" }.into()),
+            (
+                "state",
+                if issue.closed.is_some() {
+                    "closed"
+                } else {
+                    "open"
+                }
+                .into(),
+            ),
             ("is_locked", issue.locked.into()),
             ("comments", self.comment_count(issue.id).into()),
             ("created_at", rfc3339(issue.created).into()),
             ("updated_at", rfc3339(issue.updated).into()),
-            ("closed_at", issue.closed.map(|t| J::from(rfc3339(t))).unwrap_or(J::Null)),
+            (
+                "closed_at",
+                issue.closed.map(|t| J::from(rfc3339(t))).unwrap_or(J::Null),
+            ),
             ("due_date", J::Null),
             ("time_estimate", 0.into()),
             ("pull_request", pull_request),
@@ -287,7 +298,15 @@ impl Data {
             ("assignees", J::Null),
             ("requested_reviewers", J::Arr(Vec::new())),
             ("requested_reviewers_teams", J::Arr(Vec::new())),
-            ("state", if issue.closed.is_some() { "closed" } else { "open" }.into()),
+            (
+                "state",
+                if issue.closed.is_some() {
+                    "closed"
+                } else {
+                    "open"
+                }
+                .into(),
+            ),
             ("draft", false.into()),
             ("is_locked", issue.locked.into()),
             ("comments", self.comment_count(issue.id).into()),

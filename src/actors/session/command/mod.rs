@@ -173,10 +173,7 @@ pub(super) async fn run(
                     write.workflow = Some(commands::WorkflowWrite::Halt {
                         workflow_id: workflow_id.clone(),
                         version: *version,
-                        question: format!(
-                            "@{} stopped the work with `/stop`.",
-                            task.author
-                        ),
+                        question: format!("@{} stopped the work with `/stop`.", task.author),
                     })
                 }
                 CommandEffect::CancelWorkflow {

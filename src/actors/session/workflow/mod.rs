@@ -1,26 +1,21 @@
 //! The session's workflow: work that outlives a turn. Its decisions are
-//! pure (`decide`); the session commits them with the task they are about:
+//! pure (`domain::workflow::decide`); the session commits them with the task
+//! they are about:
 //! the tools the agent calls inside a turn (`tools`), and the step a task's
 //! end takes (`after_final`, in the transaction that ends the task).
 
-pub mod decide;
 mod tools;
 
-use crate::domain::workflow::GateKind;
+use crate::domain::workflow::decide::{
+    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowStep,
+};
+use crate::domain::workflow::{GateKind, CONTINUATION_TEXT};
 use crate::domain::{GateId, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::workflows::{self, ContinueWith};
 use crate::store::{format_time, tasks, DbConn, StoreError};
-use decide::{
-    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowSnapshot, WorkflowStep,
-};
 use std::time::Duration;
-
-/// What a continuation's turn is told (the prompt adds the thread's news).
-pub const CONTINUATION_TEXT: &str = "The workflow of this Issue or pull request is still open. \
-Continue the work the owner asked for in this thread, from where the last turn stopped. When the \
-whole mission is done and checked, call the codex_bridge tool complete_workflow with a summary; \
-until then the bridge continues the work after each turn.";
+use workflows::snapshot;
 
 /// What a task's end needs to move its workflow on.
 #[derive(Debug, Clone)]
@@ -37,22 +32,6 @@ pub struct WorkflowEnd {
 /// A workflow's title, from the message that opens it: its first line.
 pub(in crate::actors::session) fn title_of(text: &str) -> String {
     text.lines().next().unwrap_or_default().to_owned()
-}
-
-/// The workflow as its decision sees it, read in the caller's transaction.
-pub(in crate::actors::session) fn snapshot(
-    c: &mut DbConn,
-    w: &workflows::Workflow,
-    max_idle_finals: i64,
-) -> Result<WorkflowSnapshot, StoreError> {
-    Ok(WorkflowSnapshot {
-        state: w.state,
-        version: w.version,
-        idle_finals: w.idle_finals,
-        continuations: w.continuations,
-        continuation_pending: workflows::continuation_pending(c, &w.workflow_id)?,
-        max_idle_finals,
-    })
 }
 
 /// `task` (a comment's, or a continuation) becomes its session's workflow's
@@ -79,7 +58,7 @@ pub(in crate::actors::session) fn join(
     match d.step {
         WorkflowStep::ResetIdle => workflows::reset_idle(c, &w, d.expected_version, &task.task_id),
         WorkflowStep::Resume => {
-            workflows::resume(c, &w, d.expected_version, &task.task_id, &task.author)
+            workflows::resume(c, &w, d.expected_version, Some(&task.task_id), &task.author)
         }
         _ => Ok(()),
     }
@@ -155,11 +134,25 @@ pub(super) fn after_end(
                     task.task_id
                 ),
             };
-            open_gate(c, &w, d.expected_version, kind, &question, &task, &end.bot_login)?;
+            open_gate(
+                c,
+                &w,
+                d.expected_version,
+                kind,
+                &question,
+                &task,
+                &end.bot_login,
+            )?;
         }
-        WorkflowStep::End { state, code } => {
-            workflows::end(c, &w, d.expected_version, state, code, None, Some(&task.task_id))?
-        }
+        WorkflowStep::End { state, code } => workflows::end(
+            c,
+            &w,
+            d.expected_version,
+            state,
+            code,
+            None,
+            Some(&task.task_id),
+        )?,
         _ => {}
     }
     Ok(())

@@ -4,9 +4,9 @@
 //! is, audited, and answered. The call is authorised by the turn it arrives
 //! on: it acts only on that task's own workflow.
 
-use super::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
+use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::domain::workflow::{GateKind, ToolCall};
 use crate::store::audit::{self, Audit};
 use crate::store::workflows;
@@ -83,7 +83,7 @@ impl TaskDrive {
             .store
             .write(move |c| {
                 let w = workflows::join(c, &task, &title)?;
-                let snap = super::snapshot(c, &w, max_idle_finals)?;
+                let snap = workflows::snapshot(c, &w, max_idle_finals)?;
                 let d = decide(&snap, WorkflowEvent::Complete);
                 if let WorkflowStep::End { state, code } = d.step {
                     workflows::end(
@@ -139,7 +139,7 @@ impl TaskDrive {
             .store
             .write(move |c| {
                 let w = workflows::join(c, &task, &title)?;
-                let snap = super::snapshot(c, &w, max_idle_finals)?;
+                let snap = workflows::snapshot(c, &w, max_idle_finals)?;
                 let d = decide(&snap, WorkflowEvent::GateAsked(kind));
                 let gate = match d.step {
                     WorkflowStep::Gate(kind) => Some(super::open_gate(

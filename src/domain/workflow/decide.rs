@@ -53,6 +53,10 @@ pub enum WorkflowEvent {
     Halted(GateKind),
     /// The owner's comment was admitted as the workflow's next input.
     OwnerInput,
+    /// An operator answered the gate on the owner's behalf (the admin
+    /// view): there is no comment to be the next input, so a continuation
+    /// carries the answer.
+    OperatorResume,
     /// Someone else's comment arrived for the workflow.
     OtherInput,
     /// The owner cancelled it (`/cancel`, the admin view).
@@ -80,6 +84,11 @@ pub enum WorkflowStep {
     Gate(GateKind),
     /// The owner answered: open again, the count reset.
     Resume,
+    /// An operator answered for the owner: open again, the count reset,
+    /// and continuation number `seq` (due now) carries the answer.
+    ResumeWith {
+        seq: i64,
+    },
     /// Owner input while open: the count starts again.
     ResetIdle,
     /// Not the owner's to resume: refuse the input (`owner_gate_required`).
@@ -139,6 +148,15 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
             W::WaitingOwner => S::Resume,
             _ => S::ResetIdle,
         },
+        // A continuation still running (the one that asked for the gate)
+        // carries the work on when it ends.
+        E::OperatorResume => match snap.state {
+            W::WaitingOwner if snap.continuation_pending => S::Resume,
+            W::WaitingOwner => S::ResumeWith {
+                seq: snap.continuations + 1,
+            },
+            _ => S::Nothing(Idle::NotOpen),
+        },
         E::OtherInput => match snap.state {
             W::WaitingOwner => S::Refuse,
             _ => S::Nothing(Idle::OrdinaryInput),
@@ -176,7 +194,11 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
 /// - A budget hit or a timeout, and a run stopped by its owner, wait for the
 ///   owner; a run stopped for a newer message leaves the workflow to it.
 /// - Any other failure has used up the task's bounded recovery.
-pub fn event_of_end(state: TaskState, code: Option<&str>, continuation: bool) -> Option<WorkflowEvent> {
+pub fn event_of_end(
+    state: TaskState,
+    code: Option<&str>,
+    continuation: bool,
+) -> Option<WorkflowEvent> {
     use TaskState as T;
     let progress = !continuation;
     match (state, code) {
@@ -238,6 +260,7 @@ mod tests {
             proptest::sample::select(GateKind::ALL.to_vec()).prop_map(E::GateAsked),
             proptest::sample::select(vec![GateKind::Stopped, GateKind::Budget]).prop_map(E::Halted),
             Just(E::OwnerInput),
+            Just(E::OperatorResume),
             Just(E::OtherInput),
             Just(E::Cancel),
             Just(E::ResourceClosed),
@@ -249,7 +272,7 @@ mod tests {
     fn after(snap: &WorkflowSnapshot, step: WorkflowStep) -> WorkflowState {
         match step {
             WorkflowStep::Gate(_) => WorkflowState::WaitingOwner,
-            WorkflowStep::Resume => WorkflowState::Open,
+            WorkflowStep::Resume | WorkflowStep::ResumeWith { .. } => WorkflowState::Open,
             WorkflowStep::End { state, .. } => state,
             _ => snap.state,
         }
@@ -307,7 +330,12 @@ mod tests {
         fn only_the_owner_resumes_a_waiting_workflow(s in snapshot(), e in event()) {
             let step = decide(&s, e).step;
             if s.state == WorkflowState::WaitingOwner && after(&s, step) == WorkflowState::Open {
-                prop_assert_eq!(e, WorkflowEvent::OwnerInput);
+                prop_assert!(matches!(e, WorkflowEvent::OwnerInput | WorkflowEvent::OperatorResume));
+            }
+            if let WorkflowStep::ResumeWith { seq } = step {
+                prop_assert_eq!(s.state, WorkflowState::WaitingOwner);
+                prop_assert!(!s.continuation_pending);
+                prop_assert_eq!(seq, s.continuations + 1);
             }
             if s.state == WorkflowState::WaitingOwner && e == WorkflowEvent::OtherInput {
                 prop_assert_eq!(step, WorkflowStep::Refuse);

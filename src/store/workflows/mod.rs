@@ -7,6 +7,9 @@
 //! number: written again after a crash, it is the same operation.
 
 use super::audit::{self, Audit};
+
+pub mod admin;
+
 use super::models::Task;
 use super::schema::{
     outbox_entries, sessions, task_transitions, tasks, webhook_deliveries, workflow_gates,
@@ -16,6 +19,7 @@ use super::steer::stale;
 use super::{now, DbConn, StoreError};
 use crate::domain::fingerprint::Fingerprint;
 use crate::domain::states::{OutboxStatus, SendMode};
+use crate::domain::workflow::decide::WorkflowSnapshot;
 use crate::domain::workflow::{GateKind, WorkflowState};
 use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
@@ -66,6 +70,22 @@ pub struct Gate {
     pub resumed_by: Option<String>,
     pub created_at: String,
     pub updated_at: String,
+}
+
+/// The workflow as its decision sees it, read in the caller's transaction.
+pub fn snapshot(
+    c: &mut DbConn,
+    w: &Workflow,
+    max_idle_finals: i64,
+) -> Result<WorkflowSnapshot, StoreError> {
+    Ok(WorkflowSnapshot {
+        state: w.state,
+        version: w.version,
+        idle_finals: w.idle_finals,
+        continuations: w.continuations,
+        continuation_pending: continuation_pending(c, &w.workflow_id)?,
+        max_idle_finals,
+    })
 }
 
 /// The session's top-level workflow that has not ended, if any.
@@ -379,7 +399,7 @@ pub fn resume(
     conn: &mut DbConn,
     w: &Workflow,
     version: i64,
-    task: &TaskId,
+    task: Option<&TaskId>,
     by: &str,
 ) -> Result<(), StoreError> {
     bump(conn, w, version)?;
@@ -404,9 +424,11 @@ pub fn resume(
     .execute(c))?;
     audit::record(
         conn,
-        &Audit::new("workflow.resumed", by)
-            .task(task)
-            .meta(serde_json::json!({"workflowId": w.workflow_id, "decidedOnVersion": version})),
+        &match task {
+            Some(task) => Audit::new("workflow.resumed", by).task(task),
+            None => Audit::new("workflow.resumed", by),
+        }
+        .meta(serde_json::json!({"workflowId": w.workflow_id, "decidedOnVersion": version})),
     )?;
     Ok(())
 }

@@ -1,0 +1,151 @@
+//! `GET /api/gitea-workflow/workflows` (by session, paginated),
+//! `/workflows/{workflowId}`, and the operator's controls: cancel a
+//! workflow, answer its gate on the owner's behalf.
+
+use super::ControlBody;
+use crate::actors::registry::Notify;
+use crate::domain::{GateId, ResourceKey, WorkflowId};
+use crate::store::workflows::admin::{self, GateAnswer, WorkflowFilter};
+use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListQuery {
+    session_key: Option<String>,
+    limit: Option<i64>,
+    cursor: Option<String>,
+}
+
+pub async fn list(
+    _: Admin,
+    state: web::Data<AppState>,
+    q: web::Query<ListQuery>,
+) -> Result<HttpResponse, ApiError> {
+    let q = q.into_inner();
+    let filter = WorkflowFilter {
+        session_key: match q.session_key.filter(|s| !s.is_empty()) {
+            Some(s) => Some(ResourceKey::parse(&s).map_err(|e| {
+                ApiError::bad_request("invalid_session_key", format!("sessionKey: {e}"))
+            })?),
+            None => None,
+        },
+        cursor: match q.cursor.filter(|s| !s.is_empty()) {
+            Some(c) => Some(c.parse::<i64>().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_cursor",
+                    "cursor must be a nextCursor value from a previous page",
+                )
+            })?),
+            None => None,
+        },
+        limit: match q.limit {
+            Some(n) if (1..=500).contains(&n) => n,
+            Some(_) => {
+                return Err(ApiError::bad_request(
+                    "invalid_limit",
+                    "limit must be between 1 and 500",
+                ))
+            }
+            None => 50,
+        },
+    };
+    let (rows, next) = state.store.read(move |c| admin::list(c, &filter)).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "workflows": rows,
+        "nextCursor": next.map(|n| n.to_string()),
+    })))
+}
+
+/// The workflow a request path names; anything else is the 404 of an
+/// unknown workflow, with what an id looks like.
+fn workflow_in_path(text: &str) -> Result<WorkflowId, ApiError> {
+    WorkflowId::parse(text).map_err(|e| ApiError::NotFound(format!("workflow {text} ({e})")))
+}
+
+pub async fn show(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let id = workflow_in_path(&path.into_inner())?;
+    let key = id.clone();
+    let detail = state
+        .store
+        .read(move |c| admin::detail(c, &key))
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("workflow {id}")))?;
+    Ok(HttpResponse::Ok().json(detail))
+}
+
+pub async fn cancel(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let id = workflow_in_path(&path.into_inner())?;
+    let req = body.into_inner().into_request()?;
+    let max_idle = state.config.workflow_max_idle_finals;
+    let key = id.clone();
+    let event = state
+        .store
+        .write(move |c| admin::cancel(c, &req, &key, max_idle))
+        .await?;
+    wake(&state, &id).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
+pub async fn resume_gate(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<(String, String)>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let (workflow, gate) = path.into_inner();
+    let id = workflow_in_path(&workflow)?;
+    let gate_id =
+        GateId::parse(&gate).map_err(|e| ApiError::NotFound(format!("gate {gate} ({e})")))?;
+    let req = body.into_inner().into_request()?;
+    let (instance, max_idle) = (
+        state.config.instance_id.clone(),
+        state.config.workflow_max_idle_finals,
+    );
+    let key = id.clone();
+    let event = state
+        .store
+        .write(move |c| {
+            admin::resume_gate(
+                c,
+                &req,
+                &GateAnswer {
+                    workflow_id: &key,
+                    gate_id: &gate_id,
+                    instance_id: &instance,
+                    max_idle_finals: max_idle,
+                },
+            )
+        })
+        .await?;
+    wake(&state, &id).await?;
+    Ok(HttpResponse::Ok().json(event))
+}
+
+/// The workflow's repository hears of the change: a continuation due now
+/// starts without waiting for the sweep.
+async fn wake(state: &AppState, id: &WorkflowId) -> Result<(), ApiError> {
+    let key = id.clone();
+    let found = state
+        .store
+        .read(move |c| crate::store::workflows::find(c, &key))
+        .await?;
+    if let (Some(w), Some(registry)) = (found, &state.registry) {
+        registry.do_send(Notify {
+            repo_key: w.session_key.repo().clone(),
+        });
+    }
+    Ok(())
+}
