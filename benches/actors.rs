@@ -59,6 +59,7 @@ fn rig() -> Result<Rig> {
             batch_max: 256,
             threads: 1,
             queue_capacity: 1 << 20,
+            ingest: Default::default(),
         },
     })?;
     let runtime = ScriptedAgent::new();

@@ -124,6 +124,7 @@ async fn store(dir: &std::path::Path, repos: usize) -> Result<Store> {
             batch_max: 256,
             threads: 1,
             queue_capacity: 4096,
+            ingest: Default::default(),
         },
     })?;
     for n in 0..repos {

@@ -328,6 +328,7 @@ async fn run(runs: usize) -> Result<Figures> {
             batch_max: 256,
             threads: 1,
             queue_capacity: 1 << 12,
+            ingest: Default::default(),
         },
     })?;
     let mut raw = Vec::new();

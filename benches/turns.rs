@@ -106,6 +106,7 @@ fn open_store(path: PathBuf) -> Result<Store> {
             batch_max: 256,
             threads: 1,
             queue_capacity: 1 << 16,
+            ingest: Default::default(),
         },
     })?)
 }

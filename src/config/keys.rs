@@ -128,6 +128,36 @@ pub const KEYS: &[(&str, &str)] = &[
          waits for its owner (default 65)",
     ),
     (
+        "max_turns_per_task",
+        "turns one task may take, its reply retry included (default 20); past it the task \
+         ends failed (budget_exceeded) and its workflow waits for its owner",
+    ),
+    (
+        "max_turns_per_workflow",
+        "turns of all the tasks of one workflow (default 200); past it the workflow waits for \
+         its owner instead of continuing",
+    ),
+    (
+        "max_task_secs",
+        "wall time of one task from its first lease, in seconds (default 7200); past it the \
+         turn is interrupted and the task ends failed (budget_exceeded)",
+    ),
+    (
+        "max_tokens_per_task",
+        "tokens one task's turns may use, as Codex reports them (default 0: no limit); past \
+         it the turn is interrupted and the task ends failed (budget_exceeded)",
+    ),
+    (
+        "user_triggers_per_hour",
+        "tasks one commenter may start per hour across repositories (default 30; 0: no \
+         limit); past it a comment is refused (rate_limited) with one receipt",
+    ),
+    (
+        "repo_turns_per_day",
+        "turns per repository per UTC day (default 0: no limit); past it tasks wait queued \
+         until the next day",
+    ),
+    (
         "scheduler_sweep_ms",
         "how often the registry looks for due work in the store (default 5000)",
     ),

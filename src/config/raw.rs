@@ -82,6 +82,18 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub workflow_max_idle_finals: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub max_turns_per_task: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub max_turns_per_workflow: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub max_task_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub max_tokens_per_task: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub user_triggers_per_hour: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub repo_turns_per_day: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub scheduler_sweep_ms: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub catchup_interval_secs: Option<u128>,

@@ -171,6 +171,39 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         1,
         10_000,
     )? as i64;
+    let limits = crate::domain::limits::Limits {
+        max_turns_per_task: number("max_turns_per_task", raw.max_turns_per_task, 20, 1, 10_000)?
+            as i64,
+        max_turns_per_workflow: number(
+            "max_turns_per_workflow",
+            raw.max_turns_per_workflow,
+            200,
+            1,
+            1_000_000,
+        )? as i64,
+        max_task_secs: number("max_task_secs", raw.max_task_secs, 7200, 1, 2_592_000)?,
+        max_tokens_per_task: number(
+            "max_tokens_per_task",
+            raw.max_tokens_per_task,
+            0,
+            0,
+            1_000_000_000_000,
+        )? as i64,
+        user_triggers_per_hour: number(
+            "user_triggers_per_hour",
+            raw.user_triggers_per_hour,
+            30,
+            0,
+            1_000_000,
+        )? as i64,
+        repo_turns_per_day: number(
+            "repo_turns_per_day",
+            raw.repo_turns_per_day,
+            0,
+            0,
+            1_000_000,
+        )? as i64,
+    };
     let scheduler_sweep_ms = number(
         "scheduler_sweep_ms",
         raw.scheduler_sweep_ms,
@@ -239,6 +272,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         workflows: raw.workflows.unwrap_or(true),
         continuation_backoff_secs,
         workflow_max_idle_finals,
+        limits,
         scheduler_sweep_ms,
         catchup_interval_secs,
         metrics_listen: raw.metrics_listen,

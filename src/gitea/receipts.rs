@@ -72,6 +72,7 @@ pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> 
     let look = format!("An operator can look at task `{task_id}` in the codex-bridge admin view or with `codex-bridge tasks show {task_id}`.");
     match state {
         "received" => format!("👀 Received. I am working on it and will answer in this thread.\n\n<sub>codex-bridge task `{task_id}`</sub>"),
+        "failed" if error_code == Some("budget_exceeded") => format!("🧾 This task reached a limit on what the agent may spend{code} and was stopped; its workflow waits for its owner. Mention the bot to go on, or ask an operator to raise the limit named below. Files may have been changed in the workspace; nothing was rolled back. {look}"),
         "failed" => format!("❌ This task failed{code}. It will not be retried automatically. {look}"),
         "timed_out" => format!("⏱️ This task ran past its time limit and was stopped{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),
         "aborted" if error_code == Some("superseded") => format!("⏭️ Stopped for a newer request in this thread, which runs next. Files may have been changed in the workspace; nothing was rolled back. {look}"),
@@ -79,6 +80,7 @@ pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> 
         "failed_reply" => format!("⚠️ The work finished, but its answer could not be posted or confirmed in this thread{code}. {look}"),
         "needs_reconciliation" => format!("⏸️ This task is held for an operator{code}: the bridge cannot prove what the agent did, so it will not run it again by itself. New requests on this repository wait until it is reconciled. {look}"),
         "rejected" if error_code == Some("outbox_full") => format!("🚫 Not queued{code}: this thread already has {OUTBOX_CAPACITY} requests waiting or running, the most one Issue or pull request may hold. Ask again once some have finished, or cancel the queued ones with `/cancel`. {look}"),
+        "rejected" if error_code == Some("rate_limited") => format!("🚫 Not started{code}: you asked for more work in the last hour than one person may start (`user_triggers_per_hour`). Ask again later; an operator can raise `user_triggers_per_hour` in the configuration. `/stop` and the other commands still work. {look}"),
         "rejected" if error_code == Some("owner_gate_required") => format!("🚫 Not started{code}: this Issue's workflow waits for its owner's answer to the bot's last question, and only the owner may resume it. {look}"),
         "rejected" => format!("🚫 Not started{code}: only people with write access to this repository may ask for work. {look}"),
         other => format!("This task ended `{other}`{code}. {look}"),

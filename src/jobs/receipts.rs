@@ -203,6 +203,15 @@ impl ReceiptWorker {
                 };
                 (marker, body.clone())
             }
+            // A receipt with a detail decided when it was queued (the
+            // limit a task reached): the usual text, then the detail.
+            (_, Some(detail)) => (
+                receipt_marker(&r.row.comment_key),
+                format!(
+                    "{}\n\n{detail}",
+                    receipt_text(wanted, &r.row.task_id, r.error_code.as_deref())
+                ),
+            ),
             _ => (
                 receipt_marker(&r.row.comment_key),
                 receipt_text(wanted, &r.row.task_id, r.error_code.as_deref()),

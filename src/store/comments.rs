@@ -77,6 +77,35 @@ pub fn enqueue_receipt(
     )
 }
 
+/// Queues `task_id`'s receipt for `state` with `detail` under its usual
+/// text (the limit it reached, say). Written before or after the transition
+/// that queues the plain receipt, the detail is kept while it is pending.
+pub fn enqueue_receipt_detail(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    resource_key: &ResourceKey,
+    state: TaskState,
+    detail: &str,
+) -> Result<(), StoreError> {
+    let key = receipt_key(task_id, state);
+    enqueue(
+        conn,
+        &key,
+        task_id,
+        CommentKind::Receipt,
+        resource_key,
+        Some(detail),
+    )?;
+    with_conn!(conn, |c| diesel::update(
+        comments::table
+            .filter(comments::comment_key.eq(&key))
+            .filter(comments::status.eq(CommentStatus::Pending))
+    )
+    .set(comments::body.eq(detail))
+    .execute(c))?;
+    Ok(())
+}
+
 /// Queues a `pending` row for the receipts worker; a second call for the
 /// same key does nothing. `body`: text decided now (`None`: rendered when
 /// posted).

@@ -22,6 +22,9 @@ impl StoreSettings {
                 batch_max: config.writer_batch_max,
                 threads: config.writer_threads,
                 queue_capacity: QUEUE_CAPACITY,
+                ingest: super::ingest::IngestRules {
+                    user_triggers_per_hour: config.limits.user_triggers_per_hour,
+                },
             },
         }
     }

@@ -10,7 +10,7 @@
 //! and every operation is run again alone, retrying contention a few times, so
 //! one bad neighbour cannot fail the others.
 
-use super::ingest::{self, IngestOutcome};
+use super::ingest::{self, IngestOutcome, IngestRules};
 use super::{DbConn, DbManager, StoreError};
 use crate::domain::IngestRequest;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -78,10 +78,10 @@ struct IngestJob {
 
 impl IngestJob {
     /// The same delivery as an ordinary operation (for the one-by-one path).
-    fn into_op(self) -> Box<dyn WriteOp> {
+    fn into_op(self, rules: IngestRules) -> Box<dyn WriteOp> {
         let req = self.req;
         Box::new(TypedOp {
-            f: move |c: &mut DbConn| ingest::ingest(c, &req),
+            f: move |c: &mut DbConn| ingest::ingest_with(c, &req, &rules),
             outcome: None,
             reply: self.reply,
         })
@@ -116,6 +116,8 @@ pub struct WriterSettings {
     pub threads: usize,
     /// Operations that may wait for the writer before callers get 503.
     pub queue_capacity: usize,
+    /// What intake enforces (the commenters' hourly limit).
+    pub ingest: IngestRules,
 }
 
 impl Writer {
@@ -130,9 +132,10 @@ impl Writer {
             let pool = pool.clone();
             let changes = changes.clone();
             let batch_max = settings.batch_max.max(1);
+            let rules = settings.ingest;
             std::thread::Builder::new()
                 .name(format!("store-writer-{n}"))
-                .spawn(move || writer_loop(&rx, &pool, batch_max, &changes))?;
+                .spawn(move || writer_loop(&rx, &pool, batch_max, &changes, rules))?;
         }
         Ok(Writer { tx })
     }
@@ -189,6 +192,7 @@ fn writer_loop(
     pool: &r2d2::Pool<DbManager>,
     batch_max: usize,
     changes: &Changes,
+    rules: IngestRules,
 ) {
     // Task transitions written here are counted in the metrics once committed.
     crate::metrics::collect_transitions_on_this_thread();
@@ -231,8 +235,8 @@ fn writer_loop(
         // every page it touches into the statement journal); if the batch
         // fails, that transaction is rolled back whole and the batch runs
         // again the careful way, so the outcomes are the same either way.
-        let committed = match try_commit(&mut conn, &reqs, &mut ops, false) {
-            Err(Retry::Carefully) => try_commit(&mut conn, &reqs, &mut ops, true),
+        let committed = match try_commit(&mut conn, &reqs, &mut ops, false, &rules) {
+            Err(Retry::Carefully) => try_commit(&mut conn, &reqs, &mut ops, true, &rules),
             other => other,
         };
         let committed = committed.map_err(|e| match e {
@@ -264,7 +268,7 @@ fn writer_loop(
                 let singles: Vec<Box<dyn WriteOp>> = reqs
                     .drain(..)
                     .zip(replies.drain(..))
-                    .map(|(req, reply)| IngestJob { req, reply }.into_op())
+                    .map(|(req, reply)| IngestJob { req, reply }.into_op(rules))
                     .chain(ops.drain(..))
                     .collect();
                 for op in singles {
@@ -313,13 +317,14 @@ fn try_commit(
     reqs: &[IngestRequest],
     ops: &mut [Box<dyn WriteOp>],
     careful: bool,
+    rules: &IngestRules,
 ) -> Result<Vec<Result<IngestOutcome, StoreError>>, Retry> {
     crate::metrics::transaction_finished(false);
     let committed = conn.write_transaction(|c| {
         let outcomes = if careful || reqs.is_empty() {
-            ingest_all(c, reqs).map_err(Retry::No)?
+            ingest_all(c, reqs, rules).map_err(Retry::No)?
         } else {
-            match ingest::ingest_batch(c, reqs) {
+            match ingest::ingest_batch_with(c, reqs, rules) {
                 Ok(outcomes) => outcomes.into_iter().map(Ok).collect(),
                 Err(StoreError::Contended(m)) => return Err(Retry::No(StoreError::Contended(m))),
                 Err(_) => return Err(Retry::Carefully),
@@ -347,12 +352,13 @@ fn try_commit(
 fn ingest_all(
     c: &mut DbConn,
     reqs: &[IngestRequest],
+    rules: &IngestRules,
 ) -> Result<Vec<Result<IngestOutcome, StoreError>>, StoreError> {
     if reqs.is_empty() {
         return Ok(Vec::new());
     }
     let mark = crate::metrics::pending_mark();
-    let batch = c.transaction(|c| ingest::ingest_batch(c, reqs));
+    let batch = c.transaction(|c| ingest::ingest_batch_with(c, reqs, rules));
     if batch.is_err() {
         crate::metrics::rollback_to(mark);
     }
@@ -365,7 +371,7 @@ fn ingest_all(
     let mut out = Vec::with_capacity(reqs.len());
     for req in reqs {
         let mark = crate::metrics::pending_mark();
-        let one = c.transaction(|c| ingest::ingest(c, req));
+        let one = c.transaction(|c| ingest::ingest_with(c, req, rules));
         if one.is_err() {
             crate::metrics::rollback_to(mark);
         }

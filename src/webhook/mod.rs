@@ -189,6 +189,17 @@ async fn handle(
                 message: format!("repository {repo_key} is disabled by an operator; the comment was recorded but will not run"),
             })
         }
+        IngestOutcome::RateLimited { task_id, limit } => {
+            root.record("task.id", task_id.as_str());
+            tracing::info!(outcome = "rejected", code = "rate_limited", limit, "webhook refused: the commenter's hourly limit is reached");
+            let response = HttpResponse::Ok().json(serde_json::json!({
+                "status": "rejected",
+                "deliveryId": delivery_id,
+                "taskId": task_id,
+                "code": "rate_limited",
+            }));
+            (response, "rejected")
+        }
         IngestOutcome::OutboxFull {
             session_key,
             task_id,

@@ -488,6 +488,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             batch_max: 8,
             threads: 1,
             queue_capacity: 64,
+            ingest: Default::default(),
         },
     })
     .unwrap();

@@ -134,6 +134,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
             batch_max: 8,
             threads: 1,
             queue_capacity: 64,
+            ingest: Default::default(),
         },
     })
     .unwrap();

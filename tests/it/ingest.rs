@@ -186,6 +186,7 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
             batch_max: 256,
             threads: 1,
             queue_capacity: 1024,
+            ingest: Default::default(),
         },
     })
     .unwrap();

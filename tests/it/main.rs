@@ -47,6 +47,7 @@ mod hook_state;
 mod ingest;
 mod interrupt;
 mod leases;
+mod limits;
 mod lifecycle;
 mod logs;
 mod metrics;

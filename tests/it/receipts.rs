@@ -63,6 +63,7 @@ fn setup() -> Setup {
             batch_max: 8,
             threads: 1,
             queue_capacity: 64,
+            ingest: Default::default(),
         },
     })
     .unwrap();

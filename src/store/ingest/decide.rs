@@ -7,11 +7,11 @@ use super::rows::{
     AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
     TransitionRow,
 };
-use super::{IngestOutcome, OUTBOX_CAPACITY};
+use super::{IngestOutcome, IngestRules, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
 use crate::domain::fingerprint::{prompt_text, Fingerprint};
 use crate::domain::states::{ChangeKind, OutboxStatus, SendMode};
-use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
+use crate::domain::{IngestRequest, Intent, OperationId, ResourceKey, Subject, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
 use crate::store::StoreError;
@@ -70,6 +70,7 @@ fn record(lookups: &mut BatchLookups, rows: &mut BatchRows, row: Delivery) {
 
 pub(super) fn delivery(
     req: &IngestRequest,
+    rules: &IngestRules,
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
     at: &str,
@@ -126,6 +127,7 @@ pub(super) fn delivery(
             attachments,
         } => create_task(
             req,
+            rules,
             lookups,
             rows,
             TriggerText {
@@ -154,7 +156,7 @@ pub(super) fn delivery(
                     command: command.as_ref(),
                     attachments,
                 };
-                create_task(req, lookups, rows, trigger, at)
+                create_task(req, rules, lookups, rows, trigger, at)
             } else {
                 if let Some((task_id, _, _)) = &existing {
                     queue_change(
@@ -347,6 +349,7 @@ struct TriggerText<'a> {
 
 fn create_task(
     req: &IngestRequest,
+    rules: &IngestRules,
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
     trigger: TriggerText<'_>,
@@ -418,7 +421,7 @@ fn create_task(
         ));
     }
     let session_key = subject.resource_key();
-    let open = match lookups.open_entries.entry(session_key.clone()) {
+    let open_now = *match lookups.open_entries.entry(session_key.clone()) {
         Entry::Occupied(e) => e.into_mut(),
         Entry::Vacant(e) => {
             rows.sessions.push(SessionRow {
@@ -434,16 +437,66 @@ fn create_task(
             e.insert(0)
         }
     };
-    if *open >= OUTBOX_CAPACITY {
-        return Ok(refuse_full(
+    if open_now >= OUTBOX_CAPACITY {
+        let reason = format!("the session already holds {OUTBOX_CAPACITY} unfinished requests");
+        let task_id = refuse(
             req,
             lookups,
             rows,
-            (&repo_key, session_key, trigger_key),
+            (&repo_key, &session_key, trigger_key),
             command,
+            Refusal {
+                code: "outbox_full",
+                meta: serde_json::json!({
+                    "reason": reason, "sessionKey": session_key, "capacity": OUTBOX_CAPACITY,
+                }),
+                reason,
+            },
             at,
-        ));
+        );
+        return Ok(IngestOutcome::OutboxFull {
+            session_key,
+            task_id,
+        });
     }
+    // A commenter starts at most `user_triggers_per_hour` turns an hour; a
+    // turnless command (`/stop`, `/cancel`) is never held back by it.
+    let limit = rules.user_triggers_per_hour;
+    if limit > 0 && !command.is_some_and(|c| c.is_turnless()) {
+        let started = lookups
+            .recent_triggers
+            .get(&subject.author)
+            .copied()
+            .unwrap_or(0);
+        if started >= limit {
+            let reason = format!(
+                "{} started {limit} tasks in the last hour (user_triggers_per_hour)",
+                subject.author
+            );
+            let refused = refuse(
+                req,
+                lookups,
+                rows,
+                (&repo_key, &session_key, trigger_key),
+                command,
+                Refusal {
+                    code: "rate_limited",
+                    meta: serde_json::json!({
+                        "reason": reason, "limit": "user_triggers_per_hour", "value": limit,
+                    }),
+                    reason,
+                },
+                at,
+            );
+            if let Some(task_id) = refused {
+                return Ok(IngestOutcome::RateLimited { task_id, limit });
+            }
+        }
+        lookups
+            .recent_triggers
+            .insert(subject.author.clone(), started + 1);
+    }
+    let open = lookups.open_entries.entry(session_key.clone()).or_insert(0);
     *open += 1;
 
     // Time-ordered: the task id keys the tasks row and, through it, every
@@ -558,76 +611,70 @@ fn create_task(
     })
 }
 
-/// A comment refused because its session's outbox is full: a task born
-/// `rejected` (`outbox_full`) whose one receipt names the limit. The task
-/// holds the comment's trigger, so a replay of the same comment is that
-/// task again, and never a second receipt; a new comment is judged afresh.
-fn refuse_full(
+/// Why intake refuses a comment: its code, and what the audit and the
+/// task's history say.
+struct Refusal {
+    code: &'static str,
+    reason: String,
+    meta: serde_json::Value,
+}
+
+/// A comment refused at intake (its session's outbox is full, or its
+/// commenter's hourly limit is reached): a task born `rejected` with the
+/// refusal's code, whose one receipt says why. The task holds the comment's
+/// trigger, so a replay of the same comment is that task again, and never a
+/// second receipt; a new comment is judged afresh. `None`: nothing names the
+/// comment, so nothing was written.
+fn refuse(
     req: &IngestRequest,
     lookups: &mut BatchLookups,
     rows: &mut BatchRows,
-    (repo_key, session_key, trigger_key): (
-        &crate::domain::RepoKey,
-        crate::domain::ResourceKey,
-        &str,
-    ),
+    (repo_key, session_key, trigger_key): (&crate::domain::RepoKey, &ResourceKey, &str),
     command: Option<Command>,
+    refusal: Refusal,
     at: &str,
-) -> IngestOutcome {
-    const CODE: &str = "outbox_full";
-    let Some(subject) = req.subject.as_ref() else {
-        return IngestOutcome::OutboxFull {
-            session_key,
-            task_id: None,
-        };
-    };
+) -> Option<TaskId> {
+    let subject = req.subject.as_ref()?;
+    let code = refusal.code;
     let task_id = TaskId::mint();
     record(
         lookups,
         rows,
-        delivery_row(req, "rejected", Some(CODE), Some(&task_id), None, at),
+        delivery_row(req, "rejected", Some(code), Some(&task_id), None, at),
     );
     rows.tasks.push(task_row(
         req,
-        (&task_id, repo_key, &session_key, trigger_key),
-        (TaskState::Rejected, Some(CODE)),
+        (&task_id, repo_key, session_key, trigger_key),
+        (TaskState::Rejected, Some(code)),
         command,
         at,
     ));
-    let reason = format!("the session already holds {OUTBOX_CAPACITY} unfinished requests");
     rows.transitions.push(TransitionRow {
         task_id: task_id.clone(),
         from_state: Some(TaskState::Received),
         to_state: TaskState::Rejected,
         state_version: 2,
         actor: "system".into(),
-        reason: Some(reason.clone()),
-        error_code: Some(CODE.to_owned()),
+        reason: Some(refusal.reason),
+        error_code: Some(code.to_owned()),
         at: at.to_owned(),
     });
     rows.receipts.push(ReceiptRow::pending(
         &task_id,
         TaskState::Rejected,
-        &session_key,
+        session_key,
         at,
     ));
+    let mut meta = refusal.meta;
+    meta["stateVersion"] = 2.into();
     rows.audit(
         AuditDraft {
             task_id: Some(&task_id),
             states: (Some(TaskState::Received), Some(TaskState::Rejected)),
             delivery_id: Some(&req.delivery_id),
             comment_id: subject.comment_id,
-            error_code: Some(CODE),
-            ..AuditDraft::new(
-                "webhook.rejected",
-                "system",
-                serde_json::json!({
-                    "stateVersion": 2,
-                    "reason": reason,
-                    "sessionKey": session_key,
-                    "capacity": OUTBOX_CAPACITY,
-                }),
-            )
+            error_code: Some(code),
+            ..AuditDraft::new("webhook.rejected", "system", meta)
         },
         at,
     );
@@ -637,10 +684,7 @@ fn refuse_full(
         TaskState::Rejected,
         &req.delivery_key,
     );
-    IngestOutcome::OutboxFull {
-        session_key,
-        task_id: Some(task_id),
-    }
+    Some(task_id)
 }
 
 /// A task born from a triggering comment, in `state` (state version 2: it

@@ -31,6 +31,9 @@ pub(super) struct BatchLookups {
     /// session key → its thread as a message's fingerprint names it, for
     /// every session that exists (none for one created in the batch).
     pub(super) threads: HashMap<ResourceKey, ThreadFacts>,
+    /// commenter → tasks they started in the last hour (kept only when
+    /// `user_triggers_per_hour` is on), counting those the batch accepts.
+    pub(super) recent_triggers: HashMap<String, i64>,
 }
 
 /// A session's thread, as a message's fingerprint names it.
@@ -46,6 +49,38 @@ fn keys<'a>(items: impl Iterator<Item = &'a String>) -> Vec<&'a str> {
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// Tasks each commenter of the batch started in the last hour that take a
+/// turn: neither a turnless command (a rate-limited commenter can still
+/// `/stop`) nor a refusal.
+fn recent_triggers(
+    conn: &mut DbConn,
+    reqs: &[IngestRequest],
+) -> Result<HashMap<String, i64>, StoreError> {
+    let authors: Vec<&String> = reqs
+        .iter()
+        .filter(|r| matches!(r.intent, Intent::Trigger { .. } | Intent::Edit { .. }))
+        .filter_map(|r| r.subject.as_ref().map(|s| &s.author))
+        .collect();
+    let authors = keys(authors.into_iter());
+    let since = crate::store::format_time(chrono::Utc::now() - chrono::Duration::hours(1));
+    let turnless = crate::store::commands::turnless_names();
+    let counted: Vec<(String, i64)> = with_conn!(conn, |c| each_64(&authors, |keys| {
+        tasks::table
+            .filter(InKeys {
+                column: tasks::author,
+                keys,
+            })
+            .filter(tasks::created_at.ge(&since))
+            .filter(tasks::continuation.is_null())
+            .filter(tasks::state.ne_all(["rejected", "ignored", "duplicate"]))
+            .filter(tasks::command.is_null().or(tasks::command.ne_all(&turnless)))
+            .group_by(tasks::author)
+            .select((tasks::author, diesel::dsl::count_star()))
+            .load(c)
+    }))?;
+    Ok(counted.into_iter().collect())
 }
 
 impl BatchLookups {
@@ -72,6 +107,7 @@ impl BatchLookups {
     pub(super) fn load(
         conn: &mut DbConn,
         reqs: &[IngestRequest],
+        rules: &super::IngestRules,
     ) -> Result<BatchLookups, StoreError> {
         let delivery_keys = keys(reqs.iter().map(|r| &r.delivery_key));
         let content_keys = keys(reqs.iter().filter_map(|r| r.content_key.as_ref()));
@@ -172,6 +208,9 @@ impl BatchLookups {
         })?;
 
         let mut lookups = BatchLookups::default();
+        if rules.user_triggers_per_hour > 0 {
+            lookups.recent_triggers = recent_triggers(conn, reqs)?;
+        }
         for (key, entries, thread_id, access_mode, generation) in open {
             lookups.open_entries.insert(key.clone(), entries);
             lookups.threads.insert(

@@ -48,11 +48,33 @@ pub enum IngestOutcome {
         session_key: ResourceKey,
         task_id: Option<TaskId>,
     },
+    /// Refused: the commenter started `limit` tasks in the last hour
+    /// (`user_triggers_per_hour`). `task_id`: the refused task, with its one
+    /// receipt.
+    RateLimited { task_id: TaskId, limit: i64 },
+}
+
+/// What intake enforces besides the store's own limits (all off by
+/// default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IngestRules {
+    /// Tasks one commenter may start per hour (`user_triggers_per_hour`;
+    /// 0: no limit).
+    pub user_triggers_per_hour: i64,
 }
 
 /// Ingests one delivery in the caller's transaction.
 pub fn ingest(conn: &mut DbConn, req: &IngestRequest) -> Result<IngestOutcome, StoreError> {
-    ingest_batch(conn, std::slice::from_ref(req))?
+    ingest_with(conn, req, &IngestRules::default())
+}
+
+/// [`ingest`] under `rules`.
+pub fn ingest_with(
+    conn: &mut DbConn,
+    req: &IngestRequest,
+    rules: &IngestRules,
+) -> Result<IngestOutcome, StoreError> {
+    ingest_batch_with(conn, std::slice::from_ref(req), rules)?
         .pop()
         .ok_or_else(|| StoreError::Query("an ingest batch of one gave no outcome".into()))
 }
@@ -63,12 +85,21 @@ pub fn ingest_batch(
     conn: &mut DbConn,
     reqs: &[IngestRequest],
 ) -> Result<Vec<IngestOutcome>, StoreError> {
+    ingest_batch_with(conn, reqs, &IngestRules::default())
+}
+
+/// [`ingest_batch`] under `rules`.
+pub fn ingest_batch_with(
+    conn: &mut DbConn,
+    reqs: &[IngestRequest],
+    rules: &IngestRules,
+) -> Result<Vec<IngestOutcome>, StoreError> {
     let at = now();
-    let mut lookups = BatchLookups::load(conn, reqs)?;
+    let mut lookups = BatchLookups::load(conn, reqs, rules)?;
     let mut rows = BatchRows::default();
     let mut outcomes = Vec::with_capacity(reqs.len());
     for req in reqs {
-        outcomes.push(decide::delivery(req, &mut lookups, &mut rows, &at)?);
+        outcomes.push(decide::delivery(req, rules, &mut lookups, &mut rows, &at)?);
     }
     rows.write(conn, &at)?;
     Ok(outcomes)
