@@ -56,6 +56,8 @@ pub struct ActorSettings {
     /// Finals in a row without durable progress before a workflow waits
     /// for its owner (`workflow_max_idle_finals`).
     pub workflow_max_idle_finals: i64,
+    /// What the agent may spend (the limits a task or workflow stops at).
+    pub limits: crate::domain::limits::Limits,
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
@@ -97,6 +99,14 @@ pub struct ActorSettings {
 }
 
 impl ActorSettings {
+    /// The limits a workflow's decisions apply.
+    pub fn workflow_limits(&self) -> crate::domain::workflow::decide::WorkflowLimits {
+        crate::domain::workflow::decide::WorkflowLimits {
+            max_idle_finals: self.workflow_max_idle_finals,
+            max_turns: self.limits.max_turns_per_workflow,
+        }
+    }
+
     pub fn new(instance_id: &str) -> Self {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
         ActorSettings {
@@ -117,6 +127,7 @@ impl ActorSettings {
             interrupt_settle: Duration::from_secs(10),
             prompt_context_bytes: 65_536,
             workflow_max_idle_finals: 65,
+            limits: crate::domain::limits::Limits::default(),
             continuation_backoff: Duration::from_secs(5),
             workflows: true,
             instance_id: instance_id.to_owned(),
@@ -157,6 +168,7 @@ impl ActorSettings {
         s.workflows = config.workflows;
         s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
+        s.limits = config.limits;
         s.sweep = Duration::from_millis(config.scheduler_sweep_ms);
         s.approval_timeout = Duration::from_secs(config.approval_timeout_secs);
         s.turn_timeout = config.default_policy.turn_timeout;

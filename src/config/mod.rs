@@ -160,6 +160,14 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
+    /// The limits a workflow's decisions apply.
+    pub fn workflow_limits(&self) -> crate::domain::workflow::decide::WorkflowLimits {
+        crate::domain::workflow::decide::WorkflowLimits {
+            max_idle_finals: self.workflow_max_idle_finals,
+            max_turns: self.limits.max_turns_per_workflow,
+        }
+    }
+
     /// The token the agent's Gitea MCP server gets: `gitea_mcp_token`, else
     /// the bot's own `gitea_token`.
     pub fn agent_gitea_token(&self) -> Option<&SecretString> {

@@ -85,3 +85,32 @@ impl Limit {
         }
     }
 }
+
+/// A limit a task reached: what its receipt and its workflow's gate say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHit {
+    pub limit: Limit,
+    /// The configured value.
+    pub value: i64,
+    /// What was used when it was reached.
+    pub used: i64,
+}
+
+impl LimitHit {
+    /// One line for a person: which limit, its value, and how to lift it.
+    pub fn describe(&self) -> String {
+        let unit = match self.limit {
+            Limit::TaskSecs => " seconds",
+            Limit::TokensPerTask => " tokens",
+            Limit::TurnsPerTask | Limit::TurnsPerWorkflow | Limit::RepoTurnsPerDay => " turns",
+            Limit::UserTriggersPerHour => " tasks",
+        };
+        format!(
+            "The limit reached is `{key}` = {value}{unit} (used: {used}). An operator can raise \
+             `{key}` in the configuration.",
+            key = self.limit.key(),
+            value = self.value,
+            used = self.used,
+        )
+    }
+}

@@ -247,3 +247,44 @@ pub fn release_reply_retry(
     .execute(c))?;
     Ok(())
 }
+
+/// What a task has spent so far: its first lease (where `max_task_secs`
+/// counts from), the turns it took and the tokens they used.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskUsage {
+    pub first_lease_at: Option<String>,
+    pub turns: i64,
+    pub tokens: i64,
+}
+
+/// `current`: the turn running now, whose tokens the caller counts itself.
+pub fn task_usage(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    current: Option<&str>,
+) -> Result<TaskUsage, StoreError> {
+    use super::schema::{attempts, turn_token_usage};
+    let first_lease_at: Option<String> = with_conn!(conn, |c| attempts::table
+        .filter(attempts::task_id.eq(task_id))
+        .order(attempts::number.asc())
+        .select(attempts::started_at)
+        .first(c)
+        .optional())?;
+    let ids: Vec<String> = with_conn!(conn, |c| turns::table
+        .filter(turns::task_id.eq(task_id))
+        .select(turns::turn_id)
+        .load(c))?;
+    let earlier: Vec<&String> = ids.iter().filter(|t| Some(t.as_str()) != current).collect();
+    let used: Vec<(i64, i64)> = with_conn!(conn, |c| turn_token_usage::table
+        .filter(turn_token_usage::turn_id.eq_any(&earlier))
+        .select((
+            turn_token_usage::start_total_tokens,
+            turn_token_usage::end_total_tokens,
+        ))
+        .load(c))?;
+    Ok(TaskUsage {
+        first_lease_at,
+        turns: ids.len() as i64,
+        tokens: used.iter().map(|(start, end)| (end - start).max(0)).sum(),
+    })
+}

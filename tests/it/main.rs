@@ -28,6 +28,7 @@ mod e2e_commands;
 mod e2e_context;
 mod e2e_control;
 mod e2e_interrupt;
+mod e2e_limits;
 mod e2e_races;
 mod e2e_review;
 mod e2e_workflow;

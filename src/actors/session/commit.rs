@@ -7,6 +7,7 @@ use crate::agent::transcript::{ItemPhase, TranscriptItem};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
+use crate::lifecycle::TaskState as S;
 use crate::store::audit::{self, Audit};
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, comments, ledger, transcripts, turns, StoreError};
@@ -36,6 +37,8 @@ pub(super) struct CommitCtx {
     /// What the task's workflow needs when the task ends (`None`: workflows
     /// are off).
     pub(super) workflow: Option<super::workflow::WorkflowEnd>,
+    /// The limit the task reached, named by its receipt.
+    pub(super) budget: Option<crate::domain::limits::LimitHit>,
     pub(super) reason: String,
 }
 
@@ -91,6 +94,20 @@ impl CommitCtx {
                 None => return Err(StoreError::NotFound(format!("task {}", self.task_id))),
             },
         };
+        // A task stopped by a limit: its receipt names the limit.
+        if let (Some(S::Failed), Some(Code::BudgetExceeded)) = (d.to, d.code) {
+            let detail = self.budget.map(|b| b.describe()).unwrap_or_else(|| {
+                "The limit reached was recorded before a restart; the task's history names it."
+                    .to_owned()
+            });
+            comments::enqueue_receipt_detail(
+                c,
+                &self.task_id,
+                &self.resource_key,
+                S::Failed,
+                &detail,
+            )?;
+        }
         // A task that ended moves its workflow on, in this transaction: a
         // continuation, a count, a gate or the workflow's end.
         if let (Some(w), Some(to)) = (&self.workflow, d.to) {

@@ -30,6 +30,10 @@ pub enum Stop {
     Abort,
     /// The turn deadline (`timed_out` once the interrupt is confirmed).
     Deadline,
+    /// A limit on what the task may spend (`max_task_secs`,
+    /// `max_tokens_per_task`): `cancel_requested`, then `failed`
+    /// (`budget_exceeded`) once the interrupt is confirmed.
+    Budget,
 }
 
 /// How far the task's message got towards the agent, as the outbox entry and
@@ -112,6 +116,8 @@ pub enum Permission {
     /// A continuation's Issue or pull request was closed or merged: its
     /// workflow ends and nothing more runs for it.
     ResourceClosed,
+    /// The task took `max_turns_per_task` turns already.
+    OverBudget,
 }
 
 /// What came of asking the agent runtime to start a turn.
@@ -340,6 +346,8 @@ pub enum Code {
     OwnerGateRequired,
     /// The Issue or pull request of a continuation was closed or merged.
     ResourceClosed,
+    /// A limit on what the agent may spend was reached.
+    BudgetExceeded,
 }
 
 impl Code {
@@ -348,6 +356,7 @@ impl Code {
             Code::OutboxMissing => "outbox_missing",
             Code::InterruptedByRestart => "interrupted_by_restart",
             Code::ResourceClosed => "resource_closed",
+            Code::BudgetExceeded => "budget_exceeded",
             Code::WorkspaceUnavailable => "workspace_unavailable",
             Code::PermissionDenied => "permission_denied",
             Code::PermissionUnknown => "permission_unknown",

@@ -101,6 +101,10 @@ pub(super) struct TaskDrive {
     /// The detail behind the next decision (an error's text), appended to
     /// its reason in the history row.
     pub detail: Option<String>,
+    /// What the task spent before this drive.
+    pub usage: crate::store::turns::TaskUsage,
+    /// The limit the task reached, if one stopped it.
+    pub budget: Option<crate::domain::limits::LimitHit>,
 }
 
 /// Drives the session's oldest unsettled task as far as it goes now.
@@ -170,12 +174,14 @@ impl TaskDrive {
                 // workflow.
                 let owes_reply = task.continuation.is_none()
                     || crate::store::workflows::completed_by(c, &task.task_id)?;
+                let usage = turns::task_usage(c, &task.task_id, task.turn_id.as_deref())?;
                 Ok(Some((
                     task,
                     entry,
                     attempt,
                     (repo, session),
                     (retry_finished, retry_intended, owes_reply),
+                    usage,
                 )))
             })
             .await?;
@@ -185,6 +191,7 @@ impl TaskDrive {
             attempt,
             (repo, session),
             (retry_finished, retry_intended, owes_reply),
+            usage,
         )) = found
         else {
             return Ok(None);
@@ -234,7 +241,11 @@ impl TaskDrive {
             // Read by the verification that every reply decision follows.
             fallback: None,
             final_text: false,
-            stopping: None,
+            // A limit's stop is stored with the move to cancel_requested: it
+            // still ends the task as a budget hit after a restart.
+            stopping: (task.state == crate::lifecycle::TaskState::CancelRequested
+                && task.error_code.as_deref() == Some("budget_exceeded"))
+            .then_some(super::decide::Stop::Budget),
             superseded: superseded(&task),
             // The thread's trust is decided again before a turn starts; a
             // task already past it replies as its thread was trusted. A
@@ -279,6 +290,8 @@ impl TaskDrive {
             mcp_reason: String::new(),
             retry_failure: None,
             detail: None,
+            usage,
+            budget: None,
         }))
     }
 
@@ -357,11 +370,13 @@ impl TaskDrive {
                 .workflows
                 .then(|| super::workflow::WorkflowEnd {
                     task_id: self.task.task_id.clone(),
-                    max_idle_finals: self.deps.settings.workflow_max_idle_finals,
+                    limits: self.deps.settings.workflow_limits(),
                     backoff: self.deps.settings.continuation_backoff,
                     instance_id: self.deps.settings.instance_id.clone(),
                     bot_login: self.deps.settings.bot_login.clone(),
+                    budget: self.budget,
                 }),
+            budget: self.budget,
             reason: match self.detail.take() {
                 Some(detail) => format!("{}: {detail}", d.reason),
                 None => d.reason.to_owned(),

@@ -13,6 +13,7 @@
 //! replayed: it is confirmed from the thread's history or marked
 //! `needs_reconciliation`.
 
+mod budget;
 mod command;
 mod commit;
 mod context;

@@ -16,6 +16,10 @@ impl TaskDrive {
     /// The commenter's permission, checked again now that the task starts.
     pub(super) async fn check_permission(&mut self) -> Event {
         use crate::forge::TriggerCheck;
+        if self.out_of_turns() {
+            self.detail = self.budget.map(|b| b.describe());
+            return Event::Permission(Permission::OverBudget);
+        }
         let check = self
             .deps
             .verifier

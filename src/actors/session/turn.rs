@@ -88,7 +88,7 @@ impl TaskDrive {
         let tools =
             new_thread && self.deps.settings.workflows && self.deps.runtime.offers_workflow_tools();
         let title = super::workflow::title_of(&entry.user_text);
-        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
+        let limits = self.deps.settings.workflow_limits();
         let version = self.snap.state_version;
         let thread = self
             .deps
@@ -116,7 +116,7 @@ impl TaskDrive {
                 // A thread that can complete its workflow takes part in one:
                 // the task is the workflow's next logical input.
                 if sessions::session(c, &task.session_key)?.is_some_and(|s| s.thread_tools) {
-                    super::workflow::join(c, &task, &title, max_idle_finals)?;
+                    super::workflow::join(c, &task, &title, limits)?;
                 }
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)
@@ -305,10 +305,15 @@ impl TaskDrive {
                 },
                 None => {
                     let deadline = self.turn.deadline.unwrap_or(far);
+                    let budget = self.task_deadline().unwrap_or(far);
                     tokio::select! {
                         ev = events.next() => ev,
                         _ = self.signals.abort.notified() => return Ok(Event::StopRequested(Stop::Abort)),
                         _ = tokio::time::sleep_until(deadline) => return Ok(Event::StopRequested(Stop::Deadline)),
+                        _ = tokio::time::sleep_until(budget) => {
+                            self.out_of_time();
+                            return Ok(Event::StopRequested(Stop::Budget));
+                        }
                     }
                 }
             };
@@ -352,6 +357,9 @@ impl TaskDrive {
                 TurnEvent::TokenUsage { seq, start, end } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);
                     self.record_tokens(turn_id, start, end).await?;
+                    if self.snap.stopping.is_none() && self.out_of_tokens(start, end) {
+                        return Ok(Event::StopRequested(Stop::Budget));
+                    }
                 }
                 call @ TurnEvent::ToolCall { seq, .. } => {
                     self.turn.last_seq = seq.max(self.turn.last_seq);

@@ -37,6 +37,19 @@ pub struct WorkflowSnapshot {
     pub continuation_pending: bool,
     /// `workflow_max_idle_finals`.
     pub max_idle_finals: i64,
+    /// Turns all the workflow's tasks took.
+    pub turns: i64,
+    /// `max_turns_per_workflow`.
+    pub max_turns: i64,
+}
+
+/// The limits a workflow's decisions apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkflowLimits {
+    /// `workflow_max_idle_finals`.
+    pub max_idle_finals: i64,
+    /// `max_turns_per_workflow`.
+    pub max_turns: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +181,9 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
         E::GateAsked(kind) | E::Halted(kind) if snap.state == W::Open => S::Gate(kind),
         E::Final { progress } if snap.state == W::Open => {
             let idle_finals = if progress { 0 } else { snap.idle_finals + 1 };
-            if idle_finals >= snap.max_idle_finals.max(1) {
+            if snap.turns >= snap.max_turns.max(1) {
+                S::Gate(GateKind::Budget)
+            } else if idle_finals >= snap.max_idle_finals.max(1) {
                 S::Gate(GateKind::IdleFinals)
             } else if snap.continuation_pending {
                 S::Count { idle_finals }
@@ -237,9 +252,10 @@ mod tests {
             0i64..20,
             any::<bool>(),
             1i64..70,
+            (0i64..30, 1i64..30),
         )
             .prop_map(
-                |(state, version, idle_finals, continuations, continuation_pending, max)| {
+                |(state, version, idle_finals, continuations, continuation_pending, max, (turns, max_turns))| {
                     WorkflowSnapshot {
                         state,
                         version,
@@ -247,6 +263,8 @@ mod tests {
                         continuations,
                         continuation_pending,
                         max_idle_finals: max,
+                        turns,
+                        max_turns,
                     }
                 },
             )
@@ -313,9 +331,13 @@ mod tests {
             if s.state == WorkflowState::Open {
                 let count = if progress { 0 } else { s.idle_finals + 1 };
                 match step {
+                    WorkflowStep::Gate(GateKind::Budget) => {
+                        prop_assert!(s.turns >= s.max_turns, "a budget gate only past max_turns_per_workflow");
+                    }
                     WorkflowStep::Gate(kind) => {
                         prop_assert_eq!(kind, GateKind::IdleFinals);
                         prop_assert!(count >= s.max_idle_finals);
+                        prop_assert!(s.turns < s.max_turns);
                     }
                     WorkflowStep::Continue { idle_finals, .. } | WorkflowStep::Count { idle_finals } => {
                         prop_assert_eq!(idle_finals, count);
@@ -391,6 +413,8 @@ mod tests {
             continuations: 0,
             continuation_pending: false,
             max_idle_finals: 3,
+            turns: 2,
+            max_turns: 200,
         };
         assert_eq!(
             decide(&s, WorkflowEvent::Final { progress: true }).step,

@@ -5,7 +5,7 @@
 //! by its `requestId`.
 
 use super::{continue_with, end, find, resume, snapshot, ContinueWith, Gate, Workflow};
-use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
+use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowLimits, WorkflowStep};
 use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::{GateId, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
@@ -145,11 +145,11 @@ pub fn cancel(
     conn: &mut DbConn,
     req: &ControlRequest,
     id: &WorkflowId,
-    max_idle_finals: i64,
+    limits: WorkflowLimits,
 ) -> Result<AuditView, StoreError> {
     idempotent(conn, req, "workflow.cancel", id, |conn| {
         let w = workflow_or_404(conn, id)?;
-        let snap = snapshot(conn, &w, max_idle_finals)?;
+        let snap = snapshot(conn, &w, limits)?;
         let d = decide(&snap, WorkflowEvent::Cancel);
         let WorkflowStep::End { state, code } = d.step else {
             return Err(not_applicable(&w, "it has ended already"));
@@ -172,7 +172,7 @@ pub struct GateAnswer<'a> {
     pub gate_id: &'a GateId,
     /// The Gitea namespace the continuation's delivery key is made in.
     pub instance_id: &'a str,
-    pub max_idle_finals: i64,
+    pub limits: WorkflowLimits,
 }
 
 /// `POST /workflows/{id}/gates/{gateId}/resume`: an operator answers the
@@ -213,7 +213,7 @@ pub fn resume_gate(
                 });
             }
         }
-        let snap = snapshot(conn, &w, a.max_idle_finals)?;
+        let snap = snapshot(conn, &w, a.limits)?;
         let d = decide(&snap, WorkflowEvent::OperatorResume);
         match d.step {
             WorkflowStep::Resume => resume(conn, &w, d.expected_version, None, &req.actor)?,

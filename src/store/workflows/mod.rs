@@ -19,7 +19,7 @@ use super::steer::stale;
 use super::{now, DbConn, StoreError};
 use crate::domain::fingerprint::Fingerprint;
 use crate::domain::states::{OutboxStatus, SendMode};
-use crate::domain::workflow::decide::WorkflowSnapshot;
+use crate::domain::workflow::decide::{WorkflowLimits, WorkflowSnapshot};
 use crate::domain::workflow::{GateKind, WorkflowState};
 use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
@@ -76,7 +76,7 @@ pub struct Gate {
 pub fn snapshot(
     c: &mut DbConn,
     w: &Workflow,
-    max_idle_finals: i64,
+    limits: WorkflowLimits,
 ) -> Result<WorkflowSnapshot, StoreError> {
     Ok(WorkflowSnapshot {
         state: w.state,
@@ -84,8 +84,20 @@ pub fn snapshot(
         idle_finals: w.idle_finals,
         continuations: w.continuations,
         continuation_pending: continuation_pending(c, &w.workflow_id)?,
-        max_idle_finals,
+        max_idle_finals: limits.max_idle_finals,
+        turns: turns_of(c, &w.workflow_id)?,
+        max_turns: limits.max_turns,
     })
+}
+
+/// Turns all the workflow's tasks took.
+pub fn turns_of(conn: &mut DbConn, id: &WorkflowId) -> Result<i64, StoreError> {
+    use super::schema::turns;
+    Ok(with_conn!(conn, |c| turns::table
+        .inner_join(tasks::table.on(tasks::task_id.eq(turns::task_id)))
+        .filter(tasks::workflow_id.eq(id))
+        .count()
+        .get_result(c))?)
 }
 
 /// The session's top-level workflow that has not ended, if any.

@@ -89,11 +89,11 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     let id = workflow_in_path(&path.into_inner())?;
     let req = body.into_inner().into_request()?;
-    let max_idle = state.config.workflow_max_idle_finals;
+    let limits = state.config.workflow_limits();
     let key = id.clone();
     let event = state
         .store
-        .write(move |c| admin::cancel(c, &req, &key, max_idle))
+        .write(move |c| admin::cancel(c, &req, &key, limits))
         .await?;
     wake(&state, &id).await?;
     Ok(HttpResponse::Ok().json(event))
@@ -112,7 +112,7 @@ pub async fn resume_gate(
     let req = body.into_inner().into_request()?;
     let (instance, max_idle) = (
         state.config.instance_id.clone(),
-        state.config.workflow_max_idle_finals,
+        state.config.workflow_limits(),
     );
     let key = id.clone();
     let event = state
@@ -125,7 +125,7 @@ pub async fn resume_gate(
                     workflow_id: &key,
                     gate_id: &gate_id,
                     instance_id: &instance,
-                    max_idle_finals: max_idle,
+                    limits: max_idle,
                 },
             )
         })

@@ -86,6 +86,8 @@ pub(super) fn permission(snap: &Snapshot, p: Permission) -> Decision {
             "the continuation's Issue or pull request is closed; nothing was sent",
         )
         .ends(S::Cancelled, Some(Code::ResourceClosed)),
+        Permission::OverBudget => Decision::on(snap, "the task took all the turns it may take")
+            .ends(S::Failed, Some(Code::BudgetExceeded)),
         Permission::Unknown => not_admitted(
             snap,
             "the commenter's permission could not be checked",
@@ -172,6 +174,16 @@ pub(super) fn thread_failed(snap: &Snapshot, retryable: bool) -> Decision {
     }
 }
 
+/// Where a stopped task ends: `failed` (`budget_exceeded`) when a limit
+/// stopped it, else `aborted` for why it was stopped.
+fn stopped(snap: &Snapshot, code: Code) -> (TaskState, Code) {
+    if snap.stopping == Some(Stop::Budget) {
+        (S::Failed, Code::BudgetExceeded)
+    } else {
+        (S::Aborted, aborted(snap, code))
+    }
+}
+
 /// Why an aborted task ended: a newer message stopped it, or `code`.
 fn aborted(snap: &Snapshot, code: Code) -> Code {
     if snap.superseded {
@@ -190,6 +202,12 @@ pub(super) fn stop_requested(snap: &Snapshot, stop: Stop) -> Decision {
         (S::Running | S::AwaitingApproval, Stop::Abort) => Decision::on(snap, "abort requested")
             .to(S::CancelRequested)
             .then(&interrupt),
+        (S::Running | S::AwaitingApproval, Stop::Budget) => {
+            Decision::on(snap, "the task reached a limit on what it may spend")
+                .to(S::CancelRequested)
+                .code(Code::BudgetExceeded)
+                .then(&interrupt)
+        }
         (S::CancelRequested, _) => Decision::on(snap, "abort requested").then(&interrupt),
         (S::Running, Stop::Deadline) => {
             Decision::on(snap, "the turn deadline passed").then(&interrupt)
@@ -216,17 +234,21 @@ pub(super) fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
         (S::Running, TurnEnd::Failed) if retry_turn => on("the reply-retry turn failed")
             .to(S::VerifyingReply)
             .then(&[E::VerifyReply]),
+        (S::CancelRequested, TurnEnd::Failed) if snap.stopping == Some(Stop::Budget) => {
+            on("the turn failed after reaching a limit")
+                .ends(S::Failed, Some(Code::BudgetExceeded))
+        }
         (S::Running | S::CancelRequested, TurnEnd::Failed) => {
             on("the turn failed").ends(S::Failed, Some(Code::TurnFailed))
         }
         (S::CancelRequested, TurnEnd::Completed) => {
-            on("the turn completed before the interrupt took effect").ends(
-                S::Aborted,
-                Some(aborted(snap, Code::TurnCompletedBeforeAbort)),
-            )
+            let (to, code) = stopped(snap, Code::TurnCompletedBeforeAbort);
+            on("the turn completed before the interrupt took effect").ends(to, Some(code))
         }
-        (S::CancelRequested, TurnEnd::Interrupted) => on("the turn was interrupted")
-            .ends(S::Aborted, Some(aborted(snap, Code::TurnInterrupted))),
+        (S::CancelRequested, TurnEnd::Interrupted) => {
+            let (to, code) = stopped(snap, Code::TurnInterrupted);
+            on("the turn was interrupted").ends(to, Some(code))
+        }
         (S::Running, TurnEnd::Interrupted) => match snap.stopping {
             Some(Stop::Deadline) => {
                 on("the turn was interrupted").ends(S::TimedOut, Some(Code::TurnInterrupted))
@@ -305,12 +327,12 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
                     E::RecordTurnEnd(TurnEnd::Completed),
                     E::VerifyReply,
                 ]),
-            S::CancelRequested => on("the turn completed before the interrupt took effect")
-                .ends(
-                    S::Aborted,
-                    Some(aborted(snap, Code::TurnCompletedBeforeAbort)),
-                )
-                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)]),
+            S::CancelRequested => {
+                let (to, code) = stopped(snap, Code::TurnCompletedBeforeAbort);
+                on("the turn completed before the interrupt took effect")
+                    .ends(to, Some(code))
+                    .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Completed)])
+            }
             _ => admitted("turn admitted (confirmed from history)"),
         },
         Finding::Failed => match snap.state {
@@ -320,8 +342,8 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
             _ => admitted("turn admitted (confirmed from history)"),
         },
         Finding::Interrupted if snap.state == S::CancelRequested => {
-            on("interrupt confirmed from history")
-                .ends(S::Aborted, Some(aborted(snap, Code::TurnInterrupted)))
+            let (to, code) = stopped(snap, Code::TurnInterrupted);
+            on("interrupt confirmed from history").ends(to, Some(code))
         }
         Finding::NoThread => on("no thread recorded for a started task")
             .ends(S::NeedsReconciliation, Some(Code::HistoryUnreadable)),

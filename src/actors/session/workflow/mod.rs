@@ -7,8 +7,9 @@
 mod tools;
 
 use crate::domain::workflow::decide::{
-    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowStep,
+    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowLimits, WorkflowStep,
 };
+use crate::domain::limits::{Limit, LimitHit};
 use crate::domain::workflow::{GateKind, CONTINUATION_TEXT};
 use crate::domain::{GateId, TaskId};
 use crate::lifecycle::TaskState;
@@ -21,12 +22,14 @@ use workflows::snapshot;
 #[derive(Debug, Clone)]
 pub struct WorkflowEnd {
     pub task_id: TaskId,
-    pub max_idle_finals: i64,
+    pub limits: WorkflowLimits,
     /// The first continuation's wait (doubled per final without progress).
     pub backoff: Duration,
     pub instance_id: String,
     /// The bot's login, named in a gate's comment.
     pub bot_login: String,
+    /// The limit the task reached, named in the gate's comment.
+    pub budget: Option<crate::domain::limits::LimitHit>,
 }
 
 /// A workflow's title, from the message that opens it: its first line.
@@ -42,13 +45,13 @@ pub(in crate::actors::session) fn join(
     c: &mut DbConn,
     task: &crate::store::models::Task,
     title: &str,
-    max_idle_finals: i64,
+    limits: WorkflowLimits,
 ) -> Result<(), StoreError> {
     let w = workflows::join(c, task, title)?;
     if task.continuation.is_some() {
         return Ok(());
     }
-    let snap = snapshot(c, &w, max_idle_finals)?;
+    let snap = snapshot(c, &w, limits)?;
     let event = if task.author.eq_ignore_ascii_case(&w.owner) {
         WorkflowEvent::OwnerInput
     } else {
@@ -87,7 +90,7 @@ pub(super) fn after_end(
     let Some(w) = workflows::find(c, &id)? else {
         return Ok(());
     };
-    let snap = snapshot(c, &w, end.max_idle_finals)?;
+    let snap = snapshot(c, &w, end.limits)?;
     let d = decide(&snap, event);
     tracing::debug!(task.id = %task.task_id, workflow.id = %id, decided_on = d.expected_version, event = ?event, step = ?d.step, "workflow decision");
     match d.step {
@@ -125,9 +128,17 @@ pub(super) fn after_end(
                 ),
                 GateKind::Budget => format!(
                     "Task `{}` reached a limit on what the agent may spend ({}), so the \
-                     workflow stopped.",
+                     workflow stopped. {}",
                     task.task_id,
-                    code.unwrap_or("timed_out")
+                    code.unwrap_or("timed_out"),
+                    end.budget
+                        .or_else(|| (snap.turns >= snap.max_turns).then_some(LimitHit {
+                            limit: Limit::TurnsPerWorkflow,
+                            value: snap.max_turns,
+                            used: snap.turns,
+                        }))
+                        .map(|b| b.describe())
+                        .unwrap_or_default()
                 ),
                 _ => format!(
                     "Task `{}` was stopped, so the workflow waits.",

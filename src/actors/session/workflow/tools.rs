@@ -77,13 +77,13 @@ impl TaskDrive {
             .as_ref()
             .map(|e| super::title_of(&e.user_text))
             .unwrap_or_default();
-        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
+        let limits = self.deps.settings.workflow_limits();
         let step = self
             .deps
             .store
             .write(move |c| {
                 let w = workflows::join(c, &task, &title)?;
-                let snap = workflows::snapshot(c, &w, max_idle_finals)?;
+                let snap = workflows::snapshot(c, &w, limits)?;
                 let d = decide(&snap, WorkflowEvent::Complete);
                 if let WorkflowStep::End { state, code } = d.step {
                     workflows::end(
@@ -132,14 +132,14 @@ impl TaskDrive {
             .as_ref()
             .map(|e| super::title_of(&e.user_text))
             .unwrap_or_default();
-        let max_idle_finals = self.deps.settings.workflow_max_idle_finals;
+        let limits = self.deps.settings.workflow_limits();
         let bot = self.deps.settings.bot_login.clone();
         let (id, state, gate) = self
             .deps
             .store
             .write(move |c| {
                 let w = workflows::join(c, &task, &title)?;
-                let snap = workflows::snapshot(c, &w, max_idle_finals)?;
+                let snap = workflows::snapshot(c, &w, limits)?;
                 let d = decide(&snap, WorkflowEvent::GateAsked(kind));
                 let gate = match d.step {
                     WorkflowStep::Gate(kind) => Some(super::open_gate(

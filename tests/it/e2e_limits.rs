@@ -1,0 +1,101 @@
+//! Limits on what the agent may spend, on real parts (the real `codex
+//! app-server`, the fake model, the Gitea simulator): a task past its wall
+//! time or its tokens is interrupted and ends `failed` (`budget_exceeded`)
+//! with one receipt naming the limit, and its workflow waits for its owner
+//! instead of continuing; a workflow past its turns waits too.
+
+use crate::e2e::Loop;
+use crate::e2e_workflow::continuation;
+use crate::fakemodel::{Gate, Step};
+use crate::support::*;
+use codex_bridge::domain::workflow::{GateKind, WorkflowState};
+use codex_bridge::store::{tasks, workflows};
+
+fn with_limit(key: &'static str, value: &'static str) -> Loop {
+    Loop::start_with(move |b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "1")
+            .env(key, value)
+    })
+}
+
+/// The task ended `failed` (`budget_exceeded`) with one receipt naming
+/// `limit`, and its workflow waits behind a budget gate, with no
+/// continuation.
+fn stopped_by(l: &Loop, task: &str, limit: &str) {
+    l.wait(task, "failed");
+    assert_eq!(l.detail(task)["task"]["errorCode"], "budget_exceeded");
+    l.expect_one_receipt(task, "failed");
+    let receipt = &l.receipts(task, "failed")[0];
+    assert!(
+        receipt["body"].as_str().unwrap().contains(limit),
+        "{receipt}"
+    );
+    let mut c = connect(&l.app.db_url);
+    let id = tasks::find(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .workflow_id
+        .expect("joined");
+    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    assert_eq!(w.state, WorkflowState::WaitingOwner);
+    assert_eq!(w.continuations, 0, "no continuation after a budget hit");
+    let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");
+    assert_eq!(gate.kind, GateKind::Budget);
+}
+
+#[test]
+fn e2e_a_task_past_its_wall_time_is_stopped_and_its_workflow_waits() {
+    let l = with_limit("CODEX_BRIDGE_MAX_TASK_SECS", "2");
+    // The turn would go on until the test opens the gate, long after.
+    let gate = Gate::new();
+    l.model().push(Step::message("Done.").gated(&gate));
+    let task = l.comment("bob", l.issue, "@ccbot refactor everything");
+    stopped_by(&l, &task, "max_task_secs");
+    gate.open();
+}
+
+#[test]
+fn e2e_a_task_past_its_tokens_is_stopped_and_its_workflow_waits() {
+    // Each model request reports 15 tokens: the second passes 20.
+    let l = with_limit("CODEX_BRIDGE_MAX_TOKENS_PER_TASK", "20");
+    let gate = Gate::new();
+    l.model().push(Step::shell("true"));
+    l.model().push(Step::shell("true"));
+    l.model().push(Step::message("Done.").gated(&gate));
+    let task = l.comment("bob", l.issue, "@ccbot refactor everything");
+    stopped_by(&l, &task, "max_tokens_per_task");
+    gate.open();
+}
+
+#[test]
+fn e2e_a_workflow_past_its_turns_waits_for_its_owner() {
+    let l = with_limit("CODEX_BRIDGE_MAX_TURNS_PER_WORKFLOW", "2");
+    l.script_reply(l.issue, "Started.");
+    l.model().push(Step::message("Still going."));
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let first = continuation(&l, 1);
+    l.wait(&first, "succeeded");
+    let mut c = connect(&l.app.db_url);
+    let id = tasks::find(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .workflow_id
+        .expect("joined");
+    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    assert_eq!(w.state, WorkflowState::WaitingOwner);
+    assert_eq!(w.continuations, 1, "no continuation past the limit");
+    let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");
+    assert_eq!(gate.kind, GateKind::Budget);
+    l.app.wait_for("the gate's comment, naming the limit", || {
+        l.bot_comments(l.issue, &format!("gate={}", gate.gate_id))
+            .iter()
+            .any(|c| {
+                c["body"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("max_turns_per_workflow")
+            })
+    });
+}
