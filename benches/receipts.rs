@@ -233,7 +233,7 @@ fn commit_probe(path: PathBuf, on: Arc<AtomicBool>) -> std::thread::JoinHandle<V
                 batch_max: 256,
                 threads: 1,
                 queue_capacity: 64,
-            ingest: Default::default(),
+                ingest: Default::default(),
             },
         });
         let rt = tokio::runtime::Builder::new_current_thread()

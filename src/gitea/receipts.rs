@@ -72,6 +72,7 @@ pub fn receipt_text(state: &str, task_id: &TaskId, error_code: Option<&str>) -> 
     let look = format!("An operator can look at task `{task_id}` in the codex-bridge admin view or with `codex-bridge tasks show {task_id}`.");
     match state {
         "received" => format!("👀 Received. I am working on it and will answer in this thread.\n\n<sub>codex-bridge task `{task_id}`</sub>"),
+        "failed" if error_code == Some("interrupted_by_restart") => format!("🔁 This task's turn was cut by a restart of the bridge{code}. Its request is not sent again; the work goes on in this thread's workflow, from where the turn stopped. {look}"),
         "failed" if error_code == Some("budget_exceeded") => format!("🧾 This task reached a limit on what the agent may spend{code} and was stopped; its workflow waits for its owner. Mention the bot to go on, or ask an operator to raise the limit named below. Files may have been changed in the workspace; nothing was rolled back. {look}"),
         "failed" => format!("❌ This task failed{code}. It will not be retried automatically. {look}"),
         "timed_out" => format!("⏱️ This task ran past its time limit and was stopped{code}. Files may have been changed in the workspace; nothing was rolled back. {look}"),

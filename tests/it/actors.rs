@@ -109,7 +109,7 @@ impl Harness {
                 batch_max: 64,
                 threads: 1,
                 queue_capacity: 4096,
-            ingest: Default::default(),
+                ingest: Default::default(),
             },
         })
         .unwrap();

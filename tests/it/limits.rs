@@ -42,8 +42,16 @@ fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
     assert_eq!(status, 200, "{refused}");
     assert_eq!(refused["status"], "rejected");
     assert_eq!(refused["code"], "rate_limited");
-    let task = refused["taskId"].as_str().expect("the refused task").to_owned();
-    wait_task_state(&app.db_url, &task, "rejected", std::time::Duration::from_secs(10));
+    let task = refused["taskId"]
+        .as_str()
+        .expect("the refused task")
+        .to_owned();
+    wait_task_state(
+        &app.db_url,
+        &task,
+        "rejected",
+        std::time::Duration::from_secs(10),
+    );
 
     // A turnless command is never held back by the limit.
     let (status, stop) = comment(sim, issue, "@ccbot /status");

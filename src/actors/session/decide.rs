@@ -102,6 +102,10 @@ pub struct Snapshot {
     /// The task owes a Gitea reply: a comment's task does, a workflow's
     /// continuation does not (its turn's end is the task's end).
     pub owes_reply: bool,
+    /// The task is a logical input of a workflow: a turn of it cut by a
+    /// restart ends the task, and the workflow continues in a new
+    /// continuation instead of waiting for an operator.
+    pub in_workflow: bool,
 }
 
 /// The commenter's permission, checked again when the task starts.

@@ -259,6 +259,7 @@ impl TaskDrive {
                 ReplyPath::of(thread_trust.unwrap_or(ThreadTrust::Trusted))
             },
             owes_reply,
+            in_workflow: task.workflow_id.is_some(),
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),

@@ -255,7 +255,15 @@ mod tests {
             (0i64..30, 1i64..30),
         )
             .prop_map(
-                |(state, version, idle_finals, continuations, continuation_pending, max, (turns, max_turns))| {
+                |(
+                    state,
+                    version,
+                    idle_finals,
+                    continuations,
+                    continuation_pending,
+                    max,
+                    (turns, max_turns),
+                )| {
                     WorkflowSnapshot {
                         state,
                         version,

@@ -75,7 +75,11 @@ fn recent_triggers(
             .filter(tasks::created_at.ge(&since))
             .filter(tasks::continuation.is_null())
             .filter(tasks::state.ne_all(["rejected", "ignored", "duplicate"]))
-            .filter(tasks::command.is_null().or(tasks::command.ne_all(&turnless)))
+            .filter(
+                tasks::command
+                    .is_null()
+                    .or(tasks::command.ne_all(&turnless)),
+            )
             .group_by(tasks::author)
             .select((tasks::author, diesel::dsl::count_star()))
             .load(c)

@@ -51,7 +51,10 @@ pub enum IngestOutcome {
     /// Refused: the commenter started `limit` tasks in the last hour
     /// (`user_triggers_per_hour`). `task_id`: the refused task, with its one
     /// receipt.
-    RateLimited { task_id: TaskId, limit: i64 },
+    RateLimited {
+        task_id: TaskId,
+        limit: i64,
+    },
 }
 
 /// What intake enforces besides the store's own limits (all off by

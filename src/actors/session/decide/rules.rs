@@ -235,8 +235,7 @@ pub(super) fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
             .to(S::VerifyingReply)
             .then(&[E::VerifyReply]),
         (S::CancelRequested, TurnEnd::Failed) if snap.stopping == Some(Stop::Budget) => {
-            on("the turn failed after reaching a limit")
-                .ends(S::Failed, Some(Code::BudgetExceeded))
+            on("the turn failed after reaching a limit").ends(S::Failed, Some(Code::BudgetExceeded))
         }
         (S::Running | S::CancelRequested, TurnEnd::Failed) => {
             on("the turn failed").ends(S::Failed, Some(Code::TurnFailed))
@@ -341,6 +340,13 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
                 .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Failed)]),
             _ => admitted("turn admitted (confirmed from history)"),
         },
+        // A workflow's turn cut by a restart after its input was admitted:
+        // the work goes on in a new continuation, never by replaying it.
+        Finding::Interrupted if snap.state == S::Running && snap.in_workflow => {
+            on("the turn was cut by a restart; its workflow continues")
+                .ends(S::Failed, Some(Code::InterruptedByRestart))
+                .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Interrupted)])
+        }
         Finding::Interrupted if snap.state == S::CancelRequested => {
             let (to, code) = stopped(snap, Code::TurnInterrupted);
             on("interrupt confirmed from history").ends(to, Some(code))

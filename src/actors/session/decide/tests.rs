@@ -18,6 +18,7 @@ fn leased() -> Snapshot {
         superseded: false,
         reply_path: ReplyPath::AgentViaMcp,
         owes_reply: true,
+        in_workflow: false,
     }
 }
 
@@ -421,6 +422,8 @@ fn every_decision_keeps_the_promises() {
         Permission::Denied,
         Permission::Unknown,
         Permission::OwnerGate,
+        Permission::ResourceClosed,
+        Permission::OverBudget,
     ] {
         events.push(Event::Permission(p));
     }
@@ -436,7 +439,7 @@ fn every_decision_keeps_the_promises() {
         events.push(Event::ApprovalDecided { accept: b });
         events.push(Event::SendNow { ledger_sent: b });
     }
-    for stop in [Stop::Abort, Stop::Deadline] {
+    for stop in [Stop::Abort, Stop::Deadline, Stop::Budget] {
         events.push(Event::StopRequested(stop));
     }
     for end in [TurnEnd::Completed, TurnEnd::Failed, TurnEnd::Interrupted] {
@@ -466,7 +469,7 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            for flags in 0u8..128 {
+            for flags in 0u8..=255 {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
                     for fallback in [
                         None,
@@ -474,7 +477,12 @@ fn every_decision_keeps_the_promises() {
                         Some(Fallback::Posted),
                         Some(Fallback::Failed),
                     ] {
-                        for stopping in [None, Some(Stop::Abort), Some(Stop::Deadline)] {
+                        for stopping in [
+                            None,
+                            Some(Stop::Abort),
+                            Some(Stop::Deadline),
+                            Some(Stop::Budget),
+                        ] {
                             for (attempt, max_attempts) in [(1, 2), (2, 2)] {
                                 let snap = Snapshot {
                                     state,
@@ -496,6 +504,7 @@ fn every_decision_keeps_the_promises() {
                                         ReplyPath::AgentViaMcp
                                     },
                                     owes_reply: flags & 64 == 0,
+                                    in_workflow: flags & 128 != 0,
                                 };
                                 for event in &events {
                                     if let Err(e) = keeps_the_promises(&snap, *event) {

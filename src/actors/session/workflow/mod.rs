@@ -6,10 +6,10 @@
 
 mod tools;
 
+use crate::domain::limits::{Limit, LimitHit};
 use crate::domain::workflow::decide::{
     continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowLimits, WorkflowStep,
 };
-use crate::domain::limits::{Limit, LimitHit};
 use crate::domain::workflow::{GateKind, CONTINUATION_TEXT};
 use crate::domain::{GateId, TaskId};
 use crate::lifecycle::TaskState;

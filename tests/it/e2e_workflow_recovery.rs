@@ -1,0 +1,153 @@
+//! A workflow survives `kill -9`, on real parts (the server's binary, the
+//! real `codex app-server`, the fake model, the Gitea simulator): killed
+//! during a turn, the work goes on in a new continuation and the comment is
+//! never replayed; killed during a continuation's backoff, that one
+//! continuation runs once; killed after a gate was posted, the workflow
+//! still waits for its owner, and the gate is not posted again.
+
+use crate::e2e::Loop;
+use crate::e2e_workflow::continuation;
+use crate::fakemodel::{user_texts, Gate, Item, Step};
+use crate::support::*;
+use codex_bridge::domain::workflow::WorkflowState;
+use codex_bridge::domain::WorkflowId;
+use codex_bridge::store::{tasks, workflows};
+use serde_json::json;
+
+fn complete(summary: &str) -> Step {
+    Step::Reply(vec![Item::FunctionCall {
+        namespace: Some("codex_bridge".into()),
+        name: "complete_workflow".into(),
+        arguments: json!({ "summary": summary }),
+    }])
+}
+
+fn workflow_of(l: &Loop, task: &str) -> WorkflowId {
+    let mut c = connect(&l.app.db_url);
+    tasks::find(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .workflow_id
+        .expect("the task joined a workflow")
+}
+
+fn workflow(l: &Loop, id: &WorkflowId) -> workflows::Workflow {
+    let mut c = connect(&l.app.db_url);
+    workflows::find(&mut c, id).unwrap().unwrap()
+}
+
+fn start(backoff: &'static str, max_idle_finals: &'static str) -> Loop {
+    Loop::start_with(move |b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", backoff)
+            .env("CODEX_BRIDGE_WORKFLOW_MAX_IDLE_FINALS", max_idle_finals)
+    })
+}
+
+#[test]
+fn e2e_killed_during_a_turn_the_workflow_continues_without_replaying_the_comment() {
+    let mut l = start("1", "65");
+    let gate = Gate::new();
+    l.model().push(Step::message("Half done.").gated(&gate));
+    let task = l.comment("bob", l.issue, "@ccbot migrate the parser");
+    l.wait(&task, "running");
+    l.model()
+        .wait_for_requests(1, std::time::Duration::from_secs(90));
+    l.app.kill9();
+    l.model().push(complete("Parser migrated."));
+    l.model().push(Step::message("The parser is migrated."));
+    l.app.start_again();
+    gate.open();
+
+    // The cut turn ends the task; the work goes on in a continuation.
+    l.wait(&task, "failed");
+    assert_eq!(
+        l.detail(&task)["task"]["errorCode"],
+        "interrupted_by_restart"
+    );
+    let cont = continuation(&l, 1);
+    l.wait(&cont, "succeeded");
+    let w = workflow(&l, &workflow_of(&l, &task));
+    assert_eq!(w.state, WorkflowState::Completed);
+    // The comment reached the model once: never replayed.
+    let asked = l
+        .model()
+        .requests()
+        .iter()
+        .filter(|r| {
+            user_texts(r)
+                .last()
+                .is_some_and(|t| t.contains("migrate the parser"))
+        })
+        .count();
+    assert_eq!(asked, 1, "the comment was sent once");
+    assert_eq!(l.detail(&task)["turns"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn e2e_killed_during_a_continuations_backoff_that_continuation_runs_once() {
+    let mut l = start("4", "65");
+    l.script_reply(l.issue, "Started.");
+    l.model().push(complete("Done."));
+    l.model().push(Step::message("All done."));
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let cont = continuation(&l, 1);
+    assert_eq!(
+        l.detail(&cont)["task"]["state"],
+        "queued",
+        "still in its backoff"
+    );
+    l.app.kill9();
+    l.app.start_again();
+
+    l.wait(&cont, "succeeded");
+    let w = workflow(&l, &workflow_of(&l, &task));
+    assert_eq!(w.state, WorkflowState::Completed);
+    assert_eq!(w.continuations, 1, "one continuation, not a second one");
+    assert_eq!(l.detail(&cont)["turns"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn e2e_killed_after_a_gate_was_posted_the_workflow_still_waits_for_its_owner() {
+    let mut l = start("1", "1");
+    l.script_reply(l.issue, "Started.");
+    l.model().push(Step::message("Still looking."));
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let cont = continuation(&l, 1);
+    l.wait(&cont, "succeeded");
+    let id = workflow_of(&l, &task);
+    let gate = {
+        let mut c = connect(&l.app.db_url);
+        workflows::open_gate(&mut c, &id).unwrap().expect("a gate")
+    };
+    let marker = format!("gate={}", gate.gate_id);
+    l.app.wait_for("the gate's comment", || {
+        !l.bot_comments(l.issue, &marker).is_empty()
+    });
+    l.app.kill9();
+    l.app.start_again();
+
+    // Nothing runs on its own after the restart, and the gate is not
+    // posted again: the owner's comment resumes it, once.
+    l.model().push(complete("Fixed."));
+    l.script_reply(l.issue, "Fixed the parser.");
+    let resume = l.comment("bob", l.issue, "@ccbot the bug is in lex.rs");
+    l.wait(&resume, "succeeded");
+    let w = workflow(&l, &id);
+    assert_eq!(w.state, WorkflowState::Completed);
+    assert_eq!(w.continuations, 1, "no continuation while it waited");
+    assert_eq!(l.bot_comments(l.issue, &marker).len(), 1);
+    let mut c = connect(&l.app.db_url);
+    let gates = codex_bridge::store::workflows::admin::detail(&mut c, &id)
+        .unwrap()
+        .unwrap()
+        .gates;
+    assert_eq!(gates.len(), 1);
+    assert_eq!(gates[0].status, "resumed");
+    assert_eq!(
+        gates[0].resumed_by_task.as_ref().map(|t| t.to_string()),
+        Some(resume)
+    );
+}
