@@ -128,6 +128,11 @@ pub const KEYS: &[(&str, &str)] = &[
          waits for its owner (default 65)",
     ),
     (
+        "gate_permission",
+        "the least repository permission (read, write or admin) that lets someone besides a \
+         workflow's owner answer its gate (default admin)",
+    ),
+    (
         "max_turns_per_task",
         "turns one task may take, its reply retry included (default 20); past it the task \
          ends failed (budget_exceeded) and its workflow waits for its owner",

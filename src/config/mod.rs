@@ -101,6 +101,9 @@ pub struct Config {
     pub receipt_mode: ReceiptMode,
     /// The least permission a commenter needs to trigger work.
     pub trigger_permission: TriggerPermission,
+    /// The least permission that lets someone besides a workflow's owner
+    /// answer its gate.
+    pub gate_permission: TriggerPermission,
     /// Lower-case logins that may trigger whatever their permission.
     pub trigger_allow: BTreeSet<String>,
     /// Lower-case logins that may never trigger.

@@ -121,6 +121,8 @@ pub(super) struct Raw {
     pub receipt_mode: Option<String>,
     #[serde(deserialize_with = "text")]
     pub trigger_permission: Option<String>,
+    #[serde(deserialize_with = "text")]
+    pub gate_permission: Option<String>,
     #[serde(deserialize_with = "logins")]
     pub trigger_allow: Option<Vec<String>>,
     #[serde(deserialize_with = "logins")]

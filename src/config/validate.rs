@@ -131,6 +131,11 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         raw.trigger_permission,
         TriggerPermission::Write,
     )?;
+    let gate_permission = word(
+        "gate_permission",
+        raw.gate_permission,
+        TriggerPermission::Admin,
+    )?;
     let trigger_allow = logins("trigger_allow", raw.trigger_allow)?;
     let trigger_deny = logins("trigger_deny", raw.trigger_deny)?;
     let lease_ttl_secs = number("lease_ttl_secs", raw.lease_ttl_secs, 60, 1, 86_400)?;
@@ -262,6 +267,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         repositories,
         receipt_mode,
         trigger_permission,
+        gate_permission,
         trigger_allow,
         trigger_deny,
         lease_heartbeat_secs,

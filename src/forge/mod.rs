@@ -138,6 +138,18 @@ pub trait Forge: Send + Sync + 'static {
         Box::pin(async { Err("this forge cannot read an Issue or pull request".to_owned()) })
     }
 
+    /// Whether `author`, who is not the workflow's owner, holds
+    /// `gate_permission` on the resource's repository and so may answer its
+    /// gate. Without a way to ask, only the owner answers.
+    fn may_answer_gate(
+        &self,
+        resource_key: ResourceKey,
+        author: String,
+    ) -> BoxFuture<'static, Result<bool, String>> {
+        let _ = (resource_key, author);
+        Box::pin(async { Ok(false) })
+    }
+
     /// Whether the Issue or pull request is open (`false`: closed or
     /// merged). An `Err` (Gitea could not say) runs nothing on a guess.
     fn resource_open(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<bool, String>> {

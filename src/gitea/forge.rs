@@ -22,6 +22,9 @@ pub struct TriggerPolicy {
     pub allow: BTreeSet<String>,
     /// Lower-case logins that may never trigger.
     pub deny: BTreeSet<String>,
+    /// `gate_permission`: the least permission that lets someone besides a
+    /// workflow's owner answer its gate.
+    pub gate: Permission,
 }
 
 impl TriggerPolicy {
@@ -36,6 +39,11 @@ impl TriggerPolicy {
             },
             allow: config.trigger_allow.clone(),
             deny: config.trigger_deny.clone(),
+            gate: match config.gate_permission {
+                TriggerPermission::Read => Permission::Read,
+                TriggerPermission::Write => Permission::Write,
+                TriggerPermission::Admin => Permission::Admin,
+            },
         }
     }
 }
@@ -46,6 +54,7 @@ impl Default for TriggerPolicy {
             min: Permission::Write,
             allow: BTreeSet::new(),
             deny: BTreeSet::new(),
+            gate: Permission::Admin,
         }
     }
 }
@@ -177,6 +186,30 @@ impl Forge for GiteaForge {
     ) -> BoxFuture<'static, Result<crate::forge::ThreadContext, String>> {
         let this = self.clone();
         async move { this.read_context(resource_key).await }.boxed()
+    }
+
+    fn may_answer_gate(
+        &self,
+        resource_key: ResourceKey,
+        author: String,
+    ) -> BoxFuture<'static, Result<bool, String>> {
+        let this = self.clone();
+        async move {
+            if this.policy.deny.contains(&author.to_ascii_lowercase()) {
+                return Ok(false);
+            }
+            let client = this.client.clone();
+            let (o, r) = (
+                resource_key.repo().owner().to_owned(),
+                resource_key.repo().name().to_owned(),
+            );
+            match blocking(move || client.permission(&o, &r, &author)).await {
+                Ok(p) => Ok(p >= this.policy.gate),
+                Err(e) if e.status() == Some(403) => Ok(false),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        .boxed()
     }
 
     fn resource_open(&self, resource_key: ResourceKey) -> BoxFuture<'static, Result<bool, String>> {

@@ -221,3 +221,49 @@ fn e2e_a_closed_issue_ends_its_workflow_before_the_next_continuation() {
     let mut c = connect(&l.app.db_url);
     assert!(!workflows::continuation_pending(&mut c, &id).unwrap());
 }
+
+/// Besides the owner, a holder of `gate_permission` (an admin by default)
+/// answers a gate; a writer does not.
+#[test]
+fn e2e_a_holder_of_gate_permission_answers_the_gate_for_its_owner() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "1")
+            .env("CODEX_BRIDGE_WORKFLOW_MAX_IDLE_FINALS", "1")
+    });
+    l.script_reply(l.issue, "Started.");
+    l.model().push(Step::message("Still looking."));
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let first = continuation(&l, 1);
+    l.wait(&first, "succeeded");
+    let id = workflow_of(&l, &task);
+    assert_eq!(workflow(&l, &id).state, WorkflowState::WaitingOwner);
+
+    for (user, perm) in [
+        ("carol", crate::giteasim::Perm::Write),
+        ("dave", crate::giteasim::Perm::Admin),
+    ] {
+        l.sim().add_user(user);
+        l.sim().set_permission("acme", "widgets", user, perm);
+    }
+    let writer = l.comment("carol", l.issue, "@ccbot go on");
+    l.wait(&writer, "rejected");
+    assert_eq!(
+        l.detail(&writer)["task"]["errorCode"],
+        "owner_gate_required"
+    );
+
+    l.model().push(complete("Fixed."));
+    l.script_reply(l.issue, "Fixed the parser.");
+    let admin = l.comment("dave", l.issue, "@ccbot go on, the bug is in lex.rs");
+    l.wait(&admin, "succeeded");
+    let w = workflow(&l, &id);
+    assert_eq!(w.state, WorkflowState::Completed);
+    let mut c = connect(&l.app.db_url);
+    let gates = codex_bridge::store::workflows::admin::detail(&mut c, &id)
+        .unwrap()
+        .unwrap()
+        .gates;
+    assert_eq!(gates[0].resumed_by.as_deref(), Some("dave"));
+}

@@ -105,6 +105,9 @@ pub(super) struct TaskDrive {
     pub usage: crate::store::turns::TaskUsage,
     /// The limit the task reached, if one stopped it.
     pub budget: Option<crate::domain::limits::LimitHit>,
+    /// The author holds `gate_permission`: their input answers the
+    /// workflow's gate as the owner's would.
+    pub answers_for_owner: bool,
 }
 
 /// Drives the session's oldest unsettled task as far as it goes now.
@@ -293,6 +296,7 @@ impl TaskDrive {
             detail: None,
             usage,
             budget: None,
+            answers_for_owner: false,
         }))
     }
 

@@ -72,8 +72,10 @@ impl TaskDrive {
     }
 
     /// The session's workflow waits for its owner and this task's author is
-    /// not the owner (`Err`: the workflow could not be read).
-    async fn gated_for_author(&self) -> Result<bool, String> {
+    /// neither the owner nor a holder of `gate_permission` (`Err`: the
+    /// workflow or the permission could not be read). A holder answers for
+    /// the owner: the task then joins as the owner's input.
+    async fn gated_for_author(&mut self) -> Result<bool, String> {
         if self.task.continuation.is_some() {
             return Ok(false);
         }
@@ -83,13 +85,29 @@ impl TaskDrive {
             .store
             .read(move |c| crate::store::workflows::live(c, &key))
             .await;
-        match live {
-            Ok(Some(w)) => Ok(
+        let waits_for_another = match live {
+            Ok(Some(w)) => {
                 w.state == crate::domain::workflow::WorkflowState::WaitingOwner
-                    && !w.owner.eq_ignore_ascii_case(&author),
-            ),
-            Ok(None) => Ok(false),
-            Err(e) => Err(format!("the session's workflow could not be read: {e}")),
+                    && !w.owner.eq_ignore_ascii_case(&author)
+            }
+            Ok(None) => false,
+            Err(e) => return Err(format!("the session's workflow could not be read: {e}")),
+        };
+        if !waits_for_another {
+            return Ok(false);
+        }
+        match self
+            .deps
+            .verifier
+            .may_answer_gate(self.task.resource_key.clone(), author)
+            .await
+        {
+            Ok(true) => {
+                self.answers_for_owner = true;
+                Ok(false)
+            }
+            Ok(false) => Ok(true),
+            Err(e) => Err(format!("whether the commenter holds gate_permission: {e}")),
         }
     }
 

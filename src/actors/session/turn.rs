@@ -89,6 +89,7 @@ impl TaskDrive {
             new_thread && self.deps.settings.workflows && self.deps.runtime.offers_workflow_tools();
         let title = super::workflow::title_of(&entry.user_text);
         let limits = self.deps.settings.workflow_limits();
+        let as_owner = self.answers_for_owner;
         let version = self.snap.state_version;
         let thread = self
             .deps
@@ -116,7 +117,7 @@ impl TaskDrive {
                 // A thread that can complete its workflow takes part in one:
                 // the task is the workflow's next logical input.
                 if sessions::session(c, &task.session_key)?.is_some_and(|s| s.thread_tools) {
-                    super::workflow::join(c, &task, &title, limits)?;
+                    super::workflow::join(c, &task, &title, limits, as_owner)?;
                 }
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)

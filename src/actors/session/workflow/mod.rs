@@ -39,20 +39,22 @@ pub(in crate::actors::session) fn title_of(text: &str) -> String {
 
 /// `task` (a comment's, or a continuation) becomes its session's workflow's
 /// next logical input, opening the workflow if none is live. A comment by
-/// the owner resets the count of finals without progress and supersedes a
-/// continuation that has not started, for good.
+/// the owner (or by a holder of `gate_permission`: `as_owner`) resets the
+/// count of finals without progress and supersedes a continuation that has
+/// not started, for good.
 pub(in crate::actors::session) fn join(
     c: &mut DbConn,
     task: &crate::store::models::Task,
     title: &str,
     limits: WorkflowLimits,
+    as_owner: bool,
 ) -> Result<(), StoreError> {
     let w = workflows::join(c, task, title)?;
     if task.continuation.is_some() {
         return Ok(());
     }
     let snap = snapshot(c, &w, limits)?;
-    let event = if task.author.eq_ignore_ascii_case(&w.owner) {
+    let event = if as_owner || task.author.eq_ignore_ascii_case(&w.owner) {
         WorkflowEvent::OwnerInput
     } else {
         WorkflowEvent::OtherInput
