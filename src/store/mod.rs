@@ -29,6 +29,7 @@ pub mod ingest;
 pub mod interrupt;
 pub mod leases;
 pub mod ledger;
+pub mod limits;
 pub mod queue;
 pub mod repositories;
 pub mod sessions;

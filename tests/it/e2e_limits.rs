@@ -88,6 +88,18 @@ fn e2e_a_workflow_past_its_turns_waits_for_its_owner() {
     assert_eq!(w.continuations, 1, "no continuation past the limit");
     let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");
     assert_eq!(gate.kind, GateKind::Budget);
+    // Operators see the usage against the limit, on the workflow's page and
+    // in the overview.
+    let page = l
+        .app
+        .admin_get(&format!("/api/gitea-workflow/workflows/{id}"));
+    assert_eq!(page.json["usage"]["turns"], 2, "{:?}", page.json);
+    assert_eq!(page.json["usage"]["maxTurnsPerWorkflow"], 2);
+    let overview = l.app.admin_get("/api/gitea-workflow/overview");
+    let limit = &overview.json["limits"]["max_turns_per_workflow"];
+    assert_eq!(limit["limit"], 2, "{limit}");
+    assert_eq!(limit["highest"]["who"], id.as_str(), "{limit}");
+    assert_eq!(limit["highest"]["used"], 2, "{limit}");
     l.app.wait_for("the gate's comment, naming the limit", || {
         l.bot_comments(l.issue, &format!("gate={}", gate.gate_id))
             .iter()

@@ -16,6 +16,23 @@ use std::collections::BTreeMap;
 pub const CATCHUP_BLIND_SPOTS: &str = "submitted reviews (Gitea lists only plain comments), \
      and edits or deletions of comments made while webhooks were lost";
 
+/// Each limit by its key: its configured value (0: off) and the highest
+/// usage now, with who has it.
+fn limits_view(
+    l: &crate::domain::limits::Limits,
+    u: &crate::store::limits::LimitUsage,
+) -> serde_json::Value {
+    let one = |limit: i64, used: &Option<crate::store::limits::Highest>| serde_json::json!({"limit": limit, "highest": used});
+    serde_json::json!({
+        "max_turns_per_task": one(l.max_turns_per_task, &u.max_turns_per_task),
+        "max_turns_per_workflow": one(l.max_turns_per_workflow, &u.max_turns_per_workflow),
+        "max_task_secs": one(i64::try_from(l.max_task_secs).unwrap_or(i64::MAX), &u.max_task_secs),
+        "max_tokens_per_task": one(l.max_tokens_per_task, &u.max_tokens_per_task),
+        "user_triggers_per_hour": one(l.user_triggers_per_hour, &u.user_triggers_per_hour),
+        "repo_turns_per_day": one(l.repo_turns_per_day, &u.repo_turns_per_day),
+    })
+}
+
 pub async fn get(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(compute(&state).await?))
 }
@@ -30,6 +47,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
         && state.config.gitea_url.is_some()
         && state.config.gitea_token.is_some();
     let interval = state.config.catchup_interval_secs;
+    let configured = state.config.limits;
     let body = state
         .store
         .read(move |c| {
@@ -38,6 +56,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
             let hour_ago = format_time(chrono::Utc::now() - chrono::Duration::hours(1));
             let counts = views::overview_counts(c, &hour_ago)?;
             let caught = catchup::summary(c)?;
+            let usage = crate::store::limits::usage(c)?;
             let get = |s: &str| by_state.get(s).copied().unwrap_or(0);
             Ok(serde_json::json!({
                 "instanceId": instance,
@@ -51,6 +70,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
                 "repositories": counts.repositories,
                 "webhooksLastHour": counts.webhooks_by_status,
                 "blockers": blockers,
+                "limits": limits_view(&configured, &usage),
                 "catchup": {
                     "enabled": catchup_on,
                     "intervalSecs": interval,

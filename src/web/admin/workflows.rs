@@ -73,12 +73,29 @@ pub async fn show(
 ) -> Result<HttpResponse, ApiError> {
     let id = workflow_in_path(&path.into_inner())?;
     let key = id.clone();
-    let detail = state
+    let (detail, turns) = state
         .store
-        .read(move |c| admin::detail(c, &key))
+        .read(move |c| {
+            let turns = crate::store::workflows::turns_of(c, &key)?;
+            Ok(admin::detail(c, &key)?.map(|d| (d, turns)))
+        })
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("workflow {id}")))?;
-    Ok(HttpResponse::Ok().json(detail))
+    // Usage against the limits a workflow stops at.
+    let limits = state.config.workflow_limits();
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "usage": {
+            "turns": turns,
+            "maxTurnsPerWorkflow": limits.max_turns,
+            "idleFinals": detail.workflow.idle_finals,
+            "workflowMaxIdleFinals": limits.max_idle_finals,
+        },
+        "workflow": detail.workflow,
+        "children": detail.children,
+        "gates": detail.gates,
+        "results": detail.results,
+        "turns": detail.turns,
+    })))
 }
 
 pub async fn cancel(
