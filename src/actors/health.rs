@@ -31,6 +31,9 @@ pub enum RepoActorStatus {
     /// The agent runtime cannot run turns now (see [`RegistryHealth::held`]):
     /// tasks wait, and start once it can.
     AgentUnavailable,
+    /// The repository took `repo_turns_per_day` turns today (UTC): its
+    /// tasks wait `queued` until the next day.
+    DayLimit,
     /// Restarted after a fault, before its next scheduling pass ends.
     Restarting,
     /// No actor of this process reports on the repository (its sessions do),
@@ -52,6 +55,7 @@ impl RepoActorStatus {
             RepoActorStatus::Disabled => "disabled",
             RepoActorStatus::Held => "held",
             RepoActorStatus::AgentUnavailable => "agent_unavailable",
+            RepoActorStatus::DayLimit => "day_limit",
             RepoActorStatus::Restarting => "restarting",
             RepoActorStatus::Unknown => "unknown",
         }

@@ -197,6 +197,8 @@ struct Snapshot {
     holding: Option<TaskState>,
     /// A queued task is due.
     next: bool,
+    /// The repository took `repo_turns_per_day` turns today (UTC).
+    day_spent: bool,
 }
 
 /// What a scheduling pass does.
@@ -241,6 +243,10 @@ fn decide(s: &Snapshot) -> Plan {
         Plan::Release(RepoActorStatus::Disabled)
     } else if !s.next {
         Plan::Release(RepoActorStatus::Idle)
+    } else if s.day_spent {
+        // Its tasks wait `queued` (the actor's status says why); the sweep
+        // looks again, and the next UTC day lets them start.
+        Plan::Release(RepoActorStatus::DayLimit)
     } else if !s.agent_ready {
         // A task leased now would only use up an attempt on an agent that
         // cannot run it: it waits `queued`, and the registry wakes us when
@@ -261,13 +267,18 @@ async fn schedule_pass(
     let owner = deps.settings.owner.clone();
     let ttl = deps.settings.lease_ttl;
     let key = repo_key.clone();
-    let (paused, repo, holding, next) = store
+    let per_day = deps.settings.limits.repo_turns_per_day;
+    let (paused, repo, holding, next, today) = store
         .read(move |c| {
             Ok((
                 control::get(c)?.global_paused,
                 queue::repository(c, &key)?,
                 queue::holding_task(c, &key)?,
                 queue::next_runnable(c, &key)?,
+                match per_day {
+                    0 => 0,
+                    _ => crate::store::turns::repo_turns_today(c, &key)?,
+                },
             ))
         })
         .await?;
@@ -278,6 +289,7 @@ async fn schedule_pass(
         repo: repo.as_ref().map(|r| r.status),
         holding: holding.as_ref().map(|t| t.state),
         next: next.is_some(),
+        day_spent: per_day > 0 && today >= per_day,
     };
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
@@ -506,7 +518,24 @@ mod tests {
             repo: Some(RepoStatus::Active),
             holding: None,
             next: true,
+            day_spent: false,
         }
+    }
+
+    #[test]
+    fn a_repository_past_its_turns_for_the_day_starts_nothing_and_says_why() {
+        let spent = Snapshot {
+            day_spent: true,
+            ..due()
+        };
+        assert_eq!(decide(&spent), Plan::Release(RepoActorStatus::DayLimit));
+        // A task already holding the repository is driven on: the limit
+        // gates new turns, never one under way.
+        let holding = Snapshot {
+            holding: Some(TaskState::Running),
+            ..spent
+        };
+        assert_eq!(decide(&holding), Plan::Resume);
     }
 
     #[test]
@@ -605,14 +634,15 @@ mod tests {
                 .prop_filter("holds", |s| s.holds_repository())
                 .prop_map(Some),
         ];
-        (any::<[bool; 4]>(), repo, holding).prop_map(
-            |([held, agent_ready, paused, next], repo, holding)| Snapshot {
+        (any::<[bool; 5]>(), repo, holding).prop_map(
+            |([held, agent_ready, paused, next, day_spent], repo, holding)| Snapshot {
                 held,
                 agent_ready,
                 paused,
                 repo,
                 holding,
                 next,
+                day_spent,
             },
         )
     }
@@ -624,7 +654,7 @@ mod tests {
         fn no_task_starts_unless_everything_allows_it(s in snapshots()) {
             match decide(&s) {
                 Plan::Claim => {
-                    prop_assert!(s.agent_ready && !s.held && !s.paused && s.next);
+                    prop_assert!(s.agent_ready && !s.held && !s.paused && s.next && !s.day_spent);
                     prop_assert_eq!(s.repo, Some(RepoStatus::Active));
                     prop_assert_eq!(s.holding, None);
                 }

@@ -288,3 +288,24 @@ pub fn task_usage(
         tokens: used.iter().map(|(start, end)| (end - start).max(0)).sum(),
     })
 }
+
+/// Turns the repository's tasks started today (UTC), for
+/// `repo_turns_per_day`.
+pub fn repo_turns_today(
+    conn: &mut DbConn,
+    repo_key: &crate::domain::RepoKey,
+) -> Result<i64, StoreError> {
+    let now = chrono::Utc::now();
+    let midnight = super::format_time(
+        now.date_naive()
+            .and_hms_opt(0, 0, 0)
+            .map(|t| t.and_utc())
+            .unwrap_or(now),
+    );
+    Ok(with_conn!(conn, |c| turns::table
+        .inner_join(tasks::table.on(tasks::task_id.eq(turns::task_id)))
+        .filter(tasks::repo_key.eq(repo_key))
+        .filter(turns::started_at.ge(&midnight))
+        .count()
+        .get_result(c))?)
+}

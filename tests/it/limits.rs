@@ -79,3 +79,60 @@ fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
         receipts[0]
     );
 }
+
+#[test]
+fn a_repository_past_its_turns_for_the_day_keeps_its_tasks_queued_and_says_why() {
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    sim.add_user("bob");
+    sim.set_permission("acme", "widgets", "bob", Perm::Write);
+    let issue = sim.create_issue("acme", "widgets", "Flaky", "It fails.", "bob");
+    let other = sim.create_issue("acme", "widgets", "Docs", "Typos.", "bob");
+    let app = TestApp::builder()
+        .scripted()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_REPO_TURNS_PER_DAY", "1")
+        .start_with_gitea(sim);
+    let sim = app.gitea();
+
+    let (status, first) = comment(sim, issue, "@ccbot fix the parser");
+    assert_eq!(status, 202, "{first}");
+    let first = first["taskId"].as_str().unwrap().to_owned();
+    app.wait_for("the first task's turn, and its end", || {
+        let mut c = connect(&app.db_url);
+        count_where(&mut c, "turns", &format!("task_id = '{first}'")) == 1
+            && count_where(
+                &mut c,
+                "tasks",
+                &format!("task_id = '{first}' AND state IN ('succeeded', 'succeeded_with_rest_fallback', 'failed', 'failed_reply')"),
+            ) == 1
+    });
+    let (status, second) = comment(sim, other, "@ccbot fix the docs");
+    assert_eq!(status, 202, "{second}");
+    let second = second["taskId"].as_str().unwrap().to_owned();
+
+    // The repository's actor says why nothing starts; the task waits queued.
+    app.wait_for("the actor to stop at the day's limit", || {
+        app.repo_actor("default:acme/widgets")
+            .is_some_and(|r| r["status"] == "day_limit")
+    });
+    let mut c = connect(&app.db_url);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "tasks",
+            &format!("task_id = '{second}' AND state = 'queued'")
+        ),
+        1
+    );
+    assert_eq!(
+        count_where(&mut c, "turns", &format!("task_id = '{second}'")),
+        0
+    );
+    let overview = app.admin_get("/api/gitea-workflow/overview");
+    let limit = &overview.json["limits"]["repo_turns_per_day"];
+    assert_eq!(limit["limit"], 1, "{limit}");
+    assert_eq!(limit["highest"]["who"], "default:acme/widgets", "{limit}");
+    assert_eq!(limit["highest"]["used"], 1, "{limit}");
+}
