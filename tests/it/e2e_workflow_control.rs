@@ -267,3 +267,31 @@ fn e2e_a_holder_of_gate_permission_answers_the_gate_for_its_owner() {
         .gates;
     assert_eq!(gates[0].resumed_by.as_deref(), Some("dave"));
 }
+
+/// The owner's newer comment supersedes a continuation still in its
+/// backoff, for good: that continuation never runs, and the workflow goes
+/// on from the comment.
+#[test]
+fn e2e_a_pending_continuation_superseded_by_the_owners_comment_never_runs() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "600")
+    });
+    l.script_reply(l.issue, "Started.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded");
+    let pending = continuation(&l, 1);
+    assert_eq!(l.detail(&pending)["task"]["state"], "queued");
+
+    l.model().push(complete("Fixed."));
+    l.script_reply(l.issue, "Fixed the parser in lex.rs.");
+    let newer = l.comment("bob", l.issue, "@ccbot the bug is in lex.rs");
+    l.wait(&newer, "succeeded");
+    l.wait(&pending, "cancelled");
+    let d = l.detail(&pending);
+    assert_eq!(d["task"]["errorCode"], "superseded", "{d}");
+    assert_eq!(d["turns"].as_array().map(Vec::len), Some(0), "it never ran");
+    let w = workflow(&l, &workflow_of(&l, &task));
+    assert_eq!(w.state, WorkflowState::Completed);
+    assert_eq!(w.continuations, 1, "no continuation after the completion");
+}
