@@ -3,6 +3,7 @@
 //! ignored event, a comment change, a rejection or a new task.
 
 use super::lookups::BatchLookups;
+use super::refuse::{refuse, Refusal};
 use super::rows::{
     AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
     TransitionRow,
@@ -11,7 +12,7 @@ use super::{IngestOutcome, IngestRules, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
 use crate::domain::fingerprint::{prompt_text, Fingerprint};
 use crate::domain::states::{ChangeKind, OutboxStatus, SendMode};
-use crate::domain::{IngestRequest, Intent, OperationId, ResourceKey, Subject, TaskId};
+use crate::domain::{IngestRequest, Intent, OperationId, Subject, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
 use crate::store::StoreError;
@@ -20,7 +21,7 @@ use std::collections::hash_map::Entry;
 /// Why an accepted task went from `received` to `queued` (its first history row).
 const ACCEPT_REASON: &str = "webhook accepted and queued";
 
-fn delivery_row(
+pub(super) fn delivery_row(
     req: &IngestRequest,
     status: &str,
     reason: Option<&str>,
@@ -56,7 +57,7 @@ fn delivery_row(
 
 /// Records the delivery among the batch's rows and in what later deliveries
 /// of the batch see.
-fn record(lookups: &mut BatchLookups, rows: &mut BatchRows, row: Delivery) {
+pub(super) fn record(lookups: &mut BatchLookups, rows: &mut BatchRows, row: Delivery) {
     if let Some(k) = &row.content_key {
         lookups
             .content
@@ -611,85 +612,9 @@ fn create_task(
     })
 }
 
-/// Why intake refuses a comment: its code, and what the audit and the
-/// task's history say.
-struct Refusal {
-    code: &'static str,
-    reason: String,
-    meta: serde_json::Value,
-}
-
-/// A comment refused at intake (its session's outbox is full, or its
-/// commenter's hourly limit is reached): a task born `rejected` with the
-/// refusal's code, whose one receipt says why. The task holds the comment's
-/// trigger, so a replay of the same comment is that task again, and never a
-/// second receipt; a new comment is judged afresh. `None`: nothing names the
-/// comment, so nothing was written.
-fn refuse(
-    req: &IngestRequest,
-    lookups: &mut BatchLookups,
-    rows: &mut BatchRows,
-    (repo_key, session_key, trigger_key): (&crate::domain::RepoKey, &ResourceKey, &str),
-    command: Option<Command>,
-    refusal: Refusal,
-    at: &str,
-) -> Option<TaskId> {
-    let subject = req.subject.as_ref()?;
-    let code = refusal.code;
-    let task_id = TaskId::mint();
-    record(
-        lookups,
-        rows,
-        delivery_row(req, "rejected", Some(code), Some(&task_id), None, at),
-    );
-    rows.tasks.push(task_row(
-        req,
-        (&task_id, repo_key, session_key, trigger_key),
-        (TaskState::Rejected, Some(code)),
-        command,
-        at,
-    ));
-    rows.transitions.push(TransitionRow {
-        task_id: task_id.clone(),
-        from_state: Some(TaskState::Received),
-        to_state: TaskState::Rejected,
-        state_version: 2,
-        actor: "system".into(),
-        reason: Some(refusal.reason),
-        error_code: Some(code.to_owned()),
-        at: at.to_owned(),
-    });
-    rows.receipts.push(ReceiptRow::pending(
-        &task_id,
-        TaskState::Rejected,
-        session_key,
-        at,
-    ));
-    let mut meta = refusal.meta;
-    meta["stateVersion"] = 2.into();
-    rows.audit(
-        AuditDraft {
-            task_id: Some(&task_id),
-            states: (Some(TaskState::Received), Some(TaskState::Rejected)),
-            delivery_id: Some(&req.delivery_id),
-            comment_id: subject.comment_id,
-            error_code: Some(code),
-            ..AuditDraft::new("webhook.rejected", "system", meta)
-        },
-        at,
-    );
-    lookups.remember_task(
-        trigger_key,
-        &task_id,
-        TaskState::Rejected,
-        &req.delivery_key,
-    );
-    Some(task_id)
-}
-
 /// A task born from a triggering comment, in `state` (state version 2: it
 /// left `received` in the same transaction).
-fn task_row(
+pub(super) fn task_row(
     req: &IngestRequest,
     (task_id, repo_key, session_key, trigger_key): (
         &TaskId,

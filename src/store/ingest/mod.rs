@@ -15,6 +15,7 @@
 
 mod decide;
 mod lookups;
+mod refuse;
 mod rows;
 
 use self::lookups::BatchLookups;
