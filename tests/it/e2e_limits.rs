@@ -5,11 +5,11 @@
 //! instead of continuing; a workflow past its turns waits too.
 
 use crate::e2e::Loop;
-use crate::e2e_workflow::continuation;
+use crate::e2e_workflow::{continuation, workflow, workflow_of};
 use crate::fakemodel::{Gate, Step};
 use crate::support::*;
 use codex_bridge::domain::workflow::{GateKind, WorkflowState};
-use codex_bridge::store::{tasks, workflows};
+use codex_bridge::store::workflows;
 
 fn with_limit(key: &'static str, value: &'static str) -> Loop {
     Loop::start_with(move |b| {
@@ -32,12 +32,8 @@ fn stopped_by(l: &Loop, task: &str, limit: &str) {
         "{receipt}"
     );
     let mut c = connect(&l.app.db_url);
-    let id = tasks::find(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .workflow_id
-        .expect("joined");
-    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    let id = workflow_of(l, task);
+    let w = workflow(l, &id);
     assert_eq!(w.state, WorkflowState::WaitingOwner);
     assert_eq!(w.continuations, 0, "no continuation after a budget hit");
     let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");
@@ -78,12 +74,8 @@ fn e2e_a_workflow_past_its_turns_waits_for_its_owner() {
     let first = continuation(&l, 1);
     l.wait(&first, "succeeded");
     let mut c = connect(&l.app.db_url);
-    let id = tasks::find(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .workflow_id
-        .expect("joined");
-    let w = workflows::find(&mut c, &id).unwrap().unwrap();
+    let id = workflow_of(&l, &task);
+    let w = workflow(&l, &id);
     assert_eq!(w.state, WorkflowState::WaitingOwner);
     assert_eq!(w.continuations, 1, "no continuation past the limit");
     let gate = workflows::open_gate(&mut c, &id).unwrap().expect("a gate");

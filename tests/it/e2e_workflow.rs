@@ -41,6 +41,31 @@ pub(crate) fn continuation(l: &Loop, seq: i64) -> String {
     found.unwrap()
 }
 
+/// The agent's call of `complete_workflow`.
+pub(crate) fn complete(summary: &str) -> Step {
+    Step::Reply(vec![Item::FunctionCall {
+        namespace: Some("codex_bridge".into()),
+        name: "complete_workflow".into(),
+        arguments: json!({ "summary": summary }),
+    }])
+}
+
+/// The workflow `task` joined.
+pub(crate) fn workflow_of(l: &Loop, task: &str) -> codex_bridge::domain::WorkflowId {
+    let mut c = connect(&l.app.db_url);
+    tasks::find(&mut c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .workflow_id
+        .expect("the task joined a workflow")
+}
+
+/// The workflow `id` as the store has it now.
+pub(crate) fn workflow(l: &Loop, id: &codex_bridge::domain::WorkflowId) -> workflows::Workflow {
+    let mut c = connect(&l.app.db_url);
+    workflows::find(&mut c, id).unwrap().unwrap()
+}
+
 #[test]
 fn e2e_an_open_workflow_continues_on_its_thread_until_the_agent_completes_it() {
     let l = with_workflows();

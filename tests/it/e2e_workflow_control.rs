@@ -5,36 +5,12 @@
 //! Issue ends it before the next continuation runs.
 
 use crate::e2e::Loop;
-use crate::e2e_workflow::{continuation, with_workflows};
+use crate::e2e_workflow::{complete, continuation, with_workflows, workflow, workflow_of};
 use crate::fakemodel::{user_texts, Gate, Item, Step};
 use crate::support::*;
 use codex_bridge::domain::workflow::{GateKind, WorkflowState};
-use codex_bridge::domain::WorkflowId;
-use codex_bridge::store::{tasks, workflows};
+use codex_bridge::store::workflows;
 use serde_json::json;
-
-fn complete(summary: &str) -> Step {
-    Step::Reply(vec![Item::FunctionCall {
-        namespace: Some("codex_bridge".into()),
-        name: "complete_workflow".into(),
-        arguments: json!({ "summary": summary }),
-    }])
-}
-
-/// The workflow `task` joined.
-fn workflow_of(l: &Loop, task: &str) -> WorkflowId {
-    let mut c = connect(&l.app.db_url);
-    tasks::find(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .workflow_id
-        .expect("the task joined a workflow")
-}
-
-fn workflow(l: &Loop, id: &WorkflowId) -> workflows::Workflow {
-    let mut c = connect(&l.app.db_url);
-    workflows::find(&mut c, id).unwrap().unwrap()
-}
 
 #[test]
 fn e2e_the_agent_asks_its_owner_and_an_operator_answers_for_them() {

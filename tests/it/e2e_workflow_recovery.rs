@@ -6,35 +6,11 @@
 //! still waits for its owner, and the gate is not posted again.
 
 use crate::e2e::Loop;
-use crate::e2e_workflow::continuation;
-use crate::fakemodel::{user_texts, Gate, Item, Step};
+use crate::e2e_workflow::{complete, continuation, workflow, workflow_of};
+use crate::fakemodel::{user_texts, Gate, Step};
 use crate::support::*;
 use codex_bridge::domain::workflow::WorkflowState;
-use codex_bridge::domain::WorkflowId;
-use codex_bridge::store::{tasks, workflows};
-use serde_json::json;
-
-fn complete(summary: &str) -> Step {
-    Step::Reply(vec![Item::FunctionCall {
-        namespace: Some("codex_bridge".into()),
-        name: "complete_workflow".into(),
-        arguments: json!({ "summary": summary }),
-    }])
-}
-
-fn workflow_of(l: &Loop, task: &str) -> WorkflowId {
-    let mut c = connect(&l.app.db_url);
-    tasks::find(&mut c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .workflow_id
-        .expect("the task joined a workflow")
-}
-
-fn workflow(l: &Loop, id: &WorkflowId) -> workflows::Workflow {
-    let mut c = connect(&l.app.db_url);
-    workflows::find(&mut c, id).unwrap().unwrap()
-}
+use codex_bridge::store::workflows;
 
 fn start(backoff: &'static str, max_idle_finals: &'static str) -> Loop {
     Loop::start_with(move |b| {

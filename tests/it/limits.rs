@@ -20,8 +20,8 @@ fn comment(sim: &GiteaSim, issue: i64, text: &str) -> (u16, Value) {
     (d.status.unwrap_or(0), body)
 }
 
-#[test]
-fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
+/// `acme/widgets` with Bob, a writer, and two of his Issues.
+fn two_issues() -> (GiteaSim, i64, i64) {
     let sim = GiteaSim::start();
     sim.create_repo("acme", "widgets");
     sim.set_permission("acme", "widgets", BOT, Perm::Admin);
@@ -29,6 +29,12 @@ fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
     sim.set_permission("acme", "widgets", "bob", Perm::Write);
     let issue = sim.create_issue("acme", "widgets", "Flaky", "It fails.", "bob");
     let other = sim.create_issue("acme", "widgets", "Docs", "Typos.", "bob");
+    (sim, issue, other)
+}
+
+#[test]
+fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
+    let (sim, issue, other) = two_issues();
     let app = TestApp::builder()
         .scripted()
         .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "2")
@@ -82,13 +88,7 @@ fn a_commenter_past_the_hourly_limit_is_refused_at_intake_but_may_still_stop() {
 
 #[test]
 fn a_repository_past_its_turns_for_the_day_keeps_its_tasks_queued_and_says_why() {
-    let sim = GiteaSim::start();
-    sim.create_repo("acme", "widgets");
-    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
-    sim.add_user("bob");
-    sim.set_permission("acme", "widgets", "bob", Perm::Write);
-    let issue = sim.create_issue("acme", "widgets", "Flaky", "It fails.", "bob");
-    let other = sim.create_issue("acme", "widgets", "Docs", "Typos.", "bob");
+    let (sim, issue, other) = two_issues();
     let app = TestApp::builder()
         .scripted()
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")

@@ -90,6 +90,32 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     );
 }
 
+/// A list's `cursor`: the `nextCursor` of the previous page (none: the
+/// first page).
+fn page_cursor(cursor: Option<String>) -> Result<Option<i64>, ApiError> {
+    match cursor.filter(|s| !s.is_empty()) {
+        Some(c) => c.parse::<i64>().map(Some).map_err(|_| {
+            ApiError::bad_request(
+                "invalid_cursor",
+                "cursor must be a nextCursor value from a previous page",
+            )
+        }),
+        None => Ok(None),
+    }
+}
+
+/// A list's `limit`: 1 to 500 rows, 50 when not given.
+fn page_limit(limit: Option<i64>) -> Result<i64, ApiError> {
+    match limit {
+        Some(n) if (1..=500).contains(&n) => Ok(n),
+        Some(_) => Err(ApiError::bad_request(
+            "invalid_limit",
+            "limit must be between 1 and 500",
+        )),
+        None => Ok(50),
+    }
+}
+
 /// The task a request path names. A text that is not a task id names no task:
 /// it gets the 404 of an unknown task, with what a task id looks like.
 fn task_in_path(text: &str) -> Result<TaskId, ApiError> {

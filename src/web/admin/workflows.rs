@@ -33,25 +33,8 @@ pub async fn list(
             })?),
             None => None,
         },
-        cursor: match q.cursor.filter(|s| !s.is_empty()) {
-            Some(c) => Some(c.parse::<i64>().map_err(|_| {
-                ApiError::bad_request(
-                    "invalid_cursor",
-                    "cursor must be a nextCursor value from a previous page",
-                )
-            })?),
-            None => None,
-        },
-        limit: match q.limit {
-            Some(n) if (1..=500).contains(&n) => n,
-            Some(_) => {
-                return Err(ApiError::bad_request(
-                    "invalid_limit",
-                    "limit must be between 1 and 500",
-                ))
-            }
-            None => 50,
-        },
+        cursor: super::page_cursor(q.cursor)?,
+        limit: super::page_limit(q.limit)?,
     };
     let (rows, next) = state.store.read(move |c| admin::list(c, &filter)).await?;
     Ok(HttpResponse::Ok().json(serde_json::json!({
