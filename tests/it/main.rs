@@ -10,6 +10,7 @@ mod browser;
 mod browser_charts;
 mod browser_codex;
 mod browser_transcript;
+mod browser_workflows;
 mod catchup;
 mod cli;
 mod codex_availability;

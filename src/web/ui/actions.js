@@ -1,7 +1,8 @@
 // codex-bridge admin view: the operator's actions (pause, enable, cancel,
-// abort, reconcile, clear a workspace, decide an approval). Each opens the
-// confirmation dialog, sends one control request with its requestId, and shows
-// what the server answered. Uses app.js's helpers; loaded after it.
+// abort, reconcile, clear a workspace, decide an approval, cancel a workflow,
+// answer a workflow's gate for its owner). Each opens the confirmation
+// dialog, sends one control request with its requestId, and shows what the
+// server answered. Uses app.js's helpers; loaded after it.
 "use strict";
 
 // ---------------------------------------------------------------- actions
@@ -161,5 +162,31 @@ function decide(approval, accept) {
     confirm: accept ? "Approve" : "Deny",
     send: (c) => post("/approvals/" + encodeURIComponent(approval.approvalId) + "/decide",
       Object.assign(c, { decision: accept ? "accept" : "decline" })),
+  });
+}
+
+/** `w` ends cancelled (the workflow page offers it while the workflow is live). */
+function cancelWorkflow(w) {
+  action({
+    title: "Cancel workflow",
+    what: "“" + (w.title || w.workflowId) + "” — the workflow ends cancelled: a continuation that has not started is " +
+      "cancelled with it and an open gate is closed. A turn already running is left to end; abort its task to stop it.",
+    confirm: "Cancel workflow",
+    send: (c) => post("/workflows/" + encodeURIComponent(w.workflowId) + "/cancel", c),
+  });
+}
+
+/** Answers `gate` of `w` on its owner's behalf: the reason is the answer the agent gets. */
+function answerGate(w, gate) {
+  action({
+    title: "Answer gate for the owner",
+    what: "“" + (w.title || w.workflowId) + "” waits for its owner (" + (w.owner || "unknown") + "). " +
+      "Your reason is the answer: it goes to the agent in a new continuation, and into the audit log.",
+    extra: h("div", {},
+      h("div", { class: "small muted" }, "The question (" + String(gate.kind || "").replace(/_/g, " ") + "):"),
+      h("pre", { class: "text", id: "action-gate-question" }, gate.question || "")),
+    confirm: "Answer",
+    send: (c) => post("/workflows/" + encodeURIComponent(w.workflowId) + "/gates/" +
+      encodeURIComponent(gate.gateId) + "/resume", c),
   });
 }

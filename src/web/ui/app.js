@@ -318,9 +318,9 @@ async function renderTasks(query, cursor, append) {
   }
   const more = document.getElementById("more");
   if (more) {
-    more.replaceChildren(page.nextCursor
-      ? h("button", { onclick: () => renderTasks(query, page.nextCursor, true) }, "Older tasks")
-      : null);
+    more.replaceChildren(...(page.nextCursor
+      ? [h("button", { onclick: () => renderTasks(query, page.nextCursor, true) }, "Older tasks")]
+      : []));
   }
 }
 
@@ -346,6 +346,10 @@ async function renderTask(id) {
     ["error", t.errorCode || "—"], ["created", time(t.createdAt)], ["updated", time(t.updatedAt)],
     ["session", h("a", { href: "#session/" + encodeURIComponent(t.sessionKey), id: "session-link" }, "all turns")],
   ];
+  if (t.workflowId) {
+    facts.push(["workflow", h("a", { href: "#workflow/" + encodeURIComponent(t.workflowId), id: "workflow-link" },
+      t.continuation === null || t.continuation === undefined ? "its workflow" : "continuation #" + t.continuation + " of its workflow")]);
+  }
   const transitions = (d.transitions || []).map((x) => h("li", {},
     h("div", {}, x.from ? stateBadge(x.from) : "—", " → ", stateBadge(x.to)),
     h("div", { class: "when" }, time(x.at), " · ", x.actor, x.reason ? " · " + x.reason : "",
@@ -446,11 +450,14 @@ function route() {
   if (path.startsWith("task/")) current = { view: "task", arg: decodeURIComponent(path.slice(5)) };
   else if (path.startsWith("session/")) current = { view: "session", arg: decodeURIComponent(path.slice(8)) };
   else if (path === "tasks") current = { view: "tasks", arg: query || "" };
+  else if (path.startsWith("workflow/")) current = { view: "workflow", arg: decodeURIComponent(path.slice(9)) };
+  else if (path === "workflows") current = { view: "workflows", arg: query || "" };
   else if (["overview", "actors", "attention"].includes(path)) current = { view: path, arg: null };
   else current = { view: "overview", arg: null };
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.view === current.view ||
-      (["task", "session"].includes(current.view) && a.dataset.view === "tasks"));
+      (["task", "session"].includes(current.view) && a.dataset.view === "tasks") ||
+      (current.view === "workflow" && a.dataset.view === "workflows"));
   }
   render();
 }
@@ -461,6 +468,8 @@ function render() {
     case "tasks": return renderTasks(current.arg);
     case "task": return renderTask(current.arg);
     case "session": return renderSession(current.arg);
+    case "workflows": return renderWorkflows(current.arg);
+    case "workflow": return renderWorkflow(current.arg);
     case "attention": return renderAttention();
     default: return renderOverview();
   }
@@ -476,7 +485,7 @@ function refresh() {
     if (document.getElementById("action").open) return;
     const focused = document.activeElement;
     if (focused && focused.closest && focused.closest("#view form")) return;
-    if (current.view === "tasks" || current.view === "task") render();
+    if (current.view === "tasks" || current.view === "task" || showsWorkflows()) render();
   }, 300);
 }
 
@@ -536,11 +545,13 @@ function connect() {
   es.addEventListener("stats", (ev) => chartsUpdate(JSON.parse(ev.data)));
   es.addEventListener("task", (ev) => {
     const t = JSON.parse(ev.data);
-    if (current.view === "tasks" || (current.view === "task" && current.arg === t.taskId)) refresh();
+    // A workflow moves on with its tasks (a continuation, a gate, its end).
+    if (current.view === "tasks" || (current.view === "task" && current.arg === t.taskId) || showsWorkflows()) refresh();
   });
   es.addEventListener("audit", (ev) => {
     const e = JSON.parse(ev.data);
-    if (current.view === "task" && current.arg === e.taskId) refresh();
+    if ((current.view === "task" && current.arg === e.taskId) ||
+        (showsWorkflows() && String(e.action).startsWith("workflow."))) refresh();
   });
   es.addEventListener("resync", () => refresh());
   es.addEventListener("error", () => {

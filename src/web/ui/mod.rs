@@ -21,6 +21,7 @@ const TRANSCRIPT_JS: &str = include_str!("transcript.js");
 const CODEX_JS: &str = include_str!("codex.js");
 const REPOS_JS: &str = include_str!("repos.js");
 const CHARTS_JS: &str = include_str!("charts.js");
+const WORKFLOWS_JS: &str = include_str!("workflows.js");
 
 /// Only our own files: no inline script, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -79,6 +80,7 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
         "codex.js" => (CODEX_JS, "text/javascript; charset=utf-8"),
         "repos.js" => (REPOS_JS, "text/javascript; charset=utf-8"),
         "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
+        "workflows.js" => (WORKFLOWS_JS, "text/javascript; charset=utf-8"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()

@@ -146,9 +146,9 @@ function transcriptSection(taskId) {
       }
       entry.items.append(...t.items.map(itemView));
     }
-    more.replaceChildren(page.nextCursor
-      ? h("button", { id: "transcript-more-button", onclick: () => load(page.nextCursor) }, "More")
-      : null);
+    more.replaceChildren(...(page.nextCursor
+      ? [h("button", { id: "transcript-more-button", onclick: () => load(page.nextCursor) }, "More")]
+      : []));
   }
   load(null);
   return h("section", { class: "panel", id: "transcript" }, h("h2", {}, "Transcript"), status, turns, more);
@@ -176,7 +176,8 @@ async function renderSession(key, cursor, append) {
       h("h1", {}, "Session ", giteaLink(key)),
       h("section", { class: "panel" }, h("div", { class: "facts" },
         h("span", {}, "session: ", h("b", { class: "mono" }, page.sessionKey)),
-        h("span", {}, "thread: ", h("b", { class: "mono" }, page.threadId || "—")))),
+        h("span", {}, "thread: ", h("b", { class: "mono" }, page.threadId || "—")),
+        h("a", { href: "#workflows?session=" + encodeURIComponent(key), id: "session-workflows" }, "its workflows"))),
       h("section", { class: "panel" }, h("h2", {}, "Turns across tasks"),
         rows.length ? h("div", { class: "table-wrap" }, h("table", { id: "session-turns" },
           h("thead", {}, h("tr", {}, ["started", "task", "kind", "status", "took", "tokens", "final text"].map((x) => h("th", {}, x)))),
@@ -185,8 +186,8 @@ async function renderSession(key, cursor, append) {
   }
   const more = document.getElementById("session-more");
   if (more) {
-    more.replaceChildren(page.nextCursor
-      ? h("button", { onclick: () => renderSession(key, page.nextCursor, true) }, "More")
-      : null);
+    more.replaceChildren(...(page.nextCursor
+      ? [h("button", { onclick: () => renderSession(key, page.nextCursor, true) }, "More")]
+      : []));
   }
 }
