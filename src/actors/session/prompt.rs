@@ -15,6 +15,15 @@ fn resource_names(key: &ResourceKey) -> (&str, &str, i64) {
     (key.repo().owner(), key.repo().name(), key.number())
 }
 
+/// What the resource is, as a prompt names it.
+fn kind_of(key: &ResourceKey) -> &'static str {
+    if key.is_pull() {
+        "pull request"
+    } else {
+        "issue"
+    }
+}
+
 /// The prompt of a task's turn; the comment's text is its untrusted part.
 /// How it asks for the answer follows who posts it.
 pub(super) fn turn_prompt(
@@ -25,11 +34,7 @@ pub(super) fn turn_prompt(
     context: Vec<PromptPart>,
 ) -> Prompt {
     let (owner, name, number) = resource_names(&task.resource_key);
-    let kind = if task.resource_key.is_pull() {
-        "pull request"
-    } else {
-        "issue"
-    };
+    let kind = kind_of(&task.resource_key);
     let marker = reply_marker(&task.task_id, entry.operation_id.as_str());
     let author = &task.author;
     let mut parts = vec![PromptPart::trusted(format!(
@@ -67,11 +72,7 @@ pub(super) fn continuation_prompt(
     context: Vec<PromptPart>,
 ) -> Prompt {
     let (owner, name, number) = resource_names(&task.resource_key);
-    let kind = if task.resource_key.is_pull() {
-        "pull request"
-    } else {
-        "issue"
-    };
+    let kind = kind_of(&task.resource_key);
     let seq = task.continuation.unwrap_or_default();
     let mut parts = vec![PromptPart::trusted(format!(
         "This is continuation {seq} of the workflow @{author} started on {kind} \

@@ -68,15 +68,18 @@ impl TaskDrive {
         Ok(())
     }
 
+    /// The title a workflow this task opens gets: its message's first line.
+    fn workflow_title(&self) -> String {
+        self.entry
+            .as_ref()
+            .map(|e| super::title_of(&e.user_text))
+            .unwrap_or_default()
+    }
+
     /// `complete_workflow`: the task's workflow ends `completed`, with the
     /// summary, in one transaction with the decision.
     async fn complete_workflow(&mut self, summary: String) -> Result<ToolAnswer, DriveError> {
-        let task = self.task.clone();
-        let title = self
-            .entry
-            .as_ref()
-            .map(|e| super::title_of(&e.user_text))
-            .unwrap_or_default();
+        let (task, title) = (self.task.clone(), self.workflow_title());
         let limits = self.deps.settings.workflow_limits();
         let step = self
             .deps
@@ -126,12 +129,7 @@ impl TaskDrive {
         question: String,
         kind: GateKind,
     ) -> Result<ToolAnswer, DriveError> {
-        let task = self.task.clone();
-        let title = self
-            .entry
-            .as_ref()
-            .map(|e| super::title_of(&e.user_text))
-            .unwrap_or_default();
+        let (task, title) = (self.task.clone(), self.workflow_title());
         let limits = self.deps.settings.workflow_limits();
         let bot = self.deps.settings.bot_login.clone();
         let (id, state, gate) = self
