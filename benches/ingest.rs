@@ -1360,7 +1360,10 @@ impl Server {
             .env("CODEX_BRIDGE_AGENT_RUNTIME", "none")
             .env("CODEX_BRIDGE_STATE_DIR", dir.path().join("state"))
             .env("CODEX_BRIDGE_WORKSPACE_ROOT", dir.path().join("workspaces"))
-            .env("CODEX_BRIDGE_LOG_FILTER", "warn");
+            .env("CODEX_BRIDGE_LOG_FILTER", "warn")
+            // Its load comes from a handful of commenters: the hourly limit
+            // per commenter would refuse it; intake's cost is measured here.
+            .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "0");
         if let Some(n) = scenario.batch_max() {
             cmd.env("CODEX_BRIDGE_WRITER_BATCH_MAX", n.to_string());
         }
@@ -1665,10 +1668,15 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
     use codex_bridge::domain::IngestRequest;
     use codex_bridge::store::{Store, StoreSettings};
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
-    let env = BTreeMap::from([(
-        env_name("database_url"),
-        format!("sqlite://{}", dir.path().join("store-only.db").display()),
-    )]);
+    // As the server scenarios: the hourly limit per commenter is off, since
+    // the load comes from a handful of commenters.
+    let env = BTreeMap::from([
+        (
+            env_name("database_url"),
+            format!("sqlite://{}", dir.path().join("store-only.db").display()),
+        ),
+        (env_name("user_triggers_per_hour"), "0".to_owned()),
+    ]);
     let config = Config::from_sources(None, &env)
         .map_err(|e| anyhow::anyhow!("the default configuration: {e}"))?;
     let store = Store::open(&StoreSettings::from_config(&config))
