@@ -40,16 +40,8 @@ fn highest(counts: HashMap<String, i64>) -> Option<Highest> {
         .map(|(who, used)| Highest { who, used })
 }
 
-fn live_states() -> Vec<&'static str> {
-    TaskState::ALL
-        .iter()
-        .filter(|s| !s.is_terminal())
-        .map(|s| s.as_str())
-        .collect()
-}
-
 pub fn usage(conn: &mut DbConn) -> Result<LimitUsage, StoreError> {
-    let live = live_states();
+    let live = super::workflows::live_states();
     // Turns (and their tokens) of tasks that have not ended.
     let live_turns: Vec<(String, String)> = with_conn!(conn, |c| turns::table
         .inner_join(tasks::table.on(tasks::task_id.eq(turns::task_id)))

@@ -139,7 +139,8 @@ pub fn continuation_pending(conn: &mut DbConn, id: &WorkflowId) -> Result<bool, 
     Ok(n > 0)
 }
 
-fn live_states() -> Vec<&'static str> {
+/// The names of the task states that are not terminal.
+pub(in crate::store) fn live_states() -> Vec<&'static str> {
     TaskState::ALL
         .iter()
         .filter(|s| !s.is_terminal())
