@@ -20,7 +20,10 @@ use crate::config::Config;
 use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 use crate::forge::Forge;
 use crate::store::Store;
-use crate::workspace::{Checkout, RepoSpec, WorkspaceError, WorkspaceManager};
+use crate::workspace::{
+    Checkout, RepoSpec, Retired, SessionTree, TreeState, WorkspaceError, WorkspaceManager,
+    WorktreeId,
+};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -61,6 +64,9 @@ pub struct ActorSettings {
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
+    /// How long a session's worktree stays once its work ended
+    /// (`worktree_retention_hours`); `None`: kept.
+    pub worktree_retention: Option<Duration>,
     /// Work outlives a turn (`workflows`): threads get the bridge's tools and
     /// an open workflow continues after an ordinary final.
     pub workflows: bool,
@@ -129,6 +135,7 @@ impl ActorSettings {
             workflow_max_idle_finals: 65,
             limits: crate::domain::limits::Limits::default(),
             continuation_backoff: Duration::from_secs(5),
+            worktree_retention: Some(Duration::from_secs(168 * 3600)),
             workflows: true,
             instance_id: instance_id.to_owned(),
             approval_timeout: Duration::from_secs(600),
@@ -168,6 +175,8 @@ impl ActorSettings {
         s.workflows = config.workflows;
         s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
+        s.worktree_retention = (config.worktree_retention_hours > 0)
+            .then(|| Duration::from_secs(config.worktree_retention_hours * 3600));
         s.limits = config.limits;
         s.sweep = Duration::from_millis(config.scheduler_sweep_ms);
         s.approval_timeout = Duration::from_secs(config.approval_timeout_secs);
@@ -200,14 +209,52 @@ pub trait Workspaces: Send + Sync + 'static {
     /// Blocking: clone or fetch, then check out what the task needs; the
     /// work tree.
     fn prepare(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<PathBuf, WorkspaceError>;
-    /// As [`Workspaces::prepare`], with the commit checked out when the
-    /// workspaces know it: a pull request task's commit statuses go on it.
-    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
+    /// Blocking: the session's own work tree made ready for its next turn
+    /// (the repository fetched, the worktree created or checked against what
+    /// its last turn left), with the commit checked out when the workspaces
+    /// know it: a pull request task's commit statuses go on it.
+    fn ready(
+        &self,
+        repo: &RepoSpec,
+        checkout: &Checkout,
+        session: SessionTree<'_>,
+    ) -> Result<Ready, WorkspaceError> {
+        let _ = session;
         self.prepare(repo, checkout)
             .map(|path| Ready { path, head: None })
     }
     /// The workspace folder of a repository (validated, under the root).
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError>;
+    /// The folder a session's turns run in (validated, under the root).
+    fn worktree_for(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        let _ = id;
+        self.path_for(owner, name)
+    }
+    /// Blocking: what the session's worktree holds now (`None`: it has
+    /// none), recorded when a turn ends.
+    fn tree_state(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<Option<TreeState>, WorkspaceError> {
+        let _ = (owner, name, id);
+        Ok(None)
+    }
+    /// Blocking: removes the session's worktree, keeping uncommitted work
+    /// under a ref.
+    fn retire(&self, owner: &str, name: &str, id: WorktreeId) -> Result<Retired, WorkspaceError> {
+        let _ = (owner, name, id);
+        Ok(Retired {
+            removed: false,
+            kept: None,
+        })
+    }
     /// Blocking: the base branch's `AGENTS.md` (the default branch's when
     /// `base` is `None`), bounded; `None` when there is none. A thread that
     /// must not follow the checked-out head's gets this copy instead.
@@ -227,8 +274,13 @@ impl Workspaces for WorkspaceManager {
         WorkspaceManager::prepare(self, repo, checkout).map(|p| p.path)
     }
 
-    fn ready(&self, repo: &RepoSpec, checkout: &Checkout) -> Result<Ready, WorkspaceError> {
-        WorkspaceManager::prepare(self, repo, checkout).map(|p| Ready {
+    fn ready(
+        &self,
+        repo: &RepoSpec,
+        checkout: &Checkout,
+        session: SessionTree<'_>,
+    ) -> Result<Ready, WorkspaceError> {
+        WorkspaceManager::prepare_session(self, repo, checkout, session).map(|p| Ready {
             path: p.path,
             head: Some(p.head),
         })
@@ -236,6 +288,28 @@ impl Workspaces for WorkspaceManager {
 
     fn path_for(&self, owner: &str, name: &str) -> Result<PathBuf, WorkspaceError> {
         WorkspaceManager::path_for(self, owner, name)
+    }
+
+    fn worktree_for(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        WorkspaceManager::worktree_path(self, owner, name, id)
+    }
+
+    fn tree_state(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<Option<TreeState>, WorkspaceError> {
+        WorkspaceManager::tree_state(self, owner, name, id)
+    }
+
+    fn retire(&self, owner: &str, name: &str, id: WorktreeId) -> Result<Retired, WorkspaceError> {
+        WorkspaceManager::retire_session(self, owner, name, id)
     }
 
     fn base_instructions(

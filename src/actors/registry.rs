@@ -12,7 +12,7 @@ use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::queue;
-use crate::store::{commands, leases};
+use crate::store::{commands, leases, worktrees};
 use actix::prelude::*;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -122,6 +122,7 @@ impl Registry {
 
     fn sweep(&mut self, ctx: &mut Context<Self>) {
         let store = self.deps.store.clone();
+        let before = super::repo::retention_cutoff(&self.deps);
         let fut = async move {
             // Start-up recovery begins here: expired leases are released (and audited)
             // before any other step.
@@ -130,9 +131,25 @@ impl Registry {
             }
             let commands = store.read(commands::sessions_with_commands).await;
             let work = store.read(queue::repos_with_work).await;
-            (commands, work)
+            let retire = match before {
+                Some(before) => store
+                    .read(move |c| worktrees::retirable(c, None, &before))
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "registry sweep could not read the worktrees to retire");
+                        Vec::new()
+                    }),
+                None => Vec::new(),
+            };
+            (commands, work, retire)
         };
-        ctx.spawn(fut.into_actor(self).map(|(commands, result), act, ctx| {
+        ctx.spawn(fut.into_actor(self).map(|(commands, result, retire), act, ctx| {
+            // Their repository actor retires them on its next idle pass.
+            let repos: std::collections::BTreeSet<RepoKey> =
+                retire.into_iter().map(|(repo, _)| repo).collect();
+            for repo_key in &repos {
+                act.wake_repo(repo_key, ctx);
+            }
             match commands {
                 Ok(sessions) => {
                     for (session_key, repo_key) in sessions {

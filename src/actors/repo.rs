@@ -14,8 +14,8 @@ use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{attempts, control, format_time, now, queue, statuses, StoreError};
-use crate::workspace::{Checkout, Disposition, RepoSpec, WorkspaceError};
+use crate::store::{attempts, control, format_time, now, queue, statuses, worktrees, StoreError};
+use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -199,6 +199,8 @@ struct Snapshot {
     next: bool,
     /// The repository took `repo_turns_per_day` turns today (UTC).
     day_spent: bool,
+    /// A session's worktree outlived `worktree_retention_hours`.
+    retire: bool,
 }
 
 /// What a scheduling pass does.
@@ -213,6 +215,9 @@ enum Plan {
     Resume,
     /// Lease the repository, claim the next task and prepare its workspace.
     Claim,
+    /// Lease the repository and remove the worktrees past their retention
+    /// (the lease guards the shared `.git`), then give the lease back.
+    Retire,
 }
 
 /// The scheduling decision, from what the pass saw alone.
@@ -241,6 +246,8 @@ fn decide(s: &Snapshot) -> Plan {
         Plan::Release(RepoActorStatus::Paused)
     } else if repo != RepoStatus::Active {
         Plan::Release(RepoActorStatus::Disabled)
+    } else if !s.next && s.retire {
+        Plan::Retire
     } else if !s.next {
         Plan::Release(RepoActorStatus::Idle)
     } else if s.day_spent {
@@ -268,17 +275,27 @@ async fn schedule_pass(
     let ttl = deps.settings.lease_ttl;
     let key = repo_key.clone();
     let per_day = deps.settings.limits.repo_turns_per_day;
-    let (paused, repo, holding, next, today) = store
+    let retire_before = retention_cutoff(&deps);
+    let (paused, repo, holding, next, today, retirable) = store
         .read(move |c| {
+            let holding = queue::holding_task(c, &key)?;
+            let next = queue::next_runnable(c, &key)?;
+            // Only an idle repository retires worktrees: the question is
+            // asked only then.
+            let retirable = match (&holding, &next, &retire_before) {
+                (None, None, Some(before)) => worktrees::retirable(c, Some(&key), before)?,
+                _ => Vec::new(),
+            };
             Ok((
                 control::get(c)?.global_paused,
                 queue::repository(c, &key)?,
-                queue::holding_task(c, &key)?,
-                queue::next_runnable(c, &key)?,
+                holding,
+                next,
                 match per_day {
                     0 => 0,
                     _ => crate::store::turns::repo_turns_today(c, &key)?,
                 },
+                retirable,
             ))
         })
         .await?;
@@ -290,6 +307,7 @@ async fn schedule_pass(
         holding: holding.as_ref().map(|t| t.state),
         next: next.is_some(),
         day_spent: per_day > 0 && today >= per_day,
+        retire: !retirable.is_empty(),
     };
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
@@ -322,20 +340,32 @@ async fn schedule_pass(
             outcome.dispatch = Some((task.session_key.clone(), repo_key));
             return Ok(outcome);
         }
+        (Plan::Retire, Some(repo), ..) => {
+            let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+                outcome.status = RepoActorStatus::BusyElsewhere;
+                outcome.lease = None;
+                return Ok(outcome);
+            };
+            retire(&deps, &repo, retirable).await?;
+            outcome.lease = release(&deps, Some(lease)).await;
+            return Ok(outcome);
+        }
         (Plan::Claim, Some(repo), None, Some(next)) => (repo, next),
-        // `decide` resumes only with a holding task and claims only with a
-        // repository and a next task and no holding one.
-        (Plan::Resume | Plan::Claim, ..) => return Ok(outcome),
+        // `decide` resumes only with a holding task, and claims or retires
+        // only with a repository (and claims only with a next task and no
+        // holding one).
+        (Plan::Resume | Plan::Claim | Plan::Retire, ..) => return Ok(outcome),
     };
     // Lease and claim in one transaction: one commit on the way to the turn.
     let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
-    let (lease, claimed) = store
+    let (lease, claimed, recorded) = store
         .write(move |c| {
             let Some(lease) = leases::acquire(c, &key, &who, ttl)? else {
-                return Ok((None, None));
+                return Ok((None, None, None));
             };
             let attempt = attempts::claim(c, &task, &lease.lease_id, &who)?;
-            Ok((Some(lease), attempt))
+            let recorded = worktrees::recorded(c, &task.session_key)?;
+            Ok((Some(lease), attempt, recorded))
         })
         .await?;
     let Some(lease) = lease else {
@@ -367,20 +397,26 @@ async fn schedule_pass(
         },
     };
     let workspaces = deps.workspaces.clone();
-    let prepared = tokio::task::spawn_blocking(move || workspaces.ready(&spec, &checkout))
-        .await
-        .unwrap_or_else(|e| {
-            Err(WorkspaceError::Unfinished {
-                repo: format!("{}/{}", repo.owner, repo.name),
-                detail: e.to_string(),
-            })
-        });
+    let id = WorktreeId::of(&next.resource_key);
+    let prepared = tokio::task::spawn_blocking(move || {
+        let session = SessionTree {
+            id,
+            recorded: recorded.as_ref(),
+        };
+        workspaces.ready(&spec, &checkout, session)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(WorkspaceError::Unfinished {
+            repo: format!("{}/{}", repo.owner, repo.name),
+            detail: e.to_string(),
+        })
+    });
     match prepared {
         Ok(prepared) => {
             tracing::debug!(task.id = %next.task_id, path = %prepared.path.display(), "workspace ready");
-            if let (true, Some(head)) = (next.resource_key.is_pull(), prepared.head) {
-                record_head(&deps, &next.task_id, head).await;
-            }
+            let head = prepared.head.filter(|_| next.resource_key.is_pull());
+            record_prepared(&deps, &next, head).await;
             outcome.dispatch = Some((next.session_key.clone(), repo_key));
         }
         Err(err) => {
@@ -391,18 +427,82 @@ async fn schedule_pass(
     Ok(outcome)
 }
 
-/// Records the commit a pull request task's workspace was checked out at,
-/// which its commit statuses go on. Statuses never hold a task up: if the
-/// store refuses, the task runs without them.
-async fn record_head(deps: &Arc<ActorDeps>, task_id: &TaskId, head: String) {
-    let t = task_id.clone();
+/// Records that the task's session worktree is in use (its retention
+/// counts from here) and, for a pull request, the commit it was checked out
+/// at, which its commit statuses go on. Neither holds a task up: if the
+/// store refuses, the task runs without them (and without statuses).
+async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String>) {
+    let (t, session, repo) = (
+        task.task_id.clone(),
+        task.session_key.clone(),
+        task.repo_key.clone(),
+    );
     let recorded = deps
         .store
-        .write(move |c| statuses::record_head(c, &t, &head))
+        .write(move |c| {
+            worktrees::prepared(c, &session, &repo)?;
+            match &head {
+                Some(head) => statuses::record_head(c, &t, head),
+                None => Ok(()),
+            }
+        })
         .await;
     if let Err(e) = recorded {
-        tracing::warn!(task.id = %task_id, error = %e, "could not record the pull request's head; this task sets no commit status");
+        tracing::warn!(task.id = %task.task_id, error = %e, "could not record the prepared worktree; this task sets no commit status");
     }
+}
+
+/// Worktrees unused since this time may be retired; `None`: they are kept.
+pub(super) fn retention_cutoff(deps: &ActorDeps) -> Option<String> {
+    let keep = chrono::Duration::from_std(deps.settings.worktree_retention?).ok()?;
+    Some(format_time(chrono::Utc::now() - keep))
+}
+
+/// Removes the worktrees of sessions whose work ended longer ago than the
+/// retention (under the repository's lease), each audited with where its
+/// uncommitted work was kept. One that cannot be removed stays on disk and
+/// recorded; the next idle pass tries again.
+async fn retire(
+    deps: &Arc<ActorDeps>,
+    repo: &crate::store::models::Repository,
+    sessions: Vec<(RepoKey, ResourceKey)>,
+) -> Result<(), StoreError> {
+    for (_, session) in sessions {
+        let id = crate::workspace::WorktreeId::of(&session);
+        let (workspaces, owner, name) = (
+            deps.workspaces.clone(),
+            repo.owner.clone(),
+            repo.name.clone(),
+        );
+        let done = tokio::task::spawn_blocking(move || workspaces.retire(&owner, &name, id)).await;
+        let retired = match done {
+            Ok(Ok(retired)) => retired,
+            Ok(Err(e)) => {
+                tracing::warn!(session.key = %session, code = e.code(), "could not retire the session's worktree; it stays: {e}");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(session.key = %session, "could not retire the session's worktree; it stays: {e}");
+                continue;
+            }
+        };
+        tracing::info!(session.key = %session, kept = ?retired.kept, "session worktree retired");
+        deps.store
+            .write(move |c| {
+                worktrees::removed(c, &session)?;
+                audit::record(
+                    c,
+                    &Audit::new("worktree.retired", "system").meta(serde_json::json!({
+                            "session": session.as_str(),
+                            "removed": retired.removed,
+                            "uncommittedWorkKeptAt": retired.kept,
+                    })),
+                )
+                .map(drop)
+            })
+            .await?;
+    }
+    Ok(())
 }
 
 async fn acquire(
@@ -519,6 +619,7 @@ mod tests {
             holding: None,
             next: true,
             day_spent: false,
+            retire: false,
         }
     }
 
@@ -634,8 +735,8 @@ mod tests {
                 .prop_filter("holds", |s| s.holds_repository())
                 .prop_map(Some),
         ];
-        (any::<[bool; 5]>(), repo, holding).prop_map(
-            |([held, agent_ready, paused, next, day_spent], repo, holding)| Snapshot {
+        (any::<[bool; 6]>(), repo, holding).prop_map(
+            |([held, agent_ready, paused, next, day_spent, retire], repo, holding)| Snapshot {
                 held,
                 agent_ready,
                 paused,
@@ -643,6 +744,7 @@ mod tests {
                 holding,
                 next,
                 day_spent,
+                retire,
             },
         )
     }
@@ -661,6 +763,13 @@ mod tests {
                 Plan::Resume => {
                     prop_assert!(s.agent_ready && !s.held);
                     prop_assert!(s.holding.is_some_and(|h| !h.awaits_operator()));
+                }
+                Plan::Retire => {
+                    // Worktrees go only while nothing holds the repository
+                    // and nothing waits to start in it.
+                    prop_assert!(s.retire && !s.held && !s.paused && !s.next);
+                    prop_assert_eq!(s.holding, None);
+                    prop_assert_eq!(s.repo, Some(RepoStatus::Active));
                 }
                 Plan::Keep(_) | Plan::Release(_) => {}
             }

@@ -118,6 +118,13 @@ pub const KEYS: &[(&str, &str)] = &[
          (default true; false: a turn's final ends the work)",
     ),
     (
+        "worktree_retention_hours",
+        "hours a session's git worktree is kept once its work ended (no task left to run, no \
+         open workflow) and nothing used it; then it is removed, uncommitted work kept under \
+         refs/codex-bridge/retired/, and made again from its branch if the session is \
+         mentioned again (default 168; 0: kept)",
+    ),
+    (
         "continuation_backoff_secs",
         "how long an open workflow waits after an ordinary final before its next continuation \
          turn, doubled for each final in a row without progress up to 10 minutes (default 5)",

@@ -120,6 +120,8 @@ pub struct Config {
     pub continuation_backoff_secs: u64,
     /// Finals in a row without progress before a workflow waits for its owner.
     pub workflow_max_idle_finals: i64,
+    /// Hours a session's worktree stays after its work ended (0: kept).
+    pub worktree_retention_hours: u64,
     /// What the agent may spend, since an open workflow runs on its own.
     pub limits: crate::domain::limits::Limits,
     pub scheduler_sweep_ms: u64,

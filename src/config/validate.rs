@@ -169,6 +169,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         86_400,
     )?;
+    let worktree_retention_hours = number(
+        "worktree_retention_hours",
+        raw.worktree_retention_hours,
+        168,
+        0,
+        87_600,
+    )?;
     let workflow_max_idle_finals = number(
         "workflow_max_idle_finals",
         raw.workflow_max_idle_finals,
@@ -278,6 +285,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         workflows: raw.workflows.unwrap_or(true),
         continuation_backoff_secs,
         workflow_max_idle_finals,
+        worktree_retention_hours,
         limits,
         scheduler_sweep_ms,
         catchup_interval_secs,

@@ -20,3 +20,4 @@ pub mod states;
 pub mod statuses;
 pub mod trust;
 pub mod workflow;
+pub mod worktree;

@@ -254,6 +254,7 @@ pub(super) fn held_entry(
 
 /// Puts a `blocked_workspace` task back in the queue after an operator has
 /// looked at (and cleaned) the workspace; nothing here touches the files.
+/// The session's next turn takes its worktree as the operator left it.
 pub fn clear_workspace(
     conn: &mut DbConn,
     req: &ControlRequest,
@@ -272,6 +273,7 @@ pub fn clear_workspace(
                 ),
             });
         }
+        super::worktrees::accept(conn, &task.session_key)?;
         transition_by_operator(conn, req, &task, TaskState::Queued, "task.clear_workspace")
     })
 }

@@ -42,6 +42,7 @@ pub mod turns;
 pub mod views;
 pub mod walvfs;
 pub mod workflows;
+pub mod worktrees;
 
 pub use conn::{ConnSettings, DbConn, DbManager};
 pub use writer::WriterSettings;

@@ -389,6 +389,18 @@ diesel::table! {
     }
 }
 
+diesel::table! {
+    worktrees (session_key) {
+        session_key -> Text,
+        repo_key -> Text,
+        head -> Nullable<Text>,
+        tree -> Nullable<Text>,
+        prepared_at -> Text,
+        recorded_at -> Nullable<Text>,
+        removed_at -> Nullable<Text>,
+    }
+}
+
 diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
 diesel::joinable!(outbox_entries -> sessions (session_key));
@@ -397,6 +409,8 @@ diesel::joinable!(tasks -> repositories (repo_key));
 diesel::joinable!(tasks -> sessions (session_key));
 diesel::joinable!(tasks -> webhook_deliveries (delivery_key));
 diesel::joinable!(workflows -> sessions (session_key));
+diesel::joinable!(worktrees -> repositories (repo_key));
+diesel::joinable!(worktrees -> sessions (session_key));
 
 diesel::allow_tables_to_appear_in_same_query!(
     approvals,
@@ -423,4 +437,5 @@ diesel::allow_tables_to_appear_in_same_query!(
     webhook_deliveries,
     workflow_gates,
     workflows,
+    worktrees,
 );

@@ -83,6 +83,9 @@ pub(super) struct Invocation<'a> {
     pub args: Vec<OsString>,
     /// Set only for commands that talk to the remote.
     pub remote: Option<RemoteAuth<'a>>,
+    /// An index of our own (`GIT_INDEX_FILE`), so that reading the work
+    /// tree's state never touches the index the agent works with.
+    pub index_file: Option<&'a Path>,
 }
 
 /// What a successful command printed.
@@ -213,6 +216,9 @@ impl Git<'_> {
             .env("GCM_INTERACTIVE", "never")
             .env("GIT_OPTIONAL_LOCKS", "0")
             .env("GIT_CEILING_DIRECTORIES", inv.ceiling);
+        if let Some(index) = inv.index_file {
+            cmd.env("GIT_INDEX_FILE", index);
+        }
         let mut config: Vec<(String, String)> = FIXED_CONFIG
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -499,6 +505,7 @@ mod tests {
             ceiling: &dir,
             args: args(["30"]),
             remote: None,
+            index_file: None,
         });
         assert!(matches!(res, Err(Failure::TimedOut { .. })), "{res:?}");
         assert!(started.elapsed() < Duration::from_secs(5));
@@ -525,6 +532,7 @@ mod tests {
                 origin: "https://h:1/",
                 token: Some(&token),
             }),
+            index_file: None,
         });
         assert!(cmd
             .get_args()
@@ -544,6 +552,7 @@ mod tests {
                     origin: "https://h:1/",
                     token: Some(&token),
                 }),
+                index_file: None,
             })
             .unwrap();
         assert_eq!(out.stdout.trim(), "Authorization: token tok-in-env-only");
@@ -560,6 +569,7 @@ mod tests {
                 origin: "https://h:1/",
                 token: Some(&token),
             }),
+            index_file: None,
         });
         assert!(
             matches!(other, Err(Failure::Exit { code: Some(1), .. })),

@@ -39,6 +39,7 @@ impl WorkspaceManager {
                 ceiling: &ceiling,
                 args: git::args(["cat-file", "blob", spec.as_str()]),
                 remote: None,
+                index_file: None,
             });
             match shown {
                 Ok(out) => return Ok(Some(bounded(out.stdout))),

@@ -31,9 +31,12 @@ mod git;
 mod instructions;
 mod names;
 mod tree;
+mod worktree;
 
+pub use crate::domain::worktree::{TreeState, WorktreeId};
 pub use error::{Disposition, WorkspaceError};
 pub use instructions::MAX_INSTRUCTIONS_BYTES;
+pub use worktree::{Retired, SessionTree};
 
 use disk::{check_no_links, inspect, Found};
 use error::map_local;
@@ -52,6 +55,27 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Where half-finished clones live, under the root. An instance id cannot
 /// start with `.`, so this never meets a workspace.
 const STAGING_DIR: &str = ".staging";
+
+/// Whether the clone's own work tree must be clean: it must when the task
+/// works in it; a session works in its own worktree, and the clone is only
+/// the shared `.git` it hangs from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Strict {
+    CleanCheckout,
+    SharedGitOnly,
+}
+
+/// A clone that is fetched, and what the task wants from it.
+struct Synced<'a> {
+    ws: Workspace<'a>,
+    cloned: bool,
+    /// The branch the task names (the default branch, or the PR's head).
+    branch: String,
+    /// The commit it is at on the remote.
+    target: String,
+    /// How messages name the target.
+    what: String,
+}
 
 /// Clones, fetches and checks out repositories under one root.
 #[derive(Debug)]
@@ -160,16 +184,49 @@ impl WorkspaceManager {
         Ok(path)
     }
 
-    /// Clone (first time) or fetch (after), then check out what the task needs.
-    /// On any error the work tree, the index and the local branches are as they
-    /// were (a fetch may have updated remote-tracking refs), and a failed first
-    /// clone leaves nothing behind.
+    /// Clone (first time) or fetch (after), then check out what the task needs
+    /// in the repository's own work tree. On any error the work tree, the
+    /// index and the local branches are as they were (a fetch may have updated
+    /// remote-tracking refs), and a failed first clone leaves nothing behind.
     pub fn prepare(
         &self,
         spec: &RepoSpec,
         checkout: &Checkout,
     ) -> Result<Prepared, WorkspaceError> {
-        // Everything the caller gave is checked before the disk or the network.
+        let remote = self.check_request(spec, checkout)?;
+        let synced = self.sync(spec, &remote, checkout, Strict::CleanCheckout)?;
+        let ws = &synced.ws;
+        ws.check_out(&synced.branch, &synced.target, &synced.what)?;
+        let head = ws.local(
+            "rev-parse",
+            git::args(["rev-parse", "--verify", "HEAD^{commit}"]),
+        )?;
+        if head != synced.target {
+            return Err(WorkspaceError::Git {
+                op: "checkout",
+                path: ws.path.clone(),
+                stderr: format!(
+                    "HEAD is at {head} after the checkout, expected {}",
+                    synced.target
+                ),
+            });
+        }
+        tracing::debug!(repo = %ws.repo, branch = %synced.branch, head = %head, cloned = synced.cloned, "workspace prepared");
+        Ok(Prepared {
+            path: synced.ws.path,
+            branch: synced.branch,
+            head,
+            cloned: synced.cloned,
+        })
+    }
+
+    /// Everything the caller gave, checked before the disk or the network:
+    /// the clone URL (on `gitea_url` when that is set) and the names.
+    fn check_request(
+        &self,
+        spec: &RepoSpec,
+        checkout: &Checkout,
+    ) -> Result<RemoteUrl, WorkspaceError> {
         let Some(clone_url) = spec.clone_url.as_deref() else {
             return Err(WorkspaceError::NoCloneUrl {
                 repo: format!("{}/{}", spec.owner, spec.name),
@@ -185,17 +242,18 @@ impl WorkspaceManager {
                 });
             }
         }
-        let repo = format!("{}/{}", spec.owner, spec.name);
         if remote.had_userinfo {
             tracing::warn!(
-                repo = %repo,
+                repo = %format!("{}/{}", spec.owner, spec.name),
                 had_password = remote.had_password,
                 "the clone URL carried user information; it was removed (the token is passed separately)"
             );
         }
-        let named_branch = match checkout {
-            Checkout::DefaultBranch { name: Some(name) } => Some(self.check_branch(name)?),
-            Checkout::DefaultBranch { name: None } => None,
+        match checkout {
+            Checkout::DefaultBranch { name: Some(name) } => {
+                self.check_branch(name)?;
+            }
+            Checkout::DefaultBranch { name: None } => {}
             Checkout::PullRequest { number, head_ref } => {
                 if *number <= 0 {
                     return Err(WorkspaceError::InvalidRef {
@@ -204,10 +262,20 @@ impl WorkspaceManager {
                     });
                 }
                 self.check_branch(head_ref)?;
-                None
             }
-        };
+        }
+        Ok(remote)
+    }
 
+    /// The repository's clone, cloned or fetched, and the commit the task
+    /// wants (not yet checked out anywhere).
+    fn sync<'a>(
+        &'a self,
+        spec: &RepoSpec,
+        remote: &'a RemoteUrl,
+        checkout: &Checkout,
+        strict: Strict,
+    ) -> Result<Synced<'a>, WorkspaceError> {
         let lexical = self.path_for(&spec.owner, &spec.name)?;
         let owner_dir = lexical.parent().unwrap_or(&lexical).to_path_buf();
         std::fs::create_dir_all(&owner_dir).map_err(|source| WorkspaceError::Io {
@@ -221,8 +289,8 @@ impl WorkspaceManager {
             mgr: self,
             ceiling: path.parent().unwrap_or(&path).to_path_buf(),
             path,
-            remote: &remote,
-            repo,
+            remote,
+            repo: format!("{}/{}", spec.owner, spec.name),
         };
 
         let cloned = match inspect(&ws.path)? {
@@ -231,7 +299,9 @@ impl WorkspaceManager {
                 true
             }
             Found::Repo => {
-                ws.check_clean()?;
+                if strict == Strict::CleanCheckout {
+                    ws.check_clean()?;
+                }
                 ws.sync_remote_url()?;
                 false
             }
@@ -244,12 +314,12 @@ impl WorkspaceManager {
         };
 
         let (branch, target, what) = match checkout {
-            Checkout::DefaultBranch { .. } => {
+            Checkout::DefaultBranch { name } => {
                 if !cloned {
                     ws.fetch(true, None)?;
                 }
-                let branch = match named_branch {
-                    Some(b) => b,
+                let branch = match name {
+                    Some(b) => b.clone(),
                     None => ws.default_branch(cloned)?,
                 };
                 let target = ws.remote_branch_commit(&branch)?;
@@ -269,24 +339,12 @@ impl WorkspaceManager {
                 (head_ref.clone(), target, format!("pull request #{number}"))
             }
         };
-        ws.check_out(&branch, &target, &what)?;
-        let head = ws.local(
-            "rev-parse",
-            git::args(["rev-parse", "--verify", "HEAD^{commit}"]),
-        )?;
-        if head != target {
-            return Err(WorkspaceError::Git {
-                op: "checkout",
-                path: ws.path.clone(),
-                stderr: format!("HEAD is at {head} after the checkout, expected {target}"),
-            });
-        }
-        tracing::debug!(repo = %ws.repo, branch = %branch, head = %head, cloned, "workspace prepared");
-        Ok(Prepared {
-            path: ws.path,
-            branch,
-            head,
+        Ok(Synced {
+            ws,
             cloned,
+            branch,
+            target,
+            what,
         })
     }
 
@@ -317,6 +375,7 @@ impl WorkspaceManager {
                 ceiling: &dir,
                 args: git::args(["check-ref-format", "--branch", name]),
                 remote: None,
+                index_file: None,
             })
             .map_err(|f| match f {
                 Failure::Exit { .. } => WorkspaceError::InvalidRef {

@@ -91,6 +91,18 @@ pub(super) struct RemoteUrl {
 }
 
 impl RemoteUrl {
+    /// No remote: for a workspace that only runs local commands (reading a
+    /// worktree's state, retiring it). It carries no origin, so no token
+    /// header can be configured for anything.
+    pub(super) fn local_only() -> RemoteUrl {
+        RemoteUrl {
+            url: String::new(),
+            origin: String::new(),
+            had_password: false,
+            had_userinfo: false,
+        }
+    }
+
     /// Parse and sanitise a clone URL. User information is stripped rather than
     /// refused: Gitea never puts any in `clone_url`, an operator may paste a URL
     /// with one, and the token is supplied separately anyway. Everything that is

@@ -30,6 +30,15 @@ const IN_PROGRESS: &[(&str, &str)] = &[
 /// How many `git status` lines a Dirty message quotes.
 const STATUS_QUOTED: usize = 5;
 
+/// What the files in `git_dir` say is under way, one line each.
+pub(super) fn in_progress(git_dir: &Path) -> Vec<String> {
+    IN_PROGRESS
+        .iter()
+        .filter(|(file, _)| std::fs::symlink_metadata(git_dir.join(file)).is_ok())
+        .map(|(file, what)| format!("{what} ({}/{file})", git_dir.display()))
+        .collect()
+}
+
 pub(super) fn pull_ref(number: i64) -> String {
     format!("refs/pull/{number}/head")
 }
@@ -83,12 +92,7 @@ impl Workspace<'_> {
 
     /// Refuse (as Dirty) anything a checkout could lose or garble.
     pub(super) fn check_clean(&self) -> Result<(), WorkspaceError> {
-        let git_dir = self.path.join(".git");
-        let mut problems: Vec<String> = IN_PROGRESS
-            .iter()
-            .filter(|(file, _)| std::fs::symlink_metadata(git_dir.join(file)).is_ok())
-            .map(|(file, what)| format!("{what} (.git/{file})"))
-            .collect();
+        let mut problems = in_progress(&self.path.join(".git"));
 
         let status = self.local_raw(
             "status",
@@ -293,7 +297,7 @@ impl Workspace<'_> {
         ]))
     }
 
-    fn is_ancestor(&self, ancestor: &str, of: &str) -> Result<bool, WorkspaceError> {
+    pub(super) fn is_ancestor(&self, ancestor: &str, of: &str) -> Result<bool, WorkspaceError> {
         Ok(self
             .probe(git::args(["merge-base", "--is-ancestor", ancestor, of]))?
             .is_some())
@@ -302,7 +306,7 @@ impl Workspace<'_> {
     /// A local command whose exit status 1 means "no" (rev-parse -q,
     /// symbolic-ref -q, config --get, merge-base --is-ancestor): its trimmed
     /// output, or `None`.
-    fn probe(&self, args: Vec<OsString>) -> Result<Option<String>, WorkspaceError> {
+    pub(super) fn probe(&self, args: Vec<OsString>) -> Result<Option<String>, WorkspaceError> {
         let op = probe_name(&args);
         match self.run_local(args) {
             Ok(out) => Ok(Some(out)),
@@ -334,6 +338,15 @@ impl Workspace<'_> {
     }
 
     fn run_local_untrimmed(&self, args: Vec<OsString>) -> Result<String, Failure> {
+        self.run_with_index(args, None)
+    }
+
+    /// A local command with `index` as its index instead of the work tree's.
+    pub(super) fn run_with_index(
+        &self,
+        args: Vec<OsString>,
+        index: Option<&Path>,
+    ) -> Result<String, Failure> {
         self.mgr
             .git()
             .run(Invocation {
@@ -341,6 +354,7 @@ impl Workspace<'_> {
                 ceiling: &self.ceiling,
                 args,
                 remote: None,
+                index_file: index,
             })
             .map(|o| o.stdout)
     }
@@ -352,6 +366,13 @@ impl Workspace<'_> {
         dir: &Path,
         args: Vec<OsString>,
     ) -> Result<String, WorkspaceError> {
+        if self.remote.origin.is_empty() {
+            return Err(WorkspaceError::Git {
+                op,
+                path: dir.to_path_buf(),
+                stderr: "this workspace was opened for local commands only".into(),
+            });
+        }
         self.mgr
             .git()
             .run(Invocation {
@@ -362,6 +383,7 @@ impl Workspace<'_> {
                     origin: &self.remote.origin,
                     token: self.mgr.token.as_ref(),
                 }),
+                index_file: None,
             })
             .map(|o| o.stdout.trim().to_owned())
             .map_err(|f| self.map_remote(f, op, dir))

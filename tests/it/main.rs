@@ -76,3 +76,4 @@ mod webhook;
 mod workflow_tools;
 mod workflows_store;
 mod workspace;
+mod worktrees;

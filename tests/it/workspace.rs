@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 
 const TOKEN: &str = "ws-token-7f3a9c1e5b2d";
 
-struct Env {
-    sim: GitSim,
+pub struct Env {
+    pub sim: GitSim,
     /// Holds `root`; also checked for anything created beside it.
-    tmp: tempfile::TempDir,
-    root: PathBuf,
-    manager: WorkspaceManager,
+    pub tmp: tempfile::TempDir,
+    pub root: PathBuf,
+    pub manager: WorkspaceManager,
 }
 
-fn env() -> Env {
+pub fn env() -> Env {
     let sim = GitSim::start(Some(TOKEN));
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().canonicalize().unwrap().join("root");
@@ -44,7 +44,7 @@ fn manager(root: &Path, token: Option<&str>) -> WorkspaceManager {
     .with_timeout(Duration::from_secs(60))
 }
 
-fn spec(sim: &GitSim, owner: &str, name: &str) -> RepoSpec {
+pub fn spec(sim: &GitSim, owner: &str, name: &str) -> RepoSpec {
     RepoSpec {
         owner: owner.into(),
         name: name.into(),
@@ -52,12 +52,12 @@ fn spec(sim: &GitSim, owner: &str, name: &str) -> RepoSpec {
     }
 }
 
-fn default_branch() -> Checkout {
+pub fn default_branch() -> Checkout {
     Checkout::DefaultBranch { name: None }
 }
 
 /// Git in a workspace as a person (or Codex) would run it.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=test", "-c", "user.email=test@example.com"])
         .args(args)

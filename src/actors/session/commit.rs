@@ -40,6 +40,9 @@ pub(super) struct CommitCtx {
     /// The limit the task reached, named by its receipt.
     pub(super) budget: Option<crate::domain::limits::LimitHit>,
     pub(super) reason: String,
+    /// What the session's worktree held as the turn ended (recorded with
+    /// the turn's end).
+    pub(super) worktree: Option<crate::domain::worktree::TreeState>,
 }
 
 pub(super) enum Committed {
@@ -162,6 +165,9 @@ impl CommitCtx {
                         self.final_text.as_deref(),
                         self.last_seq,
                     )?;
+                    if let Some(state) = &self.worktree {
+                        crate::store::worktrees::record(c, &self.resource_key, state)?;
+                    }
                 }
                 Effect::RecordApproval => {
                     let (key, kind, detail) = self.approval.as_ref().ok_or_else(|| {

@@ -20,6 +20,7 @@ use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CommentStatus, OutboxStatus};
 use crate::domain::trust::{ReplyPath, ThreadTrust};
+use crate::domain::worktree::{TreeState, WorktreeId};
 use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;
 use crate::store::models::{OutboxEntry, Task};
@@ -75,7 +76,7 @@ pub(super) struct TaskDrive {
     /// The active attempt (empty when none is recorded).
     pub attempt_id: String,
     pub snap: Snapshot,
-    /// The repository's workspace folder, when it can be named.
+    /// The session's worktree, when it can be named.
     pub workspace: Option<PathBuf>,
     /// The repository's owner and name as Gitea spells them (its workspace's).
     pub repo_names: Option<(String, String)>,
@@ -205,9 +206,10 @@ impl TaskDrive {
             None => (None, None),
         };
         let repo_names = repo.as_ref().map(|r| (r.owner.clone(), r.name.clone()));
+        let worktree = WorktreeId::of(&task.resource_key);
         let workspace = match repo
             .as_ref()
-            .map(|r| deps.workspaces.path_for(&r.owner, &r.name))
+            .map(|r| deps.workspaces.worktree_for(&r.owner, &r.name, worktree))
         {
             Some(Ok(path)) => Some(path),
             Some(Err(e)) => {
@@ -334,7 +336,12 @@ impl TaskDrive {
                 "a session drive cannot requeue an entry".into(),
             ));
         }
+        let worktree = match writes.iter().any(|w| matches!(w, Effect::RecordTurnEnd(_))) {
+            true => self.worktree_state().await,
+            false => None,
+        };
         let ctx = CommitCtx {
+            worktree,
             task_id: self.task.task_id.clone(),
             resource_key: self.task.resource_key.clone(),
             queue_id: self
@@ -418,6 +425,29 @@ impl TaskDrive {
                 }
                 self.after_writes(&writes);
                 Ok(true)
+            }
+        }
+    }
+
+    /// What the session's worktree holds as its turn ends, recorded with
+    /// the end: the next turn must find the same. When it cannot be read,
+    /// the older state stays, and the next turn (finding something else)
+    /// waits for an operator rather than run on what nobody checked.
+    async fn worktree_state(&self) -> Option<TreeState> {
+        let (owner, name) = self.repo_names.clone()?;
+        let id = WorktreeId::of(&self.task.resource_key);
+        let workspaces = self.deps.workspaces.clone();
+        let read =
+            tokio::task::spawn_blocking(move || workspaces.tree_state(&owner, &name, id)).await;
+        match read {
+            Ok(Ok(state)) => state,
+            Ok(Err(e)) => {
+                tracing::warn!(task.id = %self.task.task_id, code = e.code(), "could not read the worktree's state at the turn's end: {e}");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(task.id = %self.task.task_id, "could not read the worktree's state at the turn's end: {e}");
+                None
             }
         }
     }

@@ -1,0 +1,473 @@
+//! A session's own work tree: a `git worktree` of the repository's clone, on
+//! a branch of its own, kept between turns with whatever the agent left in
+//! it, so work that spans turns keeps its uncommitted changes and two
+//! sessions of one repository never see each other's.
+//!
+//! "Dirty" here means different from the state recorded when the session's
+//! last turn ended ([`TreeState`]): someone or something else changed the
+//! worktree, and nothing runs in it until an operator looks. The state is
+//! the commit checked out and the tree of every path that is not ignored,
+//! uncommitted and untracked ones included, written with an index of our
+//! own so the agent's index is never touched.
+//!
+//! Folders: `workspace_root/.worktrees/<instance>/<owner>/<repo>/<issue-N |
+//! pull-N>`; `.worktrees` cannot meet an instance (whose id cannot start
+//! with `.`). Branches: `codex/issue-N`, `codex/pull-N`. A retired worktree's
+//! uncommitted work is kept as a commit under `refs/codex-bridge/retired/`.
+
+use super::disk::check_no_links;
+use super::error::map_local;
+use super::git;
+use super::names::{check_name, RemoteUrl};
+use super::tree::{in_progress, Workspace};
+use super::{Checkout, Prepared, RepoSpec, Strict, WorkspaceError, WorkspaceManager};
+use crate::domain::worktree::{TreeState, WorktreeId};
+use std::io::ErrorKind;
+use std::path::{Component, Path, PathBuf};
+
+/// Under the root, beside the instances' folders.
+const WORKTREES_DIR: &str = ".worktrees";
+
+/// Where a retired worktree's uncommitted work is kept.
+const RETIRED_REFS: &str = "refs/codex-bridge/retired";
+
+/// A session's worktree to prepare, and what its last turn left in it.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionTree<'a> {
+    pub id: WorktreeId,
+    /// Recorded when the session's last turn ended; `None` before its first
+    /// turn, or once an operator accepted the worktree as it is.
+    pub recorded: Option<&'a TreeState>,
+}
+
+/// What retiring a worktree did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Retired {
+    /// The worktree existed and was removed.
+    pub removed: bool,
+    /// The ref that keeps the uncommitted work it held, if it held any.
+    pub kept: Option<String>,
+}
+
+impl WorkspaceManager {
+    /// A session's worktree folder, validated and normalised under the root.
+    pub fn worktree_path(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        check_name("instance_id", &self.instance_id)?;
+        check_name("owner", owner)?;
+        check_name("repository", repo)?;
+        if id.number <= 0 {
+            return Err(WorkspaceError::InvalidRef {
+                value: id.dir_name(),
+                reason: "an Issue or pull request number is positive".into(),
+            });
+        }
+        let root = self.resolved_root()?;
+        let path = root
+            .join(WORKTREES_DIR)
+            .join(&self.instance_id)
+            .join(owner)
+            .join(repo)
+            .join(id.dir_name());
+        let plain = path.strip_prefix(&root).is_ok_and(|rel| {
+            rel.components().count() == 5
+                && rel.components().all(|c| matches!(c, Component::Normal(_)))
+        });
+        if !plain {
+            return Err(WorkspaceError::OutsideRoot {
+                resolved: path.clone(),
+                path,
+                root,
+            });
+        }
+        check_no_links(&root, &path)?;
+        Ok(path)
+    }
+
+    /// Fetch the repository's clone (cloning it the first time), then make
+    /// the session's worktree ready: created on its own branch at what the
+    /// task needs the first time; after, checked against the state its last
+    /// turn left, and (for a pull request whose worktree holds no
+    /// uncommitted change) fast-forwarded to the PR's head. Nothing in it is
+    /// ever reset, cleaned or forced; an Issue's branch never moves on its
+    /// own (the agent's work is on it).
+    pub fn prepare_session(
+        &self,
+        spec: &RepoSpec,
+        checkout: &Checkout,
+        session: SessionTree<'_>,
+    ) -> Result<Prepared, WorkspaceError> {
+        let remote = self.check_request(spec, checkout)?;
+        let lexical = self.worktree_path(&spec.owner, &spec.name, session.id)?;
+        let synced = self.sync(spec, &remote, checkout, Strict::SharedGitOnly)?;
+        let wt = self.open_worktree(spec, &remote, session.id, &lexical)?;
+        let branch = session.id.branch();
+        let pull = matches!(checkout, Checkout::PullRequest { .. });
+        match inspect_worktree(&wt.path)? {
+            Found::Missing | Found::Empty => {
+                if let Some(recorded) = session.recorded {
+                    // Gone with uncommitted work in it: fail closed rather
+                    // than start over as if nothing had been there.
+                    let head_tree = synced.ws.commit_tree(&recorded.head)?;
+                    if head_tree.as_deref() != Some(recorded.tree.as_str()) {
+                        return Err(WorkspaceError::Dirty {
+                            path: wt.path.clone(),
+                            detail: format!(
+                                "the session's worktree is gone, and it held uncommitted work (tree {}) when its last turn ended; clear the task's workspace to start again from branch {branch}",
+                                recorded.tree
+                            ),
+                        });
+                    }
+                }
+                let ws = &synced.ws;
+                ws.local("worktree", git::args(["worktree", "prune"]))?;
+                let mut args = git::args(["worktree", "add", "--quiet"]);
+                if ws.commit_of(&format!("refs/heads/{branch}"))?.is_some() {
+                    args.push(git::arg(&wt.path));
+                    args.push(branch.clone().into());
+                } else {
+                    args.extend(git::args(["--no-track", "-b", &branch]));
+                    args.push(git::arg(&wt.path));
+                    args.push(synced.target.clone().into());
+                }
+                ws.local("worktree", args)?;
+                if pull {
+                    wt.follow(&synced.target)?;
+                }
+            }
+            Found::Repo => {
+                let state = wt.check_session(&branch, session.recorded)?;
+                if pull && wt.commit_tree(&state.head)?.as_deref() == Some(state.tree.as_str()) {
+                    wt.follow(&synced.target)?;
+                }
+            }
+            Found::Other(detail) => {
+                return Err(WorkspaceError::Dirty {
+                    path: wt.path.clone(),
+                    detail: detail.into(),
+                })
+            }
+        }
+        let head = wt.local(
+            "rev-parse",
+            git::args(["rev-parse", "--verify", "HEAD^{commit}"]),
+        )?;
+        tracing::debug!(repo = %wt.repo, branch = %branch, head = %head, cloned = synced.cloned, "session worktree prepared");
+        Ok(Prepared {
+            path: wt.path.clone(),
+            branch,
+            head,
+            cloned: synced.cloned,
+        })
+    }
+
+    /// What a session's worktree holds now (recorded when a turn ends);
+    /// `None` when it has none.
+    pub fn tree_state(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: WorktreeId,
+    ) -> Result<Option<TreeState>, WorkspaceError> {
+        let path = self.worktree_path(owner, repo, id)?;
+        if inspect_worktree(&path)? != Found::Repo {
+            return Ok(None);
+        }
+        let remote = RemoteUrl::local_only();
+        let wt = self.worktree_at(owner, repo, &remote, path);
+        wt.state().map(Some)
+    }
+
+    /// Removes a session's worktree (its branch stays). Uncommitted work in
+    /// it is kept first as a commit under `refs/codex-bridge/retired/`, so
+    /// retiring never loses what the agent left.
+    pub fn retire_session(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: WorktreeId,
+    ) -> Result<Retired, WorkspaceError> {
+        let path = self.worktree_path(owner, repo, id)?;
+        let clone = self.path_for(owner, repo)?;
+        let remote = RemoteUrl::local_only();
+        let main = self.worktree_at(owner, repo, &remote, clone.clone());
+        let found = inspect_worktree(&path)?;
+        if !clone.join(".git").is_dir() {
+            return Ok(Retired {
+                removed: false,
+                kept: None,
+            });
+        }
+        let mut kept = None;
+        if found == Found::Repo {
+            let wt = self.worktree_at(owner, repo, &remote, path.clone());
+            let state = wt.state()?;
+            if wt.commit_tree(&state.head)?.as_deref() != Some(state.tree.as_str()) {
+                let message = format!(
+                    "uncommitted work of {} when its worktree was retired",
+                    id.dir_name()
+                );
+                let commit = main.local(
+                    "commit-tree",
+                    git::args([
+                        "-c",
+                        "user.name=codex-bridge",
+                        "-c",
+                        "user.email=codex-bridge@localhost",
+                        "commit-tree",
+                        &state.tree,
+                        "-p",
+                        &state.head,
+                        "-m",
+                        &message,
+                    ]),
+                )?;
+                let name = format!("{RETIRED_REFS}/{}", id.dir_name());
+                main.local(
+                    "update-ref",
+                    git::args(["update-ref", "-m", &message, &name, &commit]),
+                )?;
+                kept = Some(name);
+            }
+        }
+        if found != Found::Missing {
+            let mut args = git::args(["worktree", "remove", "--force"]);
+            args.push(git::arg(&path));
+            main.local("worktree", args)?;
+        }
+        main.local("worktree", git::args(["worktree", "prune"]))?;
+        Ok(Retired {
+            removed: found != Found::Missing,
+            kept,
+        })
+    }
+
+    /// The worktree's folder made (its parents), resolved again now that it
+    /// exists on disk.
+    fn open_worktree<'a>(
+        &'a self,
+        spec: &RepoSpec,
+        remote: &'a RemoteUrl,
+        id: WorktreeId,
+        lexical: &Path,
+    ) -> Result<Workspace<'a>, WorkspaceError> {
+        let parent = lexical.parent().unwrap_or(lexical).to_path_buf();
+        std::fs::create_dir_all(&parent).map_err(|source| WorkspaceError::Io {
+            what: "could not create the worktrees folder; check the permissions and free space of workspace_root",
+            path: parent,
+            source,
+        })?;
+        let path = self.worktree_path(&spec.owner, &spec.name, id)?;
+        Ok(self.worktree_at(&spec.owner, &spec.name, remote, path))
+    }
+
+    fn worktree_at<'a>(
+        &'a self,
+        owner: &str,
+        repo: &str,
+        remote: &'a RemoteUrl,
+        path: PathBuf,
+    ) -> Workspace<'a> {
+        Workspace {
+            mgr: self,
+            ceiling: path.parent().unwrap_or(&path).to_path_buf(),
+            path,
+            remote,
+            repo: format!("{owner}/{repo}"),
+        }
+    }
+}
+
+impl Workspace<'_> {
+    /// The state of an existing session worktree, refused (as Dirty) when an
+    /// operation is under way in it, it is off its branch, or it differs
+    /// from what its last turn left.
+    fn check_session(
+        &self,
+        branch: &str,
+        recorded: Option<&TreeState>,
+    ) -> Result<TreeState, WorkspaceError> {
+        let git_dir =
+            PathBuf::from(self.local("rev-parse", git::args(["rev-parse", "--absolute-git-dir"]))?);
+        let mut problems = in_progress(&git_dir);
+        let on = self.probe(git::args(["symbolic-ref", "-q", "HEAD"]))?;
+        if on.as_deref() != Some(format!("refs/heads/{branch}").as_str()) {
+            problems.push(format!(
+                "it is on {}, not on its session's branch {branch}",
+                on.as_deref().unwrap_or("a detached HEAD")
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(WorkspaceError::Dirty {
+                path: self.path.clone(),
+                detail: problems.join("; "),
+            });
+        }
+        let state = self.state()?;
+        match recorded {
+            Some(r) if *r != state => Err(WorkspaceError::Dirty {
+                path: self.path.clone(),
+                detail: format!(
+                    "it changed since the session's last turn ended (then commit {} with tree {}, now commit {} with tree {}); look at it, then clear the task's workspace to run on what is there",
+                    r.head, r.tree, state.head, state.tree
+                ),
+            }),
+            Some(_) => Ok(state),
+            None => {
+                tracing::info!(path = %self.path.display(), head = %state.head, "session worktree taken as it is (no state was recorded for it)");
+                Ok(state)
+            }
+        }
+    }
+
+    /// Fast-forward the worktree's branch to `target` when it is behind it;
+    /// a branch with commits the target lacks stays where it is.
+    fn follow(&self, target: &str) -> Result<(), WorkspaceError> {
+        let Some(head) = self.commit_of("HEAD")? else {
+            return Ok(());
+        };
+        if head == target {
+            return Ok(());
+        }
+        if self.is_ancestor(&head, target)? {
+            self.local(
+                "merge",
+                git::args(["merge", "--ff-only", "--quiet", target]),
+            )?;
+        } else {
+            tracing::info!(path = %self.path.display(), head = %head, target = %target, "the session's branch has commits the pull request's head lacks; left where it is");
+        }
+        Ok(())
+    }
+
+    /// The tree of `commit`, or `None` when there is no such commit.
+    fn commit_tree(&self, commit: &str) -> Result<Option<String>, WorkspaceError> {
+        self.probe(git::args([
+            "rev-parse",
+            "--verify",
+            "-q",
+            &format!("{commit}^{{tree}}"),
+        ]))
+    }
+
+    /// What the worktree holds: HEAD and the tree of every path that is not
+    /// ignored, written through a copy of its index (so unchanged files are
+    /// not read again, and its own index is untouched).
+    pub(super) fn state(&self) -> Result<TreeState, WorkspaceError> {
+        let head = self
+            .commit_of("HEAD")?
+            .ok_or_else(|| WorkspaceError::Dirty {
+                path: self.path.clone(),
+                detail: "HEAD names no commit".into(),
+            })?;
+        let git_dir =
+            PathBuf::from(self.local("rev-parse", git::args(["rev-parse", "--absolute-git-dir"]))?);
+        let index = git_dir.join("codex-bridge-state-index");
+        let copied = match std::fs::copy(git_dir.join("index"), &index) {
+            Ok(_) => true,
+            Err(e) if e.kind() == ErrorKind::NotFound => false,
+            Err(source) => {
+                return Err(WorkspaceError::Io {
+                    what: "could not copy the worktree's index to read its state",
+                    path: index,
+                    source,
+                })
+            }
+        };
+        let run = |op: &'static str, args| {
+            self.run_with_index(args, Some(&index))
+                .map(|out| out.trim().to_owned())
+                .map_err(|f| map_local(f, op, &self.path))
+        };
+        let tree = (|| {
+            if !copied {
+                run("read-tree", git::args(["read-tree", "HEAD"]))?;
+            }
+            run("add", git::args(["add", "--all", "--", "."]))?;
+            run("write-tree", git::args(["write-tree"]))
+        })();
+        let _ = std::fs::remove_file(&index);
+        Ok(TreeState { head, tree: tree? })
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    Missing,
+    Empty,
+    /// A worktree: `.git` is the file that points at the clone.
+    Repo,
+    Other(&'static str),
+}
+
+fn inspect_worktree(path: &Path) -> Result<Found, WorkspaceError> {
+    let io = |source| WorkspaceError::Io {
+        what: "could not inspect the session's worktree",
+        path: path.to_path_buf(),
+        source,
+    };
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => return Err(io(e)),
+        Ok(m) if !m.is_dir() => return Ok(Found::Other("it is not a directory; move it away")),
+        Ok(_) => {}
+    }
+    match std::fs::symlink_metadata(path.join(".git")) {
+        Ok(m) if m.is_file() => return Ok(Found::Repo),
+        Ok(_) => return Ok(Found::Other(
+            "it is not a worktree of the repository's clone (its .git is not a file); move it away",
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e)),
+    }
+    let empty = std::fs::read_dir(path).map_err(io)?.next().is_none();
+    Ok(if empty {
+        Found::Empty
+    } else {
+        Found::Other("it is not a git worktree (there is no .git); move it away")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ResourceKind;
+
+    #[test]
+    fn worktrees_live_beside_the_instances_with_a_branch_of_their_own() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let m = WorkspaceManager::new(root.clone(), "default".into(), None);
+        let issue = WorktreeId {
+            kind: ResourceKind::Issue,
+            number: 12,
+        };
+        assert_eq!(
+            m.worktree_path("acme", "widgets", issue).unwrap(),
+            root.join(".worktrees/default/acme/widgets/issue-12")
+        );
+        assert_eq!(issue.branch(), "codex/issue-12");
+        let pull = WorktreeId {
+            kind: ResourceKind::Pull,
+            number: 7,
+        };
+        assert_eq!(pull.branch(), "codex/pull-7");
+        for bad in ["../x", "a/b", "..", ""] {
+            assert!(m.worktree_path(bad, "w", issue).is_err(), "{bad:?}");
+            assert!(m.worktree_path("acme", bad, issue).is_err(), "{bad:?}");
+        }
+        let zero = WorktreeId {
+            kind: ResourceKind::Issue,
+            number: 0,
+        };
+        assert_eq!(
+            m.worktree_path("acme", "w", zero).unwrap_err().code(),
+            "invalid_ref_name"
+        );
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    }
+}
