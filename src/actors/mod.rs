@@ -64,6 +64,9 @@ pub struct ActorSettings {
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
+    /// Turns of one repository that may run at once, each in its session's
+    /// worktree (`max_parallel_turns_per_repo`).
+    pub max_parallel_turns: usize,
     /// How long a session's worktree stays once its work ended
     /// (`worktree_retention_hours`); `None`: kept.
     pub worktree_retention: Option<Duration>,
@@ -136,6 +139,7 @@ impl ActorSettings {
             limits: crate::domain::limits::Limits::default(),
             continuation_backoff: Duration::from_secs(5),
             worktree_retention: Some(Duration::from_secs(168 * 3600)),
+            max_parallel_turns: 1,
             workflows: true,
             instance_id: instance_id.to_owned(),
             approval_timeout: Duration::from_secs(600),
@@ -175,6 +179,7 @@ impl ActorSettings {
         s.workflows = config.workflows;
         s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
+        s.max_parallel_turns = usize::try_from(config.max_parallel_turns_per_repo).unwrap_or(1);
         s.worktree_retention = (config.worktree_retention_hours > 0)
             .then(|| Duration::from_secs(config.worktree_retention_hours * 3600));
         s.limits = config.limits;

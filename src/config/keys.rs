@@ -118,6 +118,11 @@ pub const KEYS: &[(&str, &str)] = &[
          (default true; false: a turn's final ends the work)",
     ),
     (
+        "max_parallel_turns_per_repo",
+        "turns of one repository that may run at once, each in its own session's worktree \
+         (default 1; at most 64)",
+    ),
+    (
         "worktree_retention_hours",
         "hours a session's git worktree is kept once its work ended (no task left to run, no \
          open workflow) and nothing used it; then it is removed, uncommitted work kept under \

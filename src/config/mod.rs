@@ -120,6 +120,9 @@ pub struct Config {
     pub continuation_backoff_secs: u64,
     /// Finals in a row without progress before a workflow waits for its owner.
     pub workflow_max_idle_finals: i64,
+    /// Turns of one repository, in different sessions' worktrees, that may
+    /// run at once.
+    pub max_parallel_turns_per_repo: u64,
     /// Hours a session's worktree stays after its work ended (0: kept).
     pub worktree_retention_hours: u64,
     /// What the agent may spend, since an open workflow runs on its own.

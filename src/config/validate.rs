@@ -169,6 +169,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         86_400,
     )?;
+    let max_parallel_turns_per_repo = number(
+        "max_parallel_turns_per_repo",
+        raw.max_parallel_turns_per_repo,
+        1,
+        1,
+        64,
+    )?;
     let worktree_retention_hours = number(
         "worktree_retention_hours",
         raw.worktree_retention_hours,
@@ -286,6 +293,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         continuation_backoff_secs,
         workflow_max_idle_finals,
         worktree_retention_hours,
+        max_parallel_turns_per_repo,
         limits,
         scheduler_sweep_ms,
         catchup_interval_secs,

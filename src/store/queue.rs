@@ -12,9 +12,10 @@ use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
 
-/// States in which a task holds its repository: while one exists, no other
-/// task of that repository starts (uncertain and blocked ones included: an
-/// operator must decide first).
+/// States in which a task holds its session: while one exists, no other task
+/// of that session starts (uncertain and blocked ones included: an operator
+/// must decide first). The session-driven ones also take one of the
+/// repository's `max_parallel_turns_per_repo` places.
 pub const HOLDING_STATES: [TaskState; 7] = [
     TaskState::Leased,
     TaskState::Running,
@@ -82,30 +83,39 @@ pub fn set_repository_status(
     Ok(Some(before.status))
 }
 
-/// The task currently holding the repository, if any (oldest first).
+/// The oldest task holding one of the repository's sessions, if any.
 pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
+    Ok(holding_tasks(conn, repo_key)?.into_iter().next())
+}
+
+/// Every task holding one of the repository's sessions, oldest first.
+pub fn holding_tasks(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table
         .filter(tasks::repo_key.eq(repo_key))
         .filter(literal(REPO_ACTIVE_STATES))
         .filter(tasks::state.eq_any(names(&HOLDING_STATES)))
         .order(tasks::id.asc())
         .select(Task::as_select())
-        .first(c)
-        .optional())?)
+        .load(c))?)
 }
 
 /// The repository's next runnable task in FIFO order: `queued`, or
-/// `retry_wait` whose time has come, whichever arrived first.
+/// `retry_wait` whose time has come, whichever arrived first, of a session
+/// that no task holds (`busy`: the sessions that one does).
 ///
 /// The queued one is the repository's first entry in `tasks_queued`, which
 /// orders every queued task by arrival: the look passes over the queued tasks
 /// of other repositories that arrived before it (a covering index scan, tens
 /// of nanoseconds each), which is what keeps the accept from writing a page per
 /// repository.
-pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
+pub fn next_runnable(
+    conn: &mut DbConn,
+    repo_key: &RepoKey,
+    busy: &std::collections::HashSet<crate::domain::ResourceKey>,
+) -> Result<Option<Task>, StoreError> {
     let at = now();
     // A message that stopped its session's run goes first, once that run has
-    // settled (the repository is free only then).
+    // settled (its session is free only then).
     let send_now: Option<Task> = with_conn!(conn, |c| tasks::table
         .inner_join(outbox_entries::table.on(outbox_entries::task_id.eq(tasks::task_id)))
         .filter(literal(SEND_NOW))
@@ -114,8 +124,9 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
         .filter(tasks::state.eq(TaskState::Queued.as_str()))
         .order(outbox_entries::id.asc())
         .select(Task::as_select())
-        .first(c)
-        .optional())?;
+        .load::<Task>(c))?
+    .into_iter()
+    .find(|t| !busy.contains(&t.session_key));
     if send_now.is_some() {
         return Ok(send_now);
     }
@@ -166,7 +177,8 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
                 && t.next_retry_at
                     .as_deref()
                     .is_some_and(|due| due > at.as_str());
-            if lanes || not_yet || !auto_drain || status != OutboxStatus::Queued {
+            let held = busy.contains(&t.session_key);
+            if held || lanes || not_yet || !auto_drain || status != OutboxStatus::Queued {
                 after = t.id;
                 continue;
             }
@@ -183,8 +195,9 @@ pub fn next_runnable(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Tas
             )
             .order(tasks::id.asc())
             .select(Task::as_select())
-            .first(c)
-            .optional()?;
+            .load::<Task>(c)?
+            .into_iter()
+            .find(|t| !busy.contains(&t.session_key));
         Ok::<_, diesel::result::Error>((queued, retry))
     })?;
     Ok(match (queued, retry) {

@@ -7,7 +7,7 @@
 use super::audit::{self, Audit};
 use super::commands::{answer_key, entry_of, oldest_queued, turnless_names};
 use super::models::{OutboxEntry, Task};
-use super::schema::{operation_ledger, outbox_entries, tasks};
+use super::schema::{audit_events, operation_ledger, outbox_entries, tasks};
 use super::sessions::driven_tasks_of_session;
 use super::tasks::{transition, TransitionOutcome, TransitionRequest};
 use super::{now, DbConn, StoreError};
@@ -17,6 +17,10 @@ use crate::domain::{ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::with_conn;
 use diesel::prelude::*;
+
+/// The audit action of a steer whose `turn/steer` joined no turn; its
+/// `turn_id` names the turn that refused it.
+const NOT_ADMITTED: &str = "steer.not_admitted";
 
 /// A `/steer` at the head of its session's queue, and what it may join.
 #[derive(Debug, Clone)]
@@ -29,6 +33,10 @@ pub struct SteerHead {
     pub run: Option<Task>,
     /// No other message of the session waits before it.
     pub head: bool,
+    /// The turn whose `turn/steer` last found no active turn for it: that
+    /// turn has ended in Codex, even while the store still shows it
+    /// running, and is never steered into again.
+    pub refused_turn: Option<String>,
 }
 
 /// The session's oldest queued `/steer`, if any, with what it is decided on.
@@ -69,12 +77,20 @@ pub fn next_steer(
     let run = driven_tasks_of_session(conn, session_key)?
         .into_iter()
         .find(is_steerable);
+    let refused_turn: Option<Option<String>> = with_conn!(conn, |c| audit_events::table
+        .filter(audit_events::task_id.eq(&task.task_id))
+        .filter(audit_events::action.eq(NOT_ADMITTED))
+        .order(audit_events::id.desc())
+        .select(audit_events::turn_id)
+        .first(c)
+        .optional())?;
     Ok(Some(SteerHead {
         task,
         entry,
         sent_thread: sent_thread.flatten(),
         run,
         head: before == 0,
+        refused_turn: refused_turn.flatten(),
     }))
 }
 
@@ -349,11 +365,13 @@ pub fn release(
             ))
             .execute(c)
     })?;
+    let mut event = Audit::new(NOT_ADMITTED, "system").task(&entry.task_id);
+    if let Some(turn) = &entry.expected_turn_id {
+        event = event.turn(turn);
+    }
     audit::record(
         conn,
-        &Audit::new("steer.not_admitted", "system")
-            .task(&entry.task_id)
-            .meta(serde_json::json!({
+        &event.meta(serde_json::json!({
                 "decidedOnVersion": version,
                 "operationId": entry.operation_id,
                 "expectedTurnId": entry.expected_turn_id,

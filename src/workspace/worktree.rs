@@ -60,10 +60,10 @@ impl WorkspaceManager {
         check_name("instance_id", &self.instance_id)?;
         check_name("owner", owner)?;
         check_name("repository", repo)?;
-        if id.number <= 0 {
+        if id.number < 0 {
             return Err(WorkspaceError::InvalidRef {
                 value: id.dir_name(),
-                reason: "an Issue or pull request number is positive".into(),
+                reason: "an Issue or pull request number is not negative".into(),
             });
         }
         let root = self.resolved_root()?;
@@ -460,12 +460,12 @@ mod tests {
             assert!(m.worktree_path(bad, "w", issue).is_err(), "{bad:?}");
             assert!(m.worktree_path("acme", bad, issue).is_err(), "{bad:?}");
         }
-        let zero = WorktreeId {
+        let negative = WorktreeId {
             kind: ResourceKind::Issue,
-            number: 0,
+            number: -1,
         };
         assert_eq!(
-            m.worktree_path("acme", "w", zero).unwrap_err().code(),
+            m.worktree_path("acme", "w", negative).unwrap_err().code(),
             "invalid_ref_name"
         );
         assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);

@@ -508,7 +508,7 @@ fn a_panic_and_an_error_in_a_session_actor_restart_it_and_the_task_ends_by_histo
 }
 
 #[test]
-fn uncertain_admission_blocks_the_repository_until_reconciled() {
+fn uncertain_admission_blocks_its_session_until_reconciled() {
     run(async {
         let rt = ScriptedAgent::new();
         rt.on(
@@ -522,15 +522,19 @@ fn uncertain_admission_blocks_the_repository_until_reconciled() {
         let uncertain = h.comment("widgets", 1, 1, "@ccbot uncertain").await;
         h.wait_state(&uncertain, TaskState::NeedsReconciliation)
             .await;
-        let behind = h.comment("widgets", 2, 2, "@ccbot after it").await;
+        let behind = h.comment("widgets", 1, 2, "@ccbot after it").await;
         let elsewhere = h.comment("gadgets", 1, 3, "@ccbot elsewhere").await;
+        // Another session of the repository has its own worktree and
+        // thread: it goes on.
+        let beside = h.comment("widgets", 2, 4, "@ccbot beside it").await;
         h.wait_state(&elsewhere, TaskState::Succeeded).await;
+        h.wait_state(&beside, TaskState::Succeeded).await;
         h.wait_repo_passes("widgets", RepoActorStatus::Uncertain)
             .await;
         assert_eq!(
             h.state(&behind).await,
             TaskState::Queued,
-            "an uncertain task blocks its repository"
+            "an uncertain task blocks its session"
         );
         assert_eq!(
             h.runtime
@@ -669,7 +673,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
                 detail: "repository not found".into(),
             });
         let dirty = h.comment("dirty", 1, 1, "@ccbot x").await;
-        let dirty_next = h.comment("dirty", 2, 2, "@ccbot y").await;
+        let dirty_next = h.comment("dirty", 1, 2, "@ccbot y").await;
         let locked = h.comment("locked", 1, 3, "@ccbot z").await;
         let gone = h.comment("gone", 1, 4, "@ccbot w").await;
         h.wait_state(&dirty, TaskState::BlockedWorkspace).await;
@@ -679,7 +683,7 @@ fn workspace_failures_map_to_blocked_retry_and_failed() {
         assert_eq!(
             h.state(&dirty_next).await,
             TaskState::Queued,
-            "a blocked workspace holds its repository"
+            "a blocked workspace holds its session"
         );
         let detail = h.detail(&locked).await;
         let path = states_passed(&detail);

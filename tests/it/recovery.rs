@@ -119,7 +119,7 @@ fn killed_after_lease_the_task_is_retried_once_as_interrupted_by_restart() {
 }
 
 #[test]
-fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_repository() {
+fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_session() {
     let mut s = app();
     let task = comment(
         &s,
@@ -151,8 +151,11 @@ fn killed_after_the_turn_start_intent_the_task_is_never_replayed_and_blocks_its_
             .is_some_and(|r| r["status"] == "uncertain")
     });
     assert_eq!(history(&s, &task), before);
-    // The uncertain task blocks new work on its repository.
-    let behind = comment(&s, "intent-2", 2, "@ccbot queued behind", 2);
+    // The uncertain task blocks new work on its session: another session of
+    // the repository (its own worktree and thread) goes on.
+    let elsewhere = comment(&s, "intent-3", 3, "@ccbot another issue", 2);
+    wait(&s, &elsewhere, "succeeded");
+    let behind = comment(&s, "intent-2", 2, "@ccbot queued behind", 1);
     s.wait_repo_passes(REPO, "uncertain");
     assert_eq!(task_state(&mut c, &behind).as_deref(), Some("queued"));
 
@@ -365,7 +368,8 @@ fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
     assert_eq!(r.status, 202, "{:?}", r.json);
     let task = r.json["taskId"].as_str().unwrap().to_owned();
     wait(&s, &task, "succeeded");
-    let ws = s.dir().join("ws/default/acme/widgets");
+    // The session's own worktree, on its own branch at the PR's head.
+    let ws = s.dir().join("ws/.worktrees/default/acme/widgets/pull-23");
     let branch = Command::new("git")
         .args([
             "-C",
@@ -378,7 +382,7 @@ fn a_pull_request_task_works_on_the_head_branch_and_the_tree_shows_it() {
         .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&branch.stdout).trim(),
-        "feature/retry-clock"
+        "codex/pull-23"
     );
     let commit = Command::new("git")
         .args(["-C", ws.to_str().unwrap(), "rev-parse", "HEAD"])

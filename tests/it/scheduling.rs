@@ -13,7 +13,11 @@ use codex_bridge::store::tasks::TransitionOutcome;
 use codex_bridge::store::{run_migrations, DbConn};
 
 fn next(c: &mut DbConn, repo: &str) -> Option<TaskId> {
-    queue::next_runnable(c, &format!("default:acme/{repo}").parse().unwrap())
+    queue::next_runnable(
+        c,
+        &format!("default:acme/{repo}").parse().unwrap(),
+        &Default::default(),
+    )
         .unwrap()
         .map(|t| t.task_id)
 }

@@ -185,13 +185,13 @@ fn a_continuation_waits_out_its_backoff(url: &str) {
     let cont = c
         .write_transaction(|c| workflows::continue_with(c, &w, &next))
         .unwrap();
-    assert_eq!(queue::next_runnable(&mut c, &first.repo_key).unwrap(), None);
+    assert_eq!(queue::next_runnable(&mut c, &first.repo_key, &Default::default()).unwrap(), None);
     exec(
         &mut c,
         &format!("UPDATE tasks SET next_retry_at = '2000-01-01T00:00:00.000000Z' WHERE task_id = '{cont}'"),
     )
     .unwrap();
-    let due = queue::next_runnable(&mut c, &first.repo_key).unwrap();
+    let due = queue::next_runnable(&mut c, &first.repo_key, &Default::default()).unwrap();
     assert_eq!(due.map(|t| t.task_id), Some(cont));
 }
 

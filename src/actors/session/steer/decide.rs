@@ -47,6 +47,9 @@ pub struct SteerSnapshot {
     pub head: bool,
     /// The session's running turn, if one runs now.
     pub run: Option<Run>,
+    /// A turn that answered this steer's `turn/steer` with "no active
+    /// turn": it ended in Codex, whatever the store shows yet.
+    pub refused_turn: Option<String>,
     pub permission: Permission,
 }
 
@@ -183,6 +186,12 @@ fn woken(snap: &SteerSnapshot) -> SteerStep {
         return SteerStep::Nothing(Idle::NotHead);
     }
     match &snap.run {
+        // Steering into it again could only be refused again (or, with its
+        // answer lost, leave the steer uncertain): it waits for a turn of
+        // its own.
+        Some(run) if snap.refused_turn.as_deref() == Some(run.turn_id.as_str()) => {
+            SteerStep::Nothing(Idle::NoRun)
+        }
         Some(run) => SteerStep::Admit(run.clone()),
         None => SteerStep::Nothing(Idle::NoRun),
     }
@@ -219,7 +228,7 @@ mod tests {
             any::<bool>(),
             prop::option::of("thread-[a-c]"),
             any::<bool>(),
-            run(),
+            (run(), prop::option::of("turn-[a-c]")),
             prop::sample::select(vec![
                 Permission::Allowed,
                 Permission::Denied("read only".into()),
@@ -234,7 +243,7 @@ mod tests {
                     auto_drain,
                     sent_thread,
                     head,
-                    run,
+                    (run, refused_turn),
                     permission,
                 )| {
                     SteerSnapshot {
@@ -245,6 +254,7 @@ mod tests {
                         sent_thread,
                         head,
                         run,
+                        refused_turn,
                         permission,
                     }
                 },
@@ -280,6 +290,8 @@ mod tests {
                 prop_assert_eq!(s.entry_status, OutboxStatus::Queued);
                 prop_assert!(s.auto_drain && s.head);
                 prop_assert_eq!(&s.permission, &Permission::Allowed);
+                // Never into a turn that already refused it.
+                prop_assert_ne!(Some(&run.turn_id), s.refused_turn.as_ref());
                 prop_assert_eq!(Some(run), s.run.clone());
             }
         }
@@ -345,6 +357,7 @@ mod tests {
             sent_thread: None,
             head: true,
             run: None,
+            refused_turn: None,
             permission: Permission::Allowed,
         };
         assert_eq!(

@@ -130,6 +130,7 @@ fn snapshot(head: &SteerHead, permission: Permission) -> SteerSnapshot {
                 turn_id: t.turn_id.clone()?,
             })
         }),
+        refused_turn: head.refused_turn.clone(),
         permission,
     }
 }

@@ -1,15 +1,23 @@
 //! The repo actor: one per repository. It holds the repository's lease, keeps
 //! its FIFO (the store's order), claims the next task by compare-and-swap,
-//! prepares the workspace, and hands the task to its session actor. It never
-//! lets two tasks of its repository hold the workspace at once: while a task is
-//! leased, running, uncertain or blocked, nothing else starts.
+//! prepares the session's worktree, and hands the task to its session actor.
+//! Each session works in a worktree of its own, so turns of different
+//! sessions may run at once, up to `max_parallel_turns_per_repo`; the lease
+//! guards the shared `.git` (fetch, worktree add and remove). A session whose
+//! task is leased, running, uncertain or blocked starts nothing else; other
+//! sessions go on.
+
+mod plan;
+mod retire;
 
 use super::health::{RepoActorStatus, RepoHealth};
 use super::registry::{DrainSession, Registry};
 use super::{catch_panic, ActorDeps};
-use crate::domain::states::RepoStatus;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
+use plan::{decide, Plan, Snapshot};
+pub(super) use retire::retention_cutoff;
+use retire::retire;
 use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
@@ -17,6 +25,7 @@ use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, control, format_time, now, queue, statuses, worktrees, StoreError};
 use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -41,8 +50,8 @@ pub struct Wake;
 /// hands to a session, and the status the health view shows.
 struct SchedulingOutcome {
     lease: Option<Lease>,
-    /// Session to hand a leased task to.
-    dispatch: Option<(ResourceKey, RepoKey)>,
+    /// Sessions to hand their leased or running task to.
+    dispatch: Vec<(ResourceKey, RepoKey)>,
     status: RepoActorStatus,
     running_task: Option<TaskId>,
     /// Something changed: look again right away.
@@ -92,7 +101,7 @@ impl RepoActor {
                         h.lease_expires_at = outcome.lease.as_ref().map(|l| l.expires_at.clone());
                         h.running_task = outcome.running_task.clone();
                     });
-                    if let Some((session_key, repo_key)) = outcome.dispatch {
+                    for (session_key, repo_key) in outcome.dispatch {
                         act.registry.do_send(DrainSession {
                             session_key,
                             repo_key,
@@ -182,88 +191,6 @@ impl Handler<Wake> for RepoActor {
     }
 }
 
-/// What one scheduling pass decides on, read together: the store's rows,
-/// the configuration's hold and whether the agent runtime can run a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Snapshot {
-    /// The configuration keeps this process from starting any task.
-    held: bool,
-    /// The agent runtime can run a turn now.
-    agent_ready: bool,
-    paused: bool,
-    /// The repository's status; `None` while the store has no row for it.
-    repo: Option<RepoStatus>,
-    /// The state of the task that holds the repository, if one does.
-    holding: Option<TaskState>,
-    /// A queued task is due.
-    next: bool,
-    /// The repository took `repo_turns_per_day` turns today (UTC).
-    day_spent: bool,
-    /// A session's worktree outlived `worktree_retention_hours`.
-    retire: bool,
-}
-
-/// What a scheduling pass does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Plan {
-    /// Start nothing, and give back the lease this process holds.
-    Release(RepoActorStatus),
-    /// Start nothing, and keep whatever lease this process holds.
-    Keep(RepoActorStatus),
-    /// Hold the lease for the task that holds the repository, and hand that
-    /// task to its session (which drives it, or recovers it by history).
-    Resume,
-    /// Lease the repository, claim the next task and prepare its workspace.
-    Claim,
-    /// Lease the repository and remove the worktrees past their retention
-    /// (the lease guards the shared `.git`), then give the lease back.
-    Retire,
-}
-
-/// The scheduling decision, from what the pass saw alone.
-fn decide(s: &Snapshot) -> Plan {
-    if s.held {
-        // Nothing may start here, not even a task an earlier run left leased
-        // or running: its session would start or verify a turn this process
-        // cannot vouch for. Every task stays where it is, for a process that can.
-        return Plan::Release(RepoActorStatus::Held);
-    }
-    let Some(repo) = s.repo else {
-        return Plan::Keep(RepoActorStatus::Idle);
-    };
-    match s.holding {
-        // An operator decides; nothing else runs here until then.
-        Some(TaskState::BlockedWorkspace) => return Plan::Release(RepoActorStatus::Blocked),
-        Some(state) if state.awaits_operator() => return Plan::Release(RepoActorStatus::Uncertain),
-        // Its session cannot reach the agent to drive or recover it now.
-        // A lease held for it stays held (its session may be mid-turn on a
-        // process that is coming back); none is taken for it.
-        Some(_) if !s.agent_ready => return Plan::Keep(RepoActorStatus::AgentUnavailable),
-        Some(_) => return Plan::Resume,
-        None => {}
-    }
-    if s.paused {
-        Plan::Release(RepoActorStatus::Paused)
-    } else if repo != RepoStatus::Active {
-        Plan::Release(RepoActorStatus::Disabled)
-    } else if !s.next && s.retire {
-        Plan::Retire
-    } else if !s.next {
-        Plan::Release(RepoActorStatus::Idle)
-    } else if s.day_spent {
-        // Its tasks wait `queued` (the actor's status says why); the sweep
-        // looks again, and the next UTC day lets them start.
-        Plan::Release(RepoActorStatus::DayLimit)
-    } else if !s.agent_ready {
-        // A task leased now would only use up an attempt on an agent that
-        // cannot run it: it waits `queued`, and the registry wakes us when
-        // the agent can.
-        Plan::Release(RepoActorStatus::AgentUnavailable)
-    } else {
-        Plan::Claim
-    }
-}
-
 /// One look at the store: decide, claim, prepare, dispatch.
 async fn schedule_pass(
     deps: Arc<ActorDeps>,
@@ -278,12 +205,15 @@ async fn schedule_pass(
     let retire_before = retention_cutoff(&deps);
     let (paused, repo, holding, next, today, retirable) = store
         .read(move |c| {
-            let holding = queue::holding_task(c, &key)?;
-            let next = queue::next_runnable(c, &key)?;
+            let holding = queue::holding_tasks(c, &key)?;
+            let busy: HashSet<ResourceKey> =
+                holding.iter().map(|t| t.session_key.clone()).collect();
+            let next = queue::next_runnable(c, &key, &busy)?;
             // Only an idle repository retires worktrees: the question is
             // asked only then.
-            let retirable = match (&holding, &next, &retire_before) {
-                (None, None, Some(before)) => worktrees::retirable(c, Some(&key), before)?,
+            let idle = next.is_none() && !holding.iter().any(|t| t.state.is_session_driven());
+            let retirable = match (idle, &retire_before) {
+                (true, Some(before)) => worktrees::retirable(c, Some(&key), before)?,
                 _ => Vec::new(),
             };
             Ok((
@@ -299,25 +229,34 @@ async fn schedule_pass(
             ))
         })
         .await?;
+    let running: Vec<&Task> = holding
+        .iter()
+        .filter(|t| t.state.is_session_driven())
+        .collect();
     let snapshot = Snapshot {
         held: !deps.settings.hold.is_empty(),
         agent_ready: deps.settings.agent.now().can_run(),
         paused,
         repo: repo.as_ref().map(|r| r.status),
-        holding: holding.as_ref().map(|t| t.state),
+        running: running.len(),
+        places: deps.settings.max_parallel_turns,
+        awaiting: holding
+            .iter()
+            .find(|t| t.state.awaits_operator())
+            .map(|t| t.state),
         next: next.is_some(),
         day_spent: per_day > 0 && today >= per_day,
         retire: !retirable.is_empty(),
     };
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
-        dispatch: None,
+        dispatch: Vec::new(),
         status: RepoActorStatus::Idle,
-        running_task: holding.as_ref().map(|t| t.task_id.clone()),
+        running_task: running.first().map(|t| t.task_id.clone()),
         again: false,
     };
     let plan = decide(&snapshot);
-    let (repo, next) = match (plan, repo, holding, next) {
+    let (repo, next) = match (plan, repo, next) {
         (Plan::Release(status), ..) => {
             outcome.status = status;
             outcome.lease = release(&deps, held).await;
@@ -327,20 +266,7 @@ async fn schedule_pass(
             outcome.status = status;
             return Ok(outcome);
         }
-        (Plan::Resume, _, Some(task), _) => {
-            // The session drives it (and recovers it by history if it lost
-            // sight of it). We must hold the lease to let it.
-            outcome.status = RepoActorStatus::Busy;
-            let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
-                outcome.status = RepoActorStatus::BusyElsewhere;
-                outcome.lease = None;
-                return Ok(outcome);
-            };
-            outcome.lease = Some(lease);
-            outcome.dispatch = Some((task.session_key.clone(), repo_key));
-            return Ok(outcome);
-        }
-        (Plan::Retire, Some(repo), ..) => {
+        (Plan::Retire, Some(repo), _) => {
             let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
                 outcome.status = RepoActorStatus::BusyElsewhere;
                 outcome.lease = None;
@@ -350,12 +276,30 @@ async fn schedule_pass(
             outcome.lease = release(&deps, Some(lease)).await;
             return Ok(outcome);
         }
-        (Plan::Claim, Some(repo), None, Some(next)) => (repo, next),
-        // `decide` resumes only with a holding task, and claims or retires
-        // only with a repository (and claims only with a next task and no
-        // holding one).
-        (Plan::Resume | Plan::Claim | Plan::Retire, ..) => return Ok(outcome),
+        (Plan::Run { claim }, repo, next) => {
+            // The sessions drive their tasks (and recover them by history
+            // if they lost sight of them). We must hold the lease to let them.
+            outcome.status = RepoActorStatus::Busy;
+            let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
+                outcome.status = RepoActorStatus::BusyElsewhere;
+                outcome.lease = None;
+                return Ok(outcome);
+            };
+            outcome.lease = Some(lease);
+            outcome.dispatch = running
+                .iter()
+                .map(|t| (t.session_key.clone(), repo_key.clone()))
+                .collect();
+            match (claim, repo, next) {
+                (true, Some(repo), Some(next)) => (repo, next),
+                _ => return Ok(outcome),
+            }
+        }
+        // `decide` retires only with a repository.
+        (Plan::Retire, None, _) => return Ok(outcome),
     };
+    // More places free after this claim: look again for the next task.
+    let more = snapshot.running + 1 < snapshot.places;
     // Lease and claim in one transaction: one commit on the way to the turn.
     let (task, key, who) = (next.clone(), repo_key.clone(), owner.clone());
     let (lease, claimed, recorded) = store
@@ -379,7 +323,7 @@ async fn schedule_pass(
         return Ok(outcome);
     };
     outcome.status = RepoActorStatus::Busy;
-    outcome.running_task = Some(next.task_id.clone());
+    outcome.running_task.get_or_insert_with(|| next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 
     let spec = RepoSpec {
@@ -417,7 +361,8 @@ async fn schedule_pass(
             tracing::debug!(task.id = %next.task_id, path = %prepared.path.display(), "workspace ready");
             let head = prepared.head.filter(|_| next.resource_key.is_pull());
             record_prepared(&deps, &next, head).await;
-            outcome.dispatch = Some((next.session_key.clone(), repo_key));
+            outcome.dispatch.push((next.session_key.clone(), repo_key));
+            outcome.again = more;
         }
         Err(err) => {
             workspace_failed(&deps, &next, attempt.number, &err).await?;
@@ -450,59 +395,6 @@ async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String
     if let Err(e) = recorded {
         tracing::warn!(task.id = %task.task_id, error = %e, "could not record the prepared worktree; this task sets no commit status");
     }
-}
-
-/// Worktrees unused since this time may be retired; `None`: they are kept.
-pub(super) fn retention_cutoff(deps: &ActorDeps) -> Option<String> {
-    let keep = chrono::Duration::from_std(deps.settings.worktree_retention?).ok()?;
-    Some(format_time(chrono::Utc::now() - keep))
-}
-
-/// Removes the worktrees of sessions whose work ended longer ago than the
-/// retention (under the repository's lease), each audited with where its
-/// uncommitted work was kept. One that cannot be removed stays on disk and
-/// recorded; the next idle pass tries again.
-async fn retire(
-    deps: &Arc<ActorDeps>,
-    repo: &crate::store::models::Repository,
-    sessions: Vec<(RepoKey, ResourceKey)>,
-) -> Result<(), StoreError> {
-    for (_, session) in sessions {
-        let id = crate::workspace::WorktreeId::of(&session);
-        let (workspaces, owner, name) = (
-            deps.workspaces.clone(),
-            repo.owner.clone(),
-            repo.name.clone(),
-        );
-        let done = tokio::task::spawn_blocking(move || workspaces.retire(&owner, &name, id)).await;
-        let retired = match done {
-            Ok(Ok(retired)) => retired,
-            Ok(Err(e)) => {
-                tracing::warn!(session.key = %session, code = e.code(), "could not retire the session's worktree; it stays: {e}");
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(session.key = %session, "could not retire the session's worktree; it stays: {e}");
-                continue;
-            }
-        };
-        tracing::info!(session.key = %session, kept = ?retired.kept, "session worktree retired");
-        deps.store
-            .write(move |c| {
-                worktrees::removed(c, &session)?;
-                audit::record(
-                    c,
-                    &Audit::new("worktree.retired", "system").meta(serde_json::json!({
-                            "session": session.as_str(),
-                            "removed": retired.removed,
-                            "uncommittedWorkKeptAt": retired.kept,
-                    })),
-                )
-                .map(drop)
-            })
-            .await?;
-    }
-    Ok(())
 }
 
 async fn acquire(
@@ -598,194 +490,4 @@ async fn workspace_failed(
         })
         .await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{decide, Plan, Snapshot};
-    use crate::actors::health::RepoActorStatus;
-    use crate::domain::states::RepoStatus;
-    use crate::lifecycle::TaskState;
-    use crate::store::queue::HOLDING_STATES;
-    use proptest::prelude::*;
-
-    /// A repository with a due task, nothing holding it, all running.
-    fn due() -> Snapshot {
-        Snapshot {
-            held: false,
-            agent_ready: true,
-            paused: false,
-            repo: Some(RepoStatus::Active),
-            holding: None,
-            next: true,
-            day_spent: false,
-            retire: false,
-        }
-    }
-
-    #[test]
-    fn a_repository_past_its_turns_for_the_day_starts_nothing_and_says_why() {
-        let spent = Snapshot {
-            day_spent: true,
-            ..due()
-        };
-        assert_eq!(decide(&spent), Plan::Release(RepoActorStatus::DayLimit));
-        // A task already holding the repository is driven on: the limit
-        // gates new turns, never one under way.
-        let holding = Snapshot {
-            holding: Some(TaskState::Running),
-            ..spent
-        };
-        assert_eq!(decide(&holding), Plan::Resume);
-    }
-
-    #[test]
-    fn a_due_task_is_claimed_only_while_the_agent_can_run_it() {
-        assert_eq!(decide(&due()), Plan::Claim);
-        let waiting = Snapshot {
-            agent_ready: false,
-            ..due()
-        };
-        assert_eq!(
-            decide(&waiting),
-            Plan::Release(RepoActorStatus::AgentUnavailable)
-        );
-    }
-
-    #[test]
-    fn a_holding_task_keeps_its_lease_but_is_not_resumed_while_the_agent_cannot_run() {
-        let running = Snapshot {
-            holding: Some(TaskState::Running),
-            next: false,
-            ..due()
-        };
-        assert_eq!(decide(&running), Plan::Resume);
-        assert_eq!(
-            decide(&Snapshot {
-                agent_ready: false,
-                ..running
-            }),
-            Plan::Keep(RepoActorStatus::AgentUnavailable)
-        );
-        // An operator's decision comes first, the agent or not.
-        for agent_ready in [true, false] {
-            let blocked = Snapshot {
-                holding: Some(TaskState::BlockedWorkspace),
-                agent_ready,
-                ..due()
-            };
-            assert_eq!(decide(&blocked), Plan::Release(RepoActorStatus::Blocked));
-            let uncertain = Snapshot {
-                holding: Some(TaskState::NeedsReconciliation),
-                ..blocked
-            };
-            assert_eq!(
-                decide(&uncertain),
-                Plan::Release(RepoActorStatus::Uncertain)
-            );
-        }
-    }
-
-    #[test]
-    fn the_operators_and_the_configurations_word_comes_before_the_agents() {
-        let no_agent = Snapshot {
-            agent_ready: false,
-            ..due()
-        };
-        assert_eq!(
-            decide(&Snapshot {
-                held: true,
-                ..no_agent
-            }),
-            Plan::Release(RepoActorStatus::Held)
-        );
-        assert_eq!(
-            decide(&Snapshot {
-                paused: true,
-                ..no_agent
-            }),
-            Plan::Release(RepoActorStatus::Paused)
-        );
-        assert_eq!(
-            decide(&Snapshot {
-                repo: Some(RepoStatus::Disabled),
-                ..no_agent
-            }),
-            Plan::Release(RepoActorStatus::Disabled)
-        );
-        assert_eq!(
-            decide(&Snapshot {
-                next: false,
-                ..no_agent
-            }),
-            Plan::Release(RepoActorStatus::Idle)
-        );
-    }
-
-    fn snapshots() -> impl Strategy<Value = Snapshot> {
-        let repo = prop_oneof![
-            Just(None),
-            Just(Some(RepoStatus::Active)),
-            Just(Some(RepoStatus::Disabled)),
-            Just(Some(RepoStatus::Blocked)),
-        ];
-        let holding = prop_oneof![
-            Just(None),
-            proptest::sample::select(TaskState::ALL.to_vec())
-                .prop_filter("holds", |s| s.holds_repository())
-                .prop_map(Some),
-        ];
-        (any::<[bool; 6]>(), repo, holding).prop_map(
-            |([held, agent_ready, paused, next, day_spent, retire], repo, holding)| Snapshot {
-                held,
-                agent_ready,
-                paused,
-                repo,
-                holding,
-                next,
-                day_spent,
-                retire,
-            },
-        )
-    }
-
-    proptest! {
-        /// Nothing reaches a session unless the agent can run it and nothing
-        /// else forbids it; a new task only with nothing holding the repository.
-        #[test]
-        fn no_task_starts_unless_everything_allows_it(s in snapshots()) {
-            match decide(&s) {
-                Plan::Claim => {
-                    prop_assert!(s.agent_ready && !s.held && !s.paused && s.next && !s.day_spent);
-                    prop_assert_eq!(s.repo, Some(RepoStatus::Active));
-                    prop_assert_eq!(s.holding, None);
-                }
-                Plan::Resume => {
-                    prop_assert!(s.agent_ready && !s.held);
-                    prop_assert!(s.holding.is_some_and(|h| !h.awaits_operator()));
-                }
-                Plan::Retire => {
-                    // Worktrees go only while nothing holds the repository
-                    // and nothing waits to start in it.
-                    prop_assert!(s.retire && !s.held && !s.paused && !s.next);
-                    prop_assert_eq!(s.holding, None);
-                    prop_assert_eq!(s.repo, Some(RepoStatus::Active));
-                }
-                Plan::Keep(_) | Plan::Release(_) => {}
-            }
-        }
-    }
-
-    /// The store finds the task that holds a repository by its own list of
-    /// states; the scheduler acts on what the lifecycle says holds one.
-    #[test]
-    fn the_stores_holding_states_are_the_lifecycles() {
-        for state in TaskState::ALL {
-            assert_eq!(
-                state.holds_repository(),
-                HOLDING_STATES.contains(&state),
-                "{state}"
-            );
-        }
-    }
 }

@@ -1,0 +1,104 @@
+//! The repo actor's scheduling decision: what one pass does, from what it
+//! saw in the store, the configuration and the agent runtime, with no I/O.
+
+use crate::actors::health::RepoActorStatus;
+use crate::domain::states::RepoStatus;
+use crate::lifecycle::TaskState;
+
+/// What one scheduling pass decides on, read together: the store's rows,
+/// the configuration's hold and whether the agent runtime can run a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Snapshot {
+    /// The configuration keeps this process from starting any task.
+    pub(super) held: bool,
+    /// The agent runtime can run a turn now.
+    pub(super) agent_ready: bool,
+    pub(super) paused: bool,
+    /// The repository's status; `None` while the store has no row for it.
+    pub(super) repo: Option<RepoStatus>,
+    /// Tasks its sessions drive now (leased to a turn's end): each takes
+    /// one of the repository's places.
+    pub(super) running: usize,
+    /// `max_parallel_turns_per_repo`.
+    pub(super) places: usize,
+    /// The oldest task waiting for an operator (it holds only its session).
+    pub(super) awaiting: Option<TaskState>,
+    /// A queued task of a session nothing holds is due.
+    pub(super) next: bool,
+    /// The repository took `repo_turns_per_day` turns today (UTC).
+    pub(super) day_spent: bool,
+    /// A session's worktree outlived `worktree_retention_hours`.
+    pub(super) retire: bool,
+}
+
+/// What a scheduling pass does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// Start nothing, and give back the lease this process holds.
+    Release(RepoActorStatus),
+    /// Start nothing, and keep whatever lease this process holds.
+    Keep(RepoActorStatus),
+    /// Hold the lease, hand each running task to its session (which drives
+    /// it, or recovers it by history), and when `claim`, claim the next task
+    /// and prepare its worktree.
+    Run { claim: bool },
+    /// Lease the repository and remove the worktrees past their retention
+    /// (the lease guards the shared `.git`), then give the lease back.
+    Retire,
+}
+
+/// The scheduling decision, from what the pass saw alone.
+pub(super) fn decide(s: &Snapshot) -> Plan {
+    if s.held {
+        // Nothing may start here, not even a task an earlier run left leased
+        // or running: its session would start or verify a turn this process
+        // cannot vouch for. Every task stays where it is, for a process that can.
+        return Plan::Release(RepoActorStatus::Held);
+    }
+    let Some(repo) = s.repo else {
+        return Plan::Keep(RepoActorStatus::Idle);
+    };
+    if s.running > 0 && !s.agent_ready {
+        // Their sessions cannot reach the agent to drive or recover them
+        // now. The lease held for them stays held (a session may be mid-turn
+        // on a process that is coming back); none is taken.
+        return Plan::Keep(RepoActorStatus::AgentUnavailable);
+    }
+    // The limit of the day gates new turns, never one under way; a task
+    // leased while the agent cannot run would only use up an attempt.
+    let claim = s.next
+        && !s.paused
+        && repo == RepoStatus::Active
+        && !s.day_spent
+        && s.agent_ready
+        && s.running < s.places;
+    if s.running > 0 || claim {
+        return Plan::Run { claim };
+    }
+    if s.paused {
+        Plan::Release(RepoActorStatus::Paused)
+    } else if repo != RepoStatus::Active {
+        Plan::Release(RepoActorStatus::Disabled)
+    } else if s.next && s.day_spent {
+        // Its tasks wait `queued` (the actor's status says why); the sweep
+        // looks again, and the next UTC day lets them start.
+        Plan::Release(RepoActorStatus::DayLimit)
+    } else if s.next {
+        // The registry wakes us when the agent can run a turn.
+        Plan::Release(RepoActorStatus::AgentUnavailable)
+    } else if s.retire {
+        Plan::Retire
+    } else {
+        // An operator decides on a blocked or uncertain task; only its
+        // session waits for that.
+        Plan::Release(match s.awaiting {
+            Some(TaskState::BlockedWorkspace) => RepoActorStatus::Blocked,
+            Some(_) => RepoActorStatus::Uncertain,
+            None => RepoActorStatus::Idle,
+        })
+    }
+}
+
+
+#[cfg(test)]
+mod tests;
