@@ -372,11 +372,11 @@ pub fn release(
     audit::record(
         conn,
         &event.meta(serde_json::json!({
-                "decidedOnVersion": version,
-                "operationId": entry.operation_id,
-                "expectedTurnId": entry.expected_turn_id,
-                "why": why,
-            })),
+            "decidedOnVersion": version,
+            "operationId": entry.operation_id,
+            "expectedTurnId": entry.expected_turn_id,
+            "why": why,
+        })),
     )?;
     Ok(())
 }

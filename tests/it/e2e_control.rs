@@ -188,10 +188,10 @@ fn e2e_approve_is_decided_only_by_a_commenter_who_may_trigger_work() {
     l.wait(&task, "succeeded");
     let d = l.detail(&task);
     assert_eq!(d["approvals"][0]["decision"], "accept", "{d}");
-    let file = l
-        .app
-        .dir()
-        .join(format!("ws/.worktrees/default/acme/widgets/issue-{}/approved.txt", l.issue));
+    let file = l.app.dir().join(format!(
+        "ws/.worktrees/default/acme/widgets/issue-{}/approved.txt",
+        l.issue
+    ));
     assert!(file.exists(), "the approved command ran");
 }
 
@@ -216,11 +216,14 @@ fn e2e_deny_declines_the_real_turns_command_and_it_never_runs() {
     l.wait(&task, "succeeded");
     let d = l.detail(&task);
     assert_eq!(d["approvals"][0]["decision"], "decline", "{d}");
-    let worktree = l
-        .app
-        .dir()
-        .join(format!("ws/.worktrees/default/acme/widgets/issue-{}", l.issue));
-    assert!(worktree.join(".git").is_file(), "the turn ran in {worktree:?}");
+    let worktree = l.app.dir().join(format!(
+        "ws/.worktrees/default/acme/widgets/issue-{}",
+        l.issue
+    ));
+    assert!(
+        worktree.join(".git").is_file(),
+        "the turn ran in {worktree:?}"
+    );
     let file = worktree.join("denied.txt");
     assert!(!file.exists(), "the denied command ran");
 }

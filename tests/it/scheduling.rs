@@ -18,8 +18,8 @@ fn next(c: &mut DbConn, repo: &str) -> Option<TaskId> {
         &format!("default:acme/{repo}").parse().unwrap(),
         &Default::default(),
     )
-        .unwrap()
-        .map(|t| t.task_id)
+    .unwrap()
+    .map(|t| t.task_id)
 }
 
 fn holding(c: &mut DbConn, repo: &str) -> Option<TaskId> {

@@ -185,7 +185,10 @@ fn a_continuation_waits_out_its_backoff(url: &str) {
     let cont = c
         .write_transaction(|c| workflows::continue_with(c, &w, &next))
         .unwrap();
-    assert_eq!(queue::next_runnable(&mut c, &first.repo_key, &Default::default()).unwrap(), None);
+    assert_eq!(
+        queue::next_runnable(&mut c, &first.repo_key, &Default::default()).unwrap(),
+        None
+    );
     exec(
         &mut c,
         &format!("UPDATE tasks SET next_retry_at = '2000-01-01T00:00:00.000000Z' WHERE task_id = '{cont}'"),

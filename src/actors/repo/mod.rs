@@ -15,9 +15,6 @@ use super::registry::{DrainSession, Registry};
 use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
-use plan::{decide, Plan, Snapshot};
-pub(super) use retire::retention_cutoff;
-use retire::retire;
 use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
@@ -25,6 +22,9 @@ use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, control, format_time, now, queue, statuses, worktrees, StoreError};
 use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
+use plan::{decide, Plan, Snapshot};
+pub(super) use retire::retention_cutoff;
+use retire::retire;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -323,7 +323,9 @@ async fn schedule_pass(
         return Ok(outcome);
     };
     outcome.status = RepoActorStatus::Busy;
-    outcome.running_task.get_or_insert_with(|| next.task_id.clone());
+    outcome
+        .running_task
+        .get_or_insert_with(|| next.task_id.clone());
     tracing::info!(repo.key = %repo_key, task.id = %next.task_id, attempt = attempt.number, "task leased");
 
     let spec = RepoSpec {

@@ -99,6 +99,5 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
     }
 }
 
-
 #[cfg(test)]
 mod tests;

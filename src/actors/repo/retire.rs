@@ -60,4 +60,3 @@ pub(super) async fn retire(
     }
     Ok(())
 }
-

@@ -120,10 +120,7 @@ fn worktrees_are_retired_only_by_an_idle_repository() {
     };
     assert_eq!(decide(&idle), Plan::Retire);
     assert_eq!(
-        decide(&Snapshot {
-            next: true,
-            ..idle
-        }),
+        decide(&Snapshot { next: true, ..idle }),
         Plan::Run { claim: true }
     );
     assert_eq!(
@@ -181,7 +178,13 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         Just(Some(TaskState::NeedsReconciliation)),
     ];
     (any::<[bool; 6]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
-        |([held, agent_ready, paused, next, day_spent, retire], repo, running, places, awaiting)| {
+        |(
+            [held, agent_ready, paused, next, day_spent, retire],
+            repo,
+            running,
+            places,
+            awaiting,
+        )| {
             Snapshot {
                 held,
                 agent_ready,
