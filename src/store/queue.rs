@@ -206,6 +206,37 @@ pub fn next_runnable(
     })
 }
 
+/// When the repository's next waiting task becomes due: the earliest
+/// `next_retry_at` after now of a continuation waiting out its backoff or a
+/// `retry_wait` task. The repo actor wakes itself then, so neither waits
+/// for the next sweep.
+pub fn next_due(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<String>, StoreError> {
+    let at = now();
+    let (continuation, retry) = with_conn!(conn, |c| {
+        let continuation: Option<Option<String>> = tasks::table
+            .filter(literal(QUEUED))
+            .filter(tasks::repo_key.eq(repo_key))
+            .filter(tasks::continuation.is_not_null())
+            .filter(tasks::next_retry_at.gt(&at))
+            .select(diesel::dsl::min(tasks::next_retry_at))
+            .first(c)
+            .optional()?;
+        let retry: Option<Option<String>> = tasks::table
+            .filter(tasks::repo_key.eq(repo_key))
+            .filter(literal(REPO_ACTIVE_STATES))
+            .filter(tasks::state.eq(TaskState::RetryWait.as_str()))
+            .filter(tasks::next_retry_at.gt(&at))
+            .select(diesel::dsl::min(tasks::next_retry_at))
+            .first(c)
+            .optional()?;
+        Ok::<_, diesel::result::Error>((continuation.flatten(), retry.flatten()))
+    })?;
+    Ok(match (continuation, retry) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
 /// A repository with work in the store: tasks waiting (`queued` or
 /// `retry_wait`), or one holding it.
 #[derive(Debug, Clone, PartialEq, Eq)]

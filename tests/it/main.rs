@@ -24,6 +24,7 @@ mod codexhome;
 mod commands;
 mod deploy;
 mod doctor;
+mod due;
 mod e2e;
 mod e2e_commands;
 mod e2e_context;

@@ -39,6 +39,8 @@ pub struct RepoActor {
     lease: Option<Lease>,
     /// One scheduling pass at a time; a wake-up during one runs another.
     gate: super::gate::Gate,
+    /// Wakes the actor when its next waiting task is due.
+    due_timer: Option<SpawnHandle>,
 }
 
 /// Look at the store and run what can run.
@@ -56,6 +58,9 @@ struct SchedulingOutcome {
     running_task: Option<TaskId>,
     /// Something changed: look again right away.
     again: bool,
+    /// When the next waiting task (a continuation's backoff, a retry) is
+    /// due, if nothing runs now.
+    wake_at: Option<String>,
 }
 
 impl RepoActor {
@@ -74,6 +79,7 @@ impl RepoActor {
             backlog,
             lease: None,
             gate: super::gate::Gate::default(),
+            due_timer: None,
         }
     }
 
@@ -110,6 +116,9 @@ impl RepoActor {
                     if outcome.again {
                         act.gate.again();
                     }
+                    if let Some(at) = outcome.wake_at {
+                        act.wake_at(&at, ctx);
+                    }
                 }
                 Ok(Err(e)) => {
                     // The store is down or busy: keep what we have and try on the next wake.
@@ -126,6 +135,27 @@ impl RepoActor {
             if act.gate.ended() {
                 act.wake(ctx);
             }
+        }));
+    }
+
+    /// Looks again when a waiting task becomes due (one timer: the
+    /// earliest); the sweep remains the fallback.
+    fn wake_at(&mut self, at: &str, ctx: &mut Context<Self>) {
+        let Ok(due) = chrono::DateTime::parse_from_rfc3339(at) else {
+            return;
+        };
+        let wait = (due.with_timezone(&chrono::Utc) - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default()
+            // Past an hour the sweep looks long before; a timer that far
+            // off would only be replaced.
+            .min(std::time::Duration::from_secs(3600));
+        if let Some(old) = self.due_timer.take() {
+            ctx.cancel_future(old);
+        }
+        self.due_timer = Some(ctx.run_later(wait, |act, ctx| {
+            act.due_timer = None;
+            act.wake(ctx);
         }));
     }
 
@@ -203,12 +233,16 @@ async fn schedule_pass(
     let key = repo_key.clone();
     let per_day = deps.settings.limits.repo_turns_per_day;
     let retire_before = retention_cutoff(&deps);
-    let (paused, repo, holding, next, today, retirable) = store
+    let (paused, repo, (holding, next, due), today, retirable) = store
         .read(move |c| {
             let holding = queue::holding_tasks(c, &key)?;
             let busy: HashSet<ResourceKey> =
                 holding.iter().map(|t| t.session_key.clone()).collect();
             let next = queue::next_runnable(c, &key, &busy)?;
+            let due = match next {
+                None => queue::next_due(c, &key)?,
+                Some(_) => None,
+            };
             // Only an idle repository retires worktrees: the question is
             // asked only then.
             let idle = next.is_none() && !holding.iter().any(|t| t.state.is_session_driven());
@@ -219,8 +253,7 @@ async fn schedule_pass(
             Ok((
                 control::get(c)?.global_paused,
                 queue::repository(c, &key)?,
-                holding,
-                next,
+                (holding, next, due),
                 match per_day {
                     0 => 0,
                     _ => crate::store::turns::repo_turns_today(c, &key)?,
@@ -254,6 +287,7 @@ async fn schedule_pass(
         status: RepoActorStatus::Idle,
         running_task: running.first().map(|t| t.task_id.clone()),
         again: false,
+        wake_at: due,
     };
     let plan = decide(&snapshot);
     let (repo, next) = match (plan, repo, next) {

@@ -72,6 +72,8 @@ struct Inner {
     history_file: Option<std::path::PathBuf>,
     /// Choose scripts from `[directives]` in the text when no rule matches.
     directives: bool,
+    /// Threads are offered the bridge's workflow tools, as Codex's are.
+    workflow_tools: bool,
 }
 
 impl Inner {
@@ -92,6 +94,15 @@ pub struct ScriptedAgent {
 impl ScriptedAgent {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Offers the bridge's workflow tools on new threads, as the Codex
+    /// runtime does: their work joins workflows that continue after a final.
+    pub fn offer_workflow_tools(&self) -> &Self {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.workflow_tools = true;
+        }
+        self
     }
 
     /// Turns whose text contains `word` play `script` (first matching rule wins;
@@ -222,6 +233,10 @@ impl ScriptedAgent {
 impl Agent for ScriptedAgent {
     fn name(&self) -> &'static str {
         "scripted"
+    }
+
+    fn offers_workflow_tools(&self) -> bool {
+        self.inner.lock().is_ok_and(|i| i.workflow_tools)
     }
 
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
