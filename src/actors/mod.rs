@@ -64,6 +64,9 @@ pub struct ActorSettings {
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
+    /// How long a thread that settled idle without `turn/completed` must
+    /// stay quiet before its history is asked whether the turn ended.
+    pub idle_settle: Duration,
     /// Turns of one repository that may run at once, each in its session's
     /// worktree (`max_parallel_turns_per_repo`).
     pub max_parallel_turns: usize,
@@ -140,6 +143,7 @@ impl ActorSettings {
             continuation_backoff: Duration::from_secs(5),
             worktree_retention: Some(Duration::from_secs(168 * 3600)),
             max_parallel_turns: 1,
+            idle_settle: Duration::from_secs(3),
             workflows: true,
             instance_id: instance_id.to_owned(),
             approval_timeout: Duration::from_secs(600),

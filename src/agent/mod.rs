@@ -120,6 +120,12 @@ pub enum TurnEvent {
     Failed { seq: i64, error: String },
     /// The turn was interrupted (abort or deadline).
     Interrupted { seq: i64 },
+    /// The thread settled to idle. Its turn may have ended without a
+    /// `turn/completed` the bridge saw: a candidate final, confirmed from
+    /// the thread's history unless activity follows.
+    Idle { seq: i64 },
+    /// The thread is active again (or still): any idle candidate is void.
+    Active { seq: i64 },
     /// The agent called one of the bridge's own tools; the turn waits until
     /// [`Agent::answer_tool`] answers `key`.
     ToolRequested {

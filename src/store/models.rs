@@ -292,6 +292,9 @@ pub struct Turn {
     pub final_text: Option<String>,
     pub started_at: String,
     pub completed_at: Option<String>,
+    /// Its thread settled idle without a `turn/completed`: a candidate
+    /// final, until the history confirms it or activity voids it.
+    pub idle_at: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

@@ -330,6 +330,7 @@ diesel::table! {
         final_text -> Nullable<Text>,
         started_at -> Text,
         completed_at -> Nullable<Text>,
+        idle_at -> Nullable<Text>,
     }
 }
 

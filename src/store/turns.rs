@@ -137,6 +137,20 @@ pub fn release_intent(conn: &mut DbConn, task_id: &TaskId) -> Result<(), StoreEr
     Ok(())
 }
 
+/// Marks (`true`) or clears the turn's idle candidate: its thread settled
+/// idle without a `turn/completed`, or is active again.
+pub fn set_idle_candidate(conn: &mut DbConn, turn_id: &str, idle: bool) -> Result<(), StoreError> {
+    let at = idle.then(now);
+    with_conn!(conn, |c| diesel::update(
+        turns::table
+            .find(turn_id)
+            .filter(turns::completed_at.is_null())
+    )
+    .set(turns::idle_at.eq(at))
+    .execute(c))?;
+    Ok(())
+}
+
 /// Stores how a turn ended and its final agent message (kept durably: a reply
 /// can be published from it without running the model again).
 pub fn record_turn_finished(

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(90);
 
-fn with_relay(relay: &Relay) -> Loop {
+pub(crate) fn with_relay(relay: &Relay) -> Loop {
     let bin = relay.bin().to_string_lossy().into_owned();
     Loop::start_with(|b| b.env("CODEX_BRIDGE_CODEX_BIN", &bin))
 }

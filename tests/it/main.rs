@@ -29,6 +29,7 @@ mod e2e;
 mod e2e_commands;
 mod e2e_context;
 mod e2e_control;
+mod e2e_idle;
 mod e2e_interrupt;
 mod e2e_limits;
 mod e2e_races;

@@ -200,6 +200,11 @@ pub enum Event {
     /// An interrupt was not confirmed within its grace period.
     InterruptUnconfirmed,
     History(Finding),
+    /// The thread settled idle without a `turn/completed`, and nothing
+    /// happened on it for a while: a candidate final.
+    IdleSettled,
+    /// What the thread's history says of a candidate final's turn.
+    IdleChecked(Finding),
     Reply(Verdict),
     Fallback(FallbackOutcome),
     /// An operator asks to send a held entry now. `ledger_sent`: the ledger
@@ -286,6 +291,8 @@ pub enum Effect {
     ResetAgent,
     /// Looks the task's operation up in the thread's history.
     LookUpHistory,
+    /// Looks the turn of a candidate final up in the thread's history, once.
+    ConfirmIdle,
     /// Asks Gitea whether the reply is there.
     VerifyReply,
     /// Starts the one reply-retry turn.
@@ -492,6 +499,28 @@ pub fn next(snap: &Snapshot, event: &Event) -> Decision {
             _ => rules::ignored(snap),
         },
         Event::History(finding) => rules::history(snap, finding),
+        Event::IdleSettled => match snap.state {
+            S::Running | S::CancelRequested => Decision::on(
+                snap,
+                "the thread settled idle without turn/completed; its history says whether the turn ended",
+            )
+            .then(&[E::ConfirmIdle]),
+            _ => rules::ignored(snap),
+        },
+        // Only an end the history shows is an end; anything else voids the
+        // candidate and the turn is read on.
+        Event::IdleChecked(finding @ (Finding::Completed | Finding::Failed))
+            if matches!(snap.state, S::Running | S::CancelRequested) =>
+        {
+            rules::history(snap, finding)
+        }
+        Event::IdleChecked(_) => match snap.state {
+            S::Running | S::CancelRequested => {
+                Decision::on(snap, "the history does not show the turn ended; it is read on")
+                    .then(&[E::ReadTurn])
+            }
+            _ => rules::ignored(snap),
+        },
         Event::Reply(verdict) => rules::reply(snap, verdict),
         Event::Fallback(outcome) => rules::fallback(snap, outcome),
         Event::SendNow { ledger_sent } => match snap.state {

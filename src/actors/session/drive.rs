@@ -58,6 +58,9 @@ pub(super) struct Turn {
     pub ended_at: Option<std::time::Instant>,
     /// Observes the turn's duration while it is read.
     pub timer: Option<crate::metrics::TurnTimer>,
+    /// The thread settled idle without `turn/completed`: unless something
+    /// happens on it by then, the history is asked whether the turn ended.
+    pub idle_deadline: Option<tokio::time::Instant>,
 }
 
 /// An approval the agent asked for, until it is decided.
@@ -506,6 +509,7 @@ impl TaskDrive {
                     None
                 }
                 Effect::LookUpHistory => Some(self.look_up_history().await?),
+                Effect::ConfirmIdle => Some(self.confirm_idle().await?),
                 Effect::VerifyReply => Some(self.verify_reply().await?),
                 Effect::StartReplyRetry => Some(self.start_reply_retry().await?),
                 Effect::PostRestFallback => Some(self.post_rest_fallback().await?),

@@ -71,6 +71,76 @@ impl TaskDrive {
         Ok(Event::History(finding))
     }
 
+    /// A candidate final: the thread settled idle and stayed so, with no
+    /// `turn/completed`. One look at the history (no waiting: the thread is
+    /// idle), audited, decides whether the turn ended; the candidate is
+    /// cleared either way.
+    pub(super) async fn confirm_idle(&mut self) -> Result<Event, DriveError> {
+        let (Some(thread), Some(turn)) = (self.turn.thread_id.clone(), self.turn.turn_id.clone())
+        else {
+            return Ok(Event::IdleChecked(Finding::NoThread));
+        };
+        let lookup = self
+            .deps
+            .runtime
+            .lookup_turn(
+                &thread,
+                self.operation_id.as_ref().map_or("", OperationId::as_str),
+            )
+            .await;
+        let (finding, turn_id, error) = match lookup {
+            Ok(TurnLookup::Completed {
+                turn_id,
+                final_text,
+            }) if turn_id == turn => {
+                self.turn.final_text = final_text;
+                (Finding::Completed, Some(turn_id), None)
+            }
+            Ok(TurnLookup::Failed { turn_id, error }) if turn_id == turn => {
+                (Finding::Failed, Some(turn_id), Some(error))
+            }
+            Ok(TurnLookup::Completed { turn_id, .. })
+            | Ok(TurnLookup::Failed { turn_id, .. })
+            | Ok(TurnLookup::Running { turn_id })
+            | Ok(TurnLookup::Interrupted { turn_id }) => {
+                (Finding::StillRunning, Some(turn_id), None)
+            }
+            Ok(TurnLookup::Missing) => (Finding::Missing, None, None),
+            Err(e) => (Finding::Unreadable, None, Some(e.to_string())),
+        };
+        let (id, op, found, t, why) = (
+            self.task.task_id.clone(),
+            self.operation_id.clone(),
+            finding_code(finding),
+            turn.clone(),
+            error.clone(),
+        );
+        self.deps
+            .store
+            .write(move |c| {
+                crate::store::turns::set_idle_candidate(c, &t, false)?;
+                audit::record(
+                    c,
+                    &Audit::new("turn.idle_checked", "system")
+                        .task(&id)
+                        .turn(&t)
+                        .meta(serde_json::json!({
+                            "operationId": op,
+                            "found": found,
+                            "historyTurnId": turn_id,
+                            "error": why,
+                        })),
+                )
+                .map(drop)
+            })
+            .await?;
+        if finding == Finding::Failed {
+            self.detail = error;
+        }
+        tracing::info!(task.id = %self.task.task_id, turn.id = %turn, found, "a candidate final looked up in the thread's history");
+        Ok(Event::IdleChecked(finding))
+    }
+
     async fn audit_lookup(
         &self,
         found: &'static str,

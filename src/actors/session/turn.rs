@@ -307,8 +307,13 @@ impl TaskDrive {
                 None => {
                     let deadline = self.turn.deadline.unwrap_or(far);
                     let budget = self.task_deadline().unwrap_or(far);
+                    let settle = self.turn.idle_deadline.unwrap_or(far);
                     tokio::select! {
                         ev = events.next() => ev,
+                        _ = tokio::time::sleep_until(settle) => {
+                            self.turn.idle_deadline = None;
+                            return Ok(Event::IdleSettled);
+                        }
                         _ = self.signals.abort.notified() => return Ok(Event::StopRequested(Stop::Abort)),
                         _ = tokio::time::sleep_until(deadline) => return Ok(Event::StopRequested(Stop::Deadline)),
                         _ = tokio::time::sleep_until(budget) => {
@@ -323,7 +328,28 @@ impl TaskDrive {
                     "the event stream of turn {turn_id} ended without an end event"
                 )));
             };
+            // Anything happening on the turn voids a candidate final (its
+            // own end makes it moot).
+            let ends = matches!(
+                ev,
+                TurnEvent::Completed { .. }
+                    | TurnEvent::Failed { .. }
+                    | TurnEvent::Interrupted { .. }
+            );
+            if !matches!(ev, TurnEvent::Idle { .. }) && !ends && self.turn.idle_deadline.is_some() {
+                self.turn.idle_deadline = None;
+                self.idle_candidate(turn_id, false).await?;
+            }
             match ev {
+                TurnEvent::Idle { seq } => {
+                    self.turn.last_seq = seq.max(self.turn.last_seq);
+                    if self.turn.idle_deadline.is_none() {
+                        self.turn.idle_deadline =
+                            Some(tokio::time::Instant::now() + self.deps.settings.idle_settle);
+                        self.idle_candidate(turn_id, true).await?;
+                    }
+                }
+                TurnEvent::Active { seq } => self.turn.last_seq = seq.max(self.turn.last_seq),
                 TurnEvent::ApprovalRequested {
                     seq,
                     key,
@@ -408,6 +434,20 @@ impl TaskDrive {
                 TurnEvent::Interrupted { .. } => return Ok(Event::TurnEnded(TurnEnd::Interrupted)),
             }
         }
+    }
+
+    /// Records (or clears) the turn's candidate final durably: the thread
+    /// settled idle with no `turn/completed` seen.
+    async fn idle_candidate(&self, turn_id: &str, idle: bool) -> Result<(), DriveError> {
+        let t = turn_id.to_owned();
+        self.deps
+            .store
+            .write(move |c| crate::store::turns::set_idle_candidate(c, &t, idle))
+            .await?;
+        if idle {
+            tracing::info!(task.id = %self.task.task_id, turn.id = %turn_id, "the thread settled idle without turn/completed; a candidate final");
+        }
+        Ok(())
     }
 
     /// `awaiting_approval`: waits for an operator's decision, woken by the

@@ -15,6 +15,8 @@ pub enum ServerNotification {
     TokenUsageUpdated(ThreadTokenUsageUpdatedNotification),
     Error(ErrorNotification),
     TurnCompleted(TurnCompletedNotification),
+    /// A thread went idle or active (`thread/status/changed`).
+    ThreadStatusChanged(ThreadStatusChangedNotification),
     /// A sign-in ended (`account/login/completed`).
     AccountLoginCompleted(AccountLoginCompletedNotification),
     /// The account changed (`account/updated`: signed in or out); the bridge
@@ -34,6 +36,7 @@ impl ServerNotification {
     pub const TOKEN_USAGE_UPDATED: &'static str = "thread/tokenUsage/updated";
     pub const ERROR: &'static str = "error";
     pub const TURN_COMPLETED: &'static str = "turn/completed";
+    pub const THREAD_STATUS_CHANGED: &'static str = "thread/status/changed";
     pub const ACCOUNT_LOGIN_COMPLETED: &'static str = "account/login/completed";
     pub const ACCOUNT_UPDATED: &'static str = "account/updated";
 
@@ -50,6 +53,9 @@ impl ServerNotification {
             }
             Self::ERROR => ServerNotification::Error(parse(method, params)?),
             Self::TURN_COMPLETED => ServerNotification::TurnCompleted(parse(method, params)?),
+            Self::THREAD_STATUS_CHANGED => {
+                ServerNotification::ThreadStatusChanged(parse(method, params)?)
+            }
             Self::ACCOUNT_LOGIN_COMPLETED => {
                 ServerNotification::AccountLoginCompleted(parse(method, params)?)
             }
@@ -162,4 +168,24 @@ pub struct ErrorNotification {
 pub struct TurnCompletedNotification {
     pub thread_id: String,
     pub turn: Turn,
+}
+
+/// `thread/status/changed`: the thread's loaded status.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadStatusChangedNotification {
+    pub thread_id: String,
+    pub status: ThreadStatus,
+}
+
+/// A thread's status, by its `type`; flags and other kinds are not read.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ThreadStatus {
+    NotLoaded,
+    Idle,
+    SystemError,
+    Active,
+    #[serde(other)]
+    Other,
 }

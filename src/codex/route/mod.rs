@@ -7,7 +7,7 @@ use super::account::AccountEvents;
 use super::notice::{CodexNotice, NoticeSender};
 use super::protocol::{
     McpServerStartupState, McpToolCallItem, RequestId, ServerNotification, ThreadItem,
-    ThreadScoped, TurnStatus, Unreadable,
+    ThreadScoped, ThreadStatus, TurnStatus, Unreadable,
 };
 use super::rpc::{Incoming, RpcConnection};
 use super::transcript::{token_counts, transcript_item};
@@ -287,6 +287,19 @@ impl Router {
                     },
                 });
             }
+            // Only the thread's settling is read: an idle thread whose turn
+            // sent no `turn/completed` may have ended all the same (the
+            // session confirms it from the history), and activity after it
+            // says it did not.
+            ServerNotification::ThreadStatusChanged(n) => match n.status {
+                ThreadStatus::Idle => {
+                    self.on_turn(&n.thread_id, |seq, _| vec![TurnEvent::Idle { seq }])
+                }
+                ThreadStatus::Active => {
+                    self.on_turn(&n.thread_id, |seq, _| vec![TurnEvent::Active { seq }])
+                }
+                _ => {}
+            },
             ServerNotification::AccountLoginCompleted(n) => {
                 if n.success {
                     tracing::info!(login.id = ?n.login_id, "codex sign-in completed");

@@ -11,6 +11,9 @@ client requests a rule names:
   {"method": "turn/interrupt", "action": "drop"}
       never forwards it: the server never sees it, the bridge never gets
       an answer (a request lost on the way).
+  {"method": "turn/completed", "action": "drop", "from": "server"}
+      never forwards that message of the server to the bridge (a
+      notification lost on the way back).
 
 Its files sit next to it (the bridge clears the environment of what it
 starts): `target` (the real binary), `rules` (a JSON list, read again for
@@ -38,7 +41,7 @@ def method_of(line):
     return msg.get("method") if isinstance(msg, dict) else None
 
 
-def rule_for(method):
+def rule_for(method, side="client"):
     if method is None:
         return None
     try:
@@ -47,7 +50,7 @@ def rule_for(method):
     except (OSError, ValueError):
         return None
     for rule in rules:
-        if rule.get("method") == method:
+        if rule.get("method") == method and rule.get("from", "client") == side:
             return rule
     return None
 
@@ -75,9 +78,13 @@ def main():
 
     def from_child():
         for line in child.stdout:
+            method = method_of(line)
+            rule = rule_for(method, "server")
+            if rule is not None and rule.get("action") == "drop":
+                log("drop %s" % method)
+                continue
             sys.stdout.buffer.write(line)
             sys.stdout.buffer.flush()
-            method = method_of(line)
             if method is None:
                 continue
             with lock:

@@ -255,6 +255,17 @@ fn event() -> impl Strategy<Value = Event> {
             Finding::NoThread,
         ])
         .prop_map(Event::History),
+        Just(Event::IdleSettled),
+        proptest::sample::select(vec![
+            Finding::Completed,
+            Finding::Failed,
+            Finding::Interrupted,
+            Finding::Missing,
+            Finding::StillRunning,
+            Finding::Unreadable,
+            Finding::NoThread,
+        ])
+        .prop_map(Event::IdleChecked),
         proptest::sample::select(vec![Verdict::Confirmed, Verdict::Missing, Verdict::Unknown])
             .prop_map(Event::Reply),
         proptest::sample::select(vec![
@@ -665,4 +676,37 @@ fn a_superseded_run_ends_aborted_superseded() {
     };
     let d = next(&operator, &Event::TurnEnded(TurnEnd::Interrupted));
     assert_eq!(d.code, Some(Code::TurnInterrupted));
+}
+
+proptest! {
+    /// A thread that settled idle never ends its turn by itself: only the
+    /// history's word that the turn completed or failed does; anything else
+    /// reads the turn on.
+    #[test]
+    fn an_idle_thread_ends_a_turn_only_on_the_historys_word(
+        state in proptest::sample::select(TaskState::ALL.to_vec()),
+        owes_reply in any::<bool>(),
+        in_workflow in any::<bool>(),
+        f in proptest::sample::select(vec![
+        Finding::Completed,
+        Finding::Failed,
+        Finding::Interrupted,
+        Finding::Missing,
+        Finding::StillRunning,
+        Finding::Unreadable,
+        Finding::NoThread,
+    ])) {
+        let s = Snapshot { state, owes_reply, in_workflow, turn_recorded: true, ..leased() };
+        let settled = next(&s, &Event::IdleSettled);
+        prop_assert_eq!(settled.to, None);
+        let checked = next(&s, &Event::IdleChecked(f));
+        if matches!(s.state, S::Running | S::CancelRequested) {
+            if matches!(f, Finding::Completed | Finding::Failed) {
+                prop_assert_eq!(&checked, &next(&s, &Event::History(f)));
+            } else {
+                prop_assert_eq!(checked.to, None);
+                prop_assert_eq!(checked.effects.as_slice(), &[E::ReadTurn][..]);
+            }
+        }
+    }
 }
