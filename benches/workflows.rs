@@ -177,7 +177,10 @@ async fn commit_floor(samples: usize) -> Result<Vec<f64>> {
     for _ in 0..samples {
         let at = Instant::now();
         rig.store
-            .write(|c| codex_bridge::store::control::get(c).map(drop))
+            .write(|c| {
+                use codex_bridge::store::audit::{self, Audit};
+                audit::record(c, &Audit::new("bench.floor", "bench")).map(drop)
+            })
             .await?;
         ms.push(at.elapsed().as_secs_f64() * 1000.0);
     }
@@ -268,6 +271,8 @@ fn main() -> Result<()> {
     } else {
         (5, 3, 50)
     };
+    // One workflow alone (the bridge's own cost), then many at once.
+    let alone = System::new().block_on(continuation_cost(1, idle_finals * 5))?;
     let cost = System::new().block_on(continuation_cost(workflows, idle_finals))?;
     let floor = System::new().block_on(commit_floor(500))?;
     let mem = System::new().block_on(open_workflows(open))?;
@@ -275,6 +280,13 @@ fn main() -> Result<()> {
     println!(
         "workflow benchmark ({}):",
         if full { "full" } else { "smoke" }
+    );
+    println!(
+        "  continuation, final -> next turn/start, one workflow alone, {} continuations: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        alone.len(),
+        percentile(&alone, 0.5),
+        percentile(&alone, 0.99),
+        alone.last().copied().unwrap_or(f64::NAN),
     );
     println!(
         "  continuation, final -> next turn/start, {} continuations of {workflows} workflows: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
@@ -298,6 +310,9 @@ fn main() -> Result<()> {
     if full {
         let json = serde_json::json!({
             "benchmark": "workflows",
+            "aloneContinuations": alone.len(),
+            "aloneP50Ms": percentile(&alone, 0.5),
+            "aloneP99Ms": percentile(&alone, 0.99),
             "continuations": cost.len(),
             "continuationP50Ms": percentile(&cost, 0.5),
             "continuationP99Ms": percentile(&cost, 0.99),
@@ -309,7 +324,7 @@ fn main() -> Result<()> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-workflows.json");
         std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
         println!("  figures written to {}", path.display());
-    } else if cost.len() != expected {
+    } else if cost.len() != expected || alone.len() != (idle_finals as usize * 5 - 1) {
         bail!(
             "smoke: {} continuations measured, {expected} expected",
             cost.len()
