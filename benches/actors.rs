@@ -14,11 +14,10 @@ use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{DrainSession, Notify, Registry, Snapshot};
 use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::ScriptedAgent;
-use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::IngestRequest;
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::store::ingest::IngestOutcome;
-use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+use codex_bridge::store::Store;
 use common::{percentile, rss_bytes, Folders};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,17 +50,7 @@ struct Rig {
 
 fn rig() -> Result<Rig> {
     let dir = tempfile::tempdir()?;
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(dir.path().join("actors.db")),
-        read_pool_size: 8,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 256,
-            threads: 1,
-            queue_capacity: 1 << 20,
-            ingest: Default::default(),
-        },
-    })?;
+    let store = common::sqlite_store(dir.path().join("actors.db"))?;
     let runtime = ScriptedAgent::new();
     let mut settings = ActorSettings::new("default");
     // Long sweeps, so that only the notification path schedules work.

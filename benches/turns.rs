@@ -32,12 +32,11 @@ use anyhow::{bail, Context as _, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{timing, ActorDeps, ActorSettings};
 use codex_bridge::codex::{developer_instructions, notice_channel, CodexAgent, CodexSettings};
-use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::{IngestRequest, ResourceKey};
 use codex_bridge::forge::{Forge, ReplyCheck, ReplyQuery, TriggerCheck};
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::ingest::IngestOutcome;
-use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+use codex_bridge::store::Store;
 use common::{percentile, rss_bytes, Folders};
 use futures_util::future::BoxFuture;
 use futures_util::FutureExt;
@@ -98,17 +97,7 @@ fn request(n: usize, repos: usize) -> IngestRequest {
 }
 
 fn open_store(path: PathBuf) -> Result<Store> {
-    Ok(Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(path),
-        read_pool_size: 8,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 256,
-            threads: 1,
-            queue_capacity: 1 << 16,
-            ingest: Default::default(),
-        },
-    })?)
+    common::sqlite_store(path)
 }
 
 /// The machine's limit for one durable commit: a one-row insert, committed

@@ -25,11 +25,10 @@ use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
-use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::workflow::CONTINUATION_TEXT;
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::store::ingest::IngestOutcome;
-use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+use codex_bridge::store::Store;
 use common::{percentile, rss_bytes, Folders};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -54,17 +53,7 @@ struct Rig {
 fn rig(idle_finals: i64, backoff: Duration) -> Result<Rig> {
     // On the build disk, as a deployment would have it, whatever TMPDIR says.
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(dir.path().join("workflows.db")),
-        read_pool_size: 8,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 256,
-            threads: 1,
-            queue_capacity: 1 << 20,
-            ingest: Default::default(),
-        },
-    })?;
+    let store = common::sqlite_store(dir.path().join("workflows.db"))?;
     let runtime = ScriptedAgent::new();
     runtime.offer_workflow_tools();
     // The mention's turn and every continuation end with an ordinary final.

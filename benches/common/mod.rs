@@ -36,6 +36,23 @@ impl Workspaces for Folders {
     }
 }
 
+/// The store on SQLite at `path`, as the in-process benchmarks run it: one
+/// writer thread batching up to 256 transactions.
+pub fn sqlite_store(path: PathBuf) -> Result<codex_bridge::store::Store> {
+    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+    Ok(Store::open(&StoreSettings {
+        url: codex_bridge::config::DatabaseUrl::Sqlite(path),
+        read_pool_size: 8,
+        sqlite_busy_timeout: std::time::Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 1 << 20,
+            ingest: Default::default(),
+        },
+    })?)
+}
+
 /// A comment by bob on issue `number` of `acme/<repo>` that triggers a task;
 /// `key` makes its delivery, content and trigger keys unique.
 #[expect(

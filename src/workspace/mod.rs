@@ -163,13 +163,27 @@ impl WorkspaceManager {
     /// root. It need not exist; if part of it does, that part must be plain
     /// directories (a symbolic link is how a path escapes).
     pub fn path_for(&self, owner: &str, repo: &str) -> Result<PathBuf, WorkspaceError> {
+        self.under_root(owner, repo, |root| {
+            root.join(&self.instance_id).join(owner).join(repo)
+        })
+    }
+
+    /// The folder `place` builds from the root, for validated names only,
+    /// made of plain components under the root, with no symbolic link on the
+    /// way where it exists.
+    fn under_root(
+        &self,
+        owner: &str,
+        repo: &str,
+        place: impl FnOnce(&std::path::Path) -> PathBuf,
+    ) -> Result<PathBuf, WorkspaceError> {
         check_name("instance_id", &self.instance_id)?;
         check_name("owner", owner)?;
         check_name("repository", repo)?;
         let root = self.resolved_root()?;
-        let path = root.join(&self.instance_id).join(owner).join(repo);
+        let path = place(&root);
         let plain = path.strip_prefix(&root).is_ok_and(|rel| {
-            rel.components().count() == 3
+            rel.components().count() >= 3
                 && rel.components().all(|c| matches!(c, Component::Normal(_)))
         });
         if !plain {

@@ -15,15 +15,14 @@
 //! with `.`). Branches: `codex/issue-N`, `codex/pull-N`. A retired worktree's
 //! uncommitted work is kept as a commit under `refs/codex-bridge/retired/`.
 
-use super::disk::check_no_links;
 use super::error::map_local;
 use super::git;
-use super::names::{check_name, RemoteUrl};
+use super::names::RemoteUrl;
 use super::tree::{in_progress, Workspace};
 use super::{Checkout, Prepared, RepoSpec, Strict, WorkspaceError, WorkspaceManager};
 use crate::domain::worktree::{TreeState, WorktreeId};
 use std::io::ErrorKind;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// Under the root, beside the instances' folders.
 const WORKTREES_DIR: &str = ".worktrees";
@@ -57,35 +56,19 @@ impl WorkspaceManager {
         repo: &str,
         id: WorktreeId,
     ) -> Result<PathBuf, WorkspaceError> {
-        check_name("instance_id", &self.instance_id)?;
-        check_name("owner", owner)?;
-        check_name("repository", repo)?;
         if id.number < 0 {
             return Err(WorkspaceError::InvalidRef {
                 value: id.dir_name(),
                 reason: "an Issue or pull request number is not negative".into(),
             });
         }
-        let root = self.resolved_root()?;
-        let path = root
-            .join(WORKTREES_DIR)
-            .join(&self.instance_id)
-            .join(owner)
-            .join(repo)
-            .join(id.dir_name());
-        let plain = path.strip_prefix(&root).is_ok_and(|rel| {
-            rel.components().count() == 5
-                && rel.components().all(|c| matches!(c, Component::Normal(_)))
-        });
-        if !plain {
-            return Err(WorkspaceError::OutsideRoot {
-                resolved: path.clone(),
-                path,
-                root,
-            });
-        }
-        check_no_links(&root, &path)?;
-        Ok(path)
+        self.under_root(owner, repo, |root| {
+            root.join(WORKTREES_DIR)
+                .join(&self.instance_id)
+                .join(owner)
+                .join(repo)
+                .join(id.dir_name())
+        })
     }
 
     /// Fetch the repository's clone (cloning it the first time), then make

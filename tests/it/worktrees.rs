@@ -3,7 +3,7 @@
 //! since the session's last turn ended, another session's worktree never
 //! blocks this one, and retiring a worktree keeps what it held.
 
-use crate::workspace::{default_branch, env, git, spec};
+use crate::workspace::{default_branch, env, git, spec, Env};
 use codex_bridge::domain::ResourceKind;
 use codex_bridge::workspace::{
     Checkout, Disposition, SessionTree, TreeState, WorkspaceError, WorktreeId,
@@ -14,6 +14,14 @@ fn issue(number: i64) -> WorktreeId {
         kind: ResourceKind::Issue,
         number,
     }
+}
+
+/// What the session's worktree holds now (it must have one).
+fn now_in(e: &Env, id: WorktreeId) -> TreeState {
+    e.manager
+        .tree_state("acme", "widgets", id)
+        .unwrap()
+        .expect("the session has a worktree")
 }
 
 fn fresh(id: WorktreeId) -> SessionTree<'static> {
@@ -60,33 +68,15 @@ fn worktree_sessions_keep_their_own_uncommitted_work_between_turns() {
     std::fs::write(one.path.join("README.md"), "edited by session one\n").unwrap();
     std::fs::write(one.path.join("one.txt"), "one\n").unwrap();
     std::fs::write(two.path.join("two.txt"), "two\n").unwrap();
-    let state_one = e
-        .manager
-        .tree_state("acme", "widgets", issue(1))
-        .unwrap()
-        .unwrap();
-    let state_two = e
-        .manager
-        .tree_state("acme", "widgets", issue(2))
-        .unwrap()
-        .unwrap();
+    let state_one = now_in(&e, issue(1));
+    let state_two = now_in(&e, issue(2));
     assert_ne!(state_one.tree, state_two.tree);
     // Ignored paths (build output) are not the session's state.
     std::fs::write(one.path.join(".gitignore"), "target/\n").unwrap();
-    let with_ignore = e
-        .manager
-        .tree_state("acme", "widgets", issue(1))
-        .unwrap()
-        .unwrap();
+    let with_ignore = now_in(&e, issue(1));
     std::fs::create_dir_all(one.path.join("target")).unwrap();
     std::fs::write(one.path.join("target/out.bin"), "build\n").unwrap();
-    assert_eq!(
-        e.manager
-            .tree_state("acme", "widgets", issue(1))
-            .unwrap()
-            .unwrap(),
-        with_ignore
-    );
+    assert_eq!(now_in(&e, issue(1)), with_ignore);
     // The state was read without touching the agent's own index.
     assert_eq!(git(&one.path, &["diff", "--cached", "--name-only"]), "");
     let state_one = with_ignore;
@@ -150,11 +140,7 @@ fn worktree_sessions_keep_their_own_uncommitted_work_between_turns() {
         .unwrap();
 
     // A session's worktree on another branch, or mid-merge, waits too.
-    let state_two = e
-        .manager
-        .tree_state("acme", "widgets", issue(2))
-        .unwrap()
-        .unwrap();
+    let state_two = now_in(&e, issue(2));
     git(&two.path, &["switch", "-q", "-c", "elsewhere"]);
     let err = e
         .manager
@@ -193,11 +179,7 @@ fn worktree_of_a_pull_request_follows_its_head_only_while_it_holds_no_uncommitte
     );
 
     // Pushed to while the worktree is clean: fast-forwarded.
-    let state = e
-        .manager
-        .tree_state("acme", "widgets", id)
-        .unwrap()
-        .unwrap();
+    let state = now_in(&e, id);
     e.sim
         .commit("acme", "widgets", "feature/x", "x.txt", "x2\n", "x2");
     let head2 = e.sim.create_pull("acme", "widgets", 7, "feature/x");
@@ -209,11 +191,7 @@ fn worktree_of_a_pull_request_follows_its_head_only_while_it_holds_no_uncommitte
 
     // Pushed to while the agent's work is uncommitted: left where it is.
     std::fs::write(p.path.join("wip.txt"), "wip\n").unwrap();
-    let state = e
-        .manager
-        .tree_state("acme", "widgets", id)
-        .unwrap()
-        .unwrap();
+    let state = now_in(&e, id);
     e.sim
         .commit("acme", "widgets", "feature/x", "x.txt", "x3\n", "x3");
     e.sim.create_pull("acme", "widgets", 7, "feature/x");
@@ -286,11 +264,7 @@ fn worktree_retired_keeps_its_uncommitted_work_and_comes_back_from_its_branch() 
         .prepare_session(&s, &main, fresh(issue(4)))
         .unwrap();
     std::fs::write(p.path.join("wip.txt"), "only here\n").unwrap();
-    let state = e
-        .manager
-        .tree_state("acme", "widgets", issue(4))
-        .unwrap()
-        .unwrap();
+    let state = now_in(&e, issue(4));
     std::fs::remove_dir_all(&p.path).unwrap();
     let err = e
         .manager
@@ -303,11 +277,7 @@ fn worktree_retired_keeps_its_uncommitted_work_and_comes_back_from_its_branch() 
     e.manager
         .prepare_session(&s, &main, fresh(issue(4)))
         .unwrap();
-    let state = e
-        .manager
-        .tree_state("acme", "widgets", issue(4))
-        .unwrap()
-        .unwrap();
+    let state = now_in(&e, issue(4));
     std::fs::remove_dir_all(&p.path).unwrap();
     e.manager
         .prepare_session(&s, &main, after(issue(4), &state))

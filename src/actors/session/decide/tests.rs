@@ -245,27 +245,9 @@ fn event() -> impl Strategy<Value = Event> {
         ])
         .prop_map(Event::TurnEnded),
         Just(Event::InterruptUnconfirmed),
-        proptest::sample::select(vec![
-            Finding::Completed,
-            Finding::Failed,
-            Finding::Interrupted,
-            Finding::Missing,
-            Finding::StillRunning,
-            Finding::Unreadable,
-            Finding::NoThread,
-        ])
-        .prop_map(Event::History),
+        findings().prop_map(Event::History),
         Just(Event::IdleSettled),
-        proptest::sample::select(vec![
-            Finding::Completed,
-            Finding::Failed,
-            Finding::Interrupted,
-            Finding::Missing,
-            Finding::StillRunning,
-            Finding::Unreadable,
-            Finding::NoThread,
-        ])
-        .prop_map(Event::IdleChecked),
+        findings().prop_map(Event::IdleChecked),
         proptest::sample::select(vec![Verdict::Confirmed, Verdict::Missing, Verdict::Unknown])
             .prop_map(Event::Reply),
         proptest::sample::select(vec![
@@ -276,6 +258,18 @@ fn event() -> impl Strategy<Value = Event> {
         .prop_map(Event::Fallback),
         any::<bool>().prop_map(|ledger_sent| Event::SendNow { ledger_sent }),
     ]
+}
+
+fn findings() -> impl Strategy<Value = Finding> {
+    proptest::sample::select(vec![
+        Finding::Completed,
+        Finding::Failed,
+        Finding::Interrupted,
+        Finding::Missing,
+        Finding::StillRunning,
+        Finding::Unreadable,
+        Finding::NoThread,
+    ])
 }
 
 /// Whether the event leaves the task's fate in doubt.
@@ -687,15 +681,7 @@ proptest! {
         state in proptest::sample::select(TaskState::ALL.to_vec()),
         owes_reply in any::<bool>(),
         in_workflow in any::<bool>(),
-        f in proptest::sample::select(vec![
-        Finding::Completed,
-        Finding::Failed,
-        Finding::Interrupted,
-        Finding::Missing,
-        Finding::StillRunning,
-        Finding::Unreadable,
-        Finding::NoThread,
-    ])) {
+        f in findings()) {
         let s = Snapshot { state, owes_reply, in_workflow, turn_recorded: true, ..leased() };
         let settled = next(&s, &Event::IdleSettled);
         prop_assert_eq!(settled.to, None);
