@@ -1,7 +1,8 @@
-//! The workspace manager: one git work tree per repository at
-//! `workspace_root/<instance>/<owner>/<repo>`, cloned the first time, fetched
-//! after, and checked out at what a task needs (the default branch, or a pull
-//! request's head branch).
+//! The workspace manager: one clone per repository at
+//! `workspace_root/<instance>/<owner>/<repo>`, cloned the first time and
+//! fetched after, and a worktree of it per Issue/PR session
+//! (`worktree.rs`) where that session's turns run, checked out at what its
+//! task needs (the default branch, or a pull request's head).
 //!
 //! It is blocking (the repo actor runs it on a blocking thread, and holds the
 //! repository's lease, so two calls never work on one workspace at once) and
