@@ -83,11 +83,6 @@ pub fn set_repository_status(
     Ok(Some(before.status))
 }
 
-/// The oldest task holding one of the repository's sessions, if any.
-pub fn holding_task(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Task>, StoreError> {
-    Ok(holding_tasks(conn, repo_key)?.into_iter().next())
-}
-
 /// Every task holding one of the repository's sessions, oldest first.
 pub fn holding_tasks(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Vec<Task>, StoreError> {
     Ok(with_conn!(conn, |c| tasks::table

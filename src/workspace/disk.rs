@@ -41,19 +41,32 @@ pub(super) fn check_no_links(root: &Path, path: &Path) -> Result<(), WorkspaceEr
 }
 
 /// What is at a workspace path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Found {
     Missing,
-    /// An empty directory: cloned into like a missing one.
+    /// An empty directory: cloned (or a worktree added) into like a missing one.
     Empty,
-    /// A directory with a `.git` directory.
+    /// A directory whose `.git` is what its layout wants.
     Repo,
     /// Something we did not make; never touched.
     Other(&'static str),
 }
 
-pub(super) fn inspect(path: &Path) -> Result<Found, WorkspaceError> {
+/// Which kind of git work tree a workspace path should hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// A repository's clone: `.git` is a directory.
+    Clone,
+    /// A session's worktree: `.git` is the file that points at the clone.
+    Worktree,
+}
+
+pub(super) fn inspect(path: &Path, layout: Layout) -> Result<Found, WorkspaceError> {
     let io = |source| WorkspaceError::Io {
-        what: "could not inspect the workspace",
+        what: match layout {
+            Layout::Clone => "could not inspect the workspace",
+            Layout::Worktree => "could not inspect the session's worktree",
+        },
         path: path.to_path_buf(),
         source,
     };
@@ -65,20 +78,28 @@ pub(super) fn inspect(path: &Path) -> Result<Found, WorkspaceError> {
     if !meta.is_dir() {
         return Ok(Found::Other("it is not a directory; move it away"));
     }
-    match std::fs::symlink_metadata(path.join(".git")) {
-        Ok(m) if m.is_dir() => return Ok(Found::Repo),
-        Ok(_) => {
+    match (std::fs::symlink_metadata(path.join(".git")), layout) {
+        (Ok(m), Layout::Clone) if m.is_dir() => return Ok(Found::Repo),
+        (Ok(m), Layout::Worktree) if m.is_file() => return Ok(Found::Repo),
+        (Ok(_), Layout::Clone) => {
             return Ok(Found::Other(
                 ".git is not a directory (a linked worktree or submodule?); move it away",
             ))
         }
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
+        (Ok(_), Layout::Worktree) => return Ok(Found::Other(
+            "it is not a worktree of the repository's clone (its .git is not a file); move it away",
+        )),
+        (Err(e), _) if e.kind() == ErrorKind::NotFound => {}
+        (Err(e), _) => return Err(io(e)),
     }
     let empty = std::fs::read_dir(path).map_err(io)?.next().is_none();
-    Ok(if empty {
-        Found::Empty
-    } else {
-        Found::Other("it is not a git work tree (there is no .git directory); move it away")
+    Ok(match (empty, layout) {
+        (true, _) => Found::Empty,
+        (false, Layout::Clone) => {
+            Found::Other("it is not a git work tree (there is no .git directory); move it away")
+        }
+        (false, Layout::Worktree) => {
+            Found::Other("it is not a git worktree (there is no .git); move it away")
+        }
     })
 }

@@ -39,7 +39,7 @@ pub use error::{Disposition, WorkspaceError};
 pub use instructions::MAX_INSTRUCTIONS_BYTES;
 pub use worktree::{Retired, SessionTree};
 
-use disk::{check_no_links, inspect, Found};
+use disk::{check_no_links, inspect, Found, Layout};
 use error::map_local;
 use git::{Failure, Git, Invocation};
 use names::{absolute_lexical, check_name, precheck_branch, quote, RemoteUrl};
@@ -308,7 +308,7 @@ impl WorkspaceManager {
             repo: format!("{}/{}", spec.owner, spec.name),
         };
 
-        let cloned = match inspect(&ws.path)? {
+        let cloned = match inspect(&ws.path, Layout::Clone)? {
             Found::Missing | Found::Empty => {
                 ws.clone_fresh()?;
                 true

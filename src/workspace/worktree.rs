@@ -15,6 +15,7 @@
 //! with `.`). Branches: `codex/issue-N`, `codex/pull-N`. A retired worktree's
 //! uncommitted work is kept as a commit under `refs/codex-bridge/retired/`.
 
+use super::disk::{inspect, Found, Layout};
 use super::error::map_local;
 use super::git;
 use super::names::RemoteUrl;
@@ -90,7 +91,7 @@ impl WorkspaceManager {
         let wt = self.open_worktree(spec, &remote, session.id, &lexical)?;
         let branch = session.id.branch();
         let pull = matches!(checkout, Checkout::PullRequest { .. });
-        match inspect_worktree(&wt.path)? {
+        match inspect(&wt.path, Layout::Worktree)? {
             Found::Missing | Found::Empty => {
                 if let Some(recorded) = session.recorded {
                     // Gone with uncommitted work in it: fail closed rather
@@ -157,7 +158,7 @@ impl WorkspaceManager {
         id: WorktreeId,
     ) -> Result<Option<TreeState>, WorkspaceError> {
         let path = self.worktree_path(owner, repo, id)?;
-        if inspect_worktree(&path)? != Found::Repo {
+        if inspect(&path, Layout::Worktree)? != Found::Repo {
             return Ok(None);
         }
         let remote = RemoteUrl::local_only();
@@ -178,7 +179,7 @@ impl WorkspaceManager {
         let clone = self.path_for(owner, repo)?;
         let remote = RemoteUrl::local_only();
         let main = self.worktree_at(owner, repo, &remote, clone.clone());
-        let found = inspect_worktree(&path)?;
+        let found = inspect(&path, Layout::Worktree)?;
         if !clone.join(".git").is_dir() {
             return Ok(Retired {
                 removed: false,
@@ -376,43 +377,6 @@ impl Workspace<'_> {
         let _ = std::fs::remove_file(&index);
         Ok(TreeState { head, tree: tree? })
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
-    Missing,
-    Empty,
-    /// A worktree: `.git` is the file that points at the clone.
-    Repo,
-    Other(&'static str),
-}
-
-fn inspect_worktree(path: &Path) -> Result<Found, WorkspaceError> {
-    let io = |source| WorkspaceError::Io {
-        what: "could not inspect the session's worktree",
-        path: path.to_path_buf(),
-        source,
-    };
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::Missing),
-        Err(e) => return Err(io(e)),
-        Ok(m) if !m.is_dir() => return Ok(Found::Other("it is not a directory; move it away")),
-        Ok(_) => {}
-    }
-    match std::fs::symlink_metadata(path.join(".git")) {
-        Ok(m) if m.is_file() => return Ok(Found::Repo),
-        Ok(_) => return Ok(Found::Other(
-            "it is not a worktree of the repository's clone (its .git is not a file); move it away",
-        )),
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    let empty = std::fs::read_dir(path).map_err(io)?.next().is_none();
-    Ok(if empty {
-        Found::Empty
-    } else {
-        Found::Other("it is not a git worktree (there is no .git); move it away")
-    })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! start them.
 
 use crate::actors::{run, settings, Harness};
+use crate::support::poll_until_async;
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, StartBehaviour, Step};
 use codex_bridge::domain::workflow::CONTINUATION_TEXT;
 use codex_bridge::lifecycle::TaskState;
@@ -29,15 +30,11 @@ fn a_continuation_starts_when_its_backoff_ends_without_a_sweep() {
         let h = Harness::start(rt, s);
         let first = h.comment("widgets", 1, 1, "@ccbot do the work").await;
         h.wait_state(&first, TaskState::Succeeded).await;
-        let ended = Instant::now();
-        let deadline = ended + Duration::from_secs(20);
-        while h.runtime.calls().len() < 2 {
-            assert!(
-                Instant::now() < deadline,
-                "the continuation did not start after its backoff"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let started = poll_until_async(Duration::from_secs(20), || async {
+            h.runtime.calls().len() >= 2
+        })
+        .await;
+        assert!(started, "the continuation did not start after its backoff");
         let calls = h.runtime.calls();
         assert!(
             calls[1].text.contains(CONTINUATION_TEXT),

@@ -156,7 +156,7 @@ fn scheduling_queries_use_the_partial_indexes_sqlite() {
         !queued.iter().any(|d| d.contains("TEMP B-TREE")),
         "{queued:?}"
     );
-    // next_runnable, retry_wait; holding_task.
+    // next_runnable, retry_wait; holding_tasks.
     for state in ["state = 'retry_wait'", "state IN ('leased', 'running')"] {
         let active = plan(&format!(
             "SELECT id FROM tasks WHERE {repo} AND {REPO_ACTIVE_STATES} AND {state} ORDER BY id LIMIT 1"

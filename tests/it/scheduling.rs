@@ -22,9 +22,12 @@ fn next(c: &mut DbConn, repo: &str) -> Option<TaskId> {
     .map(|t| t.task_id)
 }
 
+/// The oldest task holding one of the repository's sessions.
 fn holding(c: &mut DbConn, repo: &str) -> Option<TaskId> {
-    queue::holding_task(c, &format!("default:acme/{repo}").parse().unwrap())
+    queue::holding_tasks(c, &format!("default:acme/{repo}").parse().unwrap())
         .unwrap()
+        .into_iter()
+        .next()
         .map(|t| t.task_id)
 }
 

@@ -260,16 +260,19 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
+/// Every history finding.
+const FINDINGS: [Finding; 7] = [
+    Finding::Completed,
+    Finding::Failed,
+    Finding::Interrupted,
+    Finding::Missing,
+    Finding::StillRunning,
+    Finding::Unreadable,
+    Finding::NoThread,
+];
+
 fn findings() -> impl Strategy<Value = Finding> {
-    proptest::sample::select(vec![
-        Finding::Completed,
-        Finding::Failed,
-        Finding::Interrupted,
-        Finding::Missing,
-        Finding::StillRunning,
-        Finding::Unreadable,
-        Finding::NoThread,
-    ])
+    proptest::sample::select(FINDINGS.to_vec())
 }
 
 /// Whether the event leaves the task's fate in doubt.
@@ -450,17 +453,11 @@ fn every_decision_keeps_the_promises() {
     for end in [TurnEnd::Completed, TurnEnd::Failed, TurnEnd::Interrupted] {
         events.push(Event::TurnEnded(end));
     }
-    for f in [
-        Finding::Completed,
-        Finding::Failed,
-        Finding::Interrupted,
-        Finding::Missing,
-        Finding::StillRunning,
-        Finding::Unreadable,
-        Finding::NoThread,
-    ] {
+    for f in FINDINGS {
         events.push(Event::History(f));
+        events.push(Event::IdleChecked(f));
     }
+    events.push(Event::IdleSettled);
     for v in [Verdict::Confirmed, Verdict::Missing, Verdict::Unknown] {
         events.push(Event::Reply(v));
     }
