@@ -221,7 +221,13 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
             FailedReply,
         ],
     ),
-    (RetryWait, &[Leased, Running, VerifyingReply, Failed]),
+    // cancelled: a continuation whose workflow ended or waits for its owner,
+    // during its backoff (nothing reached the agent: `retry_wait` follows
+    // only a failure before admission).
+    (
+        RetryWait,
+        &[Leased, Running, VerifyingReply, Failed, Cancelled],
+    ),
     (BlockedWorkspace, &[Queued, Cancelled]),
     (
         CancelRequested,

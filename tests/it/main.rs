@@ -36,6 +36,7 @@ mod e2e_races;
 mod e2e_review;
 mod e2e_workflow;
 mod e2e_workflow_control;
+mod e2e_workflow_fence;
 mod e2e_workflow_recovery;
 mod e2e_worktrees;
 mod fakemodel;

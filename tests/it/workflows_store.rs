@@ -120,12 +120,40 @@ fn workflow_rows(url: &str) {
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
     assert_eq!((w.state, w.idle_finals), (WorkflowState::Open, 0));
 
-    // The end cancels a waiting continuation in the same transaction, and a
-    // new workflow may then start for the session.
+    // The end cancels a waiting continuation in the same transaction, even
+    // one waiting out a retry after a failure before admission, and its
+    // entry no longer holds the session; a new workflow may then start.
     let again = c
         .write_transaction(|c| workflows::continue_with(c, &w, &continuation(&first, w.version, 2)))
         .unwrap();
+    for to in [TaskState::Leased, TaskState::RetryWait] {
+        let t = tasks::find(&mut c, &again).unwrap().unwrap();
+        let moved = c
+            .write_transaction(|c| {
+                tasks::transition(
+                    c,
+                    &tasks::TransitionRequest {
+                        task_id: &t.task_id,
+                        expected_version: Some(t.state_version),
+                        to,
+                        actor: "test",
+                        reason: None,
+                        error_code: None,
+                    },
+                )
+            })
+            .unwrap();
+        assert!(matches!(moved, tasks::TransitionOutcome::Applied { .. }));
+    }
+    let open_entries = |c: &mut DbConn| {
+        sessions::session(c, &w.session_key)
+            .unwrap()
+            .unwrap()
+            .open_entries
+    };
+    let entries = open_entries(&mut c);
     let w = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
+    workflows::admit_continuation(&w).expect("an open workflow admits its continuation");
     c.write_transaction(|c| {
         workflows::end(
             c,
@@ -138,10 +166,17 @@ fn workflow_rows(url: &str) {
         )
     })
     .unwrap();
-    assert_eq!(
-        tasks::find(&mut c, &again).unwrap().unwrap().state,
-        TaskState::Cancelled
-    );
+    let t = tasks::find(&mut c, &again).unwrap().unwrap();
+    assert_eq!(t.state, TaskState::Cancelled);
+    assert_eq!(t.error_code.as_deref(), Some("superseded"));
+    assert_eq!(open_entries(&mut c), entries - 1);
+    // One being started when the workflow ended is refused where its
+    // turn's intent would be recorded.
+    let ended = workflows::find(&mut c, &w.workflow_id).unwrap().unwrap();
+    assert!(matches!(
+        workflows::admit_continuation(&ended),
+        Err(StoreError::Refused { code, .. }) if code == workflows::NOT_OPEN
+    ));
     assert!(workflows::live(&mut c, &w.session_key).unwrap().is_none());
     let third = comment(&mut c, 3, "@ccbot one more thing");
     let next = c

@@ -122,6 +122,9 @@ pub enum Permission {
     ResourceClosed,
     /// The task took `max_turns_per_task` turns already.
     OverBudget,
+    /// A continuation's workflow ended or waits for its owner: the
+    /// continuation was superseded before anything was sent.
+    WorkflowNotOpen,
 }
 
 /// What came of asking the agent runtime to start a turn.

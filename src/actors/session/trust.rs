@@ -50,9 +50,33 @@ impl TaskDrive {
         })
     }
 
-    /// A continuation runs only while its Issue/PR is open: closed or merged,
-    /// its workflow ends (`resource_closed`); unreadable, nothing runs yet.
+    /// A continuation runs only while its workflow is open (the intent's
+    /// transaction checks again: see `workflows::admit_continuation`) and
+    /// its Issue/PR is open: closed or merged, its workflow ends
+    /// (`resource_closed`); unreadable, nothing runs yet.
     async fn continuation_may_run(&mut self) -> Permission {
+        let id = self.task.workflow_id.clone();
+        let workflow = self
+            .deps
+            .store
+            .read(move |c| match &id {
+                Some(id) => crate::store::workflows::find(c, id),
+                None => Ok(None),
+            })
+            .await;
+        match workflow {
+            Ok(Some(w)) if w.state != crate::domain::workflow::WorkflowState::Open => {
+                self.detail = Some(format!("its workflow is {}", w.state.as_str()));
+                return Permission::WorkflowNotOpen;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                self.detail = Some(format!(
+                    "the continuation's workflow could not be read: {e}"
+                ));
+                return Permission::Unknown;
+            }
+        }
         match self
             .deps
             .verifier

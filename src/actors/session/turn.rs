@@ -4,7 +4,7 @@
 //! them moves the task.
 
 use super::context::{context_parts, ContextView};
-use super::decide::{Event, Start, Stop, TurnEnd};
+use super::decide::{Event, Permission, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::{continuation_prompt, turn_prompt};
 use crate::actors::health::SessionActorStatus;
@@ -15,7 +15,7 @@ use crate::domain::trust::ThreadTrust;
 use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
 use crate::store::models::OutboxEntry;
-use crate::store::{interrupt, ledger, sessions, turns, StoreError};
+use crate::store::{interrupt, ledger, sessions, turns, workflows, StoreError};
 use futures_util::StreamExt;
 
 impl TaskDrive {
@@ -122,7 +122,16 @@ impl TaskDrive {
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
                 Ok(stored)
             })
-            .await?;
+            .await;
+        let thread = match thread {
+            Err(StoreError::Refused { code, message }) if code == workflows::NOT_OPEN => {
+                // Its workflow ended or gated after the permission check:
+                // nothing was written, nothing is sent.
+                self.detail = Some(message);
+                return Ok(Event::Permission(Permission::WorkflowNotOpen));
+            }
+            other => other?,
+        };
         self.thread_trust = Some(trust);
         self.session_thread = Some(thread.clone());
         self.snap.admission = super::decide::Admission::Intended;

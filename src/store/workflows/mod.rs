@@ -503,6 +503,28 @@ pub fn end(
     Ok(())
 }
 
+/// `Refused { code: NOT_OPEN }`: a continuation's workflow is no longer
+/// open, so its turn must not start.
+pub const NOT_OPEN: &str = "workflow_not_open";
+
+/// The fence a continuation passes in the transaction that records its
+/// turn's intent: its workflow is still open. A workflow that ended or
+/// waits for its owner since the continuation was leased refuses it here,
+/// atomically with the intent, so no turn starts for it.
+pub fn admit_continuation(w: &Workflow) -> Result<(), StoreError> {
+    if w.state == WorkflowState::Open {
+        return Ok(());
+    }
+    Err(StoreError::Refused {
+        code: NOT_OPEN,
+        message: format!(
+            "workflow {} is {}: its continuation does not run",
+            w.workflow_id,
+            w.state.as_str()
+        ),
+    })
+}
+
 /// Whether `task`'s turn completed its workflow: such a task owes the owner
 /// its answer, even as a continuation.
 pub fn completed_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError> {
@@ -514,13 +536,15 @@ pub fn completed_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError
     Ok(n > 0)
 }
 
-/// Cancels the workflow's continuation that has not started (`queued`):
-/// it can never run later. One that runs already is left to end.
+/// Cancels the workflow's continuation that has not started (`queued`, or
+/// `retry_wait` after a failure before admission): it can never run later,
+/// and its entry no longer holds its session. One that runs already is left
+/// to end; one being started is stopped by the fence of [`admit_continuation`].
 fn supersede_continuation(conn: &mut DbConn, w: &Workflow, why: &str) -> Result<(), StoreError> {
     let waiting: Option<Task> = with_conn!(conn, |c| tasks::table
         .filter(tasks::workflow_id.eq(&w.workflow_id))
         .filter(tasks::continuation.is_not_null())
-        .filter(tasks::state.eq(TaskState::Queued.as_str()))
+        .filter(tasks::state.eq_any([TaskState::Queued.as_str(), TaskState::RetryWait.as_str()]))
         .select(Task::as_select())
         .first(c)
         .optional())?;

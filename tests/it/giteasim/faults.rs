@@ -87,6 +87,29 @@ impl GiteaSim {
         self.push_fault(n, on, FaultKind::Fail500);
     }
 
+    /// Answer the next `n` requests with this method to exactly `path`
+    /// (not to the paths under it) with 500.
+    pub fn fail_next_exact(&self, n: usize, method: &str, path: &str) {
+        // Starts and ends with the whole path: is the path.
+        let on = Match {
+            method: Some(method.to_owned()),
+            prefix: Some(path.to_owned()),
+            suffix: Some(path.to_owned()),
+        };
+        self.push_fault(n, on, FaultKind::Fail500);
+    }
+
+    /// The next `n` requests with this method to exactly `path` wait
+    /// `delay` before being answered.
+    pub fn delay_next_exact(&self, n: usize, method: &str, path: &str, delay: Duration) {
+        let on = Match {
+            method: Some(method.to_owned()),
+            prefix: Some(path.to_owned()),
+            suffix: Some(path.to_owned()),
+        };
+        self.push_fault(n, on, FaultKind::Delay(delay));
+    }
+
     /// The next `n` comment listings (`GET .../comments`) answer 500.
     pub fn fail_comment_listings(&self, n: usize) {
         let on = Match {

@@ -86,6 +86,11 @@ pub(super) fn permission(snap: &Snapshot, p: Permission) -> Decision {
             "the continuation's Issue or pull request is closed; nothing was sent",
         )
         .ends(S::Cancelled, Some(Code::ResourceClosed)),
+        Permission::WorkflowNotOpen => Decision::on(
+            snap,
+            "the continuation's workflow ended or waits for its owner; nothing was sent",
+        )
+        .ends(S::Cancelled, Some(Code::Superseded)),
         Permission::OverBudget => Decision::on(snap, "the task took all the turns it may take")
             .ends(S::Failed, Some(Code::BudgetExceeded)),
         Permission::Unknown => not_admitted(

@@ -432,6 +432,7 @@ fn every_decision_keeps_the_promises() {
         Permission::OwnerGate,
         Permission::ResourceClosed,
         Permission::OverBudget,
+        Permission::WorkflowNotOpen,
     ] {
         events.push(Event::Permission(p));
     }

@@ -38,7 +38,8 @@ pub(in crate::actors::session) fn title_of(text: &str) -> String {
 }
 
 /// `task` (a comment's, or a continuation) becomes its session's workflow's
-/// next logical input, opening the workflow if none is live. A comment by
+/// next logical input, opening the workflow if none is live; a continuation
+/// whose workflow is no longer open is refused (`workflows::NOT_OPEN`). A comment by
 /// the owner (or by a holder of `gate_permission`: `as_owner`) resets the
 /// count of finals without progress and supersedes a continuation that has
 /// not started, for good.
@@ -51,7 +52,7 @@ pub(in crate::actors::session) fn join(
 ) -> Result<(), StoreError> {
     let w = workflows::join(c, task, title)?;
     if task.continuation.is_some() {
-        return Ok(());
+        return workflows::admit_continuation(&w);
     }
     let snap = snapshot(c, &w, limits)?;
     let event = if as_owner || task.author.eq_ignore_ascii_case(&w.owner) {
