@@ -64,6 +64,9 @@ pub struct ActorSettings {
     /// The first continuation's wait after an ordinary final
     /// (`continuation_backoff_secs`).
     pub continuation_backoff: Duration,
+    /// The first wait after the provider turned a turn away for capacity
+    /// (`capacity_wait_secs`).
+    pub capacity_wait: Duration,
     /// How long a thread that settled idle without `turn/completed` must
     /// stay quiet before its history is asked whether the turn ended.
     pub idle_settle: Duration,
@@ -141,6 +144,7 @@ impl ActorSettings {
             workflow_max_idle_finals: 65,
             limits: crate::domain::limits::Limits::default(),
             continuation_backoff: Duration::from_secs(5),
+            capacity_wait: Duration::from_secs(60),
             worktree_retention: Some(Duration::from_secs(168 * 3600)),
             max_parallel_turns: 1,
             idle_settle: Duration::from_secs(3),
@@ -182,6 +186,7 @@ impl ActorSettings {
         s.prompt_context_bytes = config.prompt_context_bytes as usize;
         s.workflows = config.workflows;
         s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
+        s.capacity_wait = Duration::from_secs(config.capacity_wait_secs);
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
         s.max_parallel_turns = usize::try_from(config.max_parallel_turns_per_repo).unwrap_or(1);
         s.worktree_retention = (config.worktree_retention_hours > 0)

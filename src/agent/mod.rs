@@ -14,6 +14,7 @@ pub use availability::{
     AccountState, Availability, ProcessState, RuntimeStatus, StartProblem, StatusSender,
 };
 
+use crate::domain::states::CapacityDenial;
 use crate::domain::trust::ExecutionPolicy;
 use crate::domain::{OperationId, ResourceKey};
 use futures_util::future::BoxFuture;
@@ -116,8 +117,13 @@ pub enum TurnEvent {
         start: transcript::TokenCounts,
         end: transcript::TokenCounts,
     },
-    /// The turn ended in failure.
-    Failed { seq: i64, error: String },
+    /// The turn ended in failure; `denial`: the provider turned it away for
+    /// capacity, which is waited out rather than failing the work.
+    Failed {
+        seq: i64,
+        error: String,
+        denial: Option<CapacityDenial>,
+    },
     /// The turn was interrupted (abort or deadline).
     Interrupted { seq: i64 },
     /// The thread settled to idle. Its turn may have ended without a
@@ -178,6 +184,7 @@ pub enum TurnLookup {
     Failed {
         turn_id: String,
         error: String,
+        denial: Option<CapacityDenial>,
     },
     Interrupted {
         turn_id: String,

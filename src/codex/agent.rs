@@ -394,6 +394,7 @@ impl Agent for CodexAgent {
                 TurnStatus::Interrupted => TurnLookup::Interrupted { turn_id },
                 TurnStatus::InProgress => TurnLookup::Running { turn_id },
                 TurnStatus::Failed | TurnStatus::Unknown => TurnLookup::Failed {
+                    denial: turn.error.as_ref().and_then(|e| e.denial()),
                     error: turn
                         .error
                         .map(|e| e.message)

@@ -135,6 +135,13 @@ pub const KEYS: &[(&str, &str)] = &[
          turn, doubled for each final in a row without progress up to 10 minutes (default 5)",
     ),
     (
+        "capacity_wait_secs",
+        "how long an open workflow waits to continue after the model's provider turned a turn \
+         away for capacity (a usage or rate limit, an overload), doubled for each such refusal \
+         in a row up to an hour; the wait is the workflow's waitReason, never a failure \
+         (default 60)",
+    ),
+    (
         "workflow_max_idle_finals",
         "finals in a row without durable progress (owner input) before a workflow stops and \
          waits for its owner (default 65)",

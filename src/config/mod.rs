@@ -118,6 +118,9 @@ pub struct Config {
     pub workflows: bool,
     /// Wait before an open workflow's next continuation (doubled per idle final).
     pub continuation_backoff_secs: u64,
+    /// Wait before a workflow continues after a capacity refusal (doubled
+    /// per refusal in a row).
+    pub capacity_wait_secs: u64,
     /// Finals in a row without progress before a workflow waits for its owner.
     pub workflow_max_idle_finals: i64,
     /// Turns of one repository, in different sessions' worktrees, that may

@@ -80,6 +80,8 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub continuation_backoff_secs: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub capacity_wait_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub workflow_max_idle_finals: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub worktree_retention_hours: Option<u128>,

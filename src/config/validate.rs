@@ -169,6 +169,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         86_400,
     )?;
+    let capacity_wait_secs = number("capacity_wait_secs", raw.capacity_wait_secs, 60, 0, 86_400)?;
     let max_parallel_turns_per_repo = number(
         "max_parallel_turns_per_repo",
         raw.max_parallel_turns_per_repo,
@@ -291,6 +292,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         prompt_context_bytes,
         workflows: raw.workflows.unwrap_or(true),
         continuation_backoff_secs,
+        capacity_wait_secs,
         workflow_max_idle_finals,
         worktree_retention_hours,
         max_parallel_turns_per_repo,

@@ -67,6 +67,22 @@ macro_rules! text_enum {
 pub(crate) use text_enum;
 
 text_enum!(
+    /// Why the model's provider turned a turn away for now: its capacity or
+    /// a policy on the resources it hands out, never the work itself. Worth
+    /// waiting out, so it is a wait reason, never a failure of the work.
+    CapacityDenial, "capacity denial" {
+        /// The account's usage allowance is spent until it resets.
+        UsageLimit = "usage_limit",
+        /// Too many requests for now.
+        RateLimited = "rate_limited",
+        /// The model is at capacity.
+        Overloaded = "overloaded",
+        /// A policy on resources refuses capacity for now.
+        PolicyCapacity = "policy_capacity",
+    }
+);
+
+text_enum!(
     /// Whether a repository takes new work.
     RepoStatus, "repository status" {
         Active = "active",

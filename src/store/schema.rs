@@ -387,6 +387,9 @@ diesel::table! {
         updated_at -> Text,
         version -> Int8,
         ended_by_task -> Nullable<Text>,
+        wait_reason -> Nullable<Text>,
+        wait_until -> Nullable<Text>,
+        denials -> Int8,
     }
 }
 

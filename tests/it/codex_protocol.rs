@@ -12,6 +12,7 @@ mod recorded;
 
 use crate::codexhome::codex_bin;
 use codex_bridge::codex::protocol::*;
+use codex_bridge::domain::states::CapacityDenial;
 use serde::de::{DeserializeOwned, Visitor};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -574,6 +575,11 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             variants_of::<PatchApplyStatus>(),
             "v2/PatchApplyStatus",
         ),
+        (
+            "CodexErrorKind",
+            variants_of::<CodexErrorKind>(),
+            "v2/CodexErrorInfo",
+        ),
     ];
     for (name, variants, definition) in &statuses {
         let def = schema.definition(definition);
@@ -815,6 +821,49 @@ fn messages_the_schema_accepts_are_read_as_the_bridge_expects() {
     let history: ThreadTurnsListResponse = serde_json::from_value(history).unwrap();
     assert_eq!(history.data[0].status, TurnStatus::Failed);
     assert_eq!(history.data[0].error.as_ref().unwrap().message, "boom");
+    assert_eq!(history.data[0].error.as_ref().unwrap().denial(), None);
+    // What codex says of a provider's capacity refusal, in its words (seen
+    // from the pinned codex against the fake model's 429 and 503 answers),
+    // and of failures that are not one.
+    for (info, denial) in [
+        (
+            json!("usageLimitExceeded"),
+            Some(CapacityDenial::UsageLimit),
+        ),
+        (
+            json!("rateLimitExceeded"),
+            Some(CapacityDenial::RateLimited),
+        ),
+        (json!("serverOverloaded"), Some(CapacityDenial::Overloaded)),
+        (
+            json!("policyCapacityUnavailable"),
+            Some(CapacityDenial::PolicyCapacity),
+        ),
+        (
+            json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+            Some(CapacityDenial::RateLimited),
+        ),
+        (
+            json!({"httpConnectionFailed": {"httpStatusCode": 503}}),
+            Some(CapacityDenial::Overloaded),
+        ),
+        (
+            json!({"responseStreamDisconnected": {"httpStatusCode": 500}}),
+            None,
+        ),
+        (json!("contextWindowExceeded"), None),
+        (json!("badRequest"), None),
+    ] {
+        let failed = json!({"data": [{"id": "turn-4", "status": "failed", "items": [],
+            "error": {"message": "refused", "codexErrorInfo": info}}]});
+        schema.validate("v2/ThreadTurnsListResponse", &failed);
+        let failed: ThreadTurnsListResponse = serde_json::from_value(failed).unwrap();
+        assert_eq!(
+            failed.data[0].error.as_ref().unwrap().denial(),
+            denial,
+            "{info}"
+        );
+    }
     let started = json!({"turn": {"id": "turn-3", "status": "inProgress", "items": []}});
     schema.validate("v2/TurnStartResponse", &started);
     let started: TurnStartResponse = serde_json::from_value(started).unwrap();

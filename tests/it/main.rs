@@ -26,6 +26,7 @@ mod deploy;
 mod doctor;
 mod due;
 mod e2e;
+mod e2e_capacity;
 mod e2e_commands;
 mod e2e_context;
 mod e2e_control;

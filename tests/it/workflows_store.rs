@@ -32,6 +32,7 @@ fn continuation<'a>(after: &'a Task, version: i64, seq: i64) -> ContinueWith<'a>
         after,
         instance_id: "default",
         text: "Continue: the tests still fail.",
+        why: "the workflow continues after an ordinary final",
     }
 }
 

@@ -106,6 +106,9 @@ pub struct Snapshot {
     /// restart ends the task, and the workflow continues in a new
     /// continuation instead of waiting for an operator.
     pub in_workflow: bool,
+    /// The task's turn failed because the model's provider turned it away
+    /// for capacity: the work is not at fault, and its workflow waits.
+    pub denied: bool,
 }
 
 /// The commenter's permission, checked again when the task starts.
@@ -362,6 +365,9 @@ pub enum Code {
     ResourceClosed,
     /// A limit on what the agent may spend was reached.
     BudgetExceeded,
+    /// The model's provider turned the turn away for capacity (a usage or
+    /// rate limit, an overload): its workflow waits and continues.
+    CapacityDenied,
 }
 
 impl Code {
@@ -371,6 +377,7 @@ impl Code {
             Code::InterruptedByRestart => "interrupted_by_restart",
             Code::ResourceClosed => "resource_closed",
             Code::BudgetExceeded => "budget_exceeded",
+            Code::CapacityDenied => "capacity_denied",
             Code::WorkspaceUnavailable => "workspace_unavailable",
             Code::PermissionDenied => "permission_denied",
             Code::PermissionUnknown => "permission_unknown",

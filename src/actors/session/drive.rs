@@ -18,7 +18,7 @@ use crate::actors::ActorDeps;
 use crate::agent::transcript::Prompt;
 use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
-use crate::domain::states::{CommentStatus, OutboxStatus};
+use crate::domain::states::{CapacityDenial, CommentStatus, OutboxStatus};
 use crate::domain::trust::{ReplyPath, ThreadTrust};
 use crate::domain::worktree::{TreeState, WorktreeId};
 use crate::domain::{OperationId, ResourceKey};
@@ -112,6 +112,8 @@ pub(super) struct TaskDrive {
     /// The author holds `gate_permission`: their input answers the
     /// workflow's gate as the owner's would.
     pub answers_for_owner: bool,
+    /// Why the provider turned the task's turn away, if it did.
+    pub denial: Option<CapacityDenial>,
 }
 
 /// Drives the session's oldest unsettled task as far as it goes now.
@@ -268,6 +270,7 @@ impl TaskDrive {
             },
             owes_reply,
             in_workflow: task.workflow_id.is_some(),
+            denied: false,
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),
@@ -302,7 +305,15 @@ impl TaskDrive {
             usage,
             budget: None,
             answers_for_owner: false,
+            denial: None,
         }))
+    }
+
+    /// Notes whether the provider turned the task's turn away for capacity
+    /// (from its live end or from history): the next decision reads it.
+    pub(super) fn deny(&mut self, denial: Option<CapacityDenial>) {
+        self.denial = denial;
+        self.snap.denied = denial.is_some();
     }
 
     /// Reads the task row again after a stale decision: what others changed
@@ -390,6 +401,8 @@ impl TaskDrive {
                     instance_id: self.deps.settings.instance_id.clone(),
                     bot_login: self.deps.settings.bot_login.clone(),
                     budget: self.budget,
+                    denial: self.denial,
+                    capacity_wait: self.deps.settings.capacity_wait,
                 }),
             budget: self.budget,
             reason: match self.detail.take() {

@@ -51,7 +51,12 @@ impl TaskDrive {
                 self.turn.final_text = final_text;
                 (Finding::Completed, Some(turn_id), None)
             }
-            Ok(TurnLookup::Failed { turn_id, error }) => {
+            Ok(TurnLookup::Failed {
+                turn_id,
+                error,
+                denial,
+            }) => {
+                self.deny(denial);
                 (Finding::Failed, Some(turn_id), Some(error))
             }
             Ok(TurnLookup::Interrupted { turn_id }) => (Finding::Interrupted, Some(turn_id), None),
@@ -96,7 +101,12 @@ impl TaskDrive {
                 self.turn.final_text = final_text;
                 (Finding::Completed, Some(turn_id), None)
             }
-            Ok(TurnLookup::Failed { turn_id, error }) if turn_id == turn => {
+            Ok(TurnLookup::Failed {
+                turn_id,
+                error,
+                denial,
+            }) if turn_id == turn => {
+                self.deny(denial);
                 (Finding::Failed, Some(turn_id), Some(error))
             }
             Ok(TurnLookup::Completed { turn_id, .. })

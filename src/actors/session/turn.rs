@@ -434,10 +434,11 @@ impl TaskDrive {
                     self.turn.final_text = final_text;
                     return Ok(Event::TurnEnded(TurnEnd::Completed));
                 }
-                TurnEvent::Failed { seq, error } => {
-                    tracing::warn!(task.id = %self.task.task_id, error = %error, "turn failed");
+                TurnEvent::Failed { seq, error, denial } => {
+                    tracing::warn!(task.id = %self.task.task_id, error = %error, denial = ?denial, "turn failed");
                     self.turn.last_seq = seq;
                     self.detail = Some(error);
+                    self.deny(denial);
                     return Ok(Event::TurnEnded(TurnEnd::Failed));
                 }
                 TurnEvent::Interrupted { .. } => return Ok(Event::TurnEnded(TurnEnd::Interrupted)),

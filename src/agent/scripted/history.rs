@@ -52,8 +52,12 @@ fn lookup_to_json(h: &TurnLookup) -> serde_json::Value {
         } => {
             serde_json::json!({ "kind": "completed", "turnId": turn_id, "finalText": final_text })
         }
-        TurnLookup::Failed { turn_id, error } => {
-            serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error })
+        TurnLookup::Failed {
+            turn_id,
+            error,
+            denial,
+        } => {
+            serde_json::json!({ "kind": "failed", "turnId": turn_id, "error": error, "denial": denial })
         }
         TurnLookup::Interrupted { turn_id } => {
             serde_json::json!({ "kind": "interrupted", "turnId": turn_id })
@@ -76,6 +80,7 @@ fn lookup_from_json(v: &serde_json::Value) -> Option<TurnLookup> {
         "failed" => TurnLookup::Failed {
             turn_id: s("turnId")?,
             error: s("error").unwrap_or_default(),
+            denial: s("denial").and_then(|d| d.parse().ok()),
         },
         _ => return None,
     })

@@ -72,9 +72,14 @@ pub(super) async fn play(
                     TurnLookup::Failed {
                         turn_id: turn_id.clone(),
                         error: error.clone(),
+                        denial: None,
                     },
                 );
-                let _ = tx.send(Wire::Event(TurnEvent::Failed { seq, error }));
+                let _ = tx.send(Wire::Event(TurnEvent::Failed {
+                    seq,
+                    error,
+                    denial: None,
+                }));
                 return;
             }
             Step::Hang => {

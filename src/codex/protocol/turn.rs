@@ -3,6 +3,7 @@
 
 use super::Request;
 use super::ThreadItem;
+use crate::domain::states::CapacityDenial;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -362,6 +363,70 @@ impl TurnStatus {
 
 /// Why a turn failed (`v2/TurnError`).
 #[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TurnError {
     pub message: String,
+    #[serde(default)]
+    pub codex_error_info: Option<CodexErrorInfo>,
+}
+
+impl TurnError {
+    /// Whether the provider turned the turn away for capacity (or a policy
+    /// on resources) rather than failing the work: codex's own word for it,
+    /// or the HTTP status it gave up on (429, 503).
+    pub fn denial(&self) -> Option<CapacityDenial> {
+        match self.codex_error_info.as_ref()? {
+            CodexErrorInfo::Kind(kind) => match kind {
+                CodexErrorKind::UsageLimitExceeded => Some(CapacityDenial::UsageLimit),
+                CodexErrorKind::RateLimitExceeded => Some(CapacityDenial::RateLimited),
+                CodexErrorKind::ServerOverloaded | CodexErrorKind::FlexUnavailable => {
+                    Some(CapacityDenial::Overloaded)
+                }
+                CodexErrorKind::PolicyCapacityUnavailable => Some(CapacityDenial::PolicyCapacity),
+                CodexErrorKind::Unknown => None,
+            },
+            CodexErrorInfo::Http(detail) => {
+                match detail.values().find_map(|d| d.http_status_code)? {
+                    429 => Some(CapacityDenial::RateLimited),
+                    503 => Some(CapacityDenial::Overloaded),
+                    _ => None,
+                }
+            }
+            CodexErrorInfo::Other(_) => None,
+        }
+    }
+}
+
+/// `v2/CodexErrorInfo`: what kind of failure codex saw, a bare kind or a
+/// kind with the HTTP status it came with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum CodexErrorInfo {
+    Kind(CodexErrorKind),
+    /// `{"responseTooManyFailedAttempts": {"httpStatusCode": 429}}` and its kin.
+    Http(std::collections::BTreeMap<String, HttpErrorDetail>),
+    /// A shape this bridge does not read.
+    Other(Value),
+}
+
+/// The bare kinds of `v2/CodexErrorInfo` the bridge tells apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CodexErrorKind {
+    UsageLimitExceeded,
+    RateLimitExceeded,
+    ServerOverloaded,
+    FlexUnavailable,
+    PolicyCapacityUnavailable,
+    /// Any other kind: a failure of the turn.
+    #[serde(other)]
+    Unknown,
+}
+
+/// The detail of a `v2/CodexErrorInfo` kind that came from an HTTP answer.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpErrorDetail {
+    #[serde(default)]
+    pub http_status_code: Option<u16>,
 }

@@ -7,7 +7,7 @@ use super::account::AccountEvents;
 use super::notice::{CodexNotice, NoticeSender};
 use super::protocol::{
     McpServerStartupState, McpToolCallItem, RequestId, ServerNotification, ThreadItem,
-    ThreadScoped, ThreadStatus, TurnStatus, Unreadable,
+    ThreadScoped, ThreadStatus, TurnError, TurnStatus, Unreadable,
 };
 use super::rpc::{Incoming, RpcConnection};
 use super::transcript::{token_counts, transcript_item};
@@ -24,7 +24,7 @@ struct Sink {
     tx: mpsc::UnboundedSender<TurnEvent>,
     seq: i64,
     last_agent_text: Option<String>,
-    last_error: Option<String>,
+    last_error: Option<TurnError>,
     /// The thread's token totals before the turn's first model request.
     tokens_before: Option<TokenCounts>,
 }
@@ -183,6 +183,7 @@ impl Router {
                         self.end_turn(thread, |seq, _| TurnEvent::Failed {
                             seq,
                             error: e.to_string(),
+                            denial: None,
                         });
                     }
                 }
@@ -263,7 +264,7 @@ impl Router {
             }
             ServerNotification::Error(n) => {
                 self.on_turn(&n.thread_id, |_, sink| {
-                    sink.last_error = Some(n.error.message);
+                    sink.last_error = Some(n.error);
                     Vec::new()
                 });
             }
@@ -277,14 +278,16 @@ impl Router {
                             .or_else(|| sink.last_agent_text.clone()),
                     },
                     TurnStatus::Interrupted => TurnEvent::Interrupted { seq },
-                    status => TurnEvent::Failed {
-                        seq,
-                        error: turn
-                            .error
-                            .map(|e| e.message)
-                            .or_else(|| sink.last_error.clone())
-                            .unwrap_or_else(|| format!("turn ended {}", status.as_str())),
-                    },
+                    status => {
+                        let error = turn.error.or_else(|| sink.last_error.clone());
+                        TurnEvent::Failed {
+                            seq,
+                            denial: error.as_ref().and_then(TurnError::denial),
+                            error: error
+                                .map(|e| e.message)
+                                .unwrap_or_else(|| format!("turn ended {}", status.as_str())),
+                        }
+                    }
                 });
             }
             // Only the thread's settling is read: an idle thread whose turn

@@ -245,7 +245,7 @@ async fn notifications_become_turn_events_and_an_unreadable_end_still_ends_the_t
         }
     );
     assert!(
-        matches!(&seen[4], TurnEvent::Failed { seq: 6, error } if error.contains("turn/completed")),
+        matches!(&seen[4], TurnEvent::Failed { seq: 6, error, .. } if error.contains("turn/completed")),
         "{:?}",
         seen[4]
     );

@@ -15,6 +15,9 @@
 //!   the count.
 //! - While it waits for its owner, only the owner's input resumes it; others'
 //!   input is refused.
+//! - A capacity refusal by the model's provider never ends a workflow nor
+//!   counts as a final: it waits (a wait that doubles with each refusal in
+//!   a row) and continues.
 //! - Every decision names the workflow's version it was made on.
 
 use crate::domain::workflow::{GateKind, WorkflowState};
@@ -23,6 +26,10 @@ use std::time::Duration;
 
 /// The longest a continuation waits, however many finals came before it.
 pub const MAX_CONTINUATION_DELAY: Duration = Duration::from_secs(600);
+
+/// The longest a workflow waits after capacity refusals, however many in a
+/// row: a usage allowance may come back within the hour.
+pub const MAX_CAPACITY_WAIT: Duration = Duration::from_secs(3600);
 
 /// The workflow as the decision needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +48,8 @@ pub struct WorkflowSnapshot {
     pub turns: i64,
     /// `max_turns_per_workflow`.
     pub max_turns: i64,
+    /// Capacity refusals in a row.
+    pub denials: i64,
 }
 
 /// The limits a workflow's decisions apply.
@@ -78,6 +87,8 @@ pub enum WorkflowEvent {
     ResourceClosed,
     /// A failure exhausted the workflow's recovery.
     Failed,
+    /// The model's provider turned the turn away for capacity.
+    Denied,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +113,12 @@ pub enum WorkflowStep {
     ResumeWith {
         seq: i64,
     },
+    /// Wait out a capacity refusal: continuation number `seq` carries the
+    /// work on after the wait for `denials` refusals in a row.
+    Wait {
+        seq: i64,
+        denials: i64,
+    },
     /// Owner input while open: the count starts again.
     ResetIdle,
     /// Not the owner's to resume: refuse the input (`owner_gate_required`).
@@ -122,6 +139,8 @@ pub enum Idle {
     NotOpen,
     /// Input from anyone while open is an ordinary message.
     OrdinaryInput,
+    /// A continuation is pending already: it carries the work on.
+    ContinuationPending,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,7 +214,23 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
                 }
             }
         }
-        E::Complete | E::GateAsked(_) | E::Halted(_) | E::Final { .. } => S::Nothing(Idle::NotOpen),
+        // Not a failure of the work, so not the end of it; the limit on a
+        // workflow's turns still holds.
+        E::Denied if snap.state == W::Open => {
+            if snap.turns >= snap.max_turns.max(1) {
+                S::Gate(GateKind::Budget)
+            } else if snap.continuation_pending {
+                S::Nothing(Idle::ContinuationPending)
+            } else {
+                S::Wait {
+                    seq: snap.continuations + 1,
+                    denials: snap.denials + 1,
+                }
+            }
+        }
+        E::Complete | E::GateAsked(_) | E::Halted(_) | E::Final { .. } | E::Denied => {
+            S::Nothing(Idle::NotOpen)
+        }
     }
 }
 
@@ -208,6 +243,7 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
 ///   continuation, never by replaying the input.
 /// - A budget hit or a timeout, and a run stopped by its owner, wait for the
 ///   owner; a run stopped for a newer message leaves the workflow to it.
+/// - A capacity refusal by the provider waits and continues.
 /// - Any other failure has used up the task's bounded recovery.
 pub fn event_of_end(
     state: TaskState,
@@ -221,6 +257,7 @@ pub fn event_of_end(
             Some(WorkflowEvent::Final { progress })
         }
         (T::Failed, Some("interrupted_by_restart")) => Some(WorkflowEvent::Final { progress }),
+        (T::Failed, Some("capacity_denied")) => Some(WorkflowEvent::Denied),
         (T::Failed, Some("budget_exceeded")) | (T::TimedOut, _) => {
             Some(WorkflowEvent::Halted(GateKind::Budget))
         }
@@ -230,6 +267,14 @@ pub fn event_of_end(
         (T::Failed, _) => Some(WorkflowEvent::Failed),
         _ => None,
     }
+}
+
+/// How long a workflow waits after `denials` capacity refusals in a row:
+/// the base doubled for each refusal before the last, at most
+/// [`MAX_CAPACITY_WAIT`].
+pub fn capacity_wait(base: Duration, denials: i64) -> Duration {
+    let steps = u32::try_from(denials.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
+    base.saturating_mul(1u32 << steps).min(MAX_CAPACITY_WAIT)
 }
 
 /// How long continuation `delay_steps` waits: the base doubled for each
@@ -252,7 +297,7 @@ mod tests {
             0i64..20,
             any::<bool>(),
             1i64..70,
-            (0i64..30, 1i64..30),
+            (0i64..30, 1i64..30, 0i64..20),
         )
             .prop_map(
                 |(
@@ -262,7 +307,7 @@ mod tests {
                     continuations,
                     continuation_pending,
                     max,
-                    (turns, max_turns),
+                    (turns, max_turns, denials),
                 )| {
                     WorkflowSnapshot {
                         state,
@@ -273,6 +318,7 @@ mod tests {
                         max_idle_finals: max,
                         turns,
                         max_turns,
+                        denials,
                     }
                 },
             )
@@ -291,6 +337,7 @@ mod tests {
             Just(E::Cancel),
             Just(E::ResourceClosed),
             Just(E::Failed),
+            Just(E::Denied),
         ]
     }
 
@@ -373,6 +420,43 @@ mod tests {
         }
 
         #[test]
+        fn a_capacity_refusal_waits_and_continues_and_never_ends_the_work(s in snapshot()) {
+            let step = decide(&s, WorkflowEvent::Denied).step;
+            prop_assert!(!matches!(step, WorkflowStep::End { .. }), "{:?}", step);
+            if s.state != WorkflowState::Open {
+                prop_assert!(matches!(step, WorkflowStep::Nothing(_)), "{:?}", step);
+            }
+            match step {
+                WorkflowStep::Wait { seq, denials } => {
+                    prop_assert_eq!(s.state, WorkflowState::Open);
+                    prop_assert!(!s.continuation_pending);
+                    prop_assert!(s.turns < s.max_turns);
+                    prop_assert_eq!(seq, s.continuations + 1);
+                    prop_assert_eq!(denials, s.denials + 1);
+                }
+                WorkflowStep::Gate(kind) => {
+                    prop_assert_eq!(kind, GateKind::Budget);
+                    prop_assert!(s.turns >= s.max_turns);
+                }
+                WorkflowStep::Nothing(_) => {
+                    prop_assert!(s.state != WorkflowState::Open || s.continuation_pending);
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+
+        #[test]
+        fn a_capacity_wait_grows_with_each_refusal_in_a_row_up_to_an_hour(
+            base in 1u64..120, a in 0i64..40, b in 0i64..40,
+        ) {
+            let base = Duration::from_secs(base);
+            let (lo, hi) = (a.min(b), a.max(b));
+            prop_assert!(capacity_wait(base, lo) <= capacity_wait(base, hi));
+            prop_assert!(capacity_wait(base, hi) <= MAX_CAPACITY_WAIT);
+            prop_assert_eq!(capacity_wait(base, 1), base);
+        }
+
+        #[test]
         fn a_continuation_waits_longer_after_each_idle_final_but_never_past_the_cap(
             base in 1u64..30, a in 0u32..40, b in 0u32..40,
         ) {
@@ -391,7 +475,7 @@ mod tests {
             state in proptest::sample::select(TaskState::ALL.to_vec()),
             code in proptest::option::of(proptest::sample::select(vec![
                 "superseded", "budget_exceeded", "interrupted_by_restart", "turn_failed",
-                "turn_interrupted",
+                "turn_interrupted", "capacity_denied",
             ])),
             continuation in any::<bool>(),
         ) {
@@ -401,10 +485,16 @@ mod tests {
             }
             if event == Some(WorkflowEvent::Failed) {
                 prop_assert_eq!(state, TaskState::Failed);
-                prop_assert!(!matches!(code, Some("budget_exceeded" | "interrupted_by_restart")));
+                prop_assert!(!matches!(
+                    code,
+                    Some("budget_exceeded" | "interrupted_by_restart" | "capacity_denied")
+                ));
             }
             if let Some(WorkflowEvent::Final { progress }) = event {
                 prop_assert_eq!(progress, !continuation);
+            }
+            if event == Some(WorkflowEvent::Denied) {
+                prop_assert_eq!((state, code), (TaskState::Failed, Some("capacity_denied")));
             }
             if code == Some("superseded") && state == TaskState::Aborted {
                 prop_assert_eq!(event, None);
@@ -423,6 +513,7 @@ mod tests {
             max_idle_finals: 3,
             turns: 2,
             max_turns: 200,
+            denials: 0,
         };
         assert_eq!(
             decide(&s, WorkflowEvent::Final { progress: true }).step,

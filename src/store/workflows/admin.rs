@@ -236,6 +236,7 @@ pub fn resume_gate(
                         after: &after,
                         instance_id: a.instance_id,
                         text: &text,
+                        why: "an operator answered the owner gate",
                     },
                 )?;
             }

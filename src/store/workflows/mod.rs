@@ -18,7 +18,7 @@ use super::schema::{
 use super::steer::stale;
 use super::{now, DbConn, StoreError};
 use crate::domain::fingerprint::Fingerprint;
-use crate::domain::states::{OutboxStatus, SendMode};
+use crate::domain::states::{CapacityDenial, OutboxStatus, SendMode};
 use crate::domain::workflow::decide::{WorkflowLimits, WorkflowSnapshot};
 use crate::domain::workflow::{GateKind, WorkflowState};
 use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
@@ -52,6 +52,14 @@ pub struct Workflow {
     pub version: i64,
     /// The task whose turn ended it (the agent completed it there).
     pub ended_by_task: Option<TaskId>,
+    /// Why it waits to continue: the provider turned its last turn away
+    /// for capacity. Cleared once its next turn is admitted.
+    pub wait_reason: Option<CapacityDenial>,
+    /// When its next continuation is due, while it waits so.
+    pub wait_until: Option<String>,
+    /// Capacity refusals in a row (each doubles the wait).
+    #[serde(skip)]
+    pub denials: i64,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -87,6 +95,7 @@ pub fn snapshot(
         max_idle_finals: limits.max_idle_finals,
         turns: turns_of(c, &w.workflow_id)?,
         max_turns: limits.max_turns,
+        denials: w.denials,
     })
 }
 
@@ -193,6 +202,53 @@ pub fn join(conn: &mut DbConn, task: &Task, title: &str) -> Result<Workflow, Sto
     Ok(workflow)
 }
 
+/// The provider turned the workflow's turn away for capacity: continuation
+/// `seq` (its wait in `c.due_at`) carries the work on, and until it is
+/// admitted the workflow shows why it waits. `denials`: refusals in a row,
+/// this one included. The count of finals without progress is untouched: a
+/// refusal is neither progress nor a final.
+pub fn wait(
+    conn: &mut DbConn,
+    w: &Workflow,
+    c: &ContinueWith<'_>,
+    reason: CapacityDenial,
+    denials: i64,
+) -> Result<TaskId, StoreError> {
+    let task = continue_with(conn, w, c)?;
+    with_conn!(conn, |x| diesel::update(row(w))
+        .set((
+            workflows::wait_reason.eq(reason),
+            workflows::wait_until.eq(&c.due_at),
+            workflows::denials.eq(denials),
+        ))
+        .execute(x))?;
+    audit::record(
+        conn,
+        &Audit::new("workflow.waiting", "system")
+            .task(&task)
+            .meta(serde_json::json!({
+                "workflowId": w.workflow_id, "waitReason": reason, "until": c.due_at,
+                "denials": denials, "decidedOnVersion": c.version,
+            })),
+    )?;
+    Ok(task)
+}
+
+/// A turn of the workflow was admitted: it no longer waits for capacity
+/// (the count of refusals stays until a step other than a refusal).
+pub fn admitted(conn: &mut DbConn, w: &Workflow) -> Result<(), StoreError> {
+    if w.wait_reason.is_none() {
+        return Ok(());
+    }
+    with_conn!(conn, |x| diesel::update(row(w))
+        .set((
+            workflows::wait_reason.eq(None::<CapacityDenial>),
+            workflows::wait_until.eq(None::<String>),
+        ))
+        .execute(x))?;
+    Ok(())
+}
+
 /// Moves the workflow from `version` to `version + 1`; `Refused { STALE }`
 /// if it is no longer at `version` (nothing written). The caller then sets
 /// what the decision changes, in the same transaction.
@@ -206,6 +262,11 @@ fn bump(conn: &mut DbConn, w: &Workflow, version: i64) -> Result<(), StoreError>
     .set((
         workflows::updated_at.eq(&at),
         workflows::version.eq(version + 1),
+        // Any step but a capacity wait (which sets them again after) ends
+        // the wait and its run of refusals.
+        workflows::wait_reason.eq(None::<CapacityDenial>),
+        workflows::wait_until.eq(None::<String>),
+        workflows::denials.eq(0),
     ))
     .execute(c))?;
     if n == 0 {
@@ -237,6 +298,8 @@ pub struct ContinueWith<'a> {
     pub instance_id: &'a str,
     /// What the continuation's turn is told.
     pub text: &'a str,
+    /// Why it continues, for the continuation's first history row.
+    pub why: &'a str,
 }
 
 /// Counts the final and creates continuation `seq`: its delivery, its task
@@ -299,7 +362,7 @@ pub fn continue_with(
                 task_transitions::to_state.eq(TaskState::Queued),
                 task_transitions::state_version.eq(1),
                 task_transitions::actor.eq("system"),
-                task_transitions::reason.eq("the workflow continues after an ordinary final"),
+                task_transitions::reason.eq(c.why),
                 task_transitions::at.eq(&at),
             ))
             .execute(x)?;

@@ -239,6 +239,10 @@ pub(super) fn turn_ended(snap: &Snapshot, end: TurnEnd) -> Decision {
         (S::Running, TurnEnd::Failed) if retry_turn => on("the reply-retry turn failed")
             .to(S::VerifyingReply)
             .then(&[E::VerifyReply]),
+        (S::Running, TurnEnd::Failed) if snap.denied => {
+            on("the model's provider turned the turn away for capacity")
+                .ends(S::Failed, Some(Code::CapacityDenied))
+        }
         (S::CancelRequested, TurnEnd::Failed) if snap.stopping == Some(Stop::Budget) => {
             on("the turn failed after reaching a limit").ends(S::Failed, Some(Code::BudgetExceeded))
         }
@@ -340,6 +344,11 @@ pub(super) fn history(snap: &Snapshot, finding: Finding) -> Decision {
             _ => admitted("turn admitted (confirmed from history)"),
         },
         Finding::Failed => match snap.state {
+            S::Running if snap.denied => on(
+                "the model's provider turned the turn away for capacity (confirmed from history)",
+            )
+            .ends(S::Failed, Some(Code::CapacityDenied))
+            .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Failed)]),
             S::Running | S::CancelRequested => on("the turn failed (confirmed from history)")
                 .ends(S::Failed, Some(Code::TurnFailed))
                 .then(&[E::MarkSent, E::RecordTurnEnd(TurnEnd::Failed)]),

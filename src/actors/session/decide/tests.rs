@@ -19,6 +19,7 @@ fn leased() -> Snapshot {
         reply_path: ReplyPath::AgentViaMcp,
         owes_reply: true,
         in_workflow: false,
+        denied: false,
     }
 }
 
@@ -472,7 +473,13 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            for flags in 0u8..=255 {
+            // A refused turn is one the task admitted: `denied` only then.
+            let top = if admission == Admission::Intended {
+                511
+            } else {
+                255
+            };
+            for flags in 0u16..=top {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
                     for fallback in [
                         None,
@@ -508,6 +515,7 @@ fn every_decision_keeps_the_promises() {
                                     },
                                     owes_reply: flags & 64 == 0,
                                     in_workflow: flags & 128 != 0,
+                                    denied: flags & 256 != 0,
                                 };
                                 for event in &events {
                                     if let Err(e) = keeps_the_promises(&snap, *event) {

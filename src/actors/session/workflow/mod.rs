@@ -7,8 +7,10 @@
 mod tools;
 
 use crate::domain::limits::{Limit, LimitHit};
+use crate::domain::states::CapacityDenial;
 use crate::domain::workflow::decide::{
-    continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowLimits, WorkflowStep,
+    capacity_wait, continuation_delay, decide, event_of_end, WorkflowEvent, WorkflowLimits,
+    WorkflowStep,
 };
 use crate::domain::workflow::{GateKind, CONTINUATION_TEXT};
 use crate::domain::{GateId, TaskId};
@@ -30,6 +32,10 @@ pub struct WorkflowEnd {
     pub bot_login: String,
     /// The limit the task reached, named in the gate's comment.
     pub budget: Option<crate::domain::limits::LimitHit>,
+    /// Why the provider turned the task's turn away, if it did.
+    pub denial: Option<CapacityDenial>,
+    /// The first wait after a capacity refusal (`capacity_wait_secs`).
+    pub capacity_wait: Duration,
 }
 
 /// A workflow's title, from the message that opens it: its first line.
@@ -52,8 +58,10 @@ pub(in crate::actors::session) fn join(
 ) -> Result<(), StoreError> {
     let w = workflows::join(c, task, title)?;
     if task.continuation.is_some() {
-        return workflows::admit_continuation(&w);
+        workflows::admit_continuation(&w)?;
+        return workflows::admitted(c, &w);
     }
+    workflows::admitted(c, &w)?;
     let snap = snapshot(c, &w, limits)?;
     let event = if as_owner || task.author.eq_ignore_ascii_case(&w.owner) {
         WorkflowEvent::OwnerInput
@@ -102,9 +110,6 @@ pub(super) fn after_end(
             idle_finals,
             delay_steps,
         } => {
-            let delay = continuation_delay(end.backoff, delay_steps);
-            let due = chrono::Utc::now()
-                + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero());
             workflows::continue_with(
                 c,
                 &w,
@@ -112,11 +117,33 @@ pub(super) fn after_end(
                     version: d.expected_version,
                     seq,
                     idle_finals,
-                    due_at: format_time(due),
+                    due_at: due_after(continuation_delay(end.backoff, delay_steps)),
                     after: &task,
                     instance_id: &end.instance_id,
                     text: CONTINUATION_TEXT,
+                    why: "the workflow continues after an ordinary final",
                 },
+            )?;
+        }
+        WorkflowStep::Wait { seq, denials } => {
+            // Only a task whose turn was refused reaches here; a refusal
+            // whose kind was lost still waits, as the least of them.
+            let reason = end.denial.unwrap_or(CapacityDenial::RateLimited);
+            workflows::wait(
+                c,
+                &w,
+                &ContinueWith {
+                    version: d.expected_version,
+                    seq,
+                    idle_finals: w.idle_finals,
+                    due_at: due_after(capacity_wait(end.capacity_wait, denials)),
+                    after: &task,
+                    instance_id: &end.instance_id,
+                    text: CONTINUATION_TEXT,
+                    why: "the workflow continues after the provider's capacity refusal",
+                },
+                reason,
+                denials,
             )?;
         }
         WorkflowStep::Count { idle_finals } => {
@@ -170,6 +197,13 @@ pub(super) fn after_end(
         _ => {}
     }
     Ok(())
+}
+
+/// The time `delay` from now, as the store writes times.
+fn due_after(delay: Duration) -> String {
+    format_time(
+        chrono::Utc::now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::zero()),
+    )
 }
 
 /// The workflow waits behind a gate that `task` opened: the gate's record
