@@ -52,6 +52,7 @@ mod gitsim;
 mod handoff;
 mod handoff_recovery;
 mod hook_state;
+mod idle;
 mod ingest;
 mod interrupt;
 mod leases;

@@ -42,6 +42,9 @@ pub(super) async fn play(
                     kind: kind.to_owned(),
                 }));
             }
+            Step::Idle => {
+                let _ = tx.send(Wire::Event(TurnEvent::Idle { seq }));
+            }
             Step::Sleep(d) => {
                 tokio::select! {
                     _ = tokio::time::sleep(d) => {}

@@ -10,6 +10,9 @@ use std::time::Duration;
 pub enum Step {
     /// Emit a progress event.
     Progress(&'static str),
+    /// The thread settles idle though the turn goes on (a status the
+    /// provider sent early): a candidate final that later activity voids.
+    Idle,
     Sleep(Duration),
     /// Finish with this final text.
     Complete(String),
