@@ -9,6 +9,7 @@
 use crate::browser::{browser_test, click, confirm_action, el, sign_in, text_until};
 use crate::support::*;
 use crate::testapp::*;
+use codex_bridge::domain::states::CapacityDenial;
 use codex_bridge::domain::workflow::GateKind;
 use codex_bridge::domain::{GateId, TaskId};
 use codex_bridge::store::models::Task;
@@ -93,7 +94,28 @@ fn browser_workflows_answer_a_gate_for_the_owner_and_cancel() {
     let mut db = connect(&s.db_url);
     // An older workflow on Issue 2, then the one under test on Issue 1,
     // waiting for its owner at a gate its first task asked.
-    let (_, older) = joined(s, &mut db, 1, 2, "tidy the docs");
+    let (older_task, older) = joined(s, &mut db, 1, 2, "tidy the docs");
+    // The older one waits out a capacity refusal of its provider.
+    db.write_transaction(|c| {
+        workflows::wait(
+            c,
+            &older,
+            &workflows::ContinueWith {
+                version: older.version,
+                seq: 1,
+                idle_finals: 0,
+                // Not due while the test runs.
+                due_at: "2099-01-01T00:00:00Z".into(),
+                after: &older_task,
+                instance_id: "default",
+                text: "Continue.",
+                why: "the workflow continues after the provider's capacity refusal",
+            },
+            CapacityDenial::UsageLimit,
+            1,
+        )
+    })
+    .unwrap();
     let (first, w) = joined(s, &mut db, 2, 1, "fix the parser");
     let gate = open_gate(&mut db, &w, GateKind::Publish, QUESTION, &first);
     let wf = w.workflow_id.to_string();
@@ -125,6 +147,19 @@ fn browser_workflows_answer_a_gate_for_the_owner_and_cancel() {
             ),
         )
         .await;
+        text_until(
+            &c,
+            &format!(
+                r#"#workflow-table tr[data-workflow="{}"] .wf-wait"#,
+                older.workflow_id
+            ),
+            |t| t.contains("usage limit"),
+        )
+        .await;
+        assert!(
+            absent(&c, &format!("{row} .wf-wait")).await,
+            "only a workflow that waits says so"
+        );
 
         // One page holds both: no further page is offered.
         text_until(&c, "#workflows-more", |t| t.is_empty()).await;

@@ -26,6 +26,14 @@ function workflowBadge(state) {
   return h("span", { class: "badge " + (WORKFLOW_TONES[s] || "off"), "data-state": s }, s.replace(/_/g, " "));
 }
 
+// Why an open workflow waits to continue (the model's provider turned its
+// last turn away for capacity), and until when; nothing when it does not.
+function waitNote(w) {
+  if (!w.waitReason) return null;
+  return h("span", { class: "wf-wait small muted" },
+    " waits: " + w.waitReason.replace(/_/g, " ") + ", until ", time(w.waitUntil));
+}
+
 // Gate statuses: open waits for the owner; resumed was answered; closed
 // ended with its workflow.
 function gateBadge(status) {
@@ -70,7 +78,7 @@ async function renderWorkflows(query, cursor, append) {
   }
   if (current.view !== "workflows" || current.arg !== query) return;
   const rows = page.workflows.map((w) => h("tr", { "data-workflow": w.workflowId, "data-state": w.state },
-    h("td", {}, workflowBadge(w.state)),
+    h("td", {}, workflowBadge(w.state), waitNote(w)),
     h("td", { class: "wf-title" }, workflowTitle(w)),
     h("td", { class: "wf-owner" }, w.owner || "—"),
     h("td", { class: "num wf-continuations" }, String(w.continuations)),
@@ -135,6 +143,7 @@ async function renderWorkflow(id) {
     ["owner", h("span", { id: "workflow-owner" }, w.owner || "—")],
     ["continuations", h("span", { id: "workflow-continuations" }, String(w.continuations))],
     ["idle finals", h("span", { id: "workflow-idle-finals" }, String(w.idleFinals))],
+    ["waits for", w.waitReason ? h("span", { id: "workflow-wait" }, waitNote(w)) : "—"],
     ["version", String(w.version)],
     ["parent", w.parentWorkflowId ? workflowLink(w.parentWorkflowId) : "—"],
     ["end", w.endCode || "—"],
