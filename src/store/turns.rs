@@ -152,7 +152,8 @@ pub fn set_idle_candidate(conn: &mut DbConn, turn_id: &str, idle: bool) -> Resul
 }
 
 /// Stores how a turn ended and its final agent message (kept durably: a reply
-/// can be published from it without running the model again).
+/// can be published from it without running the model again). An idle
+/// candidate it still held is moot now that the end is known.
 pub fn record_turn_finished(
     conn: &mut DbConn,
     turn_id: &str,
@@ -167,6 +168,7 @@ pub fn record_turn_finished(
             turns::final_text.eq(final_text),
             turns::event_seq.eq(event_seq),
             turns::completed_at.eq(&at),
+            turns::idle_at.eq(None::<String>),
         ))
         .execute(c))?;
     Ok(())

@@ -9,7 +9,7 @@
 
 use crate::e2e::Loop;
 use crate::e2e_workflow::{complete, continuation, workflow, workflow_of};
-use crate::fakemodel::{user_texts, Gate, Step};
+use crate::fakemodel::{Gate, Step};
 use codex_bridge::domain::states::CapacityDenial;
 use codex_bridge::domain::workflow::WorkflowState;
 use serde_json::json;
@@ -132,15 +132,6 @@ fn e2e_a_capacity_refusal_waits_and_the_workflow_continues() {
     });
     // The comment reached the model once, as the newest input of one
     // request: never sent again.
-    let asked = l
-        .model()
-        .requests()
-        .iter()
-        .filter(|r| {
-            user_texts(r)
-                .last()
-                .is_some_and(|t| t.contains("fix the parser"))
-        })
-        .count();
+    let asked = l.model().asked("fix the parser");
     assert_eq!(asked, 1);
 }

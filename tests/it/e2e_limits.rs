@@ -2,7 +2,8 @@
 //! app-server`, the fake model, the Gitea simulator): a task past its wall
 //! time or its tokens is interrupted and ends `failed` (`budget_exceeded`)
 //! with one receipt naming the limit, and its workflow waits for its owner
-//! instead of continuing; a workflow past its turns waits too.
+//! instead of continuing; a workflow past its turns waits too; a task at
+//! its turns gets no reply-retry turn.
 
 use crate::e2e::Loop;
 use crate::e2e_workflow::{continuation, workflow, workflow_of};
@@ -102,4 +103,26 @@ fn e2e_a_workflow_past_its_turns_waits_for_its_owner() {
                     .contains("max_turns_per_workflow")
             })
     });
+}
+
+/// `max_turns_per_task` counts the reply-retry turn: a task whose one turn
+/// it may take left no reply gets no second turn; the answer its turn left
+/// is posted through the REST fallback instead.
+#[test]
+fn e2e_a_task_at_its_turns_gets_no_reply_retry_turn() {
+    let l = with_limit("CODEX_BRIDGE_MAX_TURNS_PER_TASK", "1");
+    // The agent answers but never posts its reply.
+    l.script_silent("The parser is fixed.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "succeeded_with_rest_fallback");
+    let d = l.detail(&task);
+    assert_eq!(d["turns"].as_array().map(Vec::len), Some(1), "{d}");
+    assert_eq!(d["task"]["replyAttempt"], 0, "no reply-retry turn");
+    assert_eq!(l.model().requests().len(), 1, "the model was asked once");
+    assert_eq!(d["turns"][0]["idleAt"], serde_json::Value::Null, "{d}");
+    assert_eq!(
+        l.bot_comments(l.issue, "The parser is fixed.").len(),
+        1,
+        "the turn's answer, posted by the bridge"
+    );
 }

@@ -9,7 +9,7 @@
 
 use crate::e2e::Loop;
 use crate::e2e_workflow::{complete, continuation, workflow, workflow_of};
-use crate::fakemodel::{user_texts, Gate, Item, Step};
+use crate::fakemodel::{Gate, Item, Step};
 use crate::support::*;
 use codex_bridge::domain::workflow::WorkflowState;
 use codex_bridge::store::workflows;
@@ -49,16 +49,7 @@ fn e2e_killed_during_a_turn_the_workflow_continues_without_replaying_the_comment
     let w = workflow(&l, &workflow_of(&l, &task));
     assert_eq!(w.state, WorkflowState::Completed);
     // The comment reached the model once: never replayed.
-    let asked = l
-        .model()
-        .requests()
-        .iter()
-        .filter(|r| {
-            user_texts(r)
-                .last()
-                .is_some_and(|t| t.contains("migrate the parser"))
-        })
-        .count();
+    let asked = l.model().asked("migrate the parser");
     assert_eq!(asked, 1, "the comment was sent once");
     assert_eq!(l.detail(&task)["turns"].as_array().map(Vec::len), Some(1));
 }
@@ -209,16 +200,7 @@ fn e2e_killed_before_the_owners_answer_ran_it_resumes_the_gated_workflow_once() 
     let d = l.detail(&pending);
     assert_eq!(d["task"]["state"], "cancelled");
     assert_eq!(d["turns"].as_array().map(Vec::len), Some(0), "it never ran");
-    let asked = l
-        .model()
-        .requests()
-        .iter()
-        .filter(|r| {
-            user_texts(r)
-                .last()
-                .is_some_and(|t| t.contains("yes, publish 1.2"))
-        })
-        .count();
+    let asked = l.model().asked("yes, publish 1.2");
     assert!(asked >= 1, "the answer reached the agent");
     assert_eq!(
         l.detail(&answer)["turns"].as_array().map(Vec::len),

@@ -259,6 +259,16 @@ impl FakeModel {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// How many requests carry `needle` in their newest user input: how
+    /// often a message was sent as new input (a thread's history repeats
+    /// older inputs in later requests, so only the newest counts).
+    pub fn asked(&self, needle: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(needle)))
+            .count()
+    }
+
     /// Wait until at least `n` requests arrived; their bodies. Panics after
     /// `timeout`.
     pub fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Value> {

@@ -109,6 +109,9 @@ pub struct Snapshot {
     /// The task's turn failed because the model's provider turned it away
     /// for capacity: the work is not at fault, and its workflow waits.
     pub denied: bool,
+    /// The task may take another turn under `max_turns_per_task` (the
+    /// reply-retry turn is one).
+    pub turns_left: bool,
 }
 
 /// The commenter's permission, checked again when the task starts.

@@ -271,6 +271,7 @@ impl TaskDrive {
             owes_reply,
             in_workflow: task.workflow_id.is_some(),
             denied: false,
+            turns_left: usage.turns < deps.settings.limits.max_turns_per_task,
         };
         let operation_id = match &entry {
             Some(e) if task.reply_attempt > 0 => Some(e.operation_id.reply_retry()),
@@ -478,6 +479,9 @@ impl TaskDrive {
                 Effect::RecordAdmission(_) => {
                     self.snap.turn_recorded = true;
                     self.prompt = None;
+                    self.usage.turns += 1;
+                    self.snap.turns_left =
+                        self.usage.turns < self.deps.settings.limits.max_turns_per_task;
                 }
                 Effect::RecordTurnEnd(_) => {
                     self.turn.events = None;

@@ -415,6 +415,12 @@ pub(super) fn reply(snap: &Snapshot, verdict: Verdict) -> Decision {
             None if snap.reply_retry != ReplyRetry::Unused => {
                 on("the reply is still missing: the REST fallback").then(&[E::PostRestFallback])
             }
+            // Another turn would pass `max_turns_per_task`: the answer the
+            // turn left is posted as it is.
+            None if !snap.turns_left => on(
+                "the reply is missing and the task took all the turns it may take: the REST fallback",
+            )
+            .then(&[E::PostRestFallback]),
             None => on("the reply is missing: one reply-retry turn")
                 .then(&[E::BeginReplyRetry, E::StartReplyRetry]),
         },

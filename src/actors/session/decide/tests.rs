@@ -20,6 +20,7 @@ fn leased() -> Snapshot {
         owes_reply: true,
         in_workflow: false,
         denied: false,
+        turns_left: true,
     }
 }
 
@@ -354,12 +355,20 @@ fn keeps_the_promises(snap: &Snapshot, event: Event) -> Result<(), TestCaseError
     }
     if d.effects.contains(&E::PostRestFallback) {
         prop_assert!(matches!(snap.fallback, None | Some(Fallback::Posting)));
-        // The bridge's own reply is the normal path: no retry turn first.
+        // The bridge's own reply is the normal path: no retry turn first;
+        // nor for a task that may take no other turn.
         prop_assert!(
             snap.reply_retry != ReplyRetry::Unused
                 || snap.fallback.is_some()
-                || snap.reply_path == ReplyPath::BridgeViaRest,
+                || snap.reply_path == ReplyPath::BridgeViaRest
+                || !snap.turns_left,
             "the REST fallback comes after the reply-retry turn"
+        );
+    }
+    if d.effects.contains(&E::StartReplyRetry) {
+        prop_assert!(
+            snap.turns_left,
+            "a reply-retry turn past max_turns_per_task"
         );
     }
     if uncertain(&event) {
@@ -473,11 +482,12 @@ fn every_decision_keeps_the_promises() {
     let mut checked = 0;
     for state in TaskState::ALL {
         for admission in [Admission::NoEntry, Admission::NotSent, Admission::Intended] {
-            // A refused turn is one the task admitted: `denied` only then.
-            let top = if admission == Admission::Intended {
-                511
-            } else {
-                255
+            // A refused turn is one the task admitted: `denied` only then;
+            // turns left matter only to a reply being verified.
+            let top = match (admission, state) {
+                (Admission::Intended, TaskState::VerifyingReply) => 1023,
+                (Admission::Intended, _) => 511,
+                _ => 255,
             };
             for flags in 0u16..=top {
                 for reply_retry in [ReplyRetry::Unused, ReplyRetry::Intended, ReplyRetry::Used] {
@@ -516,6 +526,7 @@ fn every_decision_keeps_the_promises() {
                                     owes_reply: flags & 64 == 0,
                                     in_workflow: flags & 128 != 0,
                                     denied: flags & 256 != 0,
+                                    turns_left: flags & 512 == 0,
                                 };
                                 for event in &events {
                                     if let Err(e) = keeps_the_promises(&snap, *event) {
