@@ -105,9 +105,10 @@ fn receipt_posts(sim: &GiteaSim, task: &TaskId, state: &str) -> Vec<LoggedReques
         .collect()
 }
 
-/// Waits (20 s at most) until the simulator has a 201 for that receipt.
+/// Waits (60 s at most: a receipt may queue behind a hundred others on a
+/// loaded machine) until the simulator has a 201 for that receipt.
 async fn wait_posted(sim: &GiteaSim, task: &TaskId, state: &str) -> Vec<LoggedRequest> {
-    let posted = poll_until_async(Duration::from_secs(20), || async {
+    let posted = poll_until_async(Duration::from_secs(60), || async {
         receipt_posts(sim, task, state)
             .iter()
             .any(|r| r.status == 201)
