@@ -5,7 +5,9 @@
 
 use super::states::text_enum;
 
+pub mod children;
 pub mod decide;
+pub mod results;
 mod tools;
 
 pub use tools::{ResultReport, ToolCall, ToolCallError, ToolSpec, TOOLS};
