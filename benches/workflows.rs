@@ -137,6 +137,15 @@ async fn continuation_cost(workflows: usize, idle_finals: i64) -> Result<Vec<f64
     // the last, which opens the gate.
     let per_workflow = idle_finals as usize;
     wait_calls(&rig, workflows * per_workflow).await?;
+    // Read the turns only once every workflow stopped at its gate: before
+    // that, its last continuation may or may not have started.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while waiting_owner(&rig).await? < workflows as i64 {
+        if Instant::now() > deadline {
+            bail!("not every workflow reached its gate");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let ends: HashMap<String, Instant> = rig.runtime.ends().into_iter().collect();
     let mut by_repo: HashMap<PathBuf, Vec<(Instant, Option<Instant>)>> = HashMap::new();
     for c in rig.runtime.calls() {
@@ -156,6 +165,21 @@ async fn continuation_cost(workflows: usize, idle_finals: i64) -> Result<Vec<f64
     }
     ms.sort_by(|a, b| a.total_cmp(b));
     Ok(ms)
+}
+
+/// Workflows that wait for their owner.
+async fn waiting_owner(rig: &Rig) -> Result<i64> {
+    Ok(rig
+        .store
+        .read(|c| {
+            use codex_bridge::store::schema::workflows as w;
+            use diesel::prelude::*;
+            Ok(codex_bridge::with_conn!(c, |x| w::table
+                .filter(w::state.eq("waiting_owner"))
+                .count()
+                .get_result::<i64>(x))?)
+        })
+        .await?)
 }
 
 /// One durable write transaction of the same kind of store, in
@@ -265,7 +289,9 @@ fn main() -> Result<()> {
     let cost = System::new().block_on(continuation_cost(workflows, idle_finals))?;
     let floor = System::new().block_on(commit_floor(500))?;
     let mem = System::new().block_on(open_workflows(open))?;
-    let expected = workflows * (idle_finals as usize - 1);
+    // Each workflow: its comment's turn, then a continuation after each
+    // final until the `idle_finals`-th final without progress opens its gate.
+    let expected = workflows * idle_finals as usize;
     println!(
         "workflow benchmark ({}):",
         if full { "full" } else { "smoke" }
@@ -313,10 +339,12 @@ fn main() -> Result<()> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-workflows.json");
         std::fs::write(&path, serde_json::to_string_pretty(&json)?)?;
         println!("  figures written to {}", path.display());
-    } else if cost.len() != expected || alone.len() != (idle_finals as usize * 5 - 1) {
+    } else if cost.len() != expected || alone.len() != idle_finals as usize * 5 {
         bail!(
-            "smoke: {} continuations measured, {expected} expected",
-            cost.len()
+            "smoke: {} and {} continuations measured, {expected} and {} expected",
+            cost.len(),
+            alone.len(),
+            idle_finals * 5
         );
     }
     Ok(())
