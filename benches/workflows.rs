@@ -25,7 +25,7 @@ use anyhow::{bail, Result};
 use codex_bridge::actors::registry::{Notify, Registry};
 use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::{Script, ScriptedAgent, Step};
-use codex_bridge::domain::workflow::CONTINUATION_TEXT;
+use codex_bridge::domain::workflow::{WorkflowState, CONTINUATION_TEXT};
 use codex_bridge::forge::scripted::ScriptedForge;
 use codex_bridge::store::ingest::IngestOutcome;
 use codex_bridge::store::Store;
@@ -140,7 +140,7 @@ async fn continuation_cost(workflows: usize, idle_finals: i64) -> Result<Vec<f64
     // Read the turns only once every workflow stopped at its gate: before
     // that, its last continuation may or may not have started.
     let deadline = Instant::now() + Duration::from_secs(600);
-    while waiting_owner(&rig).await? < workflows as i64 {
+    while workflows_in(&rig, WorkflowState::WaitingOwner).await? < workflows as i64 {
         if Instant::now() > deadline {
             bail!("not every workflow reached its gate");
         }
@@ -167,15 +167,15 @@ async fn continuation_cost(workflows: usize, idle_finals: i64) -> Result<Vec<f64
     Ok(ms)
 }
 
-/// Workflows that wait for their owner.
-async fn waiting_owner(rig: &Rig) -> Result<i64> {
+/// How many workflows are in `state`.
+async fn workflows_in(rig: &Rig, state: WorkflowState) -> Result<i64> {
     Ok(rig
         .store
-        .read(|c| {
+        .read(move |c| {
             use codex_bridge::store::schema::workflows as w;
             use diesel::prelude::*;
             Ok(codex_bridge::with_conn!(c, |x| w::table
-                .filter(w::state.eq("waiting_owner"))
+                .filter(w::state.eq(state))
                 .count()
                 .get_result::<i64>(x))?)
         })
@@ -242,23 +242,8 @@ async fn open_workflows(n: usize) -> Result<OpenCost> {
     }
     wait_calls(&rig, 20 + n).await?;
     // The last finals commit their continuation; then all is quiet.
-    let open = |rig: &Rig| {
-        let store = rig.store.clone();
-        async move {
-            store
-                .read(|c| {
-                    use codex_bridge::store::schema::workflows as w;
-                    use diesel::prelude::*;
-                    Ok(codex_bridge::with_conn!(c, |x| w::table
-                        .filter(w::state.eq("open"))
-                        .count()
-                        .get_result::<i64>(x))?)
-                })
-                .await
-        }
-    };
     let deadline = Instant::now() + Duration::from_secs(300);
-    while open(&rig).await? < (20 + n) as i64 {
+    while workflows_in(&rig, WorkflowState::Open).await? < (20 + n) as i64 {
         if Instant::now() > deadline {
             bail!("not every workflow is open");
         }
