@@ -273,15 +273,20 @@ pub fn event_of_end(
 /// the base doubled for each refusal before the last, at most
 /// [`MAX_CAPACITY_WAIT`].
 pub fn capacity_wait(base: Duration, denials: i64) -> Duration {
-    let steps = u32::try_from(denials.saturating_sub(1).clamp(0, 16)).unwrap_or(16);
-    base.saturating_mul(1u32 << steps).min(MAX_CAPACITY_WAIT)
+    let n = u32::try_from(denials.clamp(0, 17)).unwrap_or(17);
+    doubled(base, n, MAX_CAPACITY_WAIT)
 }
 
 /// How long continuation `delay_steps` waits: the base doubled for each
 /// final without progress before it, at most [`MAX_CONTINUATION_DELAY`].
 pub fn continuation_delay(base: Duration, delay_steps: u32) -> Duration {
-    let factor = 1u32 << delay_steps.saturating_sub(1).min(16);
-    base.saturating_mul(factor).min(MAX_CONTINUATION_DELAY)
+    doubled(base, delay_steps, MAX_CONTINUATION_DELAY)
+}
+
+/// `base` doubled for each of `n` steps after the first, at most `cap`.
+fn doubled(base: Duration, n: u32, cap: Duration) -> Duration {
+    let factor = 1u32 << n.saturating_sub(1).min(16);
+    base.saturating_mul(factor).min(cap)
 }
 
 #[cfg(test)]
