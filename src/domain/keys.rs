@@ -162,7 +162,10 @@ impl ResourceKind {
 }
 
 /// `<repoKey>:<issue|pull>:<number>`: one Issue or Pull Request, and so one
-/// session and one Codex thread. Clones share the text, as [`RepoKey`]'s do.
+/// session and one Codex thread. A delegated child's session is keyed
+/// `<repoKey>:<issue|pull>:<number>:child:<n>`: its own session, thread and
+/// worktree, about the same Issue or Pull Request. Clones share the text, as
+/// [`RepoKey`]'s do.
 #[derive(Clone, AsExpression, FromSqlRow)]
 #[diesel(sql_type = Text)]
 pub struct ResourceKey {
@@ -170,7 +173,11 @@ pub struct ResourceKey {
     repo: RepoKey,
     kind: ResourceKind,
     number: i64,
+    child: Option<i64>,
 }
+
+/// The word that marks a child's session key.
+const CHILD: &str = "child";
 
 impl ResourceKey {
     pub fn new(repo: RepoKey, kind: ResourceKind, number: i64) -> ResourceKey {
@@ -179,11 +186,48 @@ impl ResourceKey {
             repo,
             kind,
             number,
+            child: None,
         }
+    }
+
+    /// The session of the resource's delegated child number `n` (counted
+    /// from 1 across the resource's children).
+    pub fn child_session(&self, n: i64) -> ResourceKey {
+        let base = self.resource();
+        ResourceKey {
+            text: format!("{}:{CHILD}:{n}", base.as_str()).into(),
+            child: Some(n),
+            ..base
+        }
+    }
+
+    /// The Issue or Pull Request the key is about: itself, or a child
+    /// session's resource.
+    pub fn resource(&self) -> ResourceKey {
+        ResourceKey::new(self.repo.clone(), self.kind, self.number)
+    }
+
+    /// A child session's number; `None` for the resource's own session.
+    pub fn child(&self) -> Option<i64> {
+        self.child
     }
 
     pub fn parse(text: &str) -> Result<ResourceKey, KeyError> {
         const WHAT: &str = "the resource key";
+        let mut tail = text.rsplitn(3, ':');
+        if let (Some(n), Some(CHILD), Some(base)) = (tail.next(), tail.next(), tail.next()) {
+            let n = n
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| key_error(WHAT, text, "a child's number is a positive integer"))?;
+            return Ok(ResourceKey::parse(base)
+                .and_then(|b| match b.child {
+                    None => Ok(b),
+                    Some(_) => Err(key_error(WHAT, text, "a child has no children of its own")),
+                })?
+                .child_session(n));
+        }
         let mut parts = text.rsplitn(3, ':');
         let (Some(number), Some(kind), Some(repo)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -305,6 +349,14 @@ minted_id!(
     NO_SUFFIX,
     [32]
 );
+minted_id!(
+    /// `result-<32 hex>`: one child's result, immutable once recorded.
+    ResultId,
+    "result-",
+    "the result id",
+    NO_SUFFIX,
+    [32]
+);
 
 const NO_SUFFIX: [&str; 0] = [];
 const REPLY_RETRY: &str = "-reply-retry";
@@ -417,7 +469,8 @@ key_text!(
     TaskId,
     OperationId,
     WorkflowId,
-    GateId
+    GateId,
+    ResultId
 );
 
 /// Keys whose parts are parsed out of their text compare, order and hash by
@@ -510,6 +563,30 @@ mod tests {
         assert_eq!(key.repo().as_str(), "default:acme/widgets");
         assert!(key.is_pull());
         assert_eq!(key.number(), 23);
+        assert_eq!(key.child(), None);
+        assert_eq!(key.resource(), key);
+    }
+
+    #[test]
+    fn a_child_session_key_names_its_resource_and_number() {
+        let key = ResourceKey::parse("default:acme/widgets:issue:12").unwrap();
+        let child = key.child_session(3);
+        assert_eq!(child.as_str(), "default:acme/widgets:issue:12:child:3");
+        assert_eq!(ResourceKey::parse(child.as_str()).unwrap(), child);
+        assert_eq!(child.child(), Some(3));
+        assert_eq!(child.resource(), key);
+        assert_eq!(child.number(), 12);
+        assert!(!child.is_pull());
+        assert_ne!(child, key);
+        assert_eq!(child.child_session(4), key.child_session(4));
+        for bad in [
+            "default:acme/widgets:issue:12:child:0",
+            "default:acme/widgets:issue:12:child:x",
+            "default:acme/widgets:issue:12:child:1:child:2",
+            "default:acme/widgets:child:2",
+        ] {
+            assert!(ResourceKey::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
@@ -563,7 +640,10 @@ mod tests {
             prop_assert_eq!(again.repo(), &key);
             prop_assert_eq!(again.kind(), kind);
             prop_assert_eq!(again.number(), number);
-            prop_assert_eq!(again, resource);
+            prop_assert_eq!(&again, &resource);
+            let child = resource.child_session(number);
+            prop_assert_eq!(&ResourceKey::parse(child.as_str()).unwrap(), &child);
+            prop_assert_eq!(child.resource(), resource);
         }
     }
 }

@@ -8,7 +8,8 @@ pub mod limits;
 pub(crate) mod sql;
 
 pub use keys::{
-    GateId, KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, TaskId, WorkflowId,
+    GateId, KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, ResultId, TaskId,
+    WorkflowId,
 };
 pub mod request;
 

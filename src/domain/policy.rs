@@ -11,7 +11,21 @@ use std::str::FromStr;
 use std::time::Duration;
 
 /// When Codex asks for approval before it acts (`approvalPolicy` of a thread).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    diesel::AsExpression,
+    diesel::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Text)]
 #[serde(rename_all = "kebab-case")]
 pub enum ApprovalPolicy {
     /// Never asks: whatever the sandbox allows runs.
@@ -63,7 +77,21 @@ impl FromStr for ApprovalPolicy {
 }
 
 /// What the commands Codex runs may touch (`sandbox` of a thread).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    diesel::AsExpression,
+    diesel::FromSqlRow,
+)]
+#[diesel(sql_type = diesel::sql_types::Text)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sandbox {
     /// Reads anything, writes nothing.
@@ -109,6 +137,23 @@ impl FromStr for Sandbox {
         })
     }
 }
+
+impl ApprovalPolicy {
+    /// Reads a stored or configured name.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl Sandbox {
+    /// Reads a stored or configured name.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+crate::domain::sql::text_column!(ApprovalPolicy);
+crate::domain::sql::text_column!(Sandbox);
 
 /// How Codex works in one repository: the thread's approval policy and
 /// sandbox, and the turn deadline.

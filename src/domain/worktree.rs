@@ -10,6 +10,8 @@ pub struct WorktreeId {
     pub kind: ResourceKind,
     /// The Issue's or pull request's number.
     pub number: i64,
+    /// A delegated child's number: its own worktree and branch.
+    pub child: Option<i64>,
 }
 
 impl WorktreeId {
@@ -18,16 +20,29 @@ impl WorktreeId {
         WorktreeId {
             kind: key.kind(),
             number: key.number(),
+            child: key.child(),
         }
     }
 
-    /// The worktree's folder name, `issue-12` or `pull-7`.
+    /// The worktree of the session a child's was delegated from.
+    pub fn parent(&self) -> Option<WorktreeId> {
+        self.child.map(|_| WorktreeId {
+            child: None,
+            ..*self
+        })
+    }
+
+    /// The worktree's folder name, `issue-12`, `pull-7`, or a child's
+    /// `issue-12-child-3`.
     pub fn dir_name(&self) -> String {
         let kind = match self.kind {
             ResourceKind::Issue => "issue",
             ResourceKind::Pull => "pull",
         };
-        format!("{kind}-{}", self.number)
+        match self.child {
+            None => format!("{kind}-{}", self.number),
+            Some(n) => format!("{kind}-{}-child-{n}", self.number),
+        }
     }
 
     /// The session's local branch, `codex/issue-12` or `codex/pull-7`: its

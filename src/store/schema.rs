@@ -208,6 +208,22 @@ diesel::table! {
 }
 
 diesel::table! {
+    result_deliveries (id) {
+        id -> Int8,
+        result_id -> Text,
+        workflow_id -> Text,
+        created_by_task -> Nullable<Text>,
+        state -> Text,
+        version -> Int8,
+        deliveries -> Int8,
+        carried_by_task -> Nullable<Text>,
+        acked_by_task -> Nullable<Text>,
+        created_at -> Text,
+        updated_at -> Text,
+    }
+}
+
+diesel::table! {
     sessions (session_key) {
         session_key -> Text,
         repo_key -> Text,
@@ -371,6 +387,23 @@ diesel::table! {
 }
 
 diesel::table! {
+    workflow_results (id) {
+        id -> Int8,
+        result_id -> Text,
+        workflow_id -> Text,
+        summary -> Text,
+        files_changed -> Text,
+        checks_run -> Text,
+        risks -> Text,
+        blockers -> Text,
+        incomplete -> Bool,
+        branch -> Nullable<Text>,
+        recorded_by_task -> Nullable<Text>,
+        created_at -> Text,
+    }
+}
+
+diesel::table! {
     workflows (id) {
         id -> Int8,
         workflow_id -> Text,
@@ -390,6 +423,14 @@ diesel::table! {
         wait_reason -> Nullable<Text>,
         wait_until -> Nullable<Text>,
         denials -> Int8,
+        child_mode -> Nullable<Text>,
+        assignment_key -> Nullable<Text>,
+        child_number -> Nullable<Int8>,
+        instructions -> Nullable<Text>,
+        created_by_task -> Nullable<Text>,
+        sandbox -> Nullable<Text>,
+        approval_policy -> Nullable<Text>,
+        recovered -> Int8,
     }
 }
 
@@ -430,6 +471,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     operation_ledger,
     outbox_entries,
     repositories,
+    result_deliveries,
     sessions,
     task_heads,
     task_transitions,
@@ -440,6 +482,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     turns,
     webhook_deliveries,
     workflow_gates,
+    workflow_results,
     workflows,
     worktrees,
 );

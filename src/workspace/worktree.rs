@@ -114,9 +114,17 @@ impl WorkspaceManager {
                     args.push(git::arg(&wt.path));
                     args.push(branch.clone().into());
                 } else {
+                    // A child starts from what its parent committed, so its
+                    // work builds on the parent's and its diff is its own.
+                    let parent_branch = match session.id.parent() {
+                        Some(p) => ws
+                            .commit_of(&format!("refs/heads/{}", p.branch()))?
+                            .map(|_| p.branch()),
+                        None => None,
+                    };
                     args.extend(git::args(["--no-track", "-b", &branch]));
                     args.push(git::arg(&wt.path));
-                    args.push(synced.target.clone().into());
+                    args.push(parent_branch.unwrap_or_else(|| synced.target.clone()).into());
                 }
                 ws.local("worktree", args)?;
                 if pull {
@@ -392,15 +400,27 @@ mod tests {
         let issue = WorktreeId {
             kind: ResourceKind::Issue,
             number: 12,
+            child: None,
         };
         assert_eq!(
             m.worktree_path("acme", "widgets", issue).unwrap(),
             root.join(".worktrees/default/acme/widgets/issue-12")
         );
         assert_eq!(issue.branch(), "codex/issue-12");
+        let child = WorktreeId {
+            child: Some(3),
+            ..issue
+        };
+        assert_eq!(
+            m.worktree_path("acme", "widgets", child).unwrap(),
+            root.join(".worktrees/default/acme/widgets/issue-12-child-3")
+        );
+        assert_eq!(child.branch(), "codex/issue-12-child-3");
+        assert_eq!(child.parent(), Some(issue));
         let pull = WorktreeId {
             kind: ResourceKind::Pull,
             number: 7,
+            child: None,
         };
         assert_eq!(pull.branch(), "codex/pull-7");
         for bad in ["../x", "a/b", "..", ""] {
@@ -410,6 +430,7 @@ mod tests {
         let negative = WorktreeId {
             kind: ResourceKind::Issue,
             number: -1,
+            child: None,
         };
         assert_eq!(
             m.worktree_path("acme", "w", negative).unwrap_err().code(),

@@ -13,6 +13,7 @@ fn issue(number: i64) -> WorktreeId {
     WorktreeId {
         kind: ResourceKind::Issue,
         number,
+        child: None,
     }
 }
 
@@ -167,6 +168,7 @@ fn worktree_of_a_pull_request_follows_its_head_only_while_it_holds_no_uncommitte
     let id = WorktreeId {
         kind: ResourceKind::Pull,
         number: 7,
+        child: None,
     };
     let p = e.manager.prepare_session(&s, &pr, fresh(id)).unwrap();
     assert_eq!(

@@ -377,7 +377,7 @@ async fn schedule_pass(
         },
     };
     let workspaces = deps.workspaces.clone();
-    let id = WorktreeId::of(&next.resource_key);
+    let id = WorktreeId::of(&next.session_key);
     let prepared = tokio::task::spawn_blocking(move || {
         let session = SessionTree {
             id,

@@ -211,7 +211,7 @@ impl TaskDrive {
             None => (None, None),
         };
         let repo_names = repo.as_ref().map(|r| (r.owner.clone(), r.name.clone()));
-        let worktree = WorktreeId::of(&task.resource_key);
+        let worktree = WorktreeId::of(&task.session_key);
         let workspace = match repo
             .as_ref()
             .map(|r| deps.workspaces.worktree_for(&r.owner, &r.name, worktree))
@@ -452,7 +452,7 @@ impl TaskDrive {
     /// waits for an operator rather than run on what nobody checked.
     async fn worktree_state(&self) -> Option<TreeState> {
         let (owner, name) = self.repo_names.clone()?;
-        let id = WorktreeId::of(&self.task.resource_key);
+        let id = WorktreeId::of(&self.task.session_key);
         let workspaces = self.deps.workspaces.clone();
         let read =
             tokio::task::spawn_blocking(move || workspaces.tree_state(&owner, &name, id)).await;

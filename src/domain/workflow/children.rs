@@ -160,6 +160,25 @@ fn admission(snap: &AdmissionSnapshot, mode: ChildMode) -> Admission {
     }
 }
 
+/// The same logical assignment, whenever it is asked: the parent, the mode
+/// and the exact work. Asked again (a retry after a refusal, a call the
+/// agent repeats), it names the same child, never a second one.
+pub fn assignment_key(
+    parent: &crate::domain::WorkflowId,
+    mode: ChildMode,
+    title: &str,
+    instructions: &str,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [parent.as_str(), mode.as_str(), title, instructions] {
+        // Length-prefixed, so no two different lists make one text.
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
 /// What comes of a child whose turn ended without `record_result`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildExit {

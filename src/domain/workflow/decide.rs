@@ -18,6 +18,9 @@
 //! - A capacity refusal by the model's provider never ends a workflow nor
 //!   counts as a final: it waits (a wait that doubles with each refusal in
 //!   a row) and continues.
+//! - While its children work and no result of theirs waits, an open
+//!   workflow's final neither continues it nor counts as idle; a child's
+//!   result continues it at once (a handoff's waiting parent opens again).
 //! - Every decision names the workflow's version it was made on.
 
 use crate::domain::workflow::{GateKind, WorkflowState};
@@ -50,6 +53,10 @@ pub struct WorkflowSnapshot {
     pub max_turns: i64,
     /// Capacity refusals in a row.
     pub denials: i64,
+    /// Children of the workflow work that have not recorded a result.
+    pub children_running: bool,
+    /// Results of its children wait to be carried to it.
+    pub results_waiting: bool,
 }
 
 /// The limits a workflow's decisions apply.
@@ -89,6 +96,11 @@ pub enum WorkflowEvent {
     Failed,
     /// The model's provider turned the turn away for capacity.
     Denied,
+    /// The agent handed work to a child (`handoff_child`): the workflow
+    /// waits for its result.
+    HandoffAsked,
+    /// A child's result was recorded for the workflow.
+    ResultArrived,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +133,10 @@ pub enum WorkflowStep {
     },
     /// Owner input while open: the count starts again.
     ResetIdle,
+    /// Wait for the child the work was handed to (`waiting_child`).
+    AwaitChild,
+    /// The pending continuation is due now: a child's result waits for it.
+    Hasten,
     /// Not the owner's to resume: refuse the input (`owner_gate_required`).
     Refuse,
     /// The workflow ends in `state` for `code`.
@@ -141,6 +157,8 @@ pub enum Idle {
     OrdinaryInput,
     /// A continuation is pending already: it carries the work on.
     ContinuationPending,
+    /// Its children work: their results continue the workflow.
+    AwaitingChildren,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,10 +216,32 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
             code: "completed",
         },
         E::GateAsked(kind) | E::Halted(kind) if snap.state == W::Open => S::Gate(kind),
+        E::HandoffAsked if snap.state == W::Open => S::AwaitChild,
+        E::ResultArrived => match snap.state {
+            W::WaitingChild if snap.continuation_pending => S::Resume,
+            W::WaitingChild => S::ResumeWith {
+                seq: snap.continuations + 1,
+            },
+            W::Open if snap.continuation_pending => S::Hasten,
+            W::Open => S::Continue {
+                seq: snap.continuations + 1,
+                idle_finals: snap.idle_finals,
+                delay_steps: 0,
+            },
+            // An owner's gate comes first; the result waits for the answer.
+            _ => S::Nothing(Idle::NotOpen),
+        },
         E::Final { progress } if snap.state == W::Open => {
             let idle_finals = if progress { 0 } else { snap.idle_finals + 1 };
             if snap.turns >= snap.max_turns.max(1) {
                 S::Gate(GateKind::Budget)
+            } else if snap.children_running
+                && !snap.results_waiting
+                && !snap.continuation_pending
+            {
+                // Waiting for children is not idleness: their results
+                // continue the workflow.
+                S::Nothing(Idle::AwaitingChildren)
             } else if idle_finals >= snap.max_idle_finals.max(1) {
                 S::Gate(GateKind::IdleFinals)
             } else if snap.continuation_pending {
@@ -228,15 +268,19 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
                 }
             }
         }
-        E::Complete | E::GateAsked(_) | E::Halted(_) | E::Final { .. } | E::Denied => {
-            S::Nothing(Idle::NotOpen)
-        }
+        E::Complete
+        | E::GateAsked(_)
+        | E::Halted(_)
+        | E::Final { .. }
+        | E::Denied
+        | E::HandoffAsked => S::Nothing(Idle::NotOpen),
     }
 }
 
 /// How a task's end moves the workflow it is an input of (`None`: it does
-/// not). `code` is the task's `errorCode`; `continuation`: the task is one
-/// of the workflow's continuations (its final is no progress by itself).
+/// not). `code` is the task's `errorCode`; `progress`: the task brought
+/// durable progress (a comment's input, a child's result carried to it) —
+/// a continuation's final alone is none.
 ///
 /// - A final (posted or not) continues the workflow, as does a turn cut by a
 ///   restart after its input was admitted: the work goes on in a new
@@ -248,10 +292,9 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
 pub fn event_of_end(
     state: TaskState,
     code: Option<&str>,
-    continuation: bool,
+    progress: bool,
 ) -> Option<WorkflowEvent> {
     use TaskState as T;
-    let progress = !continuation;
     match (state, code) {
         (T::Succeeded | T::SucceededWithRestFallback | T::FailedReply, _) => {
             Some(WorkflowEvent::Final { progress })
@@ -290,255 +333,4 @@ fn doubled(base: Duration, n: u32, cap: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn snapshot() -> impl Strategy<Value = WorkflowSnapshot> {
-        (
-            proptest::sample::select(WorkflowState::ALL.to_vec()),
-            0i64..50,
-            0i64..70,
-            0i64..20,
-            any::<bool>(),
-            1i64..70,
-            (0i64..30, 1i64..30, 0i64..20),
-        )
-            .prop_map(
-                |(
-                    state,
-                    version,
-                    idle_finals,
-                    continuations,
-                    continuation_pending,
-                    max,
-                    (turns, max_turns, denials),
-                )| {
-                    WorkflowSnapshot {
-                        state,
-                        version,
-                        idle_finals: idle_finals.min(max - 1),
-                        continuations,
-                        continuation_pending,
-                        max_idle_finals: max,
-                        turns,
-                        max_turns,
-                        denials,
-                    }
-                },
-            )
-    }
-
-    fn event() -> impl Strategy<Value = WorkflowEvent> {
-        use WorkflowEvent as E;
-        prop_oneof![
-            any::<bool>().prop_map(|progress| E::Final { progress }),
-            Just(E::Complete),
-            proptest::sample::select(GateKind::ALL.to_vec()).prop_map(E::GateAsked),
-            proptest::sample::select(vec![GateKind::Stopped, GateKind::Budget]).prop_map(E::Halted),
-            Just(E::OwnerInput),
-            Just(E::OperatorResume),
-            Just(E::OtherInput),
-            Just(E::Cancel),
-            Just(E::ResourceClosed),
-            Just(E::Failed),
-            Just(E::Denied),
-        ]
-    }
-
-    /// The state a step leaves the workflow in.
-    fn after(snap: &WorkflowSnapshot, step: WorkflowStep) -> WorkflowState {
-        match step {
-            WorkflowStep::Gate(_) => WorkflowState::WaitingOwner,
-            WorkflowStep::Resume | WorkflowStep::ResumeWith { .. } => WorkflowState::Open,
-            WorkflowStep::End { state, .. } => state,
-            _ => snap.state,
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn every_decision_names_the_version_it_was_made_on(s in snapshot(), e in event()) {
-            prop_assert_eq!(decide(&s, e).expected_version, s.version);
-        }
-
-        #[test]
-        fn a_final_never_ends_a_workflow_and_an_end_is_for_good(s in snapshot(), e in event()) {
-            let step = decide(&s, e).step;
-            if s.state.is_end() {
-                prop_assert_eq!(step, WorkflowStep::Nothing(Idle::Ended));
-            }
-            if let (WorkflowEvent::Final { .. }, false) = (e, s.state.is_end()) {
-                prop_assert!(!after(&s, step).is_end(), "{:?}", step);
-            }
-            if !s.state.is_end() && after(&s, step) == WorkflowState::Completed {
-                prop_assert_eq!(e, WorkflowEvent::Complete);
-            }
-        }
-
-        #[test]
-        fn one_continuation_at_a_time_numbered_in_order(s in snapshot(), e in event()) {
-            if let WorkflowStep::Continue { seq, .. } = decide(&s, e).step {
-                prop_assert_eq!(s.state, WorkflowState::Open);
-                prop_assert!(!s.continuation_pending);
-                prop_assert_eq!(seq, s.continuations + 1);
-            }
-        }
-
-        #[test]
-        fn finals_without_progress_open_a_gate_at_the_limit(s in snapshot(), progress in any::<bool>()) {
-            let step = decide(&s, WorkflowEvent::Final { progress }).step;
-            if s.state == WorkflowState::Open {
-                let count = if progress { 0 } else { s.idle_finals + 1 };
-                match step {
-                    WorkflowStep::Gate(GateKind::Budget) => {
-                        prop_assert!(s.turns >= s.max_turns, "a budget gate only past max_turns_per_workflow");
-                    }
-                    WorkflowStep::Gate(kind) => {
-                        prop_assert_eq!(kind, GateKind::IdleFinals);
-                        prop_assert!(count >= s.max_idle_finals);
-                        prop_assert!(s.turns < s.max_turns);
-                    }
-                    WorkflowStep::Continue { idle_finals, .. } | WorkflowStep::Count { idle_finals } => {
-                        prop_assert_eq!(idle_finals, count);
-                        prop_assert!(idle_finals < s.max_idle_finals);
-                    }
-                    other => prop_assert!(false, "{:?}", other),
-                }
-            }
-        }
-
-        #[test]
-        fn only_the_owner_resumes_a_waiting_workflow(s in snapshot(), e in event()) {
-            let step = decide(&s, e).step;
-            if s.state == WorkflowState::WaitingOwner && after(&s, step) == WorkflowState::Open {
-                prop_assert!(matches!(e, WorkflowEvent::OwnerInput | WorkflowEvent::OperatorResume));
-            }
-            if let WorkflowStep::ResumeWith { seq } = step {
-                prop_assert_eq!(s.state, WorkflowState::WaitingOwner);
-                prop_assert!(!s.continuation_pending);
-                prop_assert_eq!(seq, s.continuations + 1);
-            }
-            if s.state == WorkflowState::WaitingOwner && e == WorkflowEvent::OtherInput {
-                prop_assert_eq!(step, WorkflowStep::Refuse);
-            }
-        }
-
-        #[test]
-        fn a_capacity_refusal_waits_and_continues_and_never_ends_the_work(s in snapshot()) {
-            let step = decide(&s, WorkflowEvent::Denied).step;
-            prop_assert!(!matches!(step, WorkflowStep::End { .. }), "{:?}", step);
-            if s.state != WorkflowState::Open {
-                prop_assert!(matches!(step, WorkflowStep::Nothing(_)), "{:?}", step);
-            }
-            match step {
-                WorkflowStep::Wait { seq, denials } => {
-                    prop_assert_eq!(s.state, WorkflowState::Open);
-                    prop_assert!(!s.continuation_pending);
-                    prop_assert!(s.turns < s.max_turns);
-                    prop_assert_eq!(seq, s.continuations + 1);
-                    prop_assert_eq!(denials, s.denials + 1);
-                }
-                WorkflowStep::Gate(kind) => {
-                    prop_assert_eq!(kind, GateKind::Budget);
-                    prop_assert!(s.turns >= s.max_turns);
-                }
-                WorkflowStep::Nothing(_) => {
-                    prop_assert!(s.state != WorkflowState::Open || s.continuation_pending);
-                }
-                other => prop_assert!(false, "{:?}", other),
-            }
-        }
-
-        #[test]
-        fn a_capacity_wait_grows_with_each_refusal_in_a_row_up_to_an_hour(
-            base in 1u64..120, a in 0i64..40, b in 0i64..40,
-        ) {
-            let base = Duration::from_secs(base);
-            let (lo, hi) = (a.min(b), a.max(b));
-            prop_assert!(capacity_wait(base, lo) <= capacity_wait(base, hi));
-            prop_assert!(capacity_wait(base, hi) <= MAX_CAPACITY_WAIT);
-            prop_assert_eq!(capacity_wait(base, 1), base);
-        }
-
-        #[test]
-        fn a_continuation_waits_longer_after_each_idle_final_but_never_past_the_cap(
-            base in 1u64..30, a in 0u32..40, b in 0u32..40,
-        ) {
-            let base = Duration::from_secs(base);
-            let (lo, hi) = (a.min(b), a.max(b));
-            prop_assert!(continuation_delay(base, lo) <= continuation_delay(base, hi));
-            prop_assert!(continuation_delay(base, hi) <= MAX_CONTINUATION_DELAY.max(base));
-        }
-    }
-
-    proptest! {
-        /// Only a terminal task moves its workflow, and only a failure that
-        /// is neither a limit nor a restart ends it.
-        #[test]
-        fn a_task_end_moves_its_workflow_only_as_its_outcome_says(
-            state in proptest::sample::select(TaskState::ALL.to_vec()),
-            code in proptest::option::of(proptest::sample::select(vec![
-                "superseded", "budget_exceeded", "interrupted_by_restart", "turn_failed",
-                "turn_interrupted", "capacity_denied",
-            ])),
-            continuation in any::<bool>(),
-        ) {
-            let event = event_of_end(state, code, continuation);
-            if !state.is_terminal() {
-                prop_assert_eq!(event, None);
-            }
-            if event == Some(WorkflowEvent::Failed) {
-                prop_assert_eq!(state, TaskState::Failed);
-                prop_assert!(!matches!(
-                    code,
-                    Some("budget_exceeded" | "interrupted_by_restart" | "capacity_denied")
-                ));
-            }
-            if let Some(WorkflowEvent::Final { progress }) = event {
-                prop_assert_eq!(progress, !continuation);
-            }
-            if event == Some(WorkflowEvent::Denied) {
-                prop_assert_eq!((state, code), (TaskState::Failed, Some("capacity_denied")));
-            }
-            if code == Some("superseded") && state == TaskState::Aborted {
-                prop_assert_eq!(event, None);
-            }
-        }
-    }
-
-    #[test]
-    fn an_open_workflow_continues_then_completes_only_when_the_agent_says_so() {
-        let mut s = WorkflowSnapshot {
-            state: WorkflowState::Open,
-            version: 1,
-            idle_finals: 0,
-            continuations: 0,
-            continuation_pending: false,
-            max_idle_finals: 3,
-            turns: 2,
-            max_turns: 200,
-            denials: 0,
-        };
-        assert_eq!(
-            decide(&s, WorkflowEvent::Final { progress: true }).step,
-            WorkflowStep::Continue {
-                seq: 1,
-                idle_finals: 0,
-                delay_steps: 0
-            }
-        );
-        s.idle_finals = 2;
-        assert_eq!(
-            decide(&s, WorkflowEvent::Final { progress: false }).step,
-            WorkflowStep::Gate(GateKind::IdleFinals)
-        );
-        assert_eq!(
-            decide(&s, WorkflowEvent::Complete).step,
-            WorkflowStep::End {
-                state: WorkflowState::Completed,
-                code: "completed"
-            }
-        );
-    }
-}
+mod tests;

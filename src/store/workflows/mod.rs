@@ -9,6 +9,8 @@
 use super::audit::{self, Audit};
 
 pub mod admin;
+pub mod children;
+pub mod results;
 
 use super::models::Task;
 use super::schema::{
@@ -20,6 +22,8 @@ use super::{now, DbConn, StoreError};
 use crate::domain::fingerprint::Fingerprint;
 use crate::domain::states::{CapacityDenial, OutboxStatus, SendMode};
 use crate::domain::workflow::decide::{WorkflowLimits, WorkflowSnapshot};
+use crate::domain::policy::{ApprovalPolicy, Sandbox};
+use crate::domain::workflow::children::ChildMode;
 use crate::domain::workflow::{GateKind, WorkflowState};
 use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
@@ -60,6 +64,24 @@ pub struct Workflow {
     /// Capacity refusals in a row (each doubles the wait).
     #[serde(skip)]
     pub denials: i64,
+    /// How its parent handed it work, for a delegated child.
+    pub child_mode: Option<ChildMode>,
+    /// The parent's request it answers: asked again, the same child.
+    #[serde(skip)]
+    pub assignment_key: Option<String>,
+    /// The `<n>` of a child's session key.
+    pub child_number: Option<i64>,
+    /// What its parent asked of a child.
+    pub instructions: Option<String>,
+    /// The parent's task that asked for a child: its result is bound to
+    /// that workflow and that turn.
+    pub created_by_task: Option<TaskId>,
+    /// The most a child was delegated: its parent's sandbox and approval
+    /// policy.
+    pub sandbox: Option<Sandbox>,
+    pub approval_policy: Option<ApprovalPolicy>,
+    /// Turns a child was asked again for the result it did not record.
+    pub recovered: i64,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]
@@ -96,6 +118,8 @@ pub fn snapshot(
         turns: turns_of(c, &w.workflow_id)?,
         max_turns: limits.max_turns,
         denials: w.denials,
+        children_running: children::running(c, &w.workflow_id)? > 0,
+        results_waiting: results::waiting(c, &w.workflow_id)? > 0,
     })
 }
 
@@ -293,7 +317,8 @@ pub struct ContinueWith<'a> {
     pub idle_finals: i64,
     /// When it may start (the backoff ends).
     pub due_at: String,
-    /// The task whose final it continues (its repository, session and refs).
+    /// The task whose final it continues (its repository, resource and
+    /// refs; the continuation runs in the workflow's own session).
     pub after: &'a Task,
     pub instance_id: &'a str,
     /// What the continuation's turn is told.
@@ -341,7 +366,7 @@ pub fn continue_with(
                 tasks::task_id.eq(&task_id),
                 tasks::delivery_key.eq(&delivery_key),
                 tasks::repo_key.eq(&after.repo_key),
-                tasks::session_key.eq(&after.session_key),
+                tasks::session_key.eq(&w.session_key),
                 tasks::resource_key.eq(&after.resource_key),
                 tasks::trigger_key.eq(&delivery_key),
                 tasks::author.eq(&w.owner),
@@ -367,12 +392,15 @@ pub fn continue_with(
             ))
             .execute(x)?;
         let fingerprint = Fingerprint {
-            session_key: after.session_key.as_str(),
+            session_key: w.session_key.as_str(),
             queue_id: &queue_id,
             user_text: c.text,
             prompt_text: c.text,
             attachments: &[],
-            thread_id: after.thread_id.as_deref(),
+            thread_id: after
+                .thread_id
+                .as_deref()
+                .filter(|_| after.session_key == w.session_key),
             thread_generation: 0,
             access_mode: None,
             rollback_before_send: false,
@@ -382,7 +410,7 @@ pub fn continue_with(
         diesel::insert_into(outbox_entries::table)
             .values((
                 outbox_entries::queue_id.eq(&queue_id),
-                outbox_entries::session_key.eq(&after.session_key),
+                outbox_entries::session_key.eq(&w.session_key),
                 outbox_entries::task_id.eq(&task_id),
                 outbox_entries::operation_id.eq(&operation_id),
                 outbox_entries::fingerprint.eq(&fingerprint),
@@ -395,7 +423,7 @@ pub fn continue_with(
                 outbox_entries::version.eq(1),
             ))
             .execute(x)?;
-        diesel::update(sessions::table.filter(sessions::session_key.eq(&after.session_key)))
+        diesel::update(sessions::table.filter(sessions::session_key.eq(&w.session_key)))
             .set(sessions::open_entries.eq(sessions::open_entries + 1))
             .execute(x)
     })?;
@@ -525,7 +553,8 @@ pub fn reset_idle(
 }
 
 /// The workflow ends: `state` for `code`; a continuation not started yet is
-/// cancelled and an open gate closed, in this transaction.
+/// cancelled, an open gate closed, its live children cancelled and the
+/// deliveries bound to it terminalised, in this transaction.
 pub fn end(
     conn: &mut DbConn,
     w: &Workflow,
@@ -545,6 +574,10 @@ pub fn end(
         ))
         .execute(c))?;
     supersede_continuation(conn, w, &format!("the workflow ended ({code})"))?;
+    // Nothing goes on for a workflow that ended: its children stop, and
+    // what they delivered to it goes nowhere else.
+    children::end_live(conn, w)?;
+    results::terminalise(conn, &w.workflow_id)?;
     let at = now();
     with_conn!(conn, |c| diesel::update(
         workflow_gates::table
@@ -593,6 +626,7 @@ pub fn admit_continuation(w: &Workflow) -> Result<(), StoreError> {
 pub fn completed_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError> {
     let n: i64 = with_conn!(conn, |c| workflows::table
         .filter(workflows::ended_by_task.eq(task))
+        .filter(workflows::parent_workflow_id.is_null())
         .filter(workflows::state.eq(WorkflowState::Completed))
         .count()
         .get_result(c))?;

@@ -95,7 +95,7 @@ pub(super) fn after_end(
     let Some(id) = task.workflow_id.clone() else {
         return Ok(());
     };
-    let Some(event) = event_of_end(state, code, task.continuation.is_some()) else {
+    let Some(event) = event_of_end(state, code, task.continuation.is_none()) else {
         return Ok(());
     };
     let Some(w) = workflows::find(c, &id)? else {

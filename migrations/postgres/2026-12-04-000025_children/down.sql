@@ -1,0 +1,12 @@
+DROP TABLE result_deliveries;
+DROP TABLE workflow_results;
+DROP INDEX workflows_parent;
+DROP INDEX workflows_assignment;
+ALTER TABLE workflows DROP COLUMN recovered;
+ALTER TABLE workflows DROP COLUMN approval_policy;
+ALTER TABLE workflows DROP COLUMN sandbox;
+ALTER TABLE workflows DROP COLUMN created_by_task;
+ALTER TABLE workflows DROP COLUMN instructions;
+ALTER TABLE workflows DROP COLUMN child_number;
+ALTER TABLE workflows DROP COLUMN assignment_key;
+ALTER TABLE workflows DROP COLUMN child_mode;
