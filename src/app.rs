@@ -245,6 +245,20 @@ pub async fn run(
         .await
         .context("opening the store")??;
     tracing::info!(database = %config.database_url.redacted(), "store ready, migrations applied");
+    // Before any turn runs: what was carried to a parent and not
+    // acknowledged may not have been read.
+    let (limits, instance) = (config.workflow_limits(), config.instance_id.clone());
+    let reconciled = store
+        .write(move |c| crate::store::workflows::results::after_restart(c, limits, &instance))
+        .await
+        .context("reconciling children's results after the restart")?;
+    if reconciled.redelivered + reconciled.terminalised > 0 {
+        tracing::info!(
+            redelivered = reconciled.redelivered,
+            terminalised = reconciled.terminalised,
+            "children's results reconciled after the restart"
+        );
+    }
 
     let (registry, agent, account) = start_actors(&config, &store, &secrets)?;
     let normalizer = Normalizer {

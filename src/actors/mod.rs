@@ -59,6 +59,12 @@ pub struct ActorSettings {
     /// Finals in a row without durable progress before a workflow waits
     /// for its owner (`workflow_max_idle_finals`).
     pub workflow_max_idle_finals: i64,
+    /// Children one workflow may have working at once
+    /// (`max_children_per_workflow`).
+    pub max_children: i64,
+    /// Turns a child without a result is asked again
+    /// (`child_recovery_attempts`).
+    pub child_recovery_attempts: i64,
     /// What the agent may spend (the limits a task or workflow stops at).
     pub limits: crate::domain::limits::Limits,
     /// The first continuation's wait after an ordinary final
@@ -142,6 +148,8 @@ impl ActorSettings {
             interrupt_settle: Duration::from_secs(10),
             prompt_context_bytes: 65_536,
             workflow_max_idle_finals: 65,
+            max_children: 2,
+            child_recovery_attempts: 2,
             limits: crate::domain::limits::Limits::default(),
             continuation_backoff: Duration::from_secs(5),
             capacity_wait: Duration::from_secs(60),
@@ -188,6 +196,8 @@ impl ActorSettings {
         s.continuation_backoff = Duration::from_secs(config.continuation_backoff_secs);
         s.capacity_wait = Duration::from_secs(config.capacity_wait_secs);
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
+        s.max_children = config.max_children_per_workflow;
+        s.child_recovery_attempts = config.child_recovery_attempts;
         s.max_parallel_turns = usize::try_from(config.max_parallel_turns_per_repo).unwrap_or(1);
         s.worktree_retention = (config.worktree_retention_hours > 0)
             .then(|| Duration::from_secs(config.worktree_retention_hours * 3600));

@@ -18,6 +18,7 @@ use crate::agent::{
     Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ThreadTerms, ToolAnswer,
     TurnLookup, TurnRequest, TurnStarted,
 };
+use crate::domain::workflow::children::offered_tools;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt, StreamExt};
 use std::path::Path;
@@ -107,6 +108,7 @@ impl CodexAgent {
         cwd: &Path,
         policy: Option<ThreadPolicy>,
         terms: &ThreadTerms,
+        offered: &[&str],
     ) -> Result<(Arc<RpcConnection>, String), AgentError> {
         let conn = self.connection().await?;
         let s = self.settings();
@@ -133,7 +135,7 @@ impl CodexAgent {
                     // Only a new thread can get them: `thread/resume` cannot
                     // add tools to a thread.
                     dynamic_tools: if s.workflow_tools {
-                        DynamicToolSpec::bridge_tools(OFFERED_TOOLS)
+                        DynamicToolSpec::bridge_tools(offered)
                     } else {
                         Vec::new()
                     },
@@ -180,7 +182,8 @@ impl CodexAgent {
     ) -> Result<TurnStarted, AgentError> {
         let policy = ThreadPolicy::of(terms)?;
         let (conn, _) = self
-            .open_thread(Some(thread_id), cwd, Some(policy), terms)
+            // Never a new thread here: a resume cannot add tools.
+            .open_thread(Some(thread_id), cwd, Some(policy), terms, &[])
             .await?;
         let mut rx = self.inner.router.open_turn(thread_id);
         let answer = match conn.call(start, self.settings().request_timeout).await {
@@ -200,9 +203,6 @@ impl CodexAgent {
     }
 }
 
-/// The bridge's tools a new thread is offered: those the drive carries out.
-pub const OFFERED_TOOLS: &[&str] = &["complete_workflow", "request_owner_gate"];
-
 impl Agent for CodexAgent {
     fn name(&self) -> &'static str {
         "codex"
@@ -217,7 +217,15 @@ impl Agent for CodexAgent {
         async move {
             let policy = ThreadPolicy::of(&req.terms)?;
             let (_, id) = this
-                .open_thread(req.thread_id.as_deref(), &req.cwd, Some(policy), &req.terms)
+                .open_thread(
+                    req.thread_id.as_deref(),
+                    &req.cwd,
+                    Some(policy),
+                    &req.terms,
+                    // A child's thread records its result; a top-level one
+                    // completes, gates and delegates.
+                    offered_tools(req.session_key.child().is_some()),
+                )
                 .await?;
             Ok(id)
         }

@@ -142,6 +142,17 @@ pub const KEYS: &[(&str, &str)] = &[
          (default 60)",
     ),
     (
+        "max_children_per_workflow",
+        "children (assign_child, handoff_child) one workflow may have working at once; a \
+         request past it is not admitted, and the same request may launch once one of them \
+         has ended (default 2)",
+    ),
+    (
+        "child_recovery_attempts",
+        "turns a child that ended without record_result is asked again for its result \
+         before the bridge gives its parent one incomplete result (default 2)",
+    ),
+    (
         "workflow_max_idle_finals",
         "finals in a row without durable progress (owner input) before a workflow stops and \
          waits for its owner (default 65)",

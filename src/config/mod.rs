@@ -123,6 +123,10 @@ pub struct Config {
     pub capacity_wait_secs: u64,
     /// Finals in a row without progress before a workflow waits for its owner.
     pub workflow_max_idle_finals: i64,
+    /// Children one workflow may have working at once.
+    pub max_children_per_workflow: i64,
+    /// Turns a child without a result is asked again before it is incomplete.
+    pub child_recovery_attempts: i64,
     /// Turns of one repository, in different sessions' worktrees, that may
     /// run at once.
     pub max_parallel_turns_per_repo: u64,

@@ -84,6 +84,10 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub workflow_max_idle_finals: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub max_children_per_workflow: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub child_recovery_attempts: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub worktree_retention_hours: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub max_parallel_turns_per_repo: Option<u128>,

@@ -191,6 +191,15 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         1,
         10_000,
     )? as i64;
+    let max_children_per_workflow = number(
+        "max_children_per_workflow",
+        raw.max_children_per_workflow,
+        2,
+        0,
+        64,
+    )? as i64;
+    let child_recovery_attempts =
+        number("child_recovery_attempts", raw.child_recovery_attempts, 2, 0, 10)? as i64;
     let limits = crate::domain::limits::Limits {
         max_turns_per_task: number("max_turns_per_task", raw.max_turns_per_task, 20, 1, 10_000)?
             as i64,
@@ -294,6 +303,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         continuation_backoff_secs,
         capacity_wait_secs,
         workflow_max_idle_finals,
+        max_children_per_workflow,
+        child_recovery_attempts,
         worktree_retention_hours,
         max_parallel_turns_per_repo,
         limits,

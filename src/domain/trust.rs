@@ -17,6 +17,7 @@
 
 use super::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 pub use super::states::ThreadTrust;
+use crate::domain::workflow::children::Authority;
 use serde::Serialize;
 
 /// What Gitea says about a pull request, as far as trust goes.
@@ -124,6 +125,34 @@ impl ExecutionPolicy {
         }
     }
 
+    /// A delegated child's policy: no more than it was `delegated` (its
+    /// parent's sandbox and approval policy at most), no Gitea write tool,
+    /// and no voice in the thread (its result goes to its parent).
+    pub fn for_child(self, delegated: Authority) -> ExecutionPolicy {
+        let own = Authority {
+            sandbox: self.sandbox,
+            approval: self.approval_policy,
+            gitea_write: self.gitea_write_tool,
+        };
+        let a = own.meet(delegated.for_child());
+        ExecutionPolicy {
+            approval_policy: a.approval,
+            sandbox: a.sandbox,
+            gitea_write_tool: a.gitea_write,
+            reply_path: ReplyPath::BridgeViaRest,
+            ..self
+        }
+    }
+
+    /// What the policy lets a thread do, as delegation compares it.
+    pub fn authority(&self) -> Authority {
+        Authority {
+            sandbox: self.sandbox,
+            approval: self.approval_policy,
+            gitea_write: self.gitea_write_tool,
+        }
+    }
+
     /// The policy a thread created with `trust` runs under again (a later
     /// turn, a resume in a new app-server process).
     pub fn of(trust: ThreadTrust, repo: &RepoPolicy) -> ExecutionPolicy {
@@ -165,7 +194,47 @@ mod tests {
         )
     }
 
+    fn authority() -> impl Strategy<Value = Authority> {
+        (
+            proptest::sample::select(Sandbox::ALL.to_vec()),
+            proptest::sample::select(ApprovalPolicy::ALL.to_vec()),
+            any::<bool>(),
+        )
+            .prop_map(|(sandbox, approval, gitea_write)| Authority {
+                sandbox,
+                approval,
+                gitea_write,
+            })
+    }
+
     proptest! {
+        /// A child's thread never runs with more than it was delegated, never
+        /// writes to Gitea and never posts its answer itself, whatever the
+        /// repository's policy and the thread's trust.
+        #[test]
+        fn a_childs_policy_stays_within_its_delegation(
+            sandbox in proptest::sample::select(Sandbox::ALL.to_vec()),
+            approval in proptest::sample::select(ApprovalPolicy::ALL.to_vec()),
+            trusted in any::<bool>(),
+            delegated in authority(),
+        ) {
+            let repo = RepoPolicy {
+                approval_policy: approval,
+                sandbox,
+                turn_timeout: std::time::Duration::from_secs(60),
+            };
+            let own = if trusted { ExecutionPolicy::trusted(&repo) } else { ExecutionPolicy::untrusted() };
+            let child = own.for_child(delegated);
+            prop_assert!(child.authority().within(&delegated));
+            prop_assert!(child.authority().within(&own.authority()));
+            prop_assert!(!child.gitea_write_tool);
+            prop_assert_eq!(child.reply_path, ReplyPath::BridgeViaRest);
+            prop_assert_eq!(child.trust, own.trust);
+        }
+    }
+
+    proptest! {
+
         // Failing cases are kept beside the integration tests' and replayed first.
         #![proptest_config(ProptestConfig {
             failure_persistence: Some(Box::new(

@@ -90,7 +90,9 @@ impl WorkspaceManager {
         let synced = self.sync(spec, &remote, checkout, Strict::SharedGitOnly)?;
         let wt = self.open_worktree(spec, &remote, session.id, &lexical)?;
         let branch = session.id.branch();
-        let pull = matches!(checkout, Checkout::PullRequest { .. });
+        // A child's worktree builds on its parent's branch and never follows
+        // the pull request's head on its own.
+        let pull = matches!(checkout, Checkout::PullRequest { .. }) && session.id.child.is_none();
         match inspect(&wt.path, Layout::Worktree)? {
             Found::Missing | Found::Empty => {
                 if let Some(recorded) = session.recorded {

@@ -20,6 +20,7 @@ use crate::agent::TurnEvent;
 use crate::domain::policy::RepoPolicy;
 use crate::domain::states::{CapacityDenial, CommentStatus, OutboxStatus};
 use crate::domain::trust::{ReplyPath, ThreadTrust};
+use crate::domain::workflow::children::Authority;
 use crate::domain::worktree::{TreeState, WorktreeId};
 use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;
@@ -89,6 +90,10 @@ pub(super) struct TaskDrive {
     pub policy: Option<RepoPolicy>,
     /// The session's thread, which a new task's turn resumes.
     pub session_thread: Option<String>,
+    /// A delegated child's task: the most its thread may do (its parent's
+    /// sandbox and approval policy; the least of all when the child's
+    /// record cannot be read).
+    pub delegated: Option<Authority>,
     /// The operation the current turn carries: the entry's, or the
     /// reply-retry turn's own once that was intended. None without an entry.
     pub operation_id: Option<OperationId>,
@@ -184,11 +189,12 @@ impl TaskDrive {
                 let owes_reply = task.continuation.is_none()
                     || crate::store::workflows::completed_by(c, &task.task_id)?;
                 let usage = turns::task_usage(c, &task.task_id, task.turn_id.as_deref())?;
+                let child = crate::store::workflows::children::of_task(c, &task)?;
                 Ok(Some((
                     task,
                     entry,
                     attempt,
-                    (repo, session),
+                    (repo, session, child),
                     (retry_finished, retry_intended, owes_reply),
                     usage,
                 )))
@@ -198,7 +204,7 @@ impl TaskDrive {
             task,
             entry,
             attempt,
-            (repo, session),
+            (repo, session, child),
             (retry_finished, retry_intended, owes_reply),
             usage,
         )) = found
@@ -206,6 +212,7 @@ impl TaskDrive {
             return Ok(None);
         };
         let state = task.state;
+        let delegated = task.session_key.child().map(|_| delegated_to(child.as_ref()));
         let (session_thread, thread_trust) = match session {
             Some(s) => (s.thread_id, s.thread_trust),
             None => (None, None),
@@ -296,6 +303,7 @@ impl TaskDrive {
             thread_trust,
             policy,
             session_thread,
+            delegated,
             operation_id,
             prompt: None,
             approval: None,
@@ -404,6 +412,7 @@ impl TaskDrive {
                     budget: self.budget,
                     denial: self.denial,
                     capacity_wait: self.deps.settings.capacity_wait,
+                    child_recovery: self.deps.settings.child_recovery_attempts,
                 }),
             budget: self.budget,
             reason: match self.detail.take() {
@@ -535,6 +544,19 @@ impl TaskDrive {
             };
         }
         Ok(next)
+    }
+}
+
+/// What a child's thread may do at most: what its parent delegated, as its
+/// record says; the least of all when there is no record to say it.
+fn delegated_to(child: Option<&crate::store::workflows::Workflow>) -> Authority {
+    use crate::domain::policy::{ApprovalPolicy, Sandbox};
+    Authority {
+        sandbox: child.and_then(|w| w.sandbox).unwrap_or(Sandbox::ReadOnly),
+        approval: child
+            .and_then(|w| w.approval_policy)
+            .unwrap_or(ApprovalPolicy::Untrusted),
+        gitea_write: false,
     }
 }
 

@@ -33,7 +33,7 @@ pub mod workflow;
 
 use super::gate::{self, LaneKind};
 use super::health::{SessionActorStatus, SessionHealth};
-use super::registry::{Registry, SessionIdle, TaskSettled};
+use super::registry::{Notify, Registry, SessionIdle, TaskSettled};
 use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::models::Task;
@@ -127,9 +127,20 @@ pub(super) struct Signals {
     /// Counts the drives that ended: a lane waiting for a run to settle
     /// wakes on it.
     settled: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Wakes the repository's actor: a drive queued work there (a child's
+    /// turn, a parent's continuation) that may run now.
+    queued: Recipient<Notify>,
 }
 
 impl Signals {
+    /// Work was queued for `repo`: its actor looks at once rather than at
+    /// its next wake-up.
+    pub(super) fn queued(&self, repo: &RepoKey) {
+        self.queued.do_send(Notify {
+            repo_key: repo.clone(),
+        });
+    }
+
     /// The drive picked `task` up.
     fn driving(&self, task: &Task) {
         if let Ok(mut a) = self.active.lock() {
@@ -222,6 +233,7 @@ impl SessionActor {
         health: Arc<Mutex<SessionHealth>>,
         backlog: Arc<AtomicI64>,
     ) -> Self {
+        let queued = registry.clone().recipient();
         SessionActor {
             session_key,
             repo_key,
@@ -239,6 +251,7 @@ impl SessionActor {
                 steer: None,
                 redrive: None,
                 settled: Arc::new(tokio::sync::watch::channel(0).0),
+                queued,
             },
             health,
             last_activity: Instant::now(),

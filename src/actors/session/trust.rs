@@ -165,6 +165,11 @@ impl TaskDrive {
             }
         };
         let policy = ExecutionPolicy::decide(repo, trust_forks, &subject);
+        // A child's thread never runs with more than its parent delegated.
+        let policy = match self.delegated {
+            Some(d) => policy.for_child(d),
+            None => policy,
+        };
         let base_instructions = match policy.instructions {
             InstructionsSource::WorkingTree => None,
             InstructionsSource::BaseBranch => self.base_instructions().await,
@@ -215,8 +220,12 @@ impl TaskDrive {
     /// The terms of the session's thread as it was created (for a turn that
     /// follows the task's own, such as the reply-retry turn).
     pub(super) fn stored_terms(&self, repo: &RepoPolicy) -> ThreadTerms {
+        let policy = ExecutionPolicy::of(self.thread_trust.unwrap_or(ThreadTrust::Trusted), repo);
         ThreadTerms {
-            policy: ExecutionPolicy::of(self.thread_trust.unwrap_or(ThreadTrust::Trusted), repo),
+            policy: match self.delegated {
+                Some(d) => policy.for_child(d),
+                None => policy,
+            },
             base_instructions: None,
         }
     }

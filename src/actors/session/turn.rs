@@ -6,7 +6,7 @@
 use super::context::{context_parts, ContextView};
 use super::decide::{Event, Permission, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
-use super::prompt::{continuation_prompt, turn_prompt};
+use super::prompt::{child_prompt, continuation_prompt, results_part, turn_prompt};
 use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::SendMode;
@@ -91,7 +91,7 @@ impl TaskDrive {
         let limits = self.deps.settings.workflow_limits();
         let as_owner = self.answers_for_owner;
         let version = self.snap.state_version;
-        let thread = self
+        let written = self
             .deps
             .store
             .write(move |c| {
@@ -115,15 +115,20 @@ impl TaskDrive {
                     None => sessions::set_thread_once(c, &task.session_key, &th, trust, tools)?,
                 };
                 // A thread that can complete its workflow takes part in one:
-                // the task is the workflow's next logical input.
+                // the task is the workflow's next logical input, and its turn
+                // carries the results its children delivered to it.
+                let mut carried = Vec::new();
                 if sessions::session(c, &task.session_key)?.is_some_and(|s| s.thread_tools) {
-                    super::workflow::join(c, &task, &title, limits, as_owner)?;
+                    let w = super::workflow::join(c, &task, &title, limits, as_owner)?;
+                    if w.parent_workflow_id.is_none() {
+                        carried = workflows::results::carry(c, &w, &task.task_id)?;
+                    }
                 }
                 turns::record_turn_intent(c, &task, &e, &stored, &attempt_id)?;
-                Ok(stored)
+                Ok((stored, carried))
             })
             .await;
-        let thread = match thread {
+        let (thread, carried) = match written {
             Err(StoreError::Refused { code, message }) if code == workflows::NOT_OPEN => {
                 // Its workflow ended or gated after the permission check:
                 // nothing was written, nothing is sent.
@@ -137,7 +142,11 @@ impl TaskDrive {
         self.snap.admission = super::decide::Admission::Intended;
         self.turn.thread_id = Some(thread.clone());
         self.signals.thread(&thread);
-        let prompt = if self.task.continuation.is_some() {
+        let mut context = context;
+        context.extend(results_part(&carried));
+        let prompt = if self.task.session_key.child().is_some() {
+            child_prompt(&self.task, &entry)
+        } else if self.task.continuation.is_some() {
             continuation_prompt(&self.task, &entry, context)
         } else {
             turn_prompt(

@@ -72,6 +72,43 @@ impl Authority {
     }
 }
 
+impl Authority {
+    /// The most of both: what `self` allows that `cap` allows too.
+    pub fn meet(self, cap: Authority) -> Authority {
+        Authority {
+            sandbox: if sandbox_rank(self.sandbox) <= sandbox_rank(cap.sandbox) {
+                self.sandbox
+            } else {
+                cap.sandbox
+            },
+            approval: if approval_rank(self.approval) <= approval_rank(cap.approval) {
+                self.approval
+            } else {
+                cap.approval
+            },
+            gitea_write: self.gitea_write && cap.gitea_write,
+        }
+    }
+}
+
+/// The bridge's tools a thread is offered: a child's records its result;
+/// a top-level thread completes its workflow, asks its owner, delegates
+/// and reads its children's results.
+pub fn offered_tools(child: bool) -> &'static [&'static str] {
+    if child {
+        &["record_result"]
+    } else {
+        &[
+            "complete_workflow",
+            "request_owner_gate",
+            "assign_child",
+            "handoff_child",
+            "ack_result",
+            "list_results",
+        ]
+    }
+}
+
 /// How far a sandbox lets commands reach: more is more authority.
 fn sandbox_rank(s: Sandbox) -> u8 {
     match s {
@@ -255,6 +292,32 @@ mod tests {
             let child = parent.for_child();
             prop_assert!(child.within(&parent));
             prop_assert!(!child.gitea_write, "a child never speaks in the parent's thread");
+        }
+
+        #[test]
+        fn meeting_a_cap_stays_within_both(a in authority(), cap in authority()) {
+            let m = a.meet(cap);
+            prop_assert!(m.within(&a));
+            prop_assert!(m.within(&cap));
+            if a.within(&cap) {
+                prop_assert_eq!(m, a);
+            }
+        }
+
+        #[test]
+        fn assignment_keys_follow_the_work_exactly(
+            title in "[a-z ]{0,12}", instructions in "[a-z ]{0,12}", other in "[a-z ]{1,4}"
+        ) {
+            let wf = crate::domain::WorkflowId::mint();
+            let key = assignment_key(&wf, ChildMode::Assign, &title, &instructions);
+            prop_assert_eq!(&key, &assignment_key(&wf, ChildMode::Assign, &title, &instructions));
+            prop_assert_ne!(&key, &assignment_key(&wf, ChildMode::Handoff, &title, &instructions));
+            let moved = format!("{title}{other}");
+            let rest = instructions.strip_prefix(other.as_str()).unwrap_or(&instructions).to_owned();
+            if (moved.as_str(), rest.as_str()) != (title.as_str(), instructions.as_str()) {
+                prop_assert_ne!(&key, &assignment_key(&wf, ChildMode::Assign, &moved, &rest));
+            }
+            prop_assert_ne!(&key, &assignment_key(&crate::domain::WorkflowId::mint(), ChildMode::Assign, &title, &instructions));
         }
 
         #[test]

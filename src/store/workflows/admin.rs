@@ -4,7 +4,9 @@
 //! [`decide`] the session uses, on the version it read, and is idempotent
 //! by its `requestId`.
 
-use super::{continue_with, end, find, resume, snapshot, ContinueWith, Gate, Workflow};
+use super::{
+    continue_with, end, find, last_input, resume, snapshot, ContinueWith, Gate, Workflow,
+};
 use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowLimits, WorkflowStep};
 use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::{GateId, ResourceKey, TaskId, WorkflowId};
@@ -138,14 +140,16 @@ fn not_applicable(w: &Workflow, what: &str) -> StoreError {
 }
 
 /// `POST /workflows/{id}/cancel`: the workflow ends `cancelled`; a
-/// continuation not started yet is cancelled with it and an open gate
-/// closed. A turn already running is left to end (abort its task to stop
-/// it); its end continues nothing.
+/// continuation not started yet is cancelled with it, an open gate closed,
+/// its children cancelled. A turn already running is left to end (abort its
+/// task to stop it); its end continues nothing. A cancelled child gives its
+/// parent one incomplete result saying so (its parent never waits on it).
 pub fn cancel(
     conn: &mut DbConn,
     req: &ControlRequest,
     id: &WorkflowId,
     limits: WorkflowLimits,
+    instance_id: &str,
 ) -> Result<AuditView, StoreError> {
     idempotent(conn, req, "workflow.cancel", id, |conn| {
         let w = workflow_or_404(conn, id)?;
@@ -154,7 +158,29 @@ pub fn cancel(
         let WorkflowStep::End { state, code } = d.step else {
             return Err(not_applicable(&w, "it has ended already"));
         };
-        end(conn, &w, d.expected_version, state, code, None, None)?;
+        if w.parent_workflow_id.is_some() {
+            let report = crate::domain::workflow::ResultReport {
+                summary: format!("An operator cancelled this child: {}", req.reason),
+                files_changed: Vec::new(),
+                checks_run: Vec::new(),
+                risks: vec!["the work was stopped before it was finished".into()],
+                blockers: vec!["cancelled by an operator".into()],
+            };
+            let branch = crate::domain::worktree::WorktreeId::of(&w.session_key).branch();
+            let new = super::results::NewResult {
+                report: &report,
+                incomplete: true,
+                cancelled: true,
+                branch: Some(&branch),
+                by_task: None,
+            };
+            let (_, parent) = super::results::record(conn, &w, &new)?;
+            if let Some(p) = parent {
+                super::results::arrived(conn, &p.workflow_id, limits, instance_id)?;
+            }
+        } else {
+            end(conn, &w, d.expected_version, state, code, None, None)?;
+        }
         audit::record(
             conn,
             &Audit::new("workflow.cancel", &req.actor).meta(serde_json::json!({
@@ -254,20 +280,5 @@ pub fn resume_gate(
                 "requestId": req.request_id, "decidedOnVersion": d.expected_version,
             })),
         )
-    })
-}
-
-/// The workflow's latest logical input: a continuation takes its
-/// repository, session and refs from it.
-fn last_input(conn: &mut DbConn, id: &WorkflowId) -> Result<Task, StoreError> {
-    with_conn!(conn, |c| tasks::table
-        .filter(tasks::workflow_id.eq(id))
-        .order(tasks::id.desc())
-        .select(Task::as_select())
-        .first(c)
-        .optional())?
-    .ok_or_else(|| StoreError::Refused {
-        code: "workflow_without_input",
-        message: format!("workflow {id} has no task to continue from"),
     })
 }

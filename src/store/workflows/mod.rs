@@ -661,3 +661,34 @@ fn supersede_continuation(conn: &mut DbConn, w: &Workflow, why: &str) -> Result<
     )?;
     super::steer::moved(moved, &t.task_id)
 }
+
+
+/// The workflow's latest logical input: a continuation takes its
+/// repository, session and refs from it.
+pub fn last_input(conn: &mut DbConn, id: &WorkflowId) -> Result<Task, StoreError> {
+    with_conn!(conn, |c| tasks::table
+        .filter(tasks::workflow_id.eq(id))
+        .order(tasks::id.desc())
+        .select(Task::as_select())
+        .first(c)
+        .optional())?
+    .ok_or_else(|| StoreError::Refused {
+        code: "workflow_without_input",
+        message: format!("workflow {id} has no task to continue from"),
+    })
+}
+
+/// The workflow's queued continuation is due now: a child's result waits
+/// for it.
+pub fn hasten(conn: &mut DbConn, w: &Workflow) -> Result<(), StoreError> {
+    let at = now();
+    with_conn!(conn, |c| diesel::update(
+        tasks::table
+            .filter(tasks::workflow_id.eq(&w.workflow_id))
+            .filter(tasks::continuation.is_not_null())
+            .filter(tasks::state.eq(TaskState::Queued))
+    )
+    .set(tasks::next_retry_at.eq(&at))
+    .execute(c))?;
+    Ok(())
+}

@@ -4,7 +4,11 @@
 //! `domain::workflow::results::decide` says, by compare-and-swap on its
 //! version, in the caller's transaction.
 
-use super::{end, find, Workflow};
+use super::{
+    continue_with, end, find, hasten, last_input, resume, snapshot, ContinueWith, Workflow,
+};
+use crate::domain::workflow::decide::{self as flow, WorkflowEvent, WorkflowLimits, WorkflowStep};
+use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::workflow::results::{
     decide, AckRefusal, DeliveryEvent, DeliverySnapshot, DeliveryState, DeliveryStep,
 };
@@ -115,6 +119,9 @@ pub struct NewResult<'a> {
     pub report: &'a ResultReport,
     /// The bridge writes it for a child that exited without one.
     pub incomplete: bool,
+    /// An operator cancelled the child: it ends `cancelled` (its result is
+    /// incomplete).
+    pub cancelled: bool,
     pub branch: Option<&'a str>,
     pub by_task: Option<&'a TaskId>,
 }
@@ -145,9 +152,10 @@ pub fn record(
             ),
         });
     }
-    let (state, code) = match new.incomplete {
-        false => (WorkflowState::Completed, "result_recorded"),
-        true => (WorkflowState::Failed, "incomplete"),
+    let (state, code) = match (new.cancelled, new.incomplete) {
+        (true, _) => (WorkflowState::Cancelled, "cancelled"),
+        (false, true) => (WorkflowState::Failed, "incomplete"),
+        (false, false) => (WorkflowState::Completed, "result_recorded"),
     };
     end(
         conn,
@@ -171,7 +179,7 @@ pub fn record(
             workflow_results::checks_run.eq(json(&r.checks_run)),
             workflow_results::risks.eq(json(&r.risks)),
             workflow_results::blockers.eq(json(&r.blockers)),
-            workflow_results::incomplete.eq(new.incomplete),
+            workflow_results::incomplete.eq(new.incomplete || new.cancelled),
             workflow_results::branch.eq(new.branch),
             workflow_results::recorded_by_task.eq(new.by_task),
             workflow_results::created_at.eq(&at),
@@ -202,6 +210,55 @@ pub fn record(
     }
     audit::record(conn, &event)?;
     Ok((id, parent))
+}
+
+/// A result of a child of workflow `parent` waits for it: the parent moves
+/// as its decision on `ResultArrived` says — a continuation due now, a
+/// pending one made due, a handoff's wait ended — in the caller's
+/// transaction. A parent that waits for its owner or has ended does not
+/// move (the result waits, or was terminalised).
+pub fn arrived(
+    conn: &mut DbConn,
+    parent: &WorkflowId,
+    limits: WorkflowLimits,
+    instance_id: &str,
+) -> Result<(), StoreError> {
+    let Some(w) = find(conn, parent)? else {
+        return Ok(());
+    };
+    let snap = snapshot(conn, &w, limits)?;
+    let d = flow::decide(&snap, WorkflowEvent::ResultArrived);
+    tracing::debug!(workflow.id = %w.workflow_id, decided_on = d.expected_version, step = ?d.step, "a child's result arrived");
+    let (version, seq, idle_finals) = match d.step {
+        WorkflowStep::Continue {
+            seq, idle_finals, ..
+        } => (d.expected_version, seq, idle_finals),
+        WorkflowStep::ResumeWith { seq } => {
+            resume(conn, &w, d.expected_version, None, "system")?;
+            (d.expected_version + 1, seq, 0)
+        }
+        WorkflowStep::Resume => {
+            return resume(conn, &w, d.expected_version, None, "system");
+        }
+        WorkflowStep::Hasten => return hasten(conn, &w),
+        _ => return Ok(()),
+    };
+    let after = last_input(conn, &w.workflow_id)?;
+    continue_with(
+        conn,
+        &w,
+        &ContinueWith {
+            version,
+            seq,
+            idle_finals,
+            due_at: now(),
+            after: &after,
+            instance_id,
+            text: CONTINUATION_TEXT,
+            why: "a child's result arrived",
+        },
+    )?;
+    Ok(())
 }
 
 /// The results bound to the workflow that it has not acknowledged, oldest
@@ -353,6 +410,15 @@ pub fn list(conn: &mut DbConn, workflow: &WorkflowId) -> Result<Vec<ResultView>,
         .collect())
 }
 
+/// Whether `task`'s turn carried a child's result to its workflow.
+pub fn carried_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| result_deliveries::table
+        .filter(result_deliveries::carried_by_task.eq(task))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
+}
+
 /// Deliveries bound to the workflow that wait for a turn of it.
 pub fn waiting(conn: &mut DbConn, workflow: &WorkflowId) -> Result<i64, StoreError> {
     Ok(with_conn!(conn, |c| result_deliveries::table
@@ -459,6 +525,21 @@ pub fn reconcile(conn: &mut DbConn) -> Result<Reconciled, StoreError> {
                 "redelivered": out.redelivered, "terminalised": out.terminalised,
             })),
         )?;
+    }
+    Ok(out)
+}
+
+/// The reconciliation after a restart, and each workflow it found with
+/// results pending moved on as their arrival does (a continuation coming to
+/// carry them). Idempotent.
+pub fn after_restart(
+    conn: &mut DbConn,
+    limits: WorkflowLimits,
+    instance_id: &str,
+) -> Result<Reconciled, StoreError> {
+    let out = reconcile(conn)?;
+    for w in &out.waiting {
+        arrived(conn, w, limits, instance_id)?;
     }
     Ok(out)
 }

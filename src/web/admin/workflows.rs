@@ -90,10 +90,10 @@ pub async fn cancel(
     let id = workflow_in_path(&path.into_inner())?;
     let req = body.into_inner().into_request()?;
     let limits = state.config.workflow_limits();
-    let key = id.clone();
+    let (key, instance) = (id.clone(), state.config.instance_id.clone());
     let event = state
         .store
-        .write(move |c| admin::cancel(c, &req, &key, limits))
+        .write(move |c| admin::cancel(c, &req, &key, limits, &instance))
         .await?;
     wake(&state, &id).await?;
     Ok(HttpResponse::Ok().json(event))

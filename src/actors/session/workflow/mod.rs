@@ -4,6 +4,7 @@
 //! the tools the agent calls inside a turn (`tools`), and the step a task's
 //! end takes (`after_final`, in the transaction that ends the task).
 
+mod children;
 mod tools;
 
 use crate::domain::limits::{Limit, LimitHit};
@@ -36,6 +37,9 @@ pub struct WorkflowEnd {
     pub denial: Option<CapacityDenial>,
     /// The first wait after a capacity refusal (`capacity_wait_secs`).
     pub capacity_wait: Duration,
+    /// Turns a child without a result is asked again
+    /// (`child_recovery_attempts`).
+    pub child_recovery: i64,
 }
 
 /// A workflow's title, from the message that opens it: its first line.
@@ -55,11 +59,12 @@ pub(in crate::actors::session) fn join(
     title: &str,
     limits: WorkflowLimits,
     as_owner: bool,
-) -> Result<(), StoreError> {
+) -> Result<workflows::Workflow, StoreError> {
     let w = workflows::join(c, task, title)?;
     if task.continuation.is_some() {
         workflows::admit_continuation(&w)?;
-        return workflows::admitted(c, &w);
+        workflows::admitted(c, &w)?;
+        return Ok(w);
     }
     workflows::admitted(c, &w)?;
     let snap = snapshot(c, &w, limits)?;
@@ -70,12 +75,15 @@ pub(in crate::actors::session) fn join(
     };
     let d = decide(&snap, event);
     match d.step {
-        WorkflowStep::ResetIdle => workflows::reset_idle(c, &w, d.expected_version, &task.task_id),
-        WorkflowStep::Resume => {
-            workflows::resume(c, &w, d.expected_version, Some(&task.task_id), &task.author)
+        WorkflowStep::ResetIdle => {
+            workflows::reset_idle(c, &w, d.expected_version, &task.task_id)?
         }
-        _ => Ok(()),
+        WorkflowStep::Resume => {
+            workflows::resume(c, &w, d.expected_version, Some(&task.task_id), &task.author)?
+        }
+        _ => {}
     }
+    Ok(workflows::find(c, &w.workflow_id)?.unwrap_or(w))
 }
 
 /// The task ended in `state` (for `code`): its workflow, if it joined one,
@@ -95,12 +103,21 @@ pub(super) fn after_end(
     let Some(id) = task.workflow_id.clone() else {
         return Ok(());
     };
-    let Some(event) = event_of_end(state, code, task.continuation.is_none()) else {
+    // A continuation's final is progress only when it carried a child's
+    // result to the workflow.
+    let progress =
+        task.continuation.is_none() || workflows::results::carried_by(c, &task.task_id)?;
+    let Some(event) = event_of_end(state, code, progress) else {
         return Ok(());
     };
     let Some(w) = workflows::find(c, &id)? else {
         return Ok(());
     };
+    if task.session_key.child().is_some()
+        && children::child_ended(c, end, &task, event, &w)?.is_some()
+    {
+        return Ok(());
+    }
     let snap = snapshot(c, &w, end.limits)?;
     let d = decide(&snap, event);
     tracing::debug!(task.id = %task.task_id, workflow.id = %id, decided_on = d.expected_version, event = ?event, step = ?d.step, "workflow decision");

@@ -7,6 +7,7 @@
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
 use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
+use crate::domain::workflow::children::ChildMode;
 use crate::domain::workflow::{GateKind, ToolCall};
 use crate::store::audit::{self, Audit};
 use crate::store::workflows;
@@ -31,14 +32,23 @@ impl TaskDrive {
             Ok(ToolCall::RequestOwnerGate { question, kind }) => {
                 self.request_owner_gate(question, kind).await?
             }
-            Ok(call) => ToolAnswer {
-                success: false,
-                text: format!(
-                    "{} is not available on this server yet; finish the work yourself, \
-                     or say in your answer what is still open",
-                    call.name()
-                ),
-            },
+            Ok(ToolCall::AssignChild {
+                title,
+                instructions,
+            }) => {
+                self.delegate(ChildMode::Assign, title, instructions)
+                    .await?
+            }
+            Ok(ToolCall::HandoffChild {
+                title,
+                instructions,
+            }) => {
+                self.delegate(ChildMode::Handoff, title, instructions)
+                    .await?
+            }
+            Ok(ToolCall::RecordResult(report)) => self.record_result(report).await?,
+            Ok(ToolCall::AckResult { result_id }) => self.ack_result(result_id).await?,
+            Ok(ToolCall::ListResults) => self.list_results().await?,
         };
         let task_id = self.task.task_id.clone();
         let (tool_name, success, text, turn) = (
@@ -69,7 +79,7 @@ impl TaskDrive {
     }
 
     /// The title a workflow this task opens gets: its message's first line.
-    fn workflow_title(&self) -> String {
+    pub(super) fn workflow_title(&self) -> String {
         self.entry
             .as_ref()
             .map(|e| super::title_of(&e.user_text))
