@@ -81,6 +81,7 @@ mod walkthrough;
 mod walvfs;
 mod webhook;
 mod workflow_tools;
+mod children_store;
 mod workflows_store;
 mod workspace;
 mod worktrees;
