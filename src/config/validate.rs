@@ -198,8 +198,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         64,
     )? as i64;
-    let child_recovery_attempts =
-        number("child_recovery_attempts", raw.child_recovery_attempts, 2, 0, 10)? as i64;
+    let child_recovery_attempts = number(
+        "child_recovery_attempts",
+        raw.child_recovery_attempts,
+        2,
+        0,
+        10,
+    )? as i64;
     let limits = crate::domain::limits::Limits {
         max_turns_per_task: number("max_turns_per_task", raw.max_turns_per_task, 20, 1, 10_000)?
             as i64,

@@ -216,11 +216,10 @@ impl ResourceKey {
         const WHAT: &str = "the resource key";
         let mut tail = text.rsplitn(3, ':');
         if let (Some(n), Some(CHILD), Some(base)) = (tail.next(), tail.next(), tail.next()) {
-            let n = n
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 1)
-                .ok_or_else(|| key_error(WHAT, text, "a child's number is a positive integer"))?;
+            let n =
+                n.parse::<i64>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    key_error(WHAT, text, "a child's number is a positive integer")
+                })?;
             return Ok(ResourceKey::parse(base)
                 .and_then(|b| match b.child {
                     None => Ok(b),

@@ -8,8 +8,7 @@ pub mod limits;
 pub(crate) mod sql;
 
 pub use keys::{
-    GateId, KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, ResultId, TaskId,
-    WorkflowId,
+    GateId, KeyError, OperationId, RepoKey, ResourceKey, ResourceKind, ResultId, TaskId, WorkflowId,
 };
 pub mod request;
 

@@ -126,7 +126,11 @@ impl WorkspaceManager {
                     };
                     args.extend(git::args(["--no-track", "-b", &branch]));
                     args.push(git::arg(&wt.path));
-                    args.push(parent_branch.unwrap_or_else(|| synced.target.clone()).into());
+                    args.push(
+                        parent_branch
+                            .unwrap_or_else(|| synced.target.clone())
+                            .into(),
+                    );
                 }
                 ws.local("worktree", args)?;
                 if pull {

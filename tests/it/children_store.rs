@@ -36,7 +36,12 @@ fn comment(c: &mut DbConn, id: i64, text: &str) -> Task {
     tasks::find(c, &task_id).unwrap().unwrap()
 }
 
-fn assign<'a>(parent: &'a Workflow, by: &'a Task, mode: ChildMode, what: &'a str) -> Assignment<'a> {
+fn assign<'a>(
+    parent: &'a Workflow,
+    by: &'a Task,
+    mode: ChildMode,
+    what: &'a str,
+) -> Assignment<'a> {
     Assignment {
         parent,
         by,
@@ -85,7 +90,12 @@ fn first_task(c: &mut DbConn, child: &children::Child) -> Task {
     t
 }
 
-fn record(c: &mut DbConn, child: &Workflow, by: &Task, summary: &str) -> Result<ResultId, StoreError> {
+fn record(
+    c: &mut DbConn,
+    child: &Workflow,
+    by: &Task,
+    summary: &str,
+) -> Result<ResultId, StoreError> {
     let r = report(summary);
     c.write_transaction(|c| {
         let (id, parent) = results::record(
@@ -126,16 +136,24 @@ fn children_rows(url: &str) {
         asker.session_key.child_session(1),
         "its own session, numbered in its resource"
     );
-    let cw = workflows::find(&mut c, &child.workflow_id).unwrap().unwrap();
+    let cw = workflows::find(&mut c, &child.workflow_id)
+        .unwrap()
+        .unwrap();
     assert_eq!(cw.parent_workflow_id.as_ref(), Some(&parent.workflow_id));
     assert_eq!(cw.child_mode, Some(ChildMode::Assign));
     assert_eq!(cw.created_by_task.as_ref(), Some(&asker.task_id));
     assert_eq!(
         (cw.sandbox, cw.approval_policy),
-        (Some(Sandbox::WorkspaceWrite), Some(ApprovalPolicy::OnRequest))
+        (
+            Some(Sandbox::WorkspaceWrite),
+            Some(ApprovalPolicy::OnRequest)
+        )
     );
     let task = first_task(&mut c, &child);
-    assert_eq!(task.resource_key, asker.resource_key, "about the same Issue");
+    assert_eq!(
+        task.resource_key, asker.resource_key,
+        "about the same Issue"
+    );
     assert_eq!(task.workflow_id.as_ref(), Some(&child.workflow_id));
     assert_eq!(task.continuation, Some(1));
     let parent = fresh(&mut c, &parent);
@@ -147,7 +165,12 @@ fn children_rows(url: &str) {
             children::launch(c, &assign(&parent, &asker, ChildMode::Assign, "implement"))
         })
         .unwrap();
-    assert_eq!(again, Launched::Existing { child: child.clone() });
+    assert_eq!(
+        again,
+        Launched::Existing {
+            child: child.clone()
+        }
+    );
     assert_eq!(children::of(&mut c, &parent.workflow_id).unwrap().len(), 1);
 
     // Past max_children_per_workflow: not admitted, nothing written but the
@@ -170,7 +193,9 @@ fn children_rows(url: &str) {
     // A result: recorded once, the child ended, its delivery pending and
     // bound to the parent; a continuation of the parent comes at once.
     let id = record(&mut c, &cw, &task, "parser fixed").unwrap();
-    let cw = workflows::find(&mut c, &child.workflow_id).unwrap().unwrap();
+    let cw = workflows::find(&mut c, &child.workflow_id)
+        .unwrap()
+        .unwrap();
     assert_eq!(cw.state, WorkflowState::Completed);
     let late = record(&mut c, &cw, &task, "again");
     assert!(
@@ -229,7 +254,8 @@ fn children_rows(url: &str) {
             panic!("{out:?}")
         };
         let t = tasks::find(&mut c, &task_id).unwrap().unwrap();
-        c.write_transaction(|c| workflows::join(c, &t, "other")).unwrap()
+        c.write_transaction(|c| workflows::join(c, &t, "other"))
+            .unwrap()
     };
     let foreign = c.write_transaction(|c| results::ack(c, &other, &id, &asker.task_id));
     assert!(
@@ -248,14 +274,19 @@ fn children_rows(url: &str) {
     let carried = c
         .write_transaction(|c| results::carry(c, &parent, &asker.task_id))
         .unwrap();
-    assert!(carried.is_empty(), "an acknowledged result is not carried again");
+    assert!(
+        carried.is_empty(),
+        "an acknowledged result is not carried again"
+    );
 
     // The parent ends: its live children are cancelled (their queued turns
     // with them) and what was bound to it goes nowhere.
     let sib = children::of(&mut c, &parent.workflow_id).unwrap();
     let live: Vec<_> = sib.iter().filter(|w| !w.state.is_end()).collect();
     assert_eq!(live.len(), 2);
-    let second_w = workflows::find(&mut c, &second.workflow_id).unwrap().unwrap();
+    let second_w = workflows::find(&mut c, &second.workflow_id)
+        .unwrap()
+        .unwrap();
     let second_task = first_task(&mut c, &second);
     let parent = fresh(&mut c, &parent);
     c.write_transaction(|c| {
@@ -325,7 +356,9 @@ fn handoff_rows(url: &str) {
         }
     );
     let task = first_task(&mut c, &child);
-    let cw = workflows::find(&mut c, &child.workflow_id).unwrap().unwrap();
+    let cw = workflows::find(&mut c, &child.workflow_id)
+        .unwrap()
+        .unwrap();
     record(&mut c, &cw, &task, "done").unwrap();
     let parent = fresh(&mut c, &parent);
     assert_eq!(parent.state, WorkflowState::Open);

@@ -201,6 +201,9 @@ struct State {
 struct Script {
     steps: VecDeque<Step>,
     default: Step,
+    /// Scripts of their own for the requests whose user input holds a
+    /// needle (one thread's, when threads run at once), first match first.
+    routes: Vec<(String, VecDeque<Step>)>,
 }
 
 impl State {
@@ -223,6 +226,7 @@ impl FakeModel {
             script: Mutex::new(Script {
                 steps: VecDeque::new(),
                 default: Step::message("ok"),
+                routes: Vec::new(),
             }),
             requests: Mutex::new(Vec::new()),
             ids: AtomicU64::new(0),
@@ -246,6 +250,20 @@ impl FakeModel {
     /// Append a step to the script.
     pub fn push(&self, step: Step) {
         self.state.script.lock().unwrap().steps.push_back(step);
+    }
+
+    /// Append a step to the script of the requests whose user input holds
+    /// `needle`: such a request takes its steps from there (the default
+    /// once they are used up), never from the main script, so threads that
+    /// run at once each follow their own.
+    pub fn push_for(&self, needle: &str, step: Step) {
+        let mut script = self.state.script.lock().unwrap();
+        match script.routes.iter_mut().find(|(n, _)| n == needle) {
+            Some((_, steps)) => steps.push_back(step),
+            None => script
+                .routes
+                .push((needle.to_owned(), VecDeque::from([step]))),
+        }
     }
 
     /// The step for every request once the script is used up.
@@ -339,12 +357,18 @@ async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
     let request: Value = serde_json::from_slice(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
     let tools = tool_names(&request);
+    let texts = user_texts(&request);
     state.requests.lock().unwrap().push(request);
     let step = {
         let mut script = state.script.lock().unwrap();
-        match script.steps.pop_front() {
-            Some(step) => step,
-            None => script.default.clone(),
+        let default = script.default.clone();
+        let routed = script
+            .routes
+            .iter_mut()
+            .find(|(needle, _)| texts.iter().any(|t| t.contains(needle.as_str())));
+        match routed {
+            Some((_, steps)) => steps.pop_front().unwrap_or(default),
+            None => script.steps.pop_front().unwrap_or(default),
         }
     };
     let marker = state
@@ -359,7 +383,31 @@ async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
                 .find_map(|t| find_marker(t).map(str::to_owned))
         })
         .unwrap_or_default();
-    answer(&state, fill(step, &marker), &tools, Pause::default()).await
+    // A child's result id, as the model reads it from the bridge's newest
+    // prompt that names one.
+    let result = texts
+        .iter()
+        .rev()
+        .find_map(|t| find_result_id(t))
+        .unwrap_or_default();
+    let step = fill(step, "{{result}}", &result);
+    answer(
+        &state,
+        fill(step, "{{marker}}", &marker),
+        &tools,
+        Pause::default(),
+    )
+    .await
+}
+
+/// The first result id (`result-<32 hex>`) in a text.
+fn find_result_id(text: &str) -> Option<String> {
+    let at = text.find("\"result-")? + 1;
+    let id = text.get(at..at + 39)?;
+    id["result-".len()..]
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| id.to_owned())
 }
 
 /// The codex-bridge reply marker in a prompt, if any.
@@ -369,16 +417,19 @@ pub fn find_marker(text: &str) -> Option<&str> {
     Some(&text[start..end])
 }
 
-/// Replaces `{{marker}}` in a step's texts and call arguments with the reply
-/// marker the bridge put into the prompt (as a real model would copy it).
-fn fill(step: Step, marker: &str) -> Step {
-    fn fill_value(v: Value, marker: &str) -> Value {
+/// Replaces `hole` (`{{marker}}`, `{{result}}`) in a step's texts and call
+/// arguments with what the bridge put into the prompt (as a real model would
+/// copy it).
+fn fill(step: Step, hole: &str, marker: &str) -> Step {
+    fn fill_value(v: Value, hole: &str, marker: &str) -> Value {
         match v {
-            Value::String(s) => Value::String(s.replace("{{marker}}", marker)),
-            Value::Array(a) => Value::Array(a.into_iter().map(|x| fill_value(x, marker)).collect()),
+            Value::String(s) => Value::String(s.replace(hole, marker)),
+            Value::Array(a) => {
+                Value::Array(a.into_iter().map(|x| fill_value(x, hole, marker)).collect())
+            }
             Value::Object(o) => Value::Object(
                 o.into_iter()
-                    .map(|(k, x)| (k, fill_value(x, marker)))
+                    .map(|(k, x)| (k, fill_value(x, hole, marker)))
                     .collect(),
             ),
             other => other,
@@ -390,7 +441,7 @@ fn fill(step: Step, marker: &str) -> Step {
                 .into_iter()
                 .map(|item| match item {
                     Item::Message { text, chunks } => Item::Message {
-                        text: text.replace("{{marker}}", marker),
+                        text: text.replace(hole, marker),
                         chunks,
                     },
                     Item::FunctionCall {
@@ -400,14 +451,14 @@ fn fill(step: Step, marker: &str) -> Step {
                     } => Item::FunctionCall {
                         namespace,
                         name,
-                        arguments: fill_value(arguments, marker),
+                        arguments: fill_value(arguments, hole, marker),
                     },
                     other => other,
                 })
                 .collect(),
         ),
-        Step::Delayed(d, step) => Step::Delayed(d, Box::new(fill(*step, marker))),
-        Step::Gated(g, step) => Step::Gated(g, Box::new(fill(*step, marker))),
+        Step::Delayed(d, step) => Step::Delayed(d, Box::new(fill(*step, hole, marker))),
+        Step::Gated(g, step) => Step::Gated(g, Box::new(fill(*step, hole, marker))),
         other => other,
     }
 }

@@ -16,6 +16,8 @@ use crate::store::{attempts, comments, ledger, transcripts, turns, StoreError};
 pub(super) struct CommitCtx {
     pub(super) task_id: TaskId,
     pub(super) resource_key: ResourceKey,
+    /// The session whose worktree the turn ran in (a child's own).
+    pub(super) session_key: ResourceKey,
     pub(super) queue_id: String,
     pub(super) entry_operation: Option<OperationId>,
     pub(super) operation_id: Option<OperationId>,
@@ -166,7 +168,7 @@ impl CommitCtx {
                         self.last_seq,
                     )?;
                     if let Some(state) = &self.worktree {
-                        crate::store::worktrees::record(c, &self.resource_key, state)?;
+                        crate::store::worktrees::record(c, &self.session_key, state)?;
                     }
                 }
                 Effect::RecordApproval => {

@@ -212,7 +212,10 @@ impl TaskDrive {
             return Ok(None);
         };
         let state = task.state;
-        let delegated = task.session_key.child().map(|_| delegated_to(child.as_ref()));
+        let delegated = task
+            .session_key
+            .child()
+            .map(|_| delegated_to(child.as_ref()));
         let (session_thread, thread_trust) = match session {
             Some(s) => (s.thread_id, s.thread_trust),
             None => (None, None),
@@ -367,6 +370,7 @@ impl TaskDrive {
             worktree,
             task_id: self.task.task_id.clone(),
             resource_key: self.task.resource_key.clone(),
+            session_key: self.task.session_key.clone(),
             queue_id: self
                 .entry
                 .as_ref()

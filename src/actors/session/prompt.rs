@@ -5,9 +5,9 @@
 
 use crate::agent::transcript::{Prompt, PromptPart};
 use crate::domain::trust::ReplyPath;
+use crate::domain::worktree::WorktreeId;
 use crate::domain::ResourceKey;
 use crate::gitea::reply::reply_marker;
-use crate::domain::worktree::WorktreeId;
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::workflows::results::ResultView;
 

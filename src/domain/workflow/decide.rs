@@ -235,10 +235,7 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
             let idle_finals = if progress { 0 } else { snap.idle_finals + 1 };
             if snap.turns >= snap.max_turns.max(1) {
                 S::Gate(GateKind::Budget)
-            } else if snap.children_running
-                && !snap.results_waiting
-                && !snap.continuation_pending
-            {
+            } else if snap.children_running && !snap.results_waiting && !snap.continuation_pending {
                 // Waiting for children is not idleness: their results
                 // continue the workflow.
                 S::Nothing(Idle::AwaitingChildren)
@@ -289,11 +286,7 @@ fn step(snap: &WorkflowSnapshot, event: WorkflowEvent) -> WorkflowStep {
 ///   owner; a run stopped for a newer message leaves the workflow to it.
 /// - A capacity refusal by the provider waits and continues.
 /// - Any other failure has used up the task's bounded recovery.
-pub fn event_of_end(
-    state: TaskState,
-    code: Option<&str>,
-    progress: bool,
-) -> Option<WorkflowEvent> {
+pub fn event_of_end(state: TaskState, code: Option<&str>, progress: bool) -> Option<WorkflowEvent> {
     use TaskState as T;
     match (state, code) {
         (T::Succeeded | T::SucceededWithRestFallback | T::FailedReply, _) => {

@@ -4,9 +4,7 @@
 //! [`decide`] the session uses, on the version it read, and is idempotent
 //! by its `requestId`.
 
-use super::{
-    continue_with, end, find, last_input, resume, snapshot, ContinueWith, Gate, Workflow,
-};
+use super::{continue_with, end, find, last_input, resume, snapshot, ContinueWith, Gate, Workflow};
 use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowLimits, WorkflowStep};
 use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::{GateId, ResourceKey, TaskId, WorkflowId};

@@ -157,11 +157,7 @@ pub fn launch(conn: &mut DbConn, a: &Assignment<'_>) -> Result<Launched, StoreEr
 }
 
 /// The child's session and workflow rows: number `n` of its resource.
-fn insert_child(
-    conn: &mut DbConn,
-    a: &Assignment<'_>,
-    key: &str,
-) -> Result<Workflow, StoreError> {
+fn insert_child(conn: &mut DbConn, a: &Assignment<'_>, key: &str) -> Result<Workflow, StoreError> {
     let number = next_number(conn, &a.parent.session_key)?;
     let session = a.parent.session_key.child_session(number);
     let at = now();
@@ -304,4 +300,3 @@ pub fn asked_by(conn: &mut DbConn, child: &Workflow) -> Result<Option<Task>, Sto
         None => Ok(None),
     }
 }
-

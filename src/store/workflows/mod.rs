@@ -20,10 +20,10 @@ use super::schema::{
 use super::steer::stale;
 use super::{now, DbConn, StoreError};
 use crate::domain::fingerprint::Fingerprint;
-use crate::domain::states::{CapacityDenial, OutboxStatus, SendMode};
-use crate::domain::workflow::decide::{WorkflowLimits, WorkflowSnapshot};
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
+use crate::domain::states::{CapacityDenial, OutboxStatus, SendMode};
 use crate::domain::workflow::children::ChildMode;
+use crate::domain::workflow::decide::{WorkflowLimits, WorkflowSnapshot};
 use crate::domain::workflow::{GateKind, WorkflowState};
 use crate::domain::{GateId, OperationId, ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
@@ -661,7 +661,6 @@ fn supersede_continuation(conn: &mut DbConn, w: &Workflow, why: &str) -> Result<
     )?;
     super::steer::moved(moved, &t.task_id)
 }
-
 
 /// The workflow's latest logical input: a continuation takes its
 /// repository, session and refs from it.

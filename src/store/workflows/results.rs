@@ -8,10 +8,10 @@ use super::{
     continue_with, end, find, hasten, last_input, resume, snapshot, ContinueWith, Workflow,
 };
 use crate::domain::workflow::decide::{self as flow, WorkflowEvent, WorkflowLimits, WorkflowStep};
-use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::workflow::results::{
     decide, AckRefusal, DeliveryEvent, DeliverySnapshot, DeliveryState, DeliveryStep,
 };
+use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::workflow::{ResultReport, WorkflowState};
 use crate::domain::{ResultId, TaskId, WorkflowId};
 use crate::store::audit::{self, Audit};
@@ -473,13 +473,14 @@ pub struct Reconciled {
 /// read, so it is pending again; one whose workflow is no longer open is
 /// terminalised. Idempotent: a second run finds nothing to change.
 pub fn reconcile(conn: &mut DbConn) -> Result<Reconciled, StoreError> {
-    let live: Vec<Delivery> = with_conn!(conn, |c| result_deliveries::table
-        .filter(
-            result_deliveries::state.eq_any([DeliveryState::Pending, DeliveryState::Delivered]),
-        )
-        .order(result_deliveries::id.asc())
-        .select(Delivery::as_select())
-        .load(c))?;
+    let live: Vec<Delivery> =
+        with_conn!(conn, |c| result_deliveries::table
+            .filter(
+                result_deliveries::state.eq_any([DeliveryState::Pending, DeliveryState::Delivered]),
+            )
+            .order(result_deliveries::id.asc())
+            .select(Delivery::as_select())
+            .load(c))?;
     let mut out = Reconciled::default();
     for d in live {
         let parent = find(conn, &d.workflow_id)?.map(|w| w.state);

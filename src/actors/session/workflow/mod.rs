@@ -75,9 +75,7 @@ pub(in crate::actors::session) fn join(
     };
     let d = decide(&snap, event);
     match d.step {
-        WorkflowStep::ResetIdle => {
-            workflows::reset_idle(c, &w, d.expected_version, &task.task_id)?
-        }
+        WorkflowStep::ResetIdle => workflows::reset_idle(c, &w, d.expected_version, &task.task_id)?,
         WorkflowStep::Resume => {
             workflows::resume(c, &w, d.expected_version, Some(&task.task_id), &task.author)?
         }
@@ -105,8 +103,7 @@ pub(super) fn after_end(
     };
     // A continuation's final is progress only when it carried a child's
     // result to the workflow.
-    let progress =
-        task.continuation.is_none() || workflows::results::carried_by(c, &task.task_id)?;
+    let progress = task.continuation.is_none() || workflows::results::carried_by(c, &task.task_id)?;
     let Some(event) = event_of_end(state, code, progress) else {
         return Ok(());
     };

@@ -6,8 +6,8 @@
 
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
-use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::domain::workflow::children::ChildMode;
+use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::domain::workflow::{GateKind, ToolCall};
 use crate::store::audit::{self, Audit};
 use crate::store::workflows;

@@ -1,0 +1,270 @@
+//! Delegated children on real parts: the real `codex app-server` runs the
+//! parent's and each child's thread (the fake model answers each thread from
+//! its own script); children work in their own worktrees on their own
+//! branches, record their results, and the parent reads, acknowledges and
+//! goes on until it completes the workflow itself.
+
+use crate::e2e::Loop;
+use crate::e2e_workflow::workflow_of;
+use crate::fakemodel::{tool_names, user_texts, Item, Step};
+use crate::support::*;
+use codex_bridge::domain::workflow::children::ChildMode;
+use codex_bridge::domain::workflow::results::DeliveryState;
+use codex_bridge::domain::workflow::WorkflowState;
+use codex_bridge::store::workflows::{self, children, results};
+use serde_json::{json, Value};
+use std::process::Command;
+use std::time::Duration;
+
+pub(crate) fn with_children(parallel: usize) -> Loop {
+    Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_CONTINUATION_BACKOFF_SECS", "1")
+            .env(
+                "CODEX_BRIDGE_MAX_PARALLEL_TURNS_PER_REPO",
+                &parallel.to_string(),
+            )
+    })
+}
+
+/// The agent's call of one of the bridge's tools.
+pub(crate) fn call(name: &str, arguments: Value) -> Step {
+    Step::Reply(vec![Item::FunctionCall {
+        namespace: Some("codex_bridge".into()),
+        name: name.into(),
+        arguments,
+    }])
+}
+
+/// A child's turn (its thread named by `needle` in its assignment): run
+/// `cmd` in its worktree, then record `result`.
+pub(crate) fn child_turn(l: &Loop, needle: &str, cmd: &str, result: Value) {
+    l.model().push_for(needle, Step::shell(cmd));
+    l.model().push_for(needle, call("record_result", result));
+    l.model()
+        .push_for(needle, Step::message("Result recorded."));
+}
+
+/// Waits until the workflow is in `state`; the workflow then.
+pub(crate) fn wait_workflow(
+    l: &Loop,
+    id: &codex_bridge::domain::WorkflowId,
+    state: WorkflowState,
+) -> workflows::Workflow {
+    let mut found = None;
+    let reached = poll_until(Duration::from_secs(120), || {
+        let mut c = connect(&l.app.db_url);
+        let w = workflows::find(&mut c, id).unwrap().unwrap();
+        let done = w.state == state;
+        found = Some(w);
+        done
+    });
+    if !reached {
+        let logs = l.app.logs();
+        let tail: Vec<&str> = logs.lines().rev().take(80).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "workflow {id} is not {state} after 120 s: {:?}\nlast log lines:\n{}",
+            found,
+            tail.join("\n")
+        );
+    }
+    found.unwrap()
+}
+
+/// `git` in `dir`, its output.
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The requests of the thread whose user input holds `needle`.
+fn requests_with(l: &Loop, needle: &str) -> Vec<Value> {
+    l.model()
+        .requests()
+        .into_iter()
+        .filter(|r| user_texts(r).iter().any(|t| t.contains(needle)))
+        .collect()
+}
+
+const COMMIT: &str = "git -c user.email=child@example.test -c user.name=child commit -qm";
+
+/// The seed's concrete example: the top-level agent assigns an
+/// implementation child and goes on; the child commits in its own worktree
+/// and records its result; the parent reads the diff and acknowledges it,
+/// then assigns a reviewer, who finds a blocking regression; the parent
+/// continues the same open workflow, fixes it, re-runs the checks, and only
+/// then completes the workflow — no turn's final closed it.
+#[test]
+fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself() {
+    let l = with_children(1);
+    let n = l.issue;
+    let impl_branch = format!("codex/issue-{n}-child-1");
+
+    // The comment's turn: assign the implementation, answer, end.
+    l.model().push(call(
+        "assign_child",
+        json!({"title": "Implement the fix", "instructions": "TASK-IMPL: fix the parser and commit it"}),
+    ));
+    l.script_reply(
+        n,
+        "An implementation child is on it; I am inspecting the parser meanwhile.",
+    );
+    child_turn(
+        &l,
+        "TASK-IMPL",
+        &format!("printf 'fixed\\n' > parser.txt && git add parser.txt && {COMMIT} 'parser: fix'"),
+        json!({"summary": "IMPL-DONE: parser fixed", "filesChanged": ["parser.txt"], "checksRun": ["cargo test parser"]}),
+    );
+    // Continuation 1 carries the implementation's result: read its diff,
+    // acknowledge it, assign the reviewer.
+    l.model().push(Step::shell(&format!(
+        "echo DIFF-READ; git diff --stat HEAD...{impl_branch}"
+    )));
+    l.model()
+        .push(call("ack_result", json!({"resultId": "{{result}}"})));
+    l.model().push(call(
+        "assign_child",
+        json!({"title": "Review the fix", "instructions": "TASK-REVIEW: review the parser fix"}),
+    ));
+    l.model().push(Step::message("A reviewer is on it."));
+    child_turn(
+        &l,
+        "TASK-REVIEW",
+        "echo REVIEWED",
+        json!({
+            "summary": "REVIEW: blocking regression found",
+            "checksRun": ["cargo test parser::empty"],
+            "blockers": ["BLOCKER-EMPTY: an empty input panics in parse()"],
+        }),
+    );
+    // Continuation 2 carries the review: acknowledge, fix, re-run the
+    // checks, and only then complete.
+    l.model()
+        .push(call("ack_result", json!({"resultId": "{{result}}"})));
+    l.model().push(Step::shell(
+        "printf 'empty ok\\n' >> parser.txt && echo CHECKS-RERUN-PASS",
+    ));
+    l.model().push(call(
+        "complete_workflow",
+        json!({"summary": "Parser fixed, reviewed, regression fixed, checks pass."}),
+    ));
+    l.model().push(Step::message(
+        "All done: the parser is fixed and the checks pass.",
+    ));
+
+    let task = l.comment(
+        "bob",
+        n,
+        "@ccbot fix the flaky parser, and have it reviewed",
+    );
+    l.wait(&task, "succeeded");
+    let id = workflow_of(&l, &task);
+    let w = wait_workflow(&l, &id, WorkflowState::Completed);
+    assert_eq!(
+        w.summary.as_deref(),
+        Some("Parser fixed, reviewed, regression fixed, checks pass.")
+    );
+    assert_eq!(
+        w.continuations, 2,
+        "two continuations, each after a child's result"
+    );
+
+    let mut c = connect(&l.app.db_url);
+    let kids = children::of(&mut c, &id).unwrap();
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    for (i, k) in kids.iter().enumerate() {
+        assert_eq!(k.state, WorkflowState::Completed, "{k:?}");
+        assert_eq!(k.child_mode, Some(ChildMode::Assign));
+        assert_eq!(k.session_key, w.session_key.child_session(i as i64 + 1));
+    }
+    // Both results acknowledged by the parent, in order.
+    let listed = results::list(&mut c, &id).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(listed
+        .iter()
+        .all(|r| r.delivery.state == DeliveryState::Acknowledged && !r.incomplete));
+    assert_eq!(listed[0].report.summary, "IMPL-DONE: parser fixed");
+    assert_eq!(
+        listed[1].report.blockers,
+        vec!["BLOCKER-EMPTY: an empty input panics in parse()".to_owned()]
+    );
+
+    // The implementation committed on its own branch, in its own worktree.
+    let wt = l.app.dir().join(format!(
+        "ws/.worktrees/default/acme/widgets/issue-{n}-child-1"
+    ));
+    assert!(git(&wt, &["log", "--oneline", "-1"]).contains("parser: fix"));
+    assert_eq!(
+        git(&wt, &["rev-parse", "--abbrev-ref", "HEAD"]).trim(),
+        impl_branch
+    );
+    // The parent's worktree never got the child's commit by itself.
+    let parent_wt = l
+        .app
+        .dir()
+        .join(format!("ws/.worktrees/default/acme/widgets/issue-{n}"));
+    assert!(!git(&parent_wt, &["log", "--oneline"]).contains("parser: fix"));
+
+    // The parent read the diff and the review: both reached its turns.
+    let diff = l
+        .model()
+        .requests()
+        .iter()
+        .flat_map(crate::fakemodel::tool_outputs)
+        .map(|(_, v)| v.to_string())
+        .find(|o| o.contains("DIFF-READ"))
+        .expect("the parent read the child's diff");
+    assert!(diff.contains("parser.txt"), "{diff}");
+    assert!(
+        l.model().asked("BLOCKER-EMPTY") >= 1,
+        "the review's blocker reached the parent's next turn"
+    );
+
+    // A child's thread is offered record_result and nothing of Gitea's; the
+    // parent's thread delegates.
+    for r in requests_with(&l, "TASK-IMPL") {
+        let tools = tool_names(&r);
+        assert!(
+            tools.iter().any(|t| t.ends_with("record_result")),
+            "{tools:?}"
+        );
+        assert!(
+            !tools.iter().any(|t| t.ends_with("assign_child")
+                || t.ends_with("complete_workflow")
+                || t.starts_with("gitea")),
+            "{tools:?}"
+        );
+    }
+    let first = &l.model().requests()[0];
+    assert!(tool_names(first)
+        .iter()
+        .any(|t| t.ends_with("assign_child")));
+    assert!(!tool_names(first)
+        .iter()
+        .any(|t| t.ends_with("record_result")));
+
+    // Nothing of the children's reached the Issue; the owner got the
+    // comment turn's answer and the completing continuation's, once each.
+    assert!(l.bot_comments(n, "IMPL-DONE").is_empty());
+    assert!(l.bot_comments(n, "Result recorded").is_empty());
+    wait_until(
+        "the completing continuation's answer",
+        Duration::from_secs(60),
+        || !l.bot_comments(n, "All done").is_empty(),
+    );
+    let last = workflows::last_input(&mut c, &id).unwrap();
+    l.wait(last.task_id.as_str(), "succeeded");
+    assert_eq!(l.bot_comments(n, "All done").len(), 1);
+    assert!(l.bot_comments(n, "Result recorded").is_empty());
+}
