@@ -63,9 +63,29 @@ pub(crate) fn wait_workflow(
         let logs = l.app.logs();
         let tail: Vec<&str> = logs.lines().rev().take(80).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let tasks: Vec<String> = {
+            use codex_bridge::store::schema::tasks as t;
+            use diesel::prelude::*;
+            let mut c = connect(&l.app.db_url);
+            codex_bridge::with_conn!(&mut c, |x| t::table
+                .order(t::id.asc())
+                .select((
+                    t::task_id,
+                    t::session_key,
+                    t::state,
+                    t::error_code,
+                    t::continuation
+                ))
+                .load::<(String, String, String, Option<String>, Option<i64>)>(x))
+            .unwrap()
+            .into_iter()
+            .map(|r| format!("{r:?}"))
+            .collect()
+        };
         panic!(
-            "workflow {id} is not {state} after 120 s: {:?}\nlast log lines:\n{}",
+            "workflow {id} is not {state} after 120 s: {:?}\ntasks:\n{}\nlast log lines:\n{}",
             found,
+            tasks.join("\n"),
             tail.join("\n")
         );
     }

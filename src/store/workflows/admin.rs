@@ -70,16 +70,31 @@ pub struct WorkflowTurn {
     pub updated_at: String,
 }
 
+/// A delegated child as its parent's page shows it: its workflow, its own
+/// thread and worktree, and its turns.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildView {
+    #[serde(flatten)]
+    pub workflow: Workflow,
+    pub thread_id: Option<String>,
+    /// Its worktree's folder under the repository's worktrees, and its branch.
+    pub worktree: String,
+    pub branch: String,
+    pub turns: Vec<WorkflowTurn>,
+}
+
 /// A workflow's page.
 #[derive(Serialize, Debug, Clone, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkflowDetail {
     pub workflow: Workflow,
-    pub children: Vec<Workflow>,
+    pub children: Vec<ChildView>,
     /// Its gates, oldest first: what was asked, and who resumed it.
     pub gates: Vec<Gate>,
-    /// Results delivered to it (children deliver them).
-    pub results: Vec<serde_json::Value>,
+    /// Its children's results, each with its delivery to it and whether it
+    /// was acknowledged, oldest first.
+    pub results: Vec<super::results::ResultView>,
     /// Its logical inputs, oldest first.
     pub turns: Vec<WorkflowTurn>,
 }
@@ -88,22 +103,42 @@ pub fn detail(conn: &mut DbConn, id: &WorkflowId) -> Result<Option<WorkflowDetai
     let Some(workflow) = find(conn, id)? else {
         return Ok(None);
     };
-    let children: Vec<Workflow> = with_conn!(conn, |c| workflows::table
-        .filter(workflows::parent_workflow_id.eq(id))
-        .order(workflows::id.asc())
-        .select(Workflow::as_select())
-        .load(c))?;
+    let mut children = Vec::new();
+    for child in super::children::of(conn, id)? {
+        let thread_id =
+            crate::store::sessions::session(conn, &child.session_key)?.and_then(|s| s.thread_id);
+        let tree = crate::domain::worktree::WorktreeId::of(&child.session_key);
+        children.push(ChildView {
+            thread_id,
+            worktree: tree.dir_name(),
+            branch: tree.branch(),
+            turns: turns_of_workflow(conn, &child.workflow_id)?,
+            workflow: child,
+        });
+    }
     let gates: Vec<Gate> = with_conn!(conn, |c| workflow_gates::table
         .filter(workflow_gates::workflow_id.eq(id))
         .order(workflow_gates::id.asc())
         .select(Gate::as_select())
         .load(c))?;
+    let turns = turns_of_workflow(conn, id)?;
+    Ok(Some(WorkflowDetail {
+        workflow,
+        children,
+        gates,
+        results: super::results::list(conn, id)?,
+        turns,
+    }))
+}
+
+/// The workflow's logical inputs and their turns, oldest first.
+fn turns_of_workflow(conn: &mut DbConn, id: &WorkflowId) -> Result<Vec<WorkflowTurn>, StoreError> {
     let inputs: Vec<Task> = with_conn!(conn, |c| tasks::table
         .filter(tasks::workflow_id.eq(id))
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?;
-    let turns = inputs
+    Ok(inputs
         .into_iter()
         .map(|t| WorkflowTurn {
             task_id: t.task_id,
@@ -116,14 +151,7 @@ pub fn detail(conn: &mut DbConn, id: &WorkflowId) -> Result<Option<WorkflowDetai
             created_at: t.created_at,
             updated_at: t.updated_at,
         })
-        .collect();
-    Ok(Some(WorkflowDetail {
-        workflow,
-        children,
-        gates,
-        results: Vec::new(),
-        turns,
-    }))
+        .collect())
 }
 
 fn workflow_or_404(conn: &mut DbConn, id: &WorkflowId) -> Result<Workflow, StoreError> {
