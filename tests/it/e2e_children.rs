@@ -262,7 +262,7 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
         assert!(
             !tools.iter().any(|t| t.ends_with("assign_child")
                 || t.ends_with("complete_workflow")
-                || t.starts_with("gitea")),
+                || t.starts_with("mcp__gitea")),
             "{tools:?}"
         );
     }
@@ -273,6 +273,13 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
     assert!(!tool_names(first)
         .iter()
         .any(|t| t.ends_with("record_result")));
+    assert!(
+        tool_names(first)
+            .iter()
+            .any(|t| t.starts_with("mcp__gitea")),
+        "the parent's thread has Gitea's tools: {:?}",
+        tool_names(first)
+    );
 
     // Nothing of the children's reached the Issue; the owner got the
     // comment turn's answer and the completing continuation's, once each.
