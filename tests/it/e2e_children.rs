@@ -6,7 +6,7 @@
 
 use crate::e2e::Loop;
 use crate::e2e_workflow::workflow_of;
-use crate::fakemodel::{tool_names, user_texts, Item, Step};
+use crate::fakemodel::{tool_names, user_texts, Gate, Item, Step};
 use crate::support::*;
 use codex_bridge::domain::workflow::children::ChildMode;
 use codex_bridge::domain::workflow::results::DeliveryState;
@@ -294,4 +294,62 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
     l.wait(last.task_id.as_str(), "succeeded");
     assert_eq!(l.bot_comments(n, "All done").len(), 1);
     assert!(l.bot_comments(n, "Result recorded").is_empty());
+}
+
+/// Children of one repository run side by side up to
+/// `max_parallel_turns_per_repo`: with two places, both children's turns are
+/// running at once (each holds its request until both arrived), each in its
+/// own worktree.
+#[test]
+fn e2e_two_children_run_at_once_each_in_its_own_worktree() {
+    let l = with_children(2);
+    let n = l.issue;
+    let gate = Gate::new();
+    l.model().push(call(
+        "assign_child",
+        json!({"title": "Parser", "instructions": "TASK-PAR-A: fix the parser"}),
+    ));
+    l.model().push(call(
+        "assign_child",
+        json!({"title": "Docs", "instructions": "TASK-PAR-B: write the docs"}),
+    ));
+    l.script_reply(n, "Two children are on it.");
+    for (needle, file) in [("TASK-PAR-A", "a.txt"), ("TASK-PAR-B", "b.txt")] {
+        l.model().push_for(
+            needle,
+            Step::shell(&format!("printf {needle} > {file}; ls")).gated(&gate),
+        );
+        l.model().push_for(
+            needle,
+            call(
+                "record_result",
+                json!({"summary": format!("{needle} done")}),
+            ),
+        );
+        l.model().push_for(needle, Step::message("Recorded."));
+    }
+    // The parent's continuation carries both results (or one, then the
+    // other): acknowledge what it reads, then complete.
+    l.model()
+        .set_default(Step::message("Waiting for the rest."));
+
+    let task = l.comment("bob", n, "@ccbot fix the parser and write the docs");
+    l.wait(&task, "succeeded");
+    // Both children's first requests arrive while neither was answered.
+    wait_until(
+        "both children running at once",
+        Duration::from_secs(90),
+        || l.model().asked("TASK-PAR-A") == 1 && l.model().asked("TASK-PAR-B") == 1,
+    );
+    gate.open();
+    let id = workflow_of(&l, &task);
+    wait_until("both results recorded", Duration::from_secs(90), || {
+        let mut c = connect(&l.app.db_url);
+        results::list(&mut c, &id).unwrap().len() == 2
+    });
+    let root = l.app.dir().join("ws/.worktrees/default/acme/widgets");
+    let a = root.join(format!("issue-{n}-child-1"));
+    let b = root.join(format!("issue-{n}-child-2"));
+    assert!(a.join("a.txt").exists() && !a.join("b.txt").exists());
+    assert!(b.join("b.txt").exists() && !b.join("a.txt").exists());
 }
