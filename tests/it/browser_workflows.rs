@@ -288,3 +288,128 @@ fn browser_workflows_answer_a_gate_for_the_owner_and_cancel() {
         el(&c, &older_row).await;
     });
 }
+
+/// The workflow tree: a parent's page lists its children (thread,
+/// worktree, branch, turns) and its results with their deliveries; an
+/// operator cancels a child through the dialog, and the parent gets the
+/// child's incomplete result saying so.
+#[test]
+fn browser_workflows_show_the_children_and_results_and_cancel_a_child() {
+    use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
+    use codex_bridge::domain::workflow::children::ChildMode;
+    use codex_bridge::domain::workflow::ResultReport;
+    use codex_bridge::store::workflows::children::{self, Assignment, Launched};
+    use codex_bridge::store::workflows::results::{self, NewResult};
+    let s = &TestApp::start(Db::Sqlite);
+    let mut db = connect(&s.db_url);
+    let (first, w) = joined(s, &mut db, 1, 1, "fix the parser");
+    let mut launch = |what: &str| {
+        let w = reread(&mut db, &w);
+        let out = db
+            .write_transaction(|c| {
+                children::launch(
+                    c,
+                    &Assignment {
+                        parent: &w,
+                        by: &first,
+                        mode: ChildMode::Assign,
+                        title: what,
+                        instructions: what,
+                        sandbox: Sandbox::WorkspaceWrite,
+                        approval: ApprovalPolicy::Never,
+                        max_children: 2,
+                        instance_id: "default",
+                    },
+                )
+            })
+            .unwrap();
+        match out {
+            Launched::New { child } => child,
+            other => panic!("{other:?}"),
+        }
+    };
+    let done = launch("implement it");
+    let working = launch("review it");
+    let report = ResultReport {
+        summary: "Implemented <i>it</i>.".into(),
+        files_changed: vec!["src/parser.rs".into()],
+        checks_run: vec!["cargo test".into()],
+        risks: Vec::new(),
+        blockers: Vec::new(),
+    };
+    let done_w = workflows::find(&mut db, &done.workflow_id)
+        .unwrap()
+        .unwrap();
+    let (result, _) = db
+        .write_transaction(|c| {
+            results::record(
+                c,
+                &done_w,
+                &NewResult {
+                    report: &report,
+                    incomplete: false,
+                    cancelled: false,
+                    branch: Some("codex/issue-1-child-1"),
+                    by_task: None,
+                },
+            )
+        })
+        .unwrap();
+    let wf = w.workflow_id.to_string();
+
+    browser_test("workflow-children", |c| async move {
+        sign_in(&c, s, ADMIN_TOKEN).await;
+        c.goto(&s.url(&format!("/admin#workflow/{wf}")))
+            .await
+            .unwrap();
+        let done_row = format!(
+            r#"#workflow-children tr[data-workflow="{}"]"#,
+            done.workflow_id
+        );
+        let working_row = format!(
+            r#"#workflow-children tr[data-workflow="{}"]"#,
+            working.workflow_id
+        );
+        el(&c, &format!(r#"{done_row}[data-state="completed"]"#)).await;
+        text_until(&c, &format!("{done_row} .child-worktree"), |t| {
+            t.contains("issue-1-child-1") && t.contains("codex/issue-1-child-1")
+        })
+        .await;
+        text_until(&c, &format!("{working_row} .child-worktree"), |t| {
+            t.contains("issue-1-child-2")
+        })
+        .await;
+        let result_row = format!(r#"#workflow-results tr[data-result="{result}"]"#);
+        el(&c, &format!(r#"{result_row}[data-delivery="pending"]"#)).await;
+        text_until(&c, &format!("{result_row} .result-summary"), |t| {
+            t.contains("Implemented <i>it</i>.")
+        })
+        .await;
+        assert!(
+            absent(&c, ".result-summary i").await,
+            "a summary is never markup"
+        );
+        assert!(
+            absent(&c, &format!("{done_row} .cancel-child")).await,
+            "an ended child has nothing to cancel"
+        );
+        screenshot(&c, "workflow-children").await;
+
+        click(&c, &format!("{working_row} .cancel-child")).await;
+        assert_eq!(
+            confirm_action(&c, "the review is not needed").await,
+            "workflow.cancel"
+        );
+        el(&c, &format!(r#"{working_row}[data-state="cancelled"]"#)).await;
+        text_until(&c, "#workflow-results", |t| {
+            t.contains("incomplete") && t.contains("the review is not needed")
+        })
+        .await;
+        // The parent goes on: it is still open, with the two results.
+        el(&c, r#"#workflow-state .badge[data-state="open"]"#).await;
+    });
+    let d = detail(s, &w);
+    assert_eq!(d["results"].as_array().unwrap().len(), 2, "{d}");
+    assert_eq!(d["children"][1]["state"], "cancelled", "{d}");
+    assert_eq!(d["children"][1]["worktree"], "issue-1-child-2", "{d}");
+}

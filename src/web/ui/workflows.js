@@ -171,10 +171,26 @@ async function renderWorkflow(id) {
     h("td", { class: "mono small hide-narrow" }, t.turnId || "—"),
     h("td", {}, time(t.createdAt)),
     h("td", {}, time(t.updatedAt))));
-  const children = (d.children || []).map((c) => h("tr", { "data-workflow": c.workflowId },
-    h("td", {}, workflowBadge(c.state)), h("td", {}, workflowTitle(c)), h("td", {}, c.owner || "—"),
-    h("td", {}, time(c.updatedAt))));
-  const results = (d.results || []).map((r) => h("pre", { class: "text" }, JSON.stringify(r, null, 2)));
+  const children = (d.children || []).map((c) => h("tr", { "data-workflow": c.workflowId, "data-state": c.state },
+    h("td", {}, workflowBadge(c.state)), h("td", {}, workflowLink(c.workflowId, c.title || c.workflowId)),
+    h("td", {}, c.childMode || "—"),
+    h("td", { class: "mono small child-thread" }, c.threadId || "—"),
+    h("td", { class: "mono small child-worktree" }, c.worktree, h("br", {}), c.branch),
+    h("td", {}, String((c.turns || []).length), c.recovered ? " (" + c.recovered + " recovery)" : ""),
+    h("td", {}, c.endCode || "—"),
+    h("td", {}, time(c.updatedAt)),
+    h("td", {}, WORKFLOW_LIVE.includes(c.state)
+      ? h("button", { class: "small danger cancel-child", onclick: () => cancelWorkflow(c) }, "Cancel child")
+      : null)));
+  const results = (d.results || []).map((r) => h("tr", { "data-result": r.resultId, "data-delivery": r.delivery.state },
+    h("td", { class: "mono small" }, r.resultId),
+    h("td", {}, workflowLink(r.childWorkflowId, "child")),
+    h("td", { class: "result-summary" }, r.incomplete ? h("b", {}, "incomplete: ") : null, r.summary,
+      (r.blockers || []).length ? h("div", { class: "small" }, "blockers: " + r.blockers.join("; ")) : null),
+    h("td", {}, h("span", { class: "badge delivery-state" }, r.delivery.state)),
+    h("td", {}, String(r.delivery.deliveries)),
+    h("td", {}, r.delivery.ackedByTask ? taskLink(r.delivery.ackedByTask) : "—"),
+    h("td", {}, time(r.recordedAt))));
   view(
     h("p", {}, h("a", { href: "#workflows" }, "← workflows")),
     h("h1", {}, "Workflow ", h("span", { id: "workflow-title" }, w.title || w.workflowId), " ",
@@ -191,6 +207,11 @@ async function renderWorkflow(id) {
     h("section", { class: "panel", id: "workflow-turns" }, h("h2", {}, "Turns"),
       table(["task", "input", "author", "state", "error", "turn", "created", "updated"], turns, "No turn yet.")),
     children.length ? h("section", { class: "panel", id: "workflow-children" }, h("h2", {}, "Child workflows"),
-      table(["state", "title", "owner", "updated"], children)) : null,
-    results.length ? h("section", { class: "panel", id: "workflow-results" }, h("h2", {}, "Results"), results) : null);
+      h("p", { class: "small muted" },
+        "Delegated work, each in its own thread and worktree. Cancelling a child gives this workflow an incomplete result that says so."),
+      table(["state", "title", "mode", "thread", "worktree", "turns", "end", "updated", ""], children)) : null,
+    results.length ? h("section", { class: "panel", id: "workflow-results" }, h("h2", {}, "Results"),
+      h("p", { class: "small muted" },
+        "Each child's result and its delivery to this workflow: carried to its turns until acknowledged."),
+      table(["result", "from", "summary", "delivery", "carried", "acknowledged in", "recorded"], results)) : null);
 }
