@@ -353,3 +353,73 @@ fn e2e_two_children_run_at_once_each_in_its_own_worktree() {
     assert!(a.join("a.txt").exists() && !a.join("b.txt").exists());
     assert!(b.join("b.txt").exists() && !b.join("a.txt").exists());
 }
+
+/// A child's approval goes to the child's own actor: it is announced in
+/// the Issue's thread, the owner's `/approve` there decides it, the child's
+/// command runs in the child's worktree, and the admin view lists the
+/// approval under the child's task.
+#[test]
+fn e2e_a_childs_approval_is_answered_in_the_thread_and_reaches_the_child() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_WORKFLOWS", "true")
+            .env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+            .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+    });
+    let n = l.issue;
+    l.model().push(call(
+        "assign_child",
+        json!({"title": "Touch", "instructions": "TASK-APPR: touch a file"}),
+    ));
+    l.script_reply(n, "A child touches the file.");
+    l.model().push_for(
+        "TASK-APPR",
+        Step::Reply(vec![Item::shell("touch approved.txt")]),
+    );
+    l.model().push_for(
+        "TASK-APPR",
+        call("record_result", json!({"summary": "APPR-DONE: touched"})),
+    );
+    l.model().push_for("TASK-APPR", Step::message("Recorded."));
+    l.model()
+        .push(call("ack_result", json!({"resultId": "{{result}}"})));
+    l.model()
+        .push(call("complete_workflow", json!({"summary": "Touched."})));
+    l.model().push(Step::message("Touched."));
+
+    let task = l.comment("bob", n, "@ccbot touch a file, through a child");
+    l.wait(&task, "succeeded");
+    let mut pending = Vec::new();
+    wait_until("the child's approval", Duration::from_secs(90), || {
+        pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        !pending.is_empty()
+    });
+    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    let child_task = pending[0]["taskId"].as_str().unwrap().to_owned();
+    assert_ne!(child_task, task);
+    let d = l.detail(&child_task);
+    assert!(
+        d["task"]["sessionKey"]
+            .as_str()
+            .is_some_and(|k| k.ends_with(":child:1")),
+        "{d}"
+    );
+    wait_until("the approval announced", Duration::from_secs(60), || {
+        !l.bot_comments(n, &format!("receipt={child_task}:approval:{approval}"))
+            .is_empty()
+    });
+
+    let granted = l.comment("bob", n, &format!("@ccbot /approve {approval}"));
+    l.wait(&granted, "succeeded");
+    let id = workflow_of(&l, &task);
+    wait_workflow(&l, &id, WorkflowState::Completed);
+    let d = l.detail(&child_task);
+    assert_eq!(d["approvals"][0]["decision"], "accept", "{d}");
+    let root = l.app.dir().join("ws/.worktrees/default/acme/widgets");
+    assert!(root
+        .join(format!("issue-{n}-child-1/approved.txt"))
+        .exists());
+    assert!(!root.join(format!("issue-{n}/approved.txt")).exists());
+}

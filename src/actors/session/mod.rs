@@ -326,9 +326,17 @@ impl SessionActor {
                             act.drain(ctx);
                         }
                     }
-                    for task_id in &pass.decided {
+                    for (task_id, session) in &pass.decided {
                         if act.signals.drives(task_id) {
                             act.signals.approval.notify_one();
+                        } else if session != &act.session_key {
+                            // A delegated child's approval, answered in its
+                            // parent's thread: its own actor waits for it.
+                            act.registry.do_send(super::registry::ApprovalDecided {
+                                session_key: session.clone(),
+                                repo_key: act.repo_key.clone(),
+                                task_id: task_id.clone(),
+                            });
                         }
                     }
                     if !pass.stopped.is_empty() {

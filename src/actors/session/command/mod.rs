@@ -29,8 +29,9 @@ const MAX_STALE_IN_A_ROW: u32 = 5;
 pub(super) struct CommandPass {
     /// Tasks moved to `cancel_requested`: their drive interrupts the turn.
     pub stopped: Vec<TaskId>,
-    /// Tasks whose pending approval was decided.
-    pub decided: Vec<TaskId>,
+    /// Tasks whose pending approval was decided, with the session that
+    /// drives each (a delegated child's own, or this one).
+    pub decided: Vec<(TaskId, ResourceKey)>,
     /// A permission could not be checked: run again later.
     pub retry_later: bool,
 }
@@ -121,6 +122,7 @@ pub(super) async fn run(
             .store
             .read(move |c| commands::session_facts(c, &key))
             .await?;
+        let sessions_of = facts.approval_sessions.clone();
         let Some(snap) = snapshot(&task, argument, permission, facts) else {
             break;
         };
@@ -194,7 +196,12 @@ pub(super) async fn run(
                     accept,
                 } => {
                     write.approval = Some((approval_id.clone(), *accept));
-                    decided = Some(task_id.clone());
+                    let session = sessions_of
+                        .iter()
+                        .find(|(t, _)| t == task_id)
+                        .map(|(_, s)| s.clone())
+                        .unwrap_or_else(|| session_key.clone());
+                    decided = Some((task_id.clone(), session));
                 }
                 CommandEffect::Answer(_) | CommandEffect::RetryLater => {}
             }
