@@ -2,8 +2,9 @@
 //! (what the next turn must find), when it was last used, and which ones may
 //! be retired.
 
-use super::schema::{tasks, workflows, worktrees};
+use super::schema::{result_deliveries, tasks, workflow_results, workflows, worktrees};
 use super::{now, DbConn, StoreError};
+use crate::domain::workflow::results::DeliveryState;
 use crate::domain::workflow::WorkflowState;
 use crate::domain::worktree::TreeState;
 use crate::domain::{RepoKey, ResourceKey};
@@ -78,7 +79,8 @@ pub fn accept(c: &mut DbConn, session: &ResourceKey) -> Result<bool, StoreError>
 
 /// Sessions whose worktree may be retired (of `repo`, or of every
 /// repository): on disk, unused since `before`, with no task that has not
-/// ended and no workflow still open.
+/// ended, no workflow still open, and (a delegated child's) no result its
+/// parent has yet to acknowledge: the parent may still read its worktree.
 pub fn retirable(
     c: &mut DbConn,
     repo: Option<&RepoKey>,
@@ -111,6 +113,24 @@ pub fn retirable(
                 workflows::table
                     .filter(workflows::session_key.eq(worktrees::session_key))
                     .filter(workflows::state.eq_any(&live_workflows)),
+            )))
+            .filter(diesel::dsl::not(diesel::dsl::exists(
+                workflow_results::table
+                    .inner_join(
+                        result_deliveries::table
+                            .on(result_deliveries::result_id.eq(workflow_results::result_id)),
+                    )
+                    .filter(
+                        workflow_results::workflow_id.eq_any(
+                            workflows::table
+                                .filter(workflows::session_key.eq(worktrees::session_key))
+                                .select(workflows::workflow_id),
+                        ),
+                    )
+                    .filter(
+                        result_deliveries::state
+                            .eq_any([DeliveryState::Pending, DeliveryState::Delivered]),
+                    ),
             )))
             .select((worktrees::repo_key, worktrees::session_key))
             .load::<(RepoKey, ResourceKey)>(c)

@@ -20,7 +20,7 @@ use codex_bridge::store::models::Task;
 use codex_bridge::store::workflows::children::{self, Assignment, Launched};
 use codex_bridge::store::workflows::results::{self, Acked, NewResult};
 use codex_bridge::store::workflows::{self, Workflow};
-use codex_bridge::store::{run_migrations, tasks, DbConn, StoreError};
+use codex_bridge::store::{run_migrations, tasks, worktrees, DbConn, StoreError};
 
 const LIMITS: WorkflowLimits = WorkflowLimits {
     max_idle_finals: 5,
@@ -368,6 +368,21 @@ fn handoff_rows(url: &str) {
     assert_eq!(cont.continuation, Some(1));
     assert!(cont.next_retry_at.as_deref() <= Some(codex_bridge::store::now().as_str()));
 
+    // The child's worktree stays while its parent has yet to acknowledge
+    // its result (the parent may still read it), and may retire after.
+    let retirable = |c: &mut DbConn| -> bool {
+        worktrees::retirable(c, None, "2999-01-01T00:00:00Z")
+            .unwrap()
+            .iter()
+            .any(|(_, s)| s == &child.session_key)
+    };
+    c.write_transaction(|c| worktrees::prepared(c, &child.session_key, &task.repo_key))
+        .unwrap();
+    assert!(
+        !retirable(&mut c),
+        "kept while the result is unacknowledged"
+    );
+
     // The parent ends before it reads the result: terminalised.
     c.write_transaction(|c| {
         workflows::end(
@@ -389,6 +404,7 @@ fn handoff_rows(url: &str) {
         .write_transaction(|c| results::after_restart(c, LIMITS, "default"))
         .unwrap();
     assert!(r.waiting.is_empty());
+    assert!(retirable(&mut c), "nothing waits on the child any more");
 }
 
 #[test]
