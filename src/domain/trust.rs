@@ -194,18 +194,7 @@ mod tests {
         )
     }
 
-    fn authority() -> impl Strategy<Value = Authority> {
-        (
-            proptest::sample::select(Sandbox::ALL.to_vec()),
-            proptest::sample::select(ApprovalPolicy::ALL.to_vec()),
-            any::<bool>(),
-        )
-            .prop_map(|(sandbox, approval, gitea_write)| Authority {
-                sandbox,
-                approval,
-                gitea_write,
-            })
-    }
+    use crate::domain::workflow::children::tests::authority;
 
     proptest! {
         /// A child's thread never runs with more than it was delegated, never

@@ -248,11 +248,12 @@ pub fn may_record(already_recorded: bool) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn authority() -> impl Strategy<Value = Authority> {
+    /// Any authority a thread may have (also the trust rules' tests').
+    pub(crate) fn authority() -> impl Strategy<Value = Authority> {
         (
             proptest::sample::select(Sandbox::ALL.to_vec()),
             proptest::sample::select(ApprovalPolicy::ALL.to_vec()),

@@ -284,23 +284,15 @@ pub fn carry(
             DeliveryStep::To(to) => to,
             _ => d.state,
         };
-        let at = now();
-        let n = with_conn!(conn, |c| diesel::update(
-            result_deliveries::table
-                .filter(result_deliveries::id.eq(d.id))
-                .filter(result_deliveries::version.eq(step.expected_version))
+        let at = move_to(conn, &d, step.expected_version, to)?;
+        with_conn!(conn, |c| diesel::update(
+            result_deliveries::table.filter(result_deliveries::id.eq(d.id))
         )
         .set((
-            result_deliveries::state.eq(to),
-            result_deliveries::version.eq(d.version + 1),
             result_deliveries::deliveries.eq(d.deliveries + 1),
             result_deliveries::carried_by_task.eq(task),
-            result_deliveries::updated_at.eq(&at),
         ))
         .execute(c))?;
-        if n == 0 {
-            return Err(stale(format!("delivery of {} moved on", d.result_id)));
-        }
         if to == DeliveryState::Delivered {
             let d = Delivery {
                 state: to,
@@ -370,21 +362,12 @@ pub fn ack(
     );
     match step.step {
         DeliveryStep::To(to) => {
-            let n = with_conn!(conn, |c| diesel::update(
-                result_deliveries::table
-                    .filter(result_deliveries::id.eq(d.id))
-                    .filter(result_deliveries::version.eq(step.expected_version))
+            move_to(conn, &d, step.expected_version, to)?;
+            with_conn!(conn, |c| diesel::update(
+                result_deliveries::table.filter(result_deliveries::id.eq(d.id))
             )
-            .set((
-                result_deliveries::state.eq(to),
-                result_deliveries::version.eq(d.version + 1),
-                result_deliveries::acked_by_task.eq(task),
-                result_deliveries::updated_at.eq(now()),
-            ))
+            .set(result_deliveries::acked_by_task.eq(task))
             .execute(c))?;
-            if n == 0 {
-                return Err(stale(format!("delivery of {result} moved on")));
-            }
             audit::record(
                 conn,
                 &Audit::new("workflow.result_acknowledged", "agent")
@@ -498,17 +481,7 @@ pub fn reconcile(conn: &mut DbConn) -> Result<Reconciled, StoreError> {
             _ => d.state,
         };
         if to != d.state {
-            with_conn!(conn, |c| diesel::update(
-                result_deliveries::table
-                    .filter(result_deliveries::id.eq(d.id))
-                    .filter(result_deliveries::version.eq(step.expected_version))
-            )
-            .set((
-                result_deliveries::state.eq(to),
-                result_deliveries::version.eq(d.version + 1),
-                result_deliveries::updated_at.eq(now()),
-            ))
-            .execute(c))?;
+            move_to(conn, &d, step.expected_version, to)?;
             match to {
                 DeliveryState::Pending => out.redelivered += 1,
                 DeliveryState::Terminalised => out.terminalised += 1,
@@ -543,6 +516,33 @@ pub fn after_restart(
         arrived(conn, w, limits, instance_id)?;
     }
     Ok(out)
+}
+
+/// Moves the delivery to `to` by compare-and-swap on the version its
+/// decision was made on (`Refused { STALE }` if it moved on, nothing
+/// written); when it moved.
+fn move_to(
+    conn: &mut DbConn,
+    d: &Delivery,
+    version: i64,
+    to: DeliveryState,
+) -> Result<String, StoreError> {
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
+        result_deliveries::table
+            .filter(result_deliveries::id.eq(d.id))
+            .filter(result_deliveries::version.eq(version))
+    )
+    .set((
+        result_deliveries::state.eq(to),
+        result_deliveries::version.eq(version + 1),
+        result_deliveries::updated_at.eq(&at),
+    ))
+    .execute(c))?;
+    if n == 0 {
+        return Err(stale(format!("the delivery of {} moved on", d.result_id)));
+    }
+    Ok(at)
 }
 
 /// The results bound to the workflow that are not acknowledged and not
