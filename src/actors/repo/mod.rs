@@ -395,7 +395,11 @@ async fn schedule_pass(
     match prepared {
         Ok(prepared) => {
             tracing::debug!(task.id = %next.task_id, path = %prepared.path.display(), "workspace ready");
-            let head = prepared.head.filter(|_| next.resource_key.is_pull());
+            // A pull request's commit statuses go on its head; a child's
+            // worktree holds its own branch, whose commits Gitea never saw.
+            let head = prepared
+                .head
+                .filter(|_| next.resource_key.is_pull() && next.session_key.child().is_none());
             record_prepared(&deps, &next, head).await;
             outcome.dispatch.push((next.session_key.clone(), repo_key));
             outcome.again = more;
