@@ -8,12 +8,12 @@ use crate::e2e::Loop;
 use crate::e2e_workflow::workflow_of;
 use crate::fakemodel::{tool_names, user_texts, Gate, Item, Step};
 use crate::support::*;
+use crate::workspace::git;
 use codex_bridge::domain::workflow::children::ChildMode;
 use codex_bridge::domain::workflow::results::DeliveryState;
 use codex_bridge::domain::workflow::WorkflowState;
 use codex_bridge::store::workflows::{self, children, results};
 use serde_json::{json, Value};
-use std::process::Command;
 use std::time::Duration;
 
 pub(crate) fn with_children(parallel: usize) -> Loop {
@@ -90,22 +90,6 @@ pub(crate) fn wait_workflow(
         );
     }
     found.unwrap()
-}
-
-/// `git` in `dir`, its output.
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The requests of the thread whose user input holds `needle`.
