@@ -135,10 +135,9 @@ pub struct SessionFacts {
     /// first.
     pub queued: Vec<Task>,
     /// Pending approvals of its tasks and of its delegated children's
-    /// (whose approvals are asked in the same thread), oldest first.
-    pub approvals: Vec<Approval>,
-    /// The session of each approval's task (a child's own, or this one).
-    pub approval_sessions: Vec<(TaskId, ResourceKey)>,
+    /// (whose approvals are asked in the same thread), oldest first, each
+    /// with the session that drives its task.
+    pub approvals: Vec<(Approval, ResourceKey)>,
     pub thread_id: Option<String>,
     /// The session's workflow that has not ended.
     pub workflow: Option<super::workflows::Workflow>,
@@ -157,25 +156,19 @@ pub fn session_facts(
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?;
-    let pending: Vec<(Approval, ResourceKey)> = with_conn!(conn, |c| approvals::table
+    let approvals: Vec<(Approval, ResourceKey)> = with_conn!(conn, |c| approvals::table
         .inner_join(tasks::table.on(tasks::task_id.eq(approvals::task_id)))
         .filter(tasks::resource_key.eq(session_key))
         .filter(approvals::status.eq("pending"))
         .order(approvals::created_at.asc())
         .select((Approval::as_select(), tasks::session_key))
         .load(c))?;
-    let approval_sessions = pending
-        .iter()
-        .map(|(a, s)| (a.task_id.clone(), s.clone()))
-        .collect();
-    let approvals = pending.into_iter().map(|(a, _)| a).collect();
     let thread_id = session(conn, session_key)?.and_then(|s| s.thread_id);
     let workflow = super::workflows::live(conn, session_key)?;
     Ok(SessionFacts {
         driven,
         queued,
         approvals,
-        approval_sessions,
         thread_id,
         workflow,
     })

@@ -340,7 +340,7 @@ fn browser_workflows_show_the_children_and_results_and_cancel_a_child() {
     let done_w = workflows::find(&mut db, &done.workflow_id)
         .unwrap()
         .unwrap();
-    let (result, _) = db
+    let result = db
         .write_transaction(|c| {
             results::record(
                 c,
@@ -352,6 +352,11 @@ fn browser_workflows_show_the_children_and_results_and_cancel_a_child() {
                     branch: Some("codex/issue-1-child-1"),
                     by_task: None,
                 },
+                codex_bridge::domain::workflow::decide::WorkflowLimits {
+                    max_idle_finals: 65,
+                    max_turns: 200,
+                },
+                "default",
             )
         })
         .unwrap();

@@ -98,7 +98,7 @@ fn record(
 ) -> Result<ResultId, StoreError> {
     let r = report(summary);
     c.write_transaction(|c| {
-        let (id, parent) = results::record(
+        results::record(
             c,
             child,
             &NewResult {
@@ -108,11 +108,9 @@ fn record(
                 branch: Some("codex/issue-1-child-1"),
                 by_task: Some(&by.task_id),
             },
-        )?;
-        if let Some(p) = parent {
-            results::arrived(c, &p.workflow_id, LIMITS, "default")?;
-        }
-        Ok(id)
+            LIMITS,
+            "default",
+        )
     })
 }
 

@@ -164,12 +164,7 @@ impl TaskDrive {
                 }
             }
         };
-        let policy = ExecutionPolicy::decide(repo, trust_forks, &subject);
-        // A child's thread never runs with more than its parent delegated.
-        let policy = match self.delegated {
-            Some(d) => policy.for_child(d),
-            None => policy,
-        };
+        let policy = self.as_delegated(ExecutionPolicy::decide(repo, trust_forks, &subject));
         let base_instructions = match policy.instructions {
             InstructionsSource::WorkingTree => None,
             InstructionsSource::BaseBranch => self.base_instructions().await,
@@ -220,13 +215,21 @@ impl TaskDrive {
     /// The terms of the session's thread as it was created (for a turn that
     /// follows the task's own, such as the reply-retry turn).
     pub(super) fn stored_terms(&self, repo: &RepoPolicy) -> ThreadTerms {
-        let policy = ExecutionPolicy::of(self.thread_trust.unwrap_or(ThreadTrust::Trusted), repo);
         ThreadTerms {
-            policy: match self.delegated {
-                Some(d) => policy.for_child(d),
-                None => policy,
-            },
+            policy: self.as_delegated(ExecutionPolicy::of(
+                self.thread_trust.unwrap_or(ThreadTrust::Trusted),
+                repo,
+            )),
             base_instructions: None,
+        }
+    }
+
+    /// `policy` as the task's thread may use it: a delegated child's never
+    /// reaches past what its parent delegated.
+    fn as_delegated(&self, policy: ExecutionPolicy) -> ExecutionPolicy {
+        match self.delegated {
+            Some(d) => policy.for_child(d),
+            None => policy,
         }
     }
 

@@ -29,6 +29,20 @@ pub struct ResultReport {
     pub blockers: Vec<String>,
 }
 
+impl ResultReport {
+    /// A result the bridge writes for a child whose work did not end in one
+    /// of its own: `summary` says why; nothing is claimed done or checked.
+    pub fn incomplete(summary: String, risk: &str, blocker: &str) -> ResultReport {
+        ResultReport {
+            summary,
+            files_changed: Vec::new(),
+            checks_run: Vec::new(),
+            risks: vec![risk.to_owned()],
+            blockers: vec![blocker.to_owned()],
+        }
+    }
+}
+
 /// Why a call was not taken: said to the model as the tool's result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolCallError {

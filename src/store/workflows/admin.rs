@@ -185,13 +185,11 @@ pub fn cancel(
             return Err(not_applicable(&w, "it has ended already"));
         };
         if w.parent_workflow_id.is_some() {
-            let report = crate::domain::workflow::ResultReport {
-                summary: format!("An operator cancelled this child: {}", req.reason),
-                files_changed: Vec::new(),
-                checks_run: Vec::new(),
-                risks: vec!["the work was stopped before it was finished".into()],
-                blockers: vec!["cancelled by an operator".into()],
-            };
+            let report = crate::domain::workflow::ResultReport::incomplete(
+                format!("An operator cancelled this child: {}", req.reason),
+                "the work was stopped before it was finished",
+                "cancelled by an operator",
+            );
             let branch = crate::domain::worktree::WorktreeId::of(&w.session_key).branch();
             let new = super::results::NewResult {
                 report: &report,
@@ -200,10 +198,7 @@ pub fn cancel(
                 branch: Some(&branch),
                 by_task: None,
             };
-            let (_, parent) = super::results::record(conn, &w, &new)?;
-            if let Some(p) = parent {
-                super::results::arrived(conn, &p.workflow_id, limits, instance_id)?;
-            }
+            super::results::record(conn, &w, &new, limits, instance_id)?;
         } else {
             end(conn, &w, d.expected_version, state, code, None, None)?;
         }

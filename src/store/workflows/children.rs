@@ -291,12 +291,3 @@ pub fn of_task(conn: &mut DbConn, task: &Task) -> Result<Option<Workflow>, Store
         None => Ok(None),
     }
 }
-
-/// The task of the parent that asked for the child: the one a continuation
-/// of the parent follows when the child's result arrives.
-pub fn asked_by(conn: &mut DbConn, child: &Workflow) -> Result<Option<Task>, StoreError> {
-    match &child.created_by_task {
-        Some(t) => crate::store::tasks::find(conn, t),
-        None => Ok(None),
-    }
-}

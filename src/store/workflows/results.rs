@@ -127,15 +127,19 @@ pub struct NewResult<'a> {
 }
 
 /// Records the child's one result and ends the child (`completed`, or
-/// `failed` for an `incomplete` one), and queues its delivery to the parent
+/// `failed` for an `incomplete` one), queues its delivery to the parent
 /// that asked for it (terminalised at once if that parent is no longer
-/// open), in the caller's transaction. The result's id and the parent.
-/// A child that has ended refuses (`CHILD_NOT_OPEN`): a result comes once.
+/// open), and moves the parent as the result's arrival does ([`arrived`],
+/// with the parent's `limits`; `instance_id` names its continuation), all in
+/// the caller's transaction. A child that has ended refuses
+/// (`CHILD_NOT_OPEN`): a result comes once.
 pub fn record(
     conn: &mut DbConn,
     child: &Workflow,
     new: &NewResult<'_>,
-) -> Result<(ResultId, Option<Workflow>), StoreError> {
+    limits: WorkflowLimits,
+    instance_id: &str,
+) -> Result<ResultId, StoreError> {
     let Some(parent_id) = &child.parent_workflow_id else {
         return Err(StoreError::Refused {
             code: CHILD_NOT_OPEN,
@@ -209,7 +213,10 @@ pub fn record(
         event = event.task(t);
     }
     audit::record(conn, &event)?;
-    Ok((id, parent))
+    if open {
+        arrived(conn, parent_id, limits, instance_id)?;
+    }
+    Ok(id)
 }
 
 /// A result of a child of workflow `parent` waits for it: the parent moves

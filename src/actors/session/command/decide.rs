@@ -18,7 +18,7 @@
 
 use crate::domain::command::Command;
 use crate::domain::workflow::WorkflowState;
-use crate::domain::{TaskId, WorkflowId};
+use crate::domain::{ResourceKey, TaskId, WorkflowId};
 use crate::lifecycle::TaskState;
 
 /// The commenter's permission to trigger work, asked of the forge.
@@ -51,11 +51,14 @@ pub struct WorkflowFact {
     pub by_owner: bool,
 }
 
-/// A pending approval of one of the session's tasks.
+/// A pending approval of one of the session's tasks, or of one of its
+/// delegated children's (asked in the same thread).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalFact {
     pub approval_id: String,
     pub task_id: TaskId,
+    /// The session that drives the task: a child's own, or this one.
+    pub session_key: ResourceKey,
 }
 
 /// What a command is decided on.

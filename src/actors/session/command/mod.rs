@@ -67,9 +67,10 @@ fn snapshot(
         approvals: facts
             .approvals
             .into_iter()
-            .map(|a| ApprovalFact {
+            .map(|(a, session_key)| ApprovalFact {
                 approval_id: a.approval_id,
                 task_id: a.task_id,
+                session_key,
             })
             .collect(),
         thread_id: facts.thread_id,
@@ -122,7 +123,6 @@ pub(super) async fn run(
             .store
             .read(move |c| commands::session_facts(c, &key))
             .await?;
-        let sessions_of = facts.approval_sessions.clone();
         let Some(snap) = snapshot(&task, argument, permission, facts) else {
             break;
         };
@@ -196,10 +196,11 @@ pub(super) async fn run(
                     accept,
                 } => {
                     write.approval = Some((approval_id.clone(), *accept));
-                    let session = sessions_of
+                    let session = snap
+                        .approvals
                         .iter()
-                        .find(|(t, _)| t == task_id)
-                        .map(|(_, s)| s.clone())
+                        .find(|a| &a.task_id == task_id)
+                        .map(|a| a.session_key.clone())
                         .unwrap_or_else(|| session_key.clone());
                     decided = Some((task_id.clone(), session));
                 }

@@ -154,11 +154,7 @@ impl TaskDrive {
                     branch: Some(&branch),
                     by_task: Some(&task.task_id),
                 };
-                let (id, parent) = results::record(c, &child, &new)?;
-                if let Some(p) = parent {
-                    results::arrived(c, &p.workflow_id, limits, &instance)?;
-                }
-                Ok(id)
+                results::record(c, &child, &new, limits, &instance)
             })
             .await;
         Ok(match recorded {
@@ -284,17 +280,15 @@ pub(super) fn child_ended(
         }
         ChildExit::Incomplete => {
             let branch = WorktreeId::of(&w.session_key).branch();
-            let report = ResultReport {
-                summary: format!(
+            let report = ResultReport::incomplete(
+                format!(
                     "The child ended {} turn(s) without recording a result, and its recovery is \
                      spent. Nothing it did is confirmed; its branch {branch} may hold partial work.",
                     w.recovered + 1
                 ),
-                files_changed: Vec::new(),
-                checks_run: Vec::new(),
-                risks: vec!["the work was not finished or not reported".into()],
-                blockers: vec!["no result was recorded".into()],
-            };
+                "the work was not finished or not reported",
+                "no result was recorded",
+            );
             let new = NewResult {
                 report: &report,
                 incomplete: true,
@@ -302,10 +296,7 @@ pub(super) fn child_ended(
                 branch: Some(&branch),
                 by_task: None,
             };
-            let (_, parent) = results::record(c, w, &new)?;
-            if let Some(p) = parent {
-                results::arrived(c, &p.workflow_id, end.limits, &end.instance_id)?;
-            }
+            results::record(c, w, &new, end.limits, &end.instance_id)?;
         }
     }
     Ok(Some(()))

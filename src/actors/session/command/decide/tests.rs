@@ -1,5 +1,6 @@
 use super::*;
 use crate::domain::workflow::WorkflowState;
+use crate::domain::ResourceKey;
 use crate::domain::WorkflowId;
 use crate::lifecycle;
 use proptest::prelude::*;
@@ -16,6 +17,10 @@ fn fact(n: u8, state: TaskState, version: i64) -> TaskFact {
         command: None,
         continuation: false,
     }
+}
+
+fn session() -> ResourceKey {
+    ResourceKey::parse("default:acme/widgets:issue:1").unwrap()
 }
 
 fn snapshot(command: Command) -> CommandSnapshot {
@@ -96,6 +101,7 @@ prop_compose! {
                 .map(|i| ApprovalFact {
                     approval_id: format!("appr-{i}"),
                     task_id: task_id(10),
+                    session_key: session(),
                 })
                 .collect(),
             thread_id: thread,
@@ -264,6 +270,7 @@ fn deny_names_its_approval_exactly() {
     snap.approvals = vec![ApprovalFact {
         approval_id: "appr-1".into(),
         task_id: task_id(1),
+        session_key: session(),
     }];
     snap.argument = Some("appr-10".into());
     assert!(matches!(
