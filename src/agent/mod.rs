@@ -39,6 +39,9 @@ pub struct ThreadRequest {
     pub session_key: ResourceKey,
     /// The stored thread id, if the session already has one (resume it).
     pub thread_id: Option<String>,
+    /// Without a thread of its own: the thread whose conversation a new one
+    /// starts from (a delegated child forked from its parent's).
+    pub fork_from: Option<String>,
     pub cwd: PathBuf,
     pub terms: ThreadTerms,
 }

@@ -6,9 +6,9 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    DynamicToolCallResponse, DynamicToolSpec, Request, ReviewStart, ReviewTarget, ThreadItem,
-    ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt, TurnItemsView,
-    TurnStart, TurnStatus, TurnSteer, UserInput,
+    DynamicToolCallResponse, DynamicToolSpec, Request, ReviewStart, ReviewTarget, ThreadFork,
+    ThreadItem, ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt,
+    TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
@@ -99,12 +99,14 @@ impl CodexAgent {
     }
 
     /// Opens a thread in the current app-server process with the whole setup
-    /// ([`thread_setup`]): `thread/start` without an id, `thread/resume` for
-    /// one this process has not loaded (a new process, or a new bridge), then
-    /// waits for its Gitea MCP server. The connection and the thread's id.
+    /// ([`thread_setup`]): `thread/start` without an id (`thread/fork` of
+    /// `fork` when given), `thread/resume` for one this process has not
+    /// loaded (a new process, or a new bridge), then waits for its Gitea MCP
+    /// server. The connection and the thread's id.
     async fn open_thread(
         &self,
         thread_id: Option<&str>,
+        fork: Option<&str>,
         cwd: &Path,
         policy: Option<ThreadPolicy>,
         terms: &ThreadTerms,
@@ -116,9 +118,9 @@ impl CodexAgent {
             Some(id) => self.inner.process.has_loaded(id).await,
             None => false,
         };
-        let id = match thread_id {
-            Some(id) if loaded => id.to_owned(),
-            Some(id) => {
+        let id = match (thread_id, fork) {
+            (Some(id), _) if loaded => id.to_owned(),
+            (Some(id), _) => {
                 self.inner.router.forget_mcp(id);
                 let resume = ThreadResume {
                     thread_id: id.to_owned(),
@@ -129,7 +131,18 @@ impl CodexAgent {
                     .map_err(|e| AgentError::Unavailable(format!("thread/resume failed: {e}")))?;
                 id.to_owned()
             }
-            None => {
+            (None, Some(source)) => {
+                let fork = ThreadFork {
+                    thread_id: source.to_owned(),
+                    setup: thread_setup(s, cwd, policy, terms),
+                };
+                conn.call(&fork, s.request_timeout)
+                    .await
+                    .map_err(|e| AgentError::Unavailable(format!("thread/fork failed: {e}")))?
+                    .thread
+                    .id
+            }
+            (None, None) => {
                 let start = ThreadStart {
                     setup: thread_setup(s, cwd, policy, terms),
                     // Only a new thread can get them: `thread/resume` cannot
@@ -183,7 +196,7 @@ impl CodexAgent {
         let policy = ThreadPolicy::of(terms)?;
         let (conn, _) = self
             // Never a new thread here: a resume cannot add tools.
-            .open_thread(Some(thread_id), cwd, Some(policy), terms, &[])
+            .open_thread(Some(thread_id), None, cwd, Some(policy), terms, &[])
             .await?;
         let mut rx = self.inner.router.open_turn(thread_id);
         let answer = match conn.call(start, self.settings().request_timeout).await {
@@ -219,6 +232,7 @@ impl Agent for CodexAgent {
             let (_, id) = this
                 .open_thread(
                     req.thread_id.as_deref(),
+                    req.fork_from.as_deref(),
                     &req.cwd,
                     Some(policy),
                     &req.terms,

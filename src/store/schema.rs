@@ -431,6 +431,7 @@ diesel::table! {
         sandbox -> Nullable<Text>,
         approval_policy -> Nullable<Text>,
         recovered -> Int8,
+        forked_from_thread -> Nullable<Text>,
     }
 }
 

@@ -317,6 +317,7 @@ fn browser_workflows_show_the_children_and_results_and_cancel_a_child() {
                         instructions: what,
                         sandbox: Sandbox::WorkspaceWrite,
                         approval: ApprovalPolicy::Never,
+                        fork_from: None,
                         max_children: 2,
                         instance_id: "default",
                     },

@@ -50,6 +50,7 @@ fn assign<'a>(
         instructions: what,
         sandbox: Sandbox::WorkspaceWrite,
         approval: ApprovalPolicy::OnRequest,
+        fork_from: None,
         max_children: 2,
         instance_id: "default",
     }

@@ -341,6 +341,14 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
                 setup: setup(policy),
             },
         );
+        check_request(
+            &schema,
+            "v2/ThreadForkParams",
+            &ThreadFork {
+                thread_id: "thr-parent".into(),
+                setup: setup(policy),
+            },
+        );
     }
     // Every one of the bridge's tools, as `thread/start` offers them.
     let every_tool: Vec<&str> = codex_bridge::domain::workflow::TOOLS
@@ -500,6 +508,7 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
         RateLimitWindow => "v2/RateLimitWindow",
         AccountLoginCompletedNotification => "v2/AccountLoginCompletedNotification",
         ThreadStartResponse => "v2/ThreadStartResponse",
+        ThreadStartResponse => "v2/ThreadForkResponse",
         ThreadSummary => "v2/Thread",
         TurnStartResponse => "v2/TurnStartResponse",
         TurnSteerResponse => "v2/TurnSteerResponse",

@@ -41,6 +41,7 @@ fn thread_request(
 ) -> ThreadRequest {
     ThreadRequest {
         session_key: resource("default:acme/widgets:issue:1"),
+        fork_from: None,
         thread_id,
         cwd: cwd.into(),
         terms: trusted_terms(policy, sandbox),

@@ -69,6 +69,7 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -125,6 +126,7 @@ async fn a_failed_model_call_fails_the_turn() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -155,6 +157,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -168,6 +171,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
     let again = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -210,6 +214,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -247,6 +252,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
@@ -297,6 +303,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(
@@ -418,6 +425,7 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
@@ -460,6 +468,7 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
     let err = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
@@ -513,6 +522,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     let thread = rt
         .ensure_thread(ThreadRequest {
             session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
             thread_id: None,
             cwd: dir.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),

@@ -238,6 +238,14 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
     // A child's thread is offered record_result and nothing of Gitea's; the
     // parent's thread delegates.
     for r in requests_with(&l, "TASK-IMPL") {
+        // Not forked: it starts from its instructions, not the owner's words.
+        assert!(
+            !user_texts(&r)
+                .iter()
+                .any(|t| t.contains("fix the flaky parser")),
+            "{:?}",
+            user_texts(&r)
+        );
         let tools = tool_names(&r);
         assert!(
             tools.iter().any(|t| t.ends_with("record_result")),
@@ -254,7 +262,9 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
     assert!(tool_names(first)
         .iter()
         .any(|t| t.ends_with("assign_child")));
-    assert!(!tool_names(first)
+    // Offered record_result too, so that a fork of it can record a result;
+    // the bridge refuses it on a top-level thread.
+    assert!(tool_names(first)
         .iter()
         .any(|t| t.ends_with("record_result")));
     assert!(

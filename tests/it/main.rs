@@ -29,6 +29,7 @@ mod due;
 mod e2e;
 mod e2e_capacity;
 mod e2e_children;
+mod e2e_children_fork;
 mod e2e_children_recovery;
 mod e2e_commands;
 mod e2e_context;

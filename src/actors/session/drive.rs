@@ -94,6 +94,9 @@ pub(super) struct TaskDrive {
     /// sandbox and approval policy; the least of all when the child's
     /// record cannot be read).
     pub delegated: Option<Authority>,
+    /// A delegated child's parent thread, whose conversation its own thread
+    /// starts from (when the parent asked for a fork).
+    pub fork_from: Option<String>,
     /// The operation the current turn carries: the entry's, or the
     /// reply-retry turn's own once that was intended. None without an entry.
     pub operation_id: Option<OperationId>,
@@ -216,6 +219,7 @@ impl TaskDrive {
             .session_key
             .child()
             .map(|_| delegated_to(child.as_ref()));
+        let fork_from = child.as_ref().and_then(|w| w.forked_from_thread.clone());
         let (session_thread, thread_trust) = match session {
             Some(s) => (s.thread_id, s.thread_trust),
             None => (None, None),
@@ -307,6 +311,7 @@ impl TaskDrive {
             policy,
             session_thread,
             delegated,
+            fork_from,
             operation_id,
             prompt: None,
             approval: None,

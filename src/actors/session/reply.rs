@@ -139,6 +139,7 @@ impl TaskDrive {
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
                 thread_id: Some(thread.clone()),
+                fork_from: None,
                 cwd: cwd.clone(),
                 terms: self.stored_terms(&policy),
             })

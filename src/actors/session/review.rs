@@ -47,6 +47,7 @@ impl TaskDrive {
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
                 thread_id: None,
+                fork_from: None,
                 cwd: cwd.clone(),
                 terms: terms.clone(),
             })

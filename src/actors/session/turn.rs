@@ -50,6 +50,12 @@ impl TaskDrive {
                     Some(_) => None,
                     None => self.session_thread.clone(),
                 },
+                // Only a child's first thread forks: a replacement, made
+                // because the trust changed, starts clean.
+                fork_from: match (&replacing, &self.session_thread) {
+                    (None, None) => self.fork_from.clone(),
+                    _ => None,
+                },
                 cwd: cwd.clone(),
                 terms: terms.clone(),
             })

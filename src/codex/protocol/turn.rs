@@ -156,6 +156,22 @@ impl Request for ThreadResume {
     type Response = IgnoredAny;
 }
 
+/// `thread/fork` (`v2/ThreadForkParams`): a new thread whose history is a
+/// copy of `thread_id`'s, run under this request's setup (its own working
+/// directory, policy and MCP servers). Its answer names the new thread.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadFork {
+    pub thread_id: String,
+    #[serde(flatten)]
+    pub setup: ThreadSetup,
+}
+
+impl Request for ThreadFork {
+    const METHOD: &'static str = "thread/fork";
+    type Response = ThreadStartResponse;
+}
+
 /// How much of each turn's items a history page carries (`v2/TurnItemsView`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

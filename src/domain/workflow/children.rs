@@ -93,7 +93,12 @@ impl Authority {
 
 /// The bridge's tools a thread is offered: a child's records its result;
 /// a top-level thread completes its workflow, asks its owner, delegates
-/// and reads its children's results.
+/// and reads its children's results — and is offered `record_result` as
+/// well, because Codex gives a forked thread its source's tools and nothing
+/// else, and a child forked from its parent must be able to record its
+/// result. What a thread was offered is not what it may do: every call is
+/// authorised by the session it arrives on (a top-level thread's
+/// `record_result`, a forked child's `assign_child`: refused).
 pub fn offered_tools(child: bool) -> &'static [&'static str] {
     if child {
         &["record_result"]
@@ -105,6 +110,7 @@ pub fn offered_tools(child: bool) -> &'static [&'static str] {
             "handoff_child",
             "ack_result",
             "list_results",
+            "record_result",
         ]
     }
 }

@@ -10,7 +10,7 @@ pub mod decide;
 pub mod results;
 mod tools;
 
-pub use tools::{ResultReport, ToolCall, ToolCallError, ToolSpec, TOOLS};
+pub use tools::{Delegation, ResultReport, ToolCall, ToolCallError, ToolSpec, TOOLS};
 
 /// The namespace the tools are offered under: the model sees
 /// `codex_bridge` tools named as below.

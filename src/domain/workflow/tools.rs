@@ -11,11 +11,21 @@ use serde_json::{json, Value};
 pub enum ToolCall {
     CompleteWorkflow { summary: String },
     RequestOwnerGate { question: String, kind: GateKind },
-    AssignChild { title: String, instructions: String },
-    HandoffChild { title: String, instructions: String },
+    AssignChild(Delegation),
+    HandoffChild(Delegation),
     RecordResult(ResultReport),
     AckResult { result_id: String },
     ListResults,
+}
+
+/// What `assign_child` and `handoff_child` ask of a child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegation {
+    pub title: String,
+    pub instructions: String,
+    /// The child's thread starts from a copy of the parent's conversation
+    /// (`thread/fork`) instead of from nothing.
+    pub fork: bool,
 }
 
 /// A child's structured result, as `record_result` takes it.
@@ -58,8 +68,8 @@ impl ToolCall {
         match self {
             ToolCall::CompleteWorkflow { .. } => "complete_workflow",
             ToolCall::RequestOwnerGate { .. } => "request_owner_gate",
-            ToolCall::AssignChild { .. } => "assign_child",
-            ToolCall::HandoffChild { .. } => "handoff_child",
+            ToolCall::AssignChild(_) => "assign_child",
+            ToolCall::HandoffChild(_) => "handoff_child",
             ToolCall::RecordResult(_) => "record_result",
             ToolCall::AckResult { .. } => "ack_result",
             ToolCall::ListResults => "list_results",
@@ -96,14 +106,8 @@ impl ToolCall {
                     kind,
                 }
             }
-            "assign_child" => ToolCall::AssignChild {
-                title: args.text("title")?,
-                instructions: args.text("instructions")?,
-            },
-            "handoff_child" => ToolCall::HandoffChild {
-                title: args.text("title")?,
-                instructions: args.text("instructions")?,
-            },
+            "assign_child" => ToolCall::AssignChild(args.delegation()?),
+            "handoff_child" => ToolCall::HandoffChild(args.delegation()?),
             "record_result" => ToolCall::RecordResult(ResultReport {
                 summary: args.text("summary")?,
                 files_changed: args.list("filesChanged")?,
@@ -168,6 +172,25 @@ impl<'a> Args<'a> {
         Ok(text.to_owned())
     }
 
+    /// What a delegation tool asks: its title, its instructions and
+    /// whether the child starts from the parent's conversation.
+    fn delegation(&self) -> Result<Delegation, ToolCallError> {
+        Ok(Delegation {
+            title: self.text("title")?,
+            instructions: self.text("instructions")?,
+            fork: self.flag("fork")?,
+        })
+    }
+
+    /// An optional yes or no (missing = no).
+    fn flag(&self, key: &str) -> Result<bool, ToolCallError> {
+        match self.object.get(key) {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(self.bad(format!("`{key}` must be true or false"))),
+        }
+    }
+
     /// An optional list of texts (missing = empty), within [`MAX_TOOL_TEXT`]
     /// in all.
     fn list(&self, key: &str) -> Result<Vec<String>, ToolCallError> {
@@ -222,6 +245,22 @@ fn texts() -> Value {
     json!({"type": "array", "items": {"type": "string"}})
 }
 
+fn delegation_schema() -> Value {
+    object(
+        json!({
+            "title": {"type": "string"},
+            "instructions": {"type": "string"},
+            "fork": {
+                "type": "boolean",
+                "description": "true: the child starts from a copy of this conversation so \
+                    far, for work that needs what you have read and decided; false (the \
+                    default): it starts from the instructions alone.",
+            },
+        }),
+        &["title", "instructions"],
+    )
+}
+
 /// Every tool the bridge offers a thread, in the order the model sees them.
 pub const TOOLS: &[ToolSpec] = &[
     ToolSpec {
@@ -257,28 +296,19 @@ pub const TOOLS: &[ToolSpec] = &[
         name: "assign_child",
         description: "Start a bounded piece of work in a child workflow with its own thread and \
             worktree; you continue meanwhile and its result is delivered later.",
-        schema: || {
-            object(
-                json!({"title": {"type": "string"}, "instructions": {"type": "string"}}),
-                &["title", "instructions"],
-            )
-        },
+        schema: delegation_schema,
     },
     ToolSpec {
         name: "handoff_child",
         description: "Hand a bounded piece of work to a child workflow and wait for its result \
             before continuing: for a next step that depends directly on the answer.",
-        schema: || {
-            object(
-                json!({"title": {"type": "string"}, "instructions": {"type": "string"}}),
-                &["title", "instructions"],
-            )
-        },
+        schema: delegation_schema,
     },
     ToolSpec {
         name: "record_result",
-        description: "As a child workflow, record your structured result for the parent (once; \
-            it cannot be changed afterwards).",
+        description: "Only in a delegated child's thread (one started by assign_child or \
+            handoff_child): record your structured result for the parent (once; it cannot be \
+            changed afterwards). A top-level workflow ends with complete_workflow instead.",
         schema: || {
             object(
                 json!({
@@ -372,6 +402,21 @@ mod tests {
         assert!(bad(json!("done")).contains("object"));
         let list = ToolCall::parse("record_result", &json!({"summary": "s", "risks": ["a", 1]}));
         assert!(matches!(list, Err(ToolCallError::BadArguments { .. })));
+    }
+
+    #[test]
+    fn a_delegation_forks_only_when_asked_with_a_boolean() {
+        let asked = |args: Value| ToolCall::parse("handoff_child", &args);
+        let base = json!({"title": "t", "instructions": "i"});
+        assert!(matches!(asked(base.clone()), Ok(ToolCall::HandoffChild(d)) if !d.fork));
+        let mut forked = base.clone();
+        forked["fork"] = json!(true);
+        assert!(matches!(asked(forked), Ok(ToolCall::HandoffChild(d)) if d.fork));
+        let mut said = base;
+        said["fork"] = json!("yes");
+        assert!(
+            matches!(asked(said), Err(ToolCallError::BadArguments { problem, .. }) if problem.contains("true or false"))
+        );
     }
 
     fn arbitrary_json() -> impl Strategy<Value = Value> {

@@ -32,6 +32,9 @@ pub struct Assignment<'a> {
     /// child is given.
     pub sandbox: Sandbox,
     pub approval: ApprovalPolicy,
+    /// The parent's thread, when the child's thread starts from a copy of
+    /// its conversation.
+    pub fork_from: Option<&'a str>,
     /// `max_children_per_workflow`.
     pub max_children: i64,
     pub instance_id: &'a str,
@@ -145,6 +148,7 @@ pub fn launch(conn: &mut DbConn, a: &Assignment<'_>) -> Result<Launched, StoreEr
                         "workflowId": child.workflow_id, "parent": a.parent.workflow_id,
                         "mode": a.mode, "session": child.session_key, "byTask": a.by.task_id,
                         "sandbox": a.sandbox, "approvalPolicy": a.approval,
+                        "forkedFromThread": a.fork_from,
                         "decidedOnVersion": d.expected_version,
                     })),
             )?;
@@ -193,6 +197,7 @@ fn insert_child(conn: &mut DbConn, a: &Assignment<'_>, key: &str) -> Result<Work
                 workflows::created_by_task.eq(&a.by.task_id),
                 workflows::sandbox.eq(a.sandbox),
                 workflows::approval_policy.eq(a.approval),
+                workflows::forked_from_thread.eq(a.fork_from),
             ))
             .execute(c)
     })?;

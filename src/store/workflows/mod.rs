@@ -82,6 +82,9 @@ pub struct Workflow {
     pub approval_policy: Option<ApprovalPolicy>,
     /// Turns a child was asked again for the result it did not record.
     pub recovered: i64,
+    /// The parent's thread a child's thread starts from, when its parent
+    /// asked for a fork.
+    pub forked_from_thread: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Serialize, Debug, Clone, PartialEq)]

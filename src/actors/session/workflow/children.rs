@@ -10,7 +10,7 @@ use crate::agent::ToolAnswer;
 use crate::domain::trust::{ExecutionPolicy, ThreadTrust};
 use crate::domain::workflow::children::{child_exited, ChildExit, ChildMode};
 use crate::domain::workflow::decide::WorkflowEvent;
-use crate::domain::workflow::ResultReport;
+use crate::domain::workflow::{Delegation, ResultReport};
 use crate::domain::worktree::WorktreeId;
 use crate::domain::ResultId;
 use crate::store::models::Task;
@@ -31,8 +31,7 @@ impl TaskDrive {
     pub(super) async fn delegate(
         &mut self,
         mode: ChildMode,
-        child_title: String,
-        instructions: String,
+        asked: Delegation,
     ) -> Result<ToolAnswer, DriveError> {
         if self.task.session_key.child().is_some() {
             return Ok(refused(
@@ -46,8 +45,25 @@ impl TaskDrive {
                 "the repository's policy is unknown here, so no work is delegated",
             ));
         };
+        // A fork copies the conversation of the thread this call came on:
+        // the parent's, as far as it got.
+        let fork_from = match (asked.fork, self.turn.thread_id.clone()) {
+            (false, _) => None,
+            (true, Some(thread)) => Some(thread),
+            (true, None) => {
+                return Ok(refused(
+                    "this turn's thread is not known here, so there is nothing to fork; ask \
+                     again without `fork`",
+                ))
+            }
+        };
         let own = ExecutionPolicy::of(self.thread_trust.unwrap_or(ThreadTrust::Trusted), &repo);
         let (task, title) = (self.task.clone(), self.workflow_title());
+        let Delegation {
+            title: child_title,
+            instructions,
+            ..
+        } = asked;
         let settings = &self.deps.settings;
         let (max_children, instance) = (settings.max_children, settings.instance_id.clone());
         let launched = self
@@ -65,6 +81,7 @@ impl TaskDrive {
                         instructions: &instructions,
                         sandbox: own.sandbox,
                         approval: own.approval_policy,
+                        fork_from: fork_from.as_deref(),
                         max_children,
                         instance_id: &instance,
                     },

@@ -32,20 +32,8 @@ impl TaskDrive {
             Ok(ToolCall::RequestOwnerGate { question, kind }) => {
                 self.request_owner_gate(question, kind).await?
             }
-            Ok(ToolCall::AssignChild {
-                title,
-                instructions,
-            }) => {
-                self.delegate(ChildMode::Assign, title, instructions)
-                    .await?
-            }
-            Ok(ToolCall::HandoffChild {
-                title,
-                instructions,
-            }) => {
-                self.delegate(ChildMode::Handoff, title, instructions)
-                    .await?
-            }
+            Ok(ToolCall::AssignChild(asked)) => self.delegate(ChildMode::Assign, asked).await?,
+            Ok(ToolCall::HandoffChild(asked)) => self.delegate(ChildMode::Handoff, asked).await?,
             Ok(ToolCall::RecordResult(report)) => self.record_result(report).await?,
             Ok(ToolCall::AckResult { result_id }) => self.ack_result(result_id).await?,
             Ok(ToolCall::ListResults) => self.list_results().await?,
