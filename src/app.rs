@@ -278,31 +278,40 @@ pub async fn run(
         secrets,
         store,
         live: crate::web::live::Hub::default(),
+        refusals: crate::web::refusals::Refusals::default(),
     });
+    state.refusals.keep_flushing(state.store.clone());
     let metrics_server = match &state.config.metrics_listen {
         Some(listen) => Some(metrics_server(listen, state.clone())?),
         None => None,
     };
     crate::web::live::Hub::start(state.clone()).await;
     let live_state = state.clone();
+    let (request_timeout, max_connections) =
+        (state.config.request_timeout, state.config.max_connections);
+    // `max_connections` is the server's; actix counts per worker.
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(
                 web::JsonConfig::default()
-                    .limit(64 * 1024)
-                    .error_handler(|err, _| {
-                        crate::web::error::ApiError::bad_request("invalid_json", err.to_string())
-                            .into()
-                    }),
+                    .limit(ADMIN_BODY_LIMIT)
+                    .error_handler(json_error),
             )
             .app_data(web::QueryConfig::default().error_handler(|err, _| {
                 crate::web::error::ApiError::bad_request("invalid_query", err.to_string()).into()
             }))
+            .wrap(actix_web::middleware::from_fn(
+                crate::web::deadline::body_deadline,
+            ))
             .wrap(TracingLogger::<BridgeRootSpan>::new())
             .configure(crate::webhook::config)
             .configure(crate::web::config)
     })
+    .workers(workers)
+    .client_request_timeout(request_timeout)
+    .max_connections(max_connections.div_ceil(workers))
     .listen(listener)?
     .disable_signals()
     .run();
@@ -332,6 +341,30 @@ pub async fn run(
     tokio::try_join!(server, metrics)?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The largest JSON body an admin route reads.
+const ADMIN_BODY_LIMIT: usize = 64 * 1024;
+
+/// A JSON body an admin route could not read, said as what it was: too
+/// large (413), too slow (408), or not the JSON the route takes (400).
+fn json_error(
+    err: actix_web::error::JsonPayloadError,
+    req: &actix_web::HttpRequest,
+) -> actix_web::Error {
+    use crate::web::error::ApiError;
+    use actix_web::error::JsonPayloadError as E;
+    match &err {
+        E::Overflow { .. } | E::OverflowKnownLength { .. } => ApiError::PayloadTooLarge {
+            limit: ADMIN_BODY_LIMIT,
+        },
+        E::Payload(p) if crate::web::deadline::is_timeout(p) => ApiError::RequestTimeout(
+            req.app_data::<web::Data<AppState>>()
+                .map_or(0, |s| s.config.request_timeout.as_secs()),
+        ),
+        _ => ApiError::bad_request("invalid_json", err.to_string()),
+    }
+    .into()
 }
 
 /// The separate `metrics_listen` listener: `/metrics` without a token, and the

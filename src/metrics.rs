@@ -32,6 +32,10 @@ pub const WEBHOOK_OUTCOMES: &[&str] = &[
     "unsupported_media_type",
     "disabled",
     "outbox_full",
+    "delivery_conflict",
+    "rejected",
+    "request_timeout",
+    "forbidden",
     "unavailable",
 ];
 

@@ -85,9 +85,17 @@ pub enum TasksCommand {
         /// Only tasks of this Issue/PR (e.g. default:acme/widgets:issue:17).
         #[arg(long)]
         resource: Option<String>,
-        #[arg(long, default_value_t = 50)]
+        /// Tasks per page (1 to 500). When more match, the next page's
+        /// cursor is printed on stderr.
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=tasks::MAX_PAGE))]
         limit: i64,
-        /// Print JSON instead of a table.
+        /// Start after this cursor (printed with the page before).
+        #[arg(long)]
+        cursor: Option<i64>,
+        /// Every matching task, page after page.
+        #[arg(long, conflicts_with = "cursor")]
+        all: bool,
+        /// Print JSON (one array of all the tasks printed) instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -203,22 +211,33 @@ pub fn tasks_command(config: &Config, command: TasksCommand) -> anyhow::Result<(
             repo,
             resource,
             limit,
+            cursor,
+            all,
             json,
         } => {
             let state = match state {
                 Some(s) => Some(s.parse::<TaskState>()?),
                 None => None,
             };
-            let (rows, _) = tasks::list(
-                &mut conn,
-                &TaskFilter {
-                    repo_key: repo,
-                    resource_key: resource,
-                    state,
-                    cursor: None,
-                    limit,
-                },
-            )?;
+            let mut filter = TaskFilter {
+                repo_key: repo,
+                resource_key: resource,
+                state,
+                cursor,
+                limit,
+            };
+            let mut rows = Vec::new();
+            let next = loop {
+                let (page, next) = tasks::list(&mut conn, &filter)?;
+                rows.extend(page);
+                match next {
+                    Some(n) if all => filter.cursor = Some(n),
+                    other => break other,
+                }
+            };
+            if let Some(next) = next {
+                eprintln!("more tasks match: add --cursor {next} for the next page, or --all");
+            }
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {

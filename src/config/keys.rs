@@ -47,6 +47,15 @@ pub const KEYS: &[(&str, &str)] = &[
         "max_body_bytes",
         "webhook body limit in bytes (default 1048576)",
     ),
+    (
+        "request_timeout_secs",
+        "seconds a client has to send a request's head, then its whole body; a stalled \
+         sender gets 408 and its connection is closed (default 30)",
+    ),
+    (
+        "max_connections",
+        "HTTP connections held at once; past it new ones wait to be accepted (default 1024)",
+    ),
     ("log_format", "plain or json (default plain)"),
     (
         "log_filter",

@@ -77,6 +77,13 @@ pub struct Config {
     pub workspace_root: PathBuf,
     pub state_dir: PathBuf,
     pub max_body_bytes: usize,
+    /// How long a client has to send a request's head, and then its whole
+    /// body (`request_timeout_secs`): a slow or stalled sender is answered
+    /// 408 and its connection closed.
+    pub request_timeout: std::time::Duration,
+    /// Connections the HTTP server holds at once (`max_connections`); past
+    /// it, new ones wait to be accepted.
+    pub max_connections: usize,
     pub log_format: LogFormat,
     pub log_filter: String,
     pub writer_batch_max: usize,

@@ -43,6 +43,10 @@ pub(super) struct Raw {
     pub state_dir: Option<String>,
     #[serde(deserialize_with = "whole")]
     pub max_body_bytes: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub request_timeout_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub max_connections: Option<u128>,
     #[serde(deserialize_with = "text")]
     pub log_format: Option<String>,
     #[serde(deserialize_with = "text")]

@@ -63,6 +63,15 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         1024,
         64 * 1024 * 1024,
     )? as usize;
+    let request_timeout = std::time::Duration::from_secs(number(
+        "request_timeout_secs",
+        raw.request_timeout_secs,
+        30,
+        1,
+        3600,
+    )?);
+    let max_connections =
+        number("max_connections", raw.max_connections, 1024, 1, 1_000_000)? as usize;
     let log_format = word("log_format", raw.log_format, LogFormat::Plain)?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".into());
     if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
@@ -275,6 +284,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         workspace_root,
         state_dir,
         max_body_bytes,
+        request_timeout,
+        max_connections,
         log_format,
         log_filter,
         writer_batch_max,

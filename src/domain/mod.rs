@@ -16,6 +16,7 @@ pub use request::{IngestRequest, Intent, RepoRef, Subject};
 pub mod command;
 pub mod fingerprint;
 pub mod policy;
+pub mod refusals;
 pub mod states;
 pub mod statuses;
 pub mod trust;

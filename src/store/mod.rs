@@ -31,6 +31,7 @@ pub mod leases;
 pub mod ledger;
 pub mod limits;
 pub mod queue;
+pub mod refusals;
 pub mod repositories;
 pub mod sessions;
 pub mod stats;

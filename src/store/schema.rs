@@ -193,6 +193,14 @@ diesel::table! {
 }
 
 diesel::table! {
+    refusal_counts (action, minute) {
+        action -> Text,
+        minute -> Text,
+        count -> Int8,
+    }
+}
+
+diesel::table! {
     repositories (repo_key) {
         repo_key -> Text,
         instance_id -> Text,
@@ -471,6 +479,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     leases,
     operation_ledger,
     outbox_entries,
+    refusal_counts,
     repositories,
     result_deliveries,
     sessions,

@@ -244,17 +244,22 @@ pub struct TaskFilter {
     pub limit: i64,
 }
 
-/// Newest first. Returns the page and the cursor of the next one, if any.
+/// The largest page [`list`] returns.
+pub const MAX_PAGE: i64 = 500;
+
+/// Newest first. Returns the page (at most [`MAX_PAGE`]) and the cursor of
+/// the next one, if any.
 pub fn list(
     conn: &mut DbConn,
     filter: &TaskFilter,
 ) -> Result<(Vec<Task>, Option<i64>), StoreError> {
-    let limit = filter.limit.clamp(1, 500);
-    let rows: Vec<Task> = with_conn!(conn, |c| {
+    let limit = filter.limit.clamp(1, MAX_PAGE);
+    // One more than the page: a next cursor only when a next page exists.
+    let mut rows: Vec<Task> = with_conn!(conn, |c| {
         let mut q = tasks::table
             .select(Task::as_select())
             .order(tasks::id.desc())
-            .limit(limit)
+            .limit(limit + 1)
             .into_boxed();
         if let Some(repo) = &filter.repo_key {
             q = q.filter(tasks::repo_key.eq(repo));
@@ -270,7 +275,8 @@ pub fn list(
         }
         q.load(c)
     })?;
-    let next = if rows.len() as i64 == limit {
+    let next = if rows.len() as i64 > limit {
+        rows.truncate(limit as usize);
         rows.last().map(|t| t.id)
     } else {
         None

@@ -242,12 +242,19 @@ pub fn has_session(req: &HttpRequest, state: &AppState) -> bool {
         .is_some_and(|c| state.sessions.verify(&c, unix_now()).is_some())
 }
 
-/// The same-origin check for the sign-in and sign-out forms.
+/// The same-origin check for the sign-in and sign-out forms, which carry
+/// no session cookie to speak of: said as what it is.
 pub fn require_same_origin(req: &HttpRequest) -> Result<(), ApiError> {
     if same_origin(req) {
         Ok(())
     } else {
-        Err(cross_site())
+        Err(ApiError::Forbidden {
+            code: "cross_site_request",
+            message: "sign-in and sign-out are taken only from the admin page of this site: the \
+                      request's Origin (or, without one, Sec-Fetch-Site: same-origin) must name \
+                      this host. Scripts use the Bearer token instead of signing in"
+                .into(),
+        })
     }
 }
 

@@ -22,6 +22,9 @@ pub enum ApiError {
     Conflict { code: &'static str, message: String },
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// The body did not arrive within `request_timeout_secs`.
+    #[error("the request body did not arrive within {0} s; send it whole, without pauses")]
+    RequestTimeout(u64),
     #[error("content type `{0}` is not supported; use application/json or application/x-www-form-urlencoded")]
     UnsupportedMediaType(String),
     /// Nothing was stored; the caller may retry.
@@ -53,6 +56,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::NotFound(_) => "not_found",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::RequestTimeout(_) => "request_timeout",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Unavailable => "store_unavailable",
             ApiError::AgentUnavailable(_) => "codex_unavailable",
@@ -70,6 +74,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Unavailable | ApiError::AgentUnavailable(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -82,6 +87,11 @@ impl ResponseError for ApiError {
         let mut resp = HttpResponse::build(self.status_code());
         if matches!(self, ApiError::Unavailable) {
             resp.insert_header(("Retry-After", "5"));
+        }
+        // The rest of a body that stalled is never read: the connection
+        // cannot carry another request.
+        if matches!(self, ApiError::RequestTimeout(_)) {
+            resp.force_close();
         }
         resp.json(serde_json::json!({ "code": self.code(), "message": self.to_string() }))
     }

@@ -6,10 +6,12 @@
 pub mod admin;
 pub mod auth;
 pub mod client;
+pub mod deadline;
 pub mod error;
 pub mod health;
 pub mod live;
 pub mod metrics;
+pub mod refusals;
 pub mod span;
 pub mod state;
 pub mod ui;

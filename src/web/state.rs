@@ -24,4 +24,6 @@ pub struct AppState {
     pub sessions: crate::web::auth::Sessions,
     /// Live updates for `GET /api/gitea-workflow/events`.
     pub live: crate::web::live::Hub,
+    /// Refused webhooks: counted, and a bounded sample audited.
+    pub refusals: crate::web::refusals::Refusals,
 }

@@ -189,6 +189,14 @@ impl Normalizer {
             .or(headers.event.as_deref())
             .ok_or(NormalizeError::MissingEvent)?
             .to_owned();
+        // JSON is UTF-8 throughout, fields nobody reads included (serde
+        // skips an ignored string without looking inside it).
+        if let Err(e) = std::str::from_utf8(body) {
+            return Err(NormalizeError::InvalidPayload {
+                event: raw_type,
+                detail: format!("it is not UTF-8 (from byte {})", e.valid_up_to()),
+            });
+        }
         let mut req = IngestRequest {
             delivery_key: format!("{}:{}", self.instance_id, headers.delivery_id),
             delivery_id: headers.delivery_id.clone(),

@@ -9,9 +9,9 @@ pub mod listed;
 pub mod mention;
 pub mod verify;
 
-use crate::store::audit::Audit;
+use crate::domain::refusals::Refused;
 use crate::store::ingest::{self, IngestOutcome};
-use crate::store::{audit, sha256_hex};
+use crate::store::sha256_hex;
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
 use actix_web::http::header::CONTENT_TYPE;
@@ -28,6 +28,9 @@ pub fn config(cfg: &mut web::ServiceConfig) {
 /// Longest delivery id we keep (Gitea's are UUIDs).
 const MAX_DELIVERY_ID: usize = 128;
 
+/// A delivery id reused with another payload (409).
+const DELIVERY_CONFLICT: &str = "delivery_conflict";
+
 /// Counts the outcome and times the handler for `/metrics`.
 async fn receive(
     req: HttpRequest,
@@ -42,8 +45,10 @@ async fn receive(
         Err(ApiError::Unauthorized) => "bad_signature",
         Err(ApiError::BadRequest { .. } | ApiError::NotFound(_)) => "bad_request",
         Err(ApiError::PayloadTooLarge { .. }) => "too_large",
+        Err(ApiError::RequestTimeout(_)) => "request_timeout",
         Err(ApiError::UnsupportedMediaType(_)) => "unsupported_media_type",
         Err(ApiError::Conflict { code, .. }) if *code == "outbox_full" => "outbox_full",
+        Err(ApiError::Conflict { code, .. }) if *code == DELIVERY_CONFLICT => DELIVERY_CONFLICT,
         Err(ApiError::Conflict { .. }) => "disabled",
         // The webhook never asks the agent runtime: only the store is unavailable here.
         Err(ApiError::Unavailable | ApiError::AgentUnavailable(_) | ApiError::AgentRefused(_)) => {
@@ -63,7 +68,7 @@ async fn handle(
     root: RootSpan,
 ) -> Result<(HttpResponse, &'static str), ApiError> {
     let limit = state.config.max_body_bytes;
-    let body = read_body(&req, payload, limit).await?;
+    let body = read_body(&req, payload, limit, state.config.request_timeout).await?;
     let signed = signed_payload(&req, &body)?;
 
     let headers = req.headers();
@@ -74,30 +79,34 @@ async fn handle(
             .map(str::trim)
             .filter(|s| !s.is_empty())
     };
-    let delivery_id = header("x-gitea-delivery").or_else(|| header("x-gogs-delivery"));
-
     if let Err(e) = verify::verify(
         state.secrets.webhook_secret.expose_secret().as_bytes(),
         &signed,
         headers,
     ) {
-        audit_in_background(
-            &state,
-            "webhook.signature_rejected",
-            e.code(),
-            delivery_id.map(short),
-        );
+        state
+            .refusals
+            .refused(&state.store, Refused::Signature, e.code());
         return Err(ApiError::Unauthorized);
     }
 
-    let delivery_id = match delivery_id {
-        Some(id) if id.len() <= MAX_DELIVERY_ID && id.chars().all(|c| c.is_ascii_graphic()) => {
+    // Present but not text (a byte outside visible ASCII, say) is not missing.
+    let delivery_id = match headers
+        .get("x-gitea-delivery")
+        .or_else(|| headers.get("x-gogs-delivery"))
+        .map(|v| v.to_str().map(str::trim))
+    {
+        Some(Ok(id))
+            if !id.is_empty()
+                && id.len() <= MAX_DELIVERY_ID
+                && id.chars().all(|c| c.is_ascii_graphic()) =>
+        {
             id.to_owned()
         }
         Some(_) => {
             return Err(ApiError::bad_request(
                 "invalid_delivery_id",
-                "X-Gitea-Delivery must be at most 128 printable ASCII characters",
+                "X-Gitea-Delivery must be 1 to 128 printable ASCII characters",
             ))
         }
         None => {
@@ -122,12 +131,9 @@ async fn handle(
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(code = e.code(), "webhook payload refused: {e}");
-            audit_in_background(
-                &state,
-                "webhook.invalid_payload",
-                e.code(),
-                Some(delivery_id.clone()),
-            );
+            state
+                .refusals
+                .refused(&state.store, Refused::Payload, e.code());
             return Err(ApiError::bad_request(e.code(), e.to_string()));
         }
     };
@@ -200,6 +206,18 @@ async fn handle(
             }));
             (response, "rejected")
         }
+        IngestOutcome::DeliveryConflict { task_id } => {
+            tracing::warn!(outcome = DELIVERY_CONFLICT, "webhook refused: its delivery id was stored with another payload");
+            let first = task_id
+                .map(|t| format!(" (the first one is task {t})"))
+                .unwrap_or_default();
+            return Err(ApiError::Conflict {
+                code: DELIVERY_CONFLICT,
+                message: format!(
+                    "delivery {delivery_id} was received before with another payload{first}; the first stands and this one was not stored. Gitea never reuses a delivery id: check what else sends to this URL"
+                ),
+            });
+        }
         IngestOutcome::OutboxFull {
             session_key,
             task_id,
@@ -225,6 +243,7 @@ async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
+    timeout: std::time::Duration,
 ) -> Result<web::BytesMut, ApiError> {
     let declared = req
         .headers()
@@ -237,7 +256,11 @@ async fn read_body(
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(8192).min(limit));
     while let Some(chunk) = payload.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::bad_request("body_read_failed", format!("could not read the body: {e}"))
+            if crate::web::deadline::is_timeout(&e) {
+                ApiError::RequestTimeout(timeout.as_secs())
+            } else {
+                ApiError::bad_request("body_read_failed", format!("could not read the body: {e}"))
+            }
         })?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge { limit });
@@ -272,33 +295,6 @@ fn signed_payload(req: &HttpRequest, body: &[u8]) -> Result<Vec<u8>, ApiError> {
             other.chars().take(100).collect(),
         )),
     }
-}
-
-fn short(s: &str) -> String {
-    s.chars().take(MAX_DELIVERY_ID).collect()
-}
-
-/// Records a refusal without making the caller wait for it (and without
-/// storing anything the caller sent but its delivery id).
-fn audit_in_background(
-    state: &AppState,
-    action: &'static str,
-    code: &'static str,
-    delivery_id: Option<String>,
-) {
-    let store = state.store.clone();
-    actix_web::rt::spawn(async move {
-        let result = store
-            .write(move |c| {
-                let mut event = Audit::new(action, "system").error(code);
-                event.delivery_id = delivery_id.as_deref();
-                audit::record(c, &event)
-            })
-            .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "could not record a refused webhook in the audit log");
-        }
-    });
 }
 
 /// The payload hash as the delivery row stores it (for tests).

@@ -96,6 +96,54 @@ fn migrate_then_list_and_show() {
     );
     let o = cli(&url, &["tasks", "list", "--state", "nonsense"]);
     assert!(!o.status.success());
+    // Pages are bounded and said to be: --limit 0 is refused, a short page
+    // names its next cursor, --all prints every one.
+    let mut s = TestApp::builder().db_url(&url).start();
+    for i in 0..2 {
+        s.comment(
+            &format!("cli-p{i}"),
+            78 + i,
+            "@ccbot page me",
+            "widgets",
+            4 + i,
+        );
+    }
+    s.stop();
+    for bad in ["0", "501"] {
+        let o = cli(&url, &["tasks", "list", "--limit", bad]);
+        assert!(!o.status.success(), "--limit {bad}: {}", text(&o));
+        assert!(text(&o).contains("--limit"), "{}", text(&o));
+    }
+    let page = |args: &[&str]| -> (Vec<String>, String) {
+        let o = cli(&url, args);
+        assert!(o.status.success(), "{}", text(&o));
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).unwrap();
+        let ids = rows
+            .iter()
+            .map(|r| r["taskId"].as_str().unwrap().to_owned())
+            .collect();
+        (ids, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (first, said) = page(&["tasks", "list", "--limit", "2", "--json"]);
+    assert_eq!(first.len(), 2);
+    let cursor = said
+        .split("--cursor ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no next cursor said: {said:?}"))
+        .to_owned();
+    let (rest, said) = page(&[
+        "tasks", "list", "--limit", "2", "--cursor", &cursor, "--json",
+    ]);
+    assert_eq!(rest, vec![task_id.clone()], "the oldest is the last page");
+    assert!(
+        !said.contains("--cursor"),
+        "no page after the last: {said:?}"
+    );
+    let (all, _) = page(&["tasks", "list", "--limit", "1", "--all", "--json"]);
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[..2], first[..]);
+
     let o = cli(&url, &["tasks", "show", &task_id]);
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

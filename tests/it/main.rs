@@ -56,6 +56,7 @@ mod gitsim;
 mod handoff;
 mod handoff_recovery;
 mod hook_state;
+mod hostile;
 mod idle;
 mod ingest;
 mod interrupt;

@@ -77,7 +77,29 @@ pub(super) fn delivery(
     at: &str,
 ) -> Result<IngestOutcome, StoreError> {
     // 1. The same delivery again (a client retry): the first answer again.
+    // The same id over other signed bytes is not a retry: the first stands,
+    // the second is refused and the conflict recorded.
     if let Some(original) = lookups.deliveries.get(&req.delivery_key) {
+        if original.payload_hash != req.payload_hash {
+            let task_id = original.task_id.clone();
+            rows.audit(
+                AuditDraft {
+                    delivery_id: Some(&req.delivery_id),
+                    task_id: task_id.as_ref(),
+                    ..AuditDraft::new(
+                        "webhook.delivery_conflict",
+                        "system",
+                        serde_json::json!({
+                            "firstPayloadHash": original.payload_hash,
+                            "payloadHash": req.payload_hash,
+                            "eventType": req.event_type,
+                        }),
+                    )
+                },
+                at,
+            );
+            return Ok(IngestOutcome::DeliveryConflict { task_id });
+        }
         return Ok(replay_answer(lookups, original));
     }
     // 2. The same content under a new delivery id (Gitea's manual replay).

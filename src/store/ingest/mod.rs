@@ -56,6 +56,12 @@ pub enum IngestOutcome {
         task_id: TaskId,
         limit: i64,
     },
+    /// Refused: the delivery id was stored already with another payload.
+    /// The first delivery stands (`task_id`: its task); nothing of this one
+    /// is kept but the audit of the conflict.
+    DeliveryConflict {
+        task_id: Option<TaskId>,
+    },
 }
 
 /// What intake enforces besides the store's own limits (all off by

@@ -1,0 +1,1 @@
+DROP TABLE refusal_counts;
