@@ -236,6 +236,7 @@ fn run(repos: usize) -> Result<(World, Vec<f64>, f64, Vec<Pass>)> {
         Arc::new(Normalizer {
             instance_id: "default".into(),
             bot_login: BOT.into(),
+            ignore_logins: Default::default(),
         }),
         None,
         CatchupSettings {

@@ -264,6 +264,7 @@ pub async fn run(
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
         bot_login: config.bot_login.clone(),
+        ignore_logins: config.ignore_logins.clone(),
     };
     start_catchup(&config, &store, &normalizer, registry.clone());
 

@@ -274,6 +274,11 @@ pub const KEYS: &[(&str, &str)] = &[
         "logins that may never trigger work (a list; JSON array in the environment)",
     ),
     (
+        "ignore_logins",
+        "logins whose comments are ignored at intake, with no receipt: other bots, which \
+         Gitea's API does not mark (a list; JSON array in the environment)",
+    ),
+    (
         "public_url",
         "the external base URL of this server, e.g. https://bridge.example.com, for links to a \
          task's admin page from the commit statuses of pull requests (unset: no links)",

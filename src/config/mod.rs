@@ -115,6 +115,9 @@ pub struct Config {
     pub trigger_allow: BTreeSet<String>,
     /// Lower-case logins that may never trigger.
     pub trigger_deny: BTreeSet<String>,
+    /// Logins whose comments never trigger anything, not even a refusal
+    /// (other bots: Gitea's API has no bot flag), in lower case.
+    pub ignore_logins: BTreeSet<String>,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
     pub retry_backoff_secs: u64,

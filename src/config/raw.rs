@@ -141,6 +141,8 @@ pub(super) struct Raw {
     pub trigger_allow: Option<Vec<String>>,
     #[serde(deserialize_with = "logins")]
     pub trigger_deny: Option<Vec<String>>,
+    #[serde(deserialize_with = "logins")]
+    pub ignore_logins: Option<Vec<String>>,
     #[serde(deserialize_with = "repositories")]
     pub repositories: Option<BTreeMap<String, RawRepo>>,
     #[serde(deserialize_with = "text")]

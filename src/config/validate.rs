@@ -147,6 +147,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
     )?;
     let trigger_allow = logins("trigger_allow", raw.trigger_allow)?;
     let trigger_deny = logins("trigger_deny", raw.trigger_deny)?;
+    let ignore_logins = logins("ignore_logins", raw.ignore_logins)?;
     let lease_ttl_secs = number("lease_ttl_secs", raw.lease_ttl_secs, 60, 1, 86_400)?;
     let lease_heartbeat_secs = number(
         "lease_heartbeat_secs",
@@ -310,6 +311,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         gate_permission,
         trigger_allow,
         trigger_deny,
+        ignore_logins,
         lease_heartbeat_secs,
         session_idle_secs,
         retry_backoff_secs,

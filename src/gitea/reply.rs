@@ -28,6 +28,12 @@ pub fn is_bridge_notice(body: &str) -> bool {
     body.contains("<!-- codex-bridge receipt=") || body.contains("<!-- codex-bridge status=")
 }
 
+/// Whether `body` carries any marker of a bridge (a reply, a receipt, a
+/// status): a comment quoting one is a bridge's words, never a request.
+pub fn quotes_a_marker(body: &str) -> bool {
+    body.contains("<!-- codex-bridge ")
+}
+
 /// Whether `body` carries the reply marker of `task_id` (any of its turns).
 pub fn has_reply_marker(body: &str, task_id: &TaskId) -> bool {
     body.contains(&format!("<!-- codex-bridge task={task_id} turn="))

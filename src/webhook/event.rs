@@ -45,6 +45,8 @@ pub struct DeliveryHeaders {
 pub struct Normalizer {
     pub instance_id: String,
     pub bot_login: String,
+    /// `ignore_logins`, in lower case.
+    pub ignore_logins: std::collections::BTreeSet<String>,
 }
 
 #[derive(Deserialize)]
@@ -261,6 +263,10 @@ impl Normalizer {
         login.eq_ignore_ascii_case(&self.bot_login)
     }
 
+    fn is_ignored(&self, login: &str) -> bool {
+        self.ignore_logins.contains(&login.to_ascii_lowercase())
+    }
+
     /// Whether `text` mentions the bot, and if so the command it gives
     /// (`None`: an instruction), from one reading of the Markdown.
     fn mention_of(&self, text: &str) -> Option<Option<CommandLine>> {
@@ -320,11 +326,20 @@ impl Normalizer {
         let trigger_key = format!("{}:comment:{}", self.instance_id, e.comment_id);
         // Never answer ourselves, even when a reply quotes the mention.
         let own = self.is_bot(&e.subject.author) || self.is_bot(&e.sender);
+        // Nor another bot, nor a comment carrying a bridge's marker: two
+        // bots mentioning each other, or a bridge quoting another's answer,
+        // would otherwise answer each other for ever.
+        let ignored = self.is_ignored(&e.subject.author) || self.is_ignored(&e.sender);
+        let quotes_marker = crate::gitea::reply::quotes_a_marker(&e.body);
         req.subject = Some(e.subject);
-        if own {
-            req.intent = Intent::Ignore {
-                reason: "bot_comment",
-            };
+        let reason = match (own, ignored, quotes_marker) {
+            (true, ..) => Some("bot_comment"),
+            (_, true, _) => Some("ignored_login"),
+            (.., true) => Some("quotes_marker"),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            req.intent = Intent::Ignore { reason };
             return;
         }
         let mention = self.mention_of(&e.body);
@@ -455,6 +470,7 @@ pub(super) mod tests {
         Normalizer {
             instance_id: "default".into(),
             bot_login: "ccbot".into(),
+            ignore_logins: ["otherbot".to_owned()].into(),
         }
     }
 
@@ -547,6 +563,40 @@ pub(super) mod tests {
             v["repository"]["name"] = serde_json::json!(bad);
             let err = n.normalize(&h, v.to_string().as_bytes()).unwrap_err();
             assert_eq!(err.code(), "invalid_repository_name", "{bad}");
+        }
+    }
+
+    #[test]
+    fn other_bots_and_comments_quoting_a_bridges_marker_never_trigger() {
+        let n = normalizer();
+        let (h, b) = fixture("issue_comment.created.issue.mention");
+        let with = |edit: &dyn Fn(&mut serde_json::Value)| {
+            let mut v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+            edit(&mut v);
+            n.normalize(&h, &serde_json::to_vec(&v).unwrap())
+                .unwrap()
+                .intent
+        };
+        assert!(matches!(with(&|_| {}), Intent::Trigger { .. }));
+        let ignored = |reason| Intent::Ignore { reason };
+        // `ignore_logins`, as the author or the sender, in any case.
+        assert_eq!(
+            with(&|v| v["comment"]["user"]["login"] = "OtherBot".into()),
+            ignored("ignored_login")
+        );
+        assert_eq!(
+            with(&|v| v["sender"]["login"] = "otherbot".into()),
+            ignored("ignored_login")
+        );
+        // A mention that quotes a bridge's reply or receipt.
+        for marker in [
+            "<!-- codex-bridge task=task-1 turn=t-1 -->",
+            "<!-- codex-bridge receipt=task-1:status:queued -->",
+        ] {
+            assert_eq!(
+                with(&|v| v["comment"]["body"] = format!("@ccbot thanks\n> done\n{marker}").into()),
+                ignored("quotes_marker")
+            );
         }
     }
 

@@ -79,6 +79,7 @@ mod session;
 mod stats;
 mod statuses;
 mod steer;
+mod storm;
 mod support;
 mod testapp;
 mod transcripts;
