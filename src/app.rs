@@ -27,7 +27,7 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
 /// The actor tree (`None`: intake only), whether its agent runtime can run
 /// turns now, and how it is signed in (Codex only).
 type Actors = (
-    Option<actix::Addr<crate::actors::registry::Registry>>,
+    Option<(actix::Addr<crate::actors::registry::Registry>, String)>,
     crate::agent::Availability,
     Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
@@ -49,6 +49,7 @@ fn start_actors(
     config: &Config,
     store: &Store,
     secrets: &crate::config::ServerSecrets,
+    draining: &crate::actors::drain::Draining,
 ) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::account::AccountControl;
@@ -142,6 +143,8 @@ fn start_actors(
         .redactor
         .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
     settings.agent = agent.clone();
+    settings.draining = draining.clone();
+    let owner = settings.owner.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
@@ -149,7 +152,7 @@ fn start_actors(
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok((Some(Registry::new(deps).start()), agent, account))
+    Ok((Some((Registry::new(deps).start(), owner)), agent, account))
 }
 
 /// Starts the catch-up of comments whose webhook never arrived, unless
@@ -260,7 +263,9 @@ pub async fn run(
         );
     }
 
-    let (registry, agent, account) = start_actors(&config, &store, &secrets)?;
+    let draining = crate::actors::drain::Draining::default();
+    let (actors, agent, account) = start_actors(&config, &store, &secrets, &draining)?;
+    let registry = actors.as_ref().map(|(r, _)| r.clone());
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
         bot_login: config.bot_login.clone(),
@@ -322,7 +327,25 @@ pub async fn run(
     let metrics_handle = metrics_server.as_ref().map(|s| s.handle());
     actix_web::rt::spawn(async move {
         shutdown.await;
-        tracing::info!("shutdown requested: stopping gracefully");
+        tracing::info!("shutdown requested: draining, then stopping");
+        // Webhooks are still taken while the turns under way finish.
+        draining.begin();
+        if let Some((registry, owner)) = &actors {
+            let drained = crate::actors::drain::drain(
+                &live_state.store,
+                registry,
+                owner,
+                live_state.config.drain_timeout,
+                DRAIN_SETTLE,
+            )
+            .await;
+            tracing::info!(
+                under_way = drained.under_way,
+                interrupted = drained.interrupted,
+                left = drained.left,
+                "drained"
+            );
+        }
         live_state.live.shutdown();
         if let Some(m) = metrics_handle {
             m.stop(true).await;
@@ -343,6 +366,11 @@ pub async fn run(
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How long a drain waits, after interrupting what was left, for those
+/// turns to stop (an interrupt is confirmed within 15 s, or the task is
+/// reconciled).
+const DRAIN_SETTLE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The largest JSON body an admin route reads.
 const ADMIN_BODY_LIMIT: usize = 64 * 1024;

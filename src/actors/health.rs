@@ -36,6 +36,9 @@ pub enum RepoActorStatus {
     DayLimit,
     /// Restarted after a fault, before its next scheduling pass ends.
     Restarting,
+    /// The server is stopping: nothing new starts here; queued tasks wait
+    /// for the next start.
+    Draining,
     /// No actor of this process reports on the repository (its sessions do),
     /// or its entry could not be read.
     #[default]
@@ -57,6 +60,7 @@ impl RepoActorStatus {
             RepoActorStatus::AgentUnavailable => "agent_unavailable",
             RepoActorStatus::DayLimit => "day_limit",
             RepoActorStatus::Restarting => "restarting",
+            RepoActorStatus::Draining => "draining",
             RepoActorStatus::Unknown => "unknown",
         }
     }

@@ -7,6 +7,7 @@
 //! it needs from the store when it (re)starts, so a restart after a fault loses
 //! nothing but the message in flight.
 
+pub mod drain;
 pub mod gate;
 pub mod health;
 pub mod redact;
@@ -117,6 +118,8 @@ pub struct ActorSettings {
     /// Test seam: runs at the end of every session lane's pass (`None` in a
     /// server).
     pub pass_end: Option<gate::PassEndProbe>,
+    /// Set when the server begins to stop: no new task or turn starts.
+    pub draining: drain::Draining,
 }
 
 impl ActorSettings {
@@ -168,6 +171,7 @@ impl ActorSettings {
             hold: Vec::new(),
             agent: crate::agent::Availability::always(),
             pass_end: None,
+            draining: drain::Draining::default(),
         }
     }
 

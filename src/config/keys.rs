@@ -53,6 +53,12 @@ pub const KEYS: &[(&str, &str)] = &[
          sender gets 408 and its connection is closed (default 30)",
     ),
     (
+        "drain_timeout_secs",
+        "on SIGTERM: how long the turns under way may finish (webhooks are still taken, no \
+         new turn starts) before what is left is interrupted and the server exits (default 600; \
+         the systemd unit's TimeoutStopSec must be longer)",
+    ),
+    (
         "max_connections",
         "HTTP connections held at once; past it new ones wait to be accepted (default 1024)",
     ),

@@ -84,6 +84,9 @@ pub struct Config {
     /// Connections the HTTP server holds at once (`max_connections`); past
     /// it, new ones wait to be accepted.
     pub max_connections: usize,
+    /// How long a stopping server lets the turns under way finish before it
+    /// interrupts them (`drain_timeout_secs`).
+    pub drain_timeout: std::time::Duration,
     pub log_format: LogFormat,
     pub log_filter: String,
     pub writer_batch_max: usize,

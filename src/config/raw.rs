@@ -47,6 +47,8 @@ pub(super) struct Raw {
     pub request_timeout_secs: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub max_connections: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub drain_timeout_secs: Option<u128>,
     #[serde(deserialize_with = "text")]
     pub log_format: Option<String>,
     #[serde(deserialize_with = "text")]

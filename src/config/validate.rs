@@ -72,6 +72,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
     )?);
     let max_connections =
         number("max_connections", raw.max_connections, 1024, 1, 1_000_000)? as usize;
+    let drain_timeout = std::time::Duration::from_secs(number(
+        "drain_timeout_secs",
+        raw.drain_timeout_secs,
+        600,
+        0,
+        86_400,
+    )?);
     let log_format = word("log_format", raw.log_format, LogFormat::Plain)?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".into());
     if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
@@ -287,6 +294,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         max_body_bytes,
         request_timeout,
         max_connections,
+        drain_timeout,
         log_format,
         log_filter,
         writer_batch_max,

@@ -274,6 +274,29 @@ pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<RepoWork>, StoreError> {
         .collect())
 }
 
+/// The tasks this process drives now: in a session-driven state, in a
+/// repository whose lease `owner` holds. Oldest first.
+pub fn driven_by(conn: &mut DbConn, owner: &str) -> Result<Vec<Task>, StoreError> {
+    use super::schema::leases;
+    let driven: Vec<&str> = TaskState::ALL
+        .iter()
+        .filter(|s| s.is_session_driven())
+        .map(|s| s.as_str())
+        .collect();
+    Ok(with_conn!(conn, |c| tasks::table
+        .filter(
+            tasks::repo_key.eq_any(
+                leases::table
+                    .filter(leases::owner.eq(owner))
+                    .select(leases::repo_key)
+            )
+        )
+        .filter(tasks::state.eq_any(&driven))
+        .order(tasks::id.asc())
+        .select(Task::as_select())
+        .load(c))?)
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;

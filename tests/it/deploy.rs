@@ -315,9 +315,22 @@ fn the_deploy_files_agree_with_each_other() {
         "PrivateTmp=true",
         "ProtectHome=true",
         "ExecStart=/usr/local/bin/codex-bridge serve --config /etc/codex-bridge/codex-bridge.toml",
+        "KillMode=mixed",
     ] {
         assert!(unit.lines().any(|l| l.trim() == line), "unit lacks {line}");
     }
+    // systemd waits longer than a drain takes: the drain, then up to 30 s
+    // for the interrupted turns.
+    let stop_secs: u64 = unit
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("TimeoutStopSec="))
+        .expect("the unit sets TimeoutStopSec")
+        .parse()
+        .unwrap();
+    assert!(
+        stop_secs > example.drain_timeout.as_secs() + 30,
+        "TimeoutStopSec={stop_secs} does not outlast drain_timeout_secs"
+    );
     // Everything the example config writes is inside the unit's writable path.
     let writable = Path::new("/var/lib/codex-bridge");
     let db = match &example.database_url {

@@ -25,6 +25,7 @@ mod codexhome;
 mod commands;
 mod deploy;
 mod doctor;
+mod drain;
 mod due;
 mod e2e;
 mod e2e_capacity;

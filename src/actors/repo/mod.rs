@@ -268,6 +268,7 @@ async fn schedule_pass(
         .collect();
     let snapshot = Snapshot {
         held: !deps.settings.hold.is_empty(),
+        draining: deps.settings.draining.is_on(),
         agent_ready: deps.settings.agent.now().can_run(),
         paused,
         repo: repo.as_ref().map(|r| r.status),

@@ -11,6 +11,9 @@ use crate::lifecycle::TaskState;
 pub(super) struct Snapshot {
     /// The configuration keeps this process from starting any task.
     pub(super) held: bool,
+    /// The server is stopping: it starts no new task, and lets the ones
+    /// under way finish.
+    pub(super) draining: bool,
     /// The agent runtime can run a turn now.
     pub(super) agent_ready: bool,
     pub(super) paused: bool,
@@ -67,6 +70,7 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
     // The limit of the day gates new turns, never one under way; a task
     // leased while the agent cannot run would only use up an attempt.
     let claim = s.next
+        && !s.draining
         && !s.paused
         && repo == RepoStatus::Active
         && !s.day_spent
@@ -75,7 +79,9 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
     if s.running > 0 || claim {
         return Plan::Run { claim };
     }
-    if s.paused {
+    if s.draining {
+        Plan::Release(RepoActorStatus::Draining)
+    } else if s.paused {
         Plan::Release(RepoActorStatus::Paused)
     } else if repo != RepoStatus::Active {
         Plan::Release(RepoActorStatus::Disabled)

@@ -566,6 +566,21 @@ impl TestApp {
     pub fn stop(&mut self) {
         self.server.stop();
     }
+
+    /// Sends the binary SIGTERM and returns at once: it drains meanwhile.
+    pub fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Waits up to `within` for the binary to exit; its exit status.
+    pub fn wait_exit(&mut self, within: std::time::Duration) -> Option<std::process::ExitStatus> {
+        self.server.wait_exit(within)
+    }
 }
 
 /// The server's configuration as `CODEX_BRIDGE_*` variables: what the rig
@@ -591,6 +606,9 @@ fn configuration(
         // A test of one turn ends with that turn; the workflow tests turn
         // workflows on (`Loop::with_workflows`).
         ("CODEX_BRIDGE_WORKFLOWS", "false".to_owned()),
+        // A stop waits this long for the turns under way (the drain tests
+        // set their own).
+        ("CODEX_BRIDGE_DRAIN_TIMEOUT_SECS", "5".to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -138,6 +138,24 @@ impl Server {
     }
 
     /// A graceful stop, waited for (20 s at most, then a kill).
+    /// Waits up to `within` for the binary to exit by itself.
+    pub(super) fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let Kind::Process { child, drained, .. } = &mut self.kind else {
+            panic!("only the binary exits by itself");
+        };
+        let mut status = None;
+        poll_until(within, || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        });
+        if status.is_some() {
+            poll_until(Duration::from_secs(5), || {
+                drained.load(Ordering::SeqCst) == 2
+            });
+        }
+        status
+    }
+
     pub(super) fn stop(&mut self) {
         match &mut self.kind {
             Kind::Process { child, drained, .. } => {

@@ -9,6 +9,7 @@ use proptest::prelude::*;
 fn due() -> Snapshot {
     Snapshot {
         held: false,
+        draining: false,
         agent_ready: true,
         paused: false,
         repo: Some(RepoStatus::Active),
@@ -130,6 +131,31 @@ fn worktrees_are_retired_only_by_an_idle_repository() {
 }
 
 #[test]
+fn a_draining_server_starts_nothing_new_and_drives_what_runs_to_its_end() {
+    let draining = Snapshot {
+        draining: true,
+        ..due()
+    };
+    assert_eq!(decide(&draining), Plan::Release(RepoActorStatus::Draining));
+    assert_eq!(
+        decide(&Snapshot {
+            running: 1,
+            places: 2,
+            ..draining
+        }),
+        Plan::Run { claim: false }
+    );
+    assert_eq!(
+        decide(&Snapshot {
+            next: false,
+            retire: true,
+            ..draining
+        }),
+        Plan::Release(RepoActorStatus::Draining)
+    );
+}
+
+#[test]
 fn the_operators_and_the_configurations_word_comes_before_the_agents() {
     let no_agent = Snapshot {
         agent_ready: false,
@@ -177,9 +203,9 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         Just(Some(TaskState::BlockedWorkspace)),
         Just(Some(TaskState::NeedsReconciliation)),
     ];
-    (any::<[bool; 6]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
+    (any::<[bool; 7]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
         |(
-            [held, agent_ready, paused, next, day_spent, retire],
+            [held, draining, agent_ready, paused, next, day_spent, retire],
             repo,
             running,
             places,
@@ -187,6 +213,7 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         )| {
             Snapshot {
                 held,
+                draining,
                 agent_ready,
                 paused,
                 repo,
@@ -211,7 +238,7 @@ proptest! {
                 prop_assert!(s.agent_ready && !s.held);
                 prop_assert!(s.running > 0 || claim);
                 if claim {
-                    prop_assert!(!s.paused && s.next && !s.day_spent);
+                    prop_assert!(!s.paused && !s.draining && s.next && !s.day_spent);
                     prop_assert!(s.running < s.places);
                     prop_assert_eq!(s.repo, Some(RepoStatus::Active));
                 }
@@ -219,7 +246,7 @@ proptest! {
             Plan::Retire => {
                 // Worktrees go only while nothing runs in the repository
                 // and nothing waits to start in it.
-                prop_assert!(s.retire && !s.held && !s.paused && !s.next);
+                prop_assert!(s.retire && !s.held && !s.paused && !s.draining && !s.next);
                 prop_assert_eq!(s.running, 0);
                 prop_assert_eq!(s.repo, Some(RepoStatus::Active));
             }
