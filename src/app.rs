@@ -50,6 +50,7 @@ fn start_actors(
     store: &Store,
     secrets: &crate::config::ServerSecrets,
     draining: &crate::actors::drain::Draining,
+    circuit: &crate::agent::circuit::Circuit,
 ) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::account::AccountControl;
@@ -144,6 +145,7 @@ fn start_actors(
         .with([secrets.webhook_secret.clone(), secrets.admin_token.clone()]);
     settings.agent = agent.clone();
     settings.draining = draining.clone();
+    settings.circuit = circuit.clone();
     let owner = settings.owner.clone();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
@@ -264,7 +266,11 @@ pub async fn run(
     }
 
     let draining = crate::actors::drain::Draining::default();
-    let (actors, agent, account) = start_actors(&config, &store, &secrets, &draining)?;
+    let circuit = crate::agent::circuit::Circuit::new(crate::domain::breaker::BreakerConfig::new(
+        config.breaker_failures,
+        config.breaker_open_secs,
+    ));
+    let (actors, agent, account) = start_actors(&config, &store, &secrets, &draining, &circuit)?;
     let registry = actors.as_ref().map(|(r, _)| r.clone());
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
@@ -285,6 +291,7 @@ pub async fn run(
         store,
         live: crate::web::live::Hub::default(),
         refusals: crate::web::refusals::Refusals::default(),
+        circuit,
     });
     state.refusals.keep_flushing(state.store.clone());
     let metrics_server = match &state.config.metrics_listen {

@@ -117,6 +117,7 @@ struct Process {
     catchup_passes: IntCounterVec,
     catchup_tasks: IntCounter,
     catchup_pass: Histogram,
+    circuit_trips: IntCounter,
 }
 
 impl Process {
@@ -193,6 +194,11 @@ impl Process {
                 r,
                 "codex_bridge_catchup_tasks_total",
                 "Tasks created by the catch-up for comments whose webhook never arrived.",
+            )?,
+            circuit_trips: int_counter(
+                r,
+                "codex_bridge_circuit_trips_total",
+                "Times the circuit breaker opened after the agent runtime failed turn after turn.",
             )?,
             catchup_pass: histogram(
                 r,
@@ -306,6 +312,13 @@ pub fn webhook(outcome: &str, took: Duration) {
     if let Ok(p) = process() {
         p.webhooks.with_label_values(&[outcome]).inc();
         p.accept.observe(took.as_secs_f64());
+    }
+}
+
+/// The circuit breaker opened.
+pub fn circuit_tripped() {
+    if let Ok(p) = process() {
+        p.circuit_trips.inc();
     }
 }
 
@@ -439,6 +452,8 @@ pub struct Gauges {
     pub running_turns: i64,
     /// Live actors of this process by kind (`repo`, `session`); empty without an agent runtime.
     pub actors: Vec<(&'static str, i64)>,
+    /// The circuit breaker keeps turns from starting.
+    pub circuit_open: bool,
 }
 
 /// The scrape-time gauges as metric families of their own registry.
@@ -450,6 +465,12 @@ fn scrape_families(g: &Gauges) -> prometheus::Result<Vec<MetricFamily>> {
         "1 when the store answered this scrape's queries, else 0 (and the task gauges are missing).",
     )?
     .set(i64::from(g.store_up));
+    int_gauge(
+        &r,
+        "codex_bridge_circuit_open",
+        "1 while the circuit breaker keeps turns from starting (the agent runtime failed turn after turn), else 0.",
+    )?
+    .set(i64::from(g.circuit_open));
     if g.store_up {
         int_gauge(
             &r,
@@ -531,6 +552,7 @@ mod tests {
             queue_depth: 2,
             running_turns: 0,
             actors: vec![("repo", 1), ("session", 0)],
+            circuit_open: false,
         };
         let text = render(&everything).unwrap();
         let types: Vec<&str> = text
@@ -546,6 +568,8 @@ mod tests {
                 "codex_bridge_catchup_pass_duration_seconds histogram",
                 "codex_bridge_catchup_passes_total counter",
                 "codex_bridge_catchup_tasks_total counter",
+                "codex_bridge_circuit_open gauge",
+                "codex_bridge_circuit_trips_total counter",
                 "codex_bridge_commit_statuses_total counter",
                 "codex_bridge_queue_depth gauge",
                 "codex_bridge_reply_verifications_total counter",

@@ -214,6 +214,21 @@ pub struct Readiness {
     pub gitea: Dependency,
     pub codex: Dependency,
     pub codex_account: Dependency,
+    /// The circuit breaker: `open` while the agent runtime's failures keep
+    /// turns from starting (queued work waits), with when it closes.
+    pub circuit: crate::agent::circuit::CircuitView,
+}
+
+impl Readiness {
+    /// The document with the circuit breaker as it is now: an open circuit
+    /// degrades a store that answers (tasks are taken and wait).
+    pub fn with_circuit(mut self, circuit: crate::agent::circuit::CircuitView) -> Readiness {
+        if circuit.state == "open" && self.status == Status::Ready {
+            self.status = Status::Degraded;
+        }
+        self.circuit = circuit;
+        self
+    }
 }
 
 /// What `/readyz` says for a store that does (not) answer, under `config`,
@@ -264,6 +279,7 @@ pub fn readiness(config: &Config, store_ok: bool, status: &RuntimeStatus) -> Rea
         gitea,
         codex,
         codex_account,
+        circuit: crate::agent::circuit::Circuit::default().view(),
     }
 }
 

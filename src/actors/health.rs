@@ -39,6 +39,8 @@ pub enum RepoActorStatus {
     /// The server is stopping: nothing new starts here; queued tasks wait
     /// for the next start.
     Draining,
+    /// The circuit breaker is open: tasks wait `queued` until it closes.
+    CircuitOpen,
     /// No actor of this process reports on the repository (its sessions do),
     /// or its entry could not be read.
     #[default]
@@ -61,6 +63,7 @@ impl RepoActorStatus {
             RepoActorStatus::DayLimit => "day_limit",
             RepoActorStatus::Restarting => "restarting",
             RepoActorStatus::Draining => "draining",
+            RepoActorStatus::CircuitOpen => "circuit_open",
             RepoActorStatus::Unknown => "unknown",
         }
     }

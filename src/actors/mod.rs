@@ -120,6 +120,9 @@ pub struct ActorSettings {
     pub pass_end: Option<gate::PassEndProbe>,
     /// Set when the server begins to stop: no new task or turn starts.
     pub draining: drain::Draining,
+    /// Open after `breaker_failures` provider or app-server failures in a
+    /// row: no task starts until it closes.
+    pub circuit: crate::agent::circuit::Circuit,
 }
 
 impl ActorSettings {
@@ -172,6 +175,7 @@ impl ActorSettings {
             agent: crate::agent::Availability::always(),
             pass_end: None,
             draining: drain::Draining::default(),
+            circuit: crate::agent::circuit::Circuit::default(),
         }
     }
 
@@ -202,6 +206,11 @@ impl ActorSettings {
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
         s.max_children = config.max_children_per_workflow;
         s.child_recovery_attempts = config.child_recovery_attempts;
+        s.circuit =
+            crate::agent::circuit::Circuit::new(crate::domain::breaker::BreakerConfig::new(
+                config.breaker_failures,
+                config.breaker_open_secs,
+            ));
         s.max_parallel_turns = usize::try_from(config.max_parallel_turns_per_repo).unwrap_or(1);
         s.worktree_retention = (config.worktree_retention_hours > 0)
             .then(|| Duration::from_secs(config.worktree_retention_hours * 3600));

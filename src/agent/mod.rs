@@ -7,6 +7,7 @@
 
 pub mod account;
 mod availability;
+pub mod circuit;
 pub mod scripted;
 pub mod transcript;
 

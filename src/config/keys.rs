@@ -53,6 +53,17 @@ pub const KEYS: &[(&str, &str)] = &[
          sender gets 408 and its connection is closed (default 30)",
     ),
     (
+        "breaker_failures",
+        "provider or app-server failures in a row after which no turn starts for a while \
+         (30 s, doubling to 15 min while the first turn after it fails again); queued work \
+         waits and uses no attempt (default 5; 0 = never)",
+    ),
+    (
+        "breaker_open_secs",
+        "how long the circuit breaker first keeps turns from starting; each failed trial \
+         after it doubles this, up to 15 minutes (default 30)",
+    ),
+    (
         "drain_timeout_secs",
         "on SIGTERM: how long the turns under way may finish (webhooks are still taken, no \
          new turn starts) before what is left is interrupted and the server exits (default 600; \

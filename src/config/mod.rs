@@ -87,6 +87,11 @@ pub struct Config {
     /// How long a stopping server lets the turns under way finish before it
     /// interrupts them (`drain_timeout_secs`).
     pub drain_timeout: std::time::Duration,
+    /// Provider or app-server failures in a row that open the circuit
+    /// breaker (`breaker_failures`; 0: never).
+    pub breaker_failures: u32,
+    /// How long the circuit first stays open (`breaker_open_secs`).
+    pub breaker_open_secs: u64,
     pub log_format: LogFormat,
     pub log_filter: String,
     pub writer_batch_max: usize,

@@ -49,6 +49,10 @@ pub(super) struct Raw {
     pub max_connections: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub drain_timeout_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub breaker_failures: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub breaker_open_secs: Option<u128>,
     #[serde(deserialize_with = "text")]
     pub log_format: Option<String>,
     #[serde(deserialize_with = "text")]

@@ -79,6 +79,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         86_400,
     )?);
+    let breaker_failures = number("breaker_failures", raw.breaker_failures, 5, 0, 1_000)? as u32;
+    let breaker_open_secs = number("breaker_open_secs", raw.breaker_open_secs, 30, 1, 900)?;
     let log_format = word("log_format", raw.log_format, LogFormat::Plain)?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".into());
     if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
@@ -295,6 +297,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         request_timeout,
         max_connections,
         drain_timeout,
+        breaker_failures,
+        breaker_open_secs,
         log_format,
         log_filter,
         writer_batch_max,

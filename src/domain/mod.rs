@@ -13,6 +13,7 @@ pub use keys::{
 pub mod request;
 
 pub use request::{IngestRequest, Intent, RepoRef, Subject};
+pub mod breaker;
 pub mod command;
 pub mod fingerprint;
 pub mod policy;

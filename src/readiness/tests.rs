@@ -162,7 +162,22 @@ fn configured_is_ready_and_a_store_that_does_not_answer_is_unavailable() {
     let r = body(&readiness(&c, true, &RuntimeStatus::ready()));
     assert_eq!(r["status"], "ready");
     assert_eq!(r["gitea"], json!({"state": "ok"}));
+    assert_eq!(r["circuit"], json!({"state": "closed"}));
     assert!(!r.to_string().contains("never-shown"));
+
+    // An open circuit degrades it, and says until when.
+    let open = crate::agent::circuit::CircuitView {
+        state: "open",
+        until: Some("2026-12-04T16:00:00Z".into()),
+    };
+    let r = body(&readiness(&c, true, &RuntimeStatus::ready()).with_circuit(open.clone()));
+    assert_eq!(r["status"], "degraded");
+    assert_eq!(
+        r["circuit"],
+        json!({"state": "open", "until": "2026-12-04T16:00:00Z"})
+    );
+    let r = body(&readiness(&c, false, &RuntimeStatus::ready()).with_circuit(open));
+    assert_eq!(r["status"], "unavailable");
 
     let r = body(&readiness(&c, false, &RuntimeStatus::ready()));
     assert_eq!(r["status"], "unavailable");

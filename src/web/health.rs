@@ -37,7 +37,8 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
             false
         }
     };
-    let body = crate::readiness::readiness(&state.config, store_ok, &state.agent.now());
+    let body = crate::readiness::readiness(&state.config, store_ok, &state.agent.now())
+        .with_circuit(state.circuit.view());
     let code = if store_ok {
         StatusCode::OK
     } else {

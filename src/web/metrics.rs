@@ -33,7 +33,10 @@ async fn open(state: web::Data<AppState>) -> HttpResponse {
 }
 
 async fn scrape(state: &AppState) -> HttpResponse {
-    let mut gauges = Gauges::default();
+    let mut gauges = Gauges {
+        circuit_open: state.circuit.is_open(),
+        ..Gauges::default()
+    };
     match state.store.read(tasks::count_by_state).await {
         Ok(by_state) => {
             let get = |s: &str| {

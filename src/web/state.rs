@@ -26,4 +26,7 @@ pub struct AppState {
     pub live: crate::web::live::Hub,
     /// Refused webhooks: counted, and a bounded sample audited.
     pub refusals: crate::web::refusals::Refusals,
+    /// The circuit breaker the actors report to (closed for good without
+    /// an agent runtime).
+    pub circuit: crate::agent::circuit::Circuit,
 }

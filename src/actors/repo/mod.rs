@@ -269,6 +269,7 @@ async fn schedule_pass(
     let snapshot = Snapshot {
         held: !deps.settings.hold.is_empty(),
         draining: deps.settings.draining.is_on(),
+        circuit_open: deps.settings.circuit.is_open(),
         agent_ready: deps.settings.agent.now().can_run(),
         paused,
         repo: repo.as_ref().map(|r| r.status),

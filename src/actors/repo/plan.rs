@@ -16,6 +16,8 @@ pub(super) struct Snapshot {
     pub(super) draining: bool,
     /// The agent runtime can run a turn now.
     pub(super) agent_ready: bool,
+    /// The circuit breaker is open: the runtime failed turn after turn.
+    pub(super) circuit_open: bool,
     pub(super) paused: bool,
     /// The repository's status; `None` while the store has no row for it.
     pub(super) repo: Option<RepoStatus>,
@@ -71,6 +73,7 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
     // leased while the agent cannot run would only use up an attempt.
     let claim = s.next
         && !s.draining
+        && !s.circuit_open
         && !s.paused
         && repo == RepoStatus::Active
         && !s.day_spent
@@ -85,6 +88,9 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
         Plan::Release(RepoActorStatus::Paused)
     } else if repo != RepoStatus::Active {
         Plan::Release(RepoActorStatus::Disabled)
+    } else if s.next && s.circuit_open {
+        // Its tasks wait `queued`, using no attempt; the sweep looks again.
+        Plan::Release(RepoActorStatus::CircuitOpen)
     } else if s.next && s.day_spent {
         // Its tasks wait `queued` (the actor's status says why); the sweep
         // looks again, and the next UTC day lets them start.

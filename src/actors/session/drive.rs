@@ -152,13 +152,49 @@ pub(super) async fn run(
         }
         stale = 0;
         match drive.carry_out(&decision, event).await? {
-            Some(next) => event = next,
+            Some(next) => {
+                drive.report_to_circuit(&next);
+                event = next;
+            }
             None => return Ok(!drive.snap.state.is_session_driven()),
         }
     }
 }
 
 impl TaskDrive {
+    /// Tells the circuit breaker how the runtime did: a turn it ran, or one
+    /// the provider or the app-server failed. A refusal of the task's own
+    /// configuration and a capacity wait say nothing of the runtime.
+    fn report_to_circuit(&self, event: &Event) {
+        use crate::agent::circuit::Change;
+        use crate::domain::breaker::Outcome;
+        let outcome = match event {
+            Event::TurnEnded(decide::TurnEnd::Completed) => Outcome::Success,
+            Event::TurnEnded(decide::TurnEnd::Failed) if self.denial.is_none() => Outcome::Failure,
+            Event::Started(decide::Start::NotAdmitted { retryable: true })
+                if self.denial.is_none() =>
+            {
+                Outcome::Failure
+            }
+            _ => return,
+        };
+        match self.deps.settings.circuit.report(outcome) {
+            Change::Opened { for_ms } => {
+                crate::metrics::circuit_tripped();
+                tracing::warn!(
+                    task = %self.task.task_id,
+                    detail = self.detail.as_deref().unwrap_or(""),
+                    open_secs = for_ms / 1000,
+                    "circuit open: the agent runtime failed turn after turn; no task starts until it closes (queued tasks wait and use no attempt)"
+                );
+            }
+            Change::Closed => {
+                tracing::info!("circuit closed: a turn ran again");
+            }
+            Change::None => {}
+        }
+    }
+
     /// Reads the session's oldest driven task and what the decisions need.
     async fn gather(
         deps: Arc<ActorDeps>,

@@ -42,7 +42,21 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let instance = state.config.instance_id.clone();
     // Why nothing runs: the configuration's blockers and the agent runtime's,
     // the same the scheduler holds on.
-    let blockers = crate::readiness::all_blockers(&state.config, &state.agent.now());
+    let mut blockers = crate::readiness::all_blockers(&state.config, &state.agent.now());
+    let circuit = state.circuit.view();
+    if let Some(until) = &circuit.until {
+        blockers.push(crate::readiness::Blocker {
+            code: "circuit_open",
+            message: format!(
+                "the agent runtime failed turn after turn (breaker_failures = {}): no task starts until {until} \
+                 (queued tasks wait and use no attempt)",
+                state.config.breaker_failures
+            ),
+            action: "look at the failed tasks' errors and the server log (the provider, its \
+                     key or quota, the codex app-server); turns start again by themselves"
+                .into(),
+        });
+    }
     let catchup_on = state.config.catchup_interval_secs > 0
         && state.config.gitea_url.is_some()
         && state.config.gitea_token.is_some();
@@ -70,6 +84,7 @@ pub async fn compute(state: &AppState) -> Result<serde_json::Value, ApiError> {
                 "repositories": counts.repositories,
                 "webhooksLastHour": counts.webhooks_by_status,
                 "blockers": blockers,
+                "circuit": circuit,
                 "limits": limits_view(&configured, &usage),
                 "catchup": {
                     "enabled": catchup_on,

@@ -11,6 +11,7 @@ fn due() -> Snapshot {
         held: false,
         draining: false,
         agent_ready: true,
+        circuit_open: false,
         paused: false,
         repo: Some(RepoStatus::Active),
         running: 0,
@@ -131,6 +132,23 @@ fn worktrees_are_retired_only_by_an_idle_repository() {
 }
 
 #[test]
+fn an_open_circuit_keeps_queued_tasks_waiting_and_drives_what_runs() {
+    let open = Snapshot {
+        circuit_open: true,
+        ..due()
+    };
+    assert_eq!(decide(&open), Plan::Release(RepoActorStatus::CircuitOpen));
+    assert_eq!(
+        decide(&Snapshot {
+            running: 1,
+            places: 2,
+            ..open
+        }),
+        Plan::Run { claim: false }
+    );
+}
+
+#[test]
 fn a_draining_server_starts_nothing_new_and_drives_what_runs_to_its_end() {
     let draining = Snapshot {
         draining: true,
@@ -203,9 +221,9 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         Just(Some(TaskState::BlockedWorkspace)),
         Just(Some(TaskState::NeedsReconciliation)),
     ];
-    (any::<[bool; 7]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
+    (any::<[bool; 8]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
         |(
-            [held, draining, agent_ready, paused, next, day_spent, retire],
+            [held, draining, agent_ready, circuit_open, paused, next, day_spent, retire],
             repo,
             running,
             places,
@@ -215,6 +233,7 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
                 held,
                 draining,
                 agent_ready,
+                circuit_open,
                 paused,
                 repo,
                 running,
@@ -238,7 +257,7 @@ proptest! {
                 prop_assert!(s.agent_ready && !s.held);
                 prop_assert!(s.running > 0 || claim);
                 if claim {
-                    prop_assert!(!s.paused && !s.draining && s.next && !s.day_spent);
+                    prop_assert!(!s.paused && !s.draining && !s.circuit_open && s.next && !s.day_spent);
                     prop_assert!(s.running < s.places);
                     prop_assert_eq!(s.repo, Some(RepoStatus::Active));
                 }
