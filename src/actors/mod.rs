@@ -123,6 +123,8 @@ pub struct ActorSettings {
     /// Open after `breaker_failures` provider or app-server failures in a
     /// row: no task starts until it closes.
     pub circuit: crate::agent::circuit::Circuit,
+    /// `session_turns_per_minute` (0: no limit).
+    pub session_turns_per_minute: i64,
 }
 
 impl ActorSettings {
@@ -176,6 +178,7 @@ impl ActorSettings {
             pass_end: None,
             draining: drain::Draining::default(),
             circuit: crate::agent::circuit::Circuit::default(),
+            session_turns_per_minute: 0,
         }
     }
 
@@ -206,6 +209,7 @@ impl ActorSettings {
         s.workflow_max_idle_finals = config.workflow_max_idle_finals;
         s.max_children = config.max_children_per_workflow;
         s.child_recovery_attempts = config.child_recovery_attempts;
+        s.session_turns_per_minute = config.session_turns_per_minute;
         s.circuit =
             crate::agent::circuit::Circuit::new(crate::domain::breaker::BreakerConfig::new(
                 config.breaker_failures,

@@ -59,6 +59,12 @@ pub const KEYS: &[(&str, &str)] = &[
          waits and uses no attempt (default 5; 0 = never)",
     ),
     (
+        "session_turns_per_minute",
+        "turns one Issue's or pull request's comments may start in a minute; past it the \
+         storm guard pauses it with one notice until an operator resumes it (default 6; \
+         0 = no limit)",
+    ),
+    (
         "breaker_open_secs",
         "how long the circuit breaker first keeps turns from starting; each failed trial \
          after it doubles this, up to 15 minutes (default 30)",

@@ -92,6 +92,10 @@ pub struct Config {
     pub breaker_failures: u32,
     /// How long the circuit first stays open (`breaker_open_secs`).
     pub breaker_open_secs: u64,
+    /// Turns one Issue's or pull request's comments may start in a minute
+    /// before the storm guard pauses it (`session_turns_per_minute`; 0: no
+    /// limit).
+    pub session_turns_per_minute: i64,
     pub log_format: LogFormat,
     pub log_filter: String,
     pub writer_batch_max: usize,

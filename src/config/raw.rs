@@ -53,6 +53,8 @@ pub(super) struct Raw {
     pub breaker_failures: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub breaker_open_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub session_turns_per_minute: Option<u128>,
     #[serde(deserialize_with = "text")]
     pub log_format: Option<String>,
     #[serde(deserialize_with = "text")]

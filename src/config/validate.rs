@@ -81,6 +81,13 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
     )?);
     let breaker_failures = number("breaker_failures", raw.breaker_failures, 5, 0, 1_000)? as u32;
     let breaker_open_secs = number("breaker_open_secs", raw.breaker_open_secs, 30, 1, 900)?;
+    let session_turns_per_minute = number(
+        "session_turns_per_minute",
+        raw.session_turns_per_minute,
+        6,
+        0,
+        10_000,
+    )? as i64;
     let log_format = word("log_format", raw.log_format, LogFormat::Plain)?;
     let log_filter = raw.log_filter.unwrap_or_else(|| "info".into());
     if tracing_subscriber::EnvFilter::try_new(&log_filter).is_err() {
@@ -299,6 +306,7 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         drain_timeout,
         breaker_failures,
         breaker_open_secs,
+        session_turns_per_minute,
         log_format,
         log_filter,
         writer_batch_max,

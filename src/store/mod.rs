@@ -37,6 +37,7 @@ pub mod sessions;
 pub mod stats;
 pub mod statuses;
 pub mod steer;
+pub mod storm;
 pub mod tasks;
 pub mod transcripts;
 pub mod turns;

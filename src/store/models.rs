@@ -52,6 +52,11 @@ pub struct Session {
     /// The thread was started with the bridge's tools (its workflow can be
     /// completed, so it is continued).
     pub thread_tools: bool,
+    /// Why the storm guard paused it (its tasks wait until it is resumed).
+    pub paused_reason: Option<String>,
+    pub paused_at: Option<String>,
+    /// When an operator last resumed it: turns before no longer count.
+    pub resumed_at: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]

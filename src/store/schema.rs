@@ -247,6 +247,9 @@ diesel::table! {
         thread_trust -> Nullable<Text>,
         thread_generation -> Int8,
         thread_tools -> Bool,
+        paused_reason -> Nullable<Text>,
+        paused_at -> Nullable<Text>,
+        resumed_at -> Nullable<Text>,
     }
 }
 

@@ -101,3 +101,128 @@ fn provider_failures_in_a_row_open_the_circuit_and_queued_work_waits_unharmed() 
     l.wait(&c, "succeeded");
     assert_eq!(readyz()["circuit"], json!({"state": "closed"}));
 }
+
+/// The storm guard on the real server: an Issue whose comments start more
+/// than `session_turns_per_minute` turns in a minute is paused with one
+/// notice; what comes meanwhile waits `queued` with no attempt used and no
+/// second notice; an operator's resume lets it run.
+#[test]
+fn a_session_starting_too_many_turns_a_minute_is_paused_once_and_resumed_by_an_operator() {
+    use crate::giteasim::{GiteaSim, Perm};
+    let sim = GiteaSim::start();
+    sim.create_repo("acme", "widgets");
+    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+    sim.add_user("bob");
+    sim.set_permission("acme", "widgets", "bob", Perm::Write);
+    let issue = sim.create_issue("acme", "widgets", "Loop", "Two bots.", "bob");
+    let app = TestApp::builder()
+        .scripted()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_SESSION_TURNS_PER_MINUTE", "2")
+        .start_with_gitea(sim);
+    let sim = app.gitea();
+    let comment = |text: &str| -> String {
+        let c = sim.post_comment_as("bob", "acme", "widgets", issue, text);
+        sim.wait_idle();
+        let d = sim
+            .deliveries()
+            .into_iter()
+            .find(|d| d.json()["comment"]["id"] == c["id"])
+            .expect("the comment's delivery");
+        assert_eq!(d.status, Some(202), "{}", d.response_body);
+        let v: Value = serde_json::from_str(&d.response_body).unwrap();
+        v["taskId"].as_str().unwrap().to_owned()
+    };
+    let done = |task: &str| {
+        let mut c = connect(&app.db_url);
+        count_where(
+            &mut c,
+            "tasks",
+            &format!(
+                "task_id = '{task}' AND state IN ('succeeded', 'succeeded_with_rest_fallback')"
+            ),
+        ) == 1
+    };
+    let turns_of = |task: &str| {
+        count_where(
+            &mut connect(&app.db_url),
+            "turns",
+            &format!("task_id = '{task}'"),
+        )
+    };
+    let notices = || {
+        sim.comments("acme", "widgets", issue)
+            .iter()
+            .filter(|c| {
+                c["body"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("I paused work on this Issue")
+            })
+            .count()
+    };
+    let first = comment("@ccbot one");
+    app.wait_for("the first turn", || done(&first));
+    let second = comment("@ccbot two");
+    app.wait_for("the second turn", || done(&second));
+    // The third would be the third turn within a minute: paused instead.
+    let third = comment("@ccbot three");
+    app.wait_for("the notice", || notices() == 1);
+    let paused = |c: &mut codex_bridge::store::DbConn| {
+        count_where(c, "audit_events", "action = 'session.paused'")
+    };
+    assert_eq!(paused(&mut app.db()), 1);
+    let fourth = comment("@ccbot four");
+    app.wait_for("the repository actor's pass over the fourth", || {
+        app.repo_actor("default:acme/widgets")
+            .is_some_and(|r| r["status"] == "idle")
+    });
+    for task in [&third, &fourth] {
+        assert_eq!(task_state(&mut app.db(), task).as_deref(), Some("queued"));
+        assert_eq!(turns_of(task), 0);
+        assert_eq!(
+            count_where(&mut app.db(), "attempts", &format!("task_id = '{task}'")),
+            0,
+            "no attempt is used while paused"
+        );
+    }
+    assert_eq!(paused(&mut app.db()), 1, "paused once");
+    assert_eq!(notices(), 1, "one notice");
+
+    // An operator resumes it: what waited runs, in order.
+    let session = format!("default:acme%2Fwidgets:issue:{issue}");
+    let r = app.admin_post(
+        &format!("/api/gitea-workflow/sessions/{session}/resume"),
+        &serde_json::json!({"requestId": "resume-1", "reason": "the other bot is off"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    app.wait_for("the waiting turns", || done(&third) && done(&fourth));
+    // Neither ran before the resume.
+    let resumed = codex_bridge::store::sessions::session(
+        &mut app.db(),
+        &resource(&format!("default:acme/widgets:issue:{issue}")),
+    )
+    .unwrap()
+    .unwrap()
+    .resumed_at
+    .expect("resumed");
+    for task in [&third, &fourth] {
+        use codex_bridge::store::schema::turns;
+        use diesel::prelude::*;
+        let started: String = codex_bridge::with_conn!(&mut app.db(), |c| turns::table
+            .filter(turns::task_id.eq(task.as_str()))
+            .select(turns::started_at)
+            .first(c))
+        .unwrap();
+        assert!(
+            started >= resumed,
+            "{task} started at {started}, before the resume at {resumed}"
+        );
+    }
+    let again = app.admin_post(
+        &format!("/api/gitea-workflow/sessions/{session}/resume"),
+        &serde_json::json!({"requestId": "resume-2", "reason": "again"}),
+    );
+    assert_eq!(again.status, 409, "{:?}", again.json);
+    assert_eq!(again.json["code"], "not_paused");
+}

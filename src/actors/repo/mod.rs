@@ -19,7 +19,9 @@ use crate::store::audit::{self, Audit};
 use crate::store::leases::{self, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
-use crate::store::{attempts, control, format_time, now, queue, statuses, worktrees, StoreError};
+use crate::store::{
+    attempts, control, format_time, now, queue, statuses, storm, worktrees, StoreError,
+};
 use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
 use plan::{decide, Plan, Snapshot};
@@ -233,12 +235,28 @@ async fn schedule_pass(
     let key = repo_key.clone();
     let per_day = deps.settings.limits.repo_turns_per_day;
     let retire_before = retention_cutoff(&deps);
-    let (paused, repo, (holding, next, due), today, retirable) = store
+    let storm_limit = deps.settings.session_turns_per_minute;
+    let (paused, repo, (holding, next, due), today, retirable, storming) = store
         .read(move |c| {
             let holding = queue::holding_tasks(c, &key)?;
-            let busy: HashSet<ResourceKey> =
-                holding.iter().map(|t| t.session_key.clone()).collect();
+            // A session the storm guard paused starts nothing until resumed.
+            let busy: HashSet<ResourceKey> = holding
+                .iter()
+                .map(|t| t.session_key.clone())
+                .chain(storm::paused(c, &key)?)
+                .collect();
             let next = queue::next_runnable(c, &key, &busy)?;
+            // Only its comments count: continuations are the bridge's own.
+            let storming = match &next {
+                Some(t) if storm_limit > 0 && t.continuation.is_none() => {
+                    let minute_ago = crate::store::format_time(
+                        chrono::Utc::now() - chrono::Duration::minutes(1),
+                    );
+                    let started = storm::comment_turns_since(c, &t.session_key, &minute_ago)?;
+                    (started >= storm_limit).then_some(started)
+                }
+                _ => None,
+            };
             let due = match next {
                 None => queue::next_due(c, &key)?,
                 Some(_) => None,
@@ -259,6 +277,7 @@ async fn schedule_pass(
                     _ => crate::store::turns::repo_turns_today(c, &key)?,
                 },
                 retirable,
+                storming,
             ))
         })
         .await?;
@@ -280,6 +299,7 @@ async fn schedule_pass(
             .find(|t| t.state.awaits_operator())
             .map(|t| t.state),
         next: next.is_some(),
+        next_storming: storming.is_some(),
         day_spent: per_day > 0 && today >= per_day,
         retire: !retirable.is_empty(),
     };
@@ -302,6 +322,12 @@ async fn schedule_pass(
             outcome.status = status;
             return Ok(outcome);
         }
+        (Plan::PauseNext, _, Some(next)) => {
+            pause_storming(&deps, &next, storming.unwrap_or(storm_limit)).await?;
+            outcome.again = true;
+            return Ok(outcome);
+        }
+        (Plan::PauseNext, _, None) => return Ok(outcome),
         (Plan::Retire, Some(repo), _) => {
             let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
                 outcome.status = RepoActorStatus::BusyElsewhere;
@@ -412,6 +438,33 @@ async fn schedule_pass(
         }
     }
     Ok(outcome)
+}
+
+/// The storm guard: `next`'s session started `started` turns from comments
+/// in the last minute, so it is paused (once, with one notice in its
+/// thread) instead of starting another; its tasks stay `queued`.
+async fn pause_storming(deps: &ActorDeps, next: &Task, started: i64) -> Result<(), StoreError> {
+    let limit = deps.settings.session_turns_per_minute;
+    let kind = if next.resource_key.is_pull() {
+        "pull request"
+    } else {
+        "Issue"
+    };
+    let notice = format!(
+        "I paused work on this {kind}: its comments started {started} turns in the last minute, \
+         more than this server allows (session_turns_per_minute = {limit}). A bot, or two \
+         bridges, may be answering each other. Nothing is lost: the requests waiting here stay \
+         queued until an operator resumes this {kind}."
+    );
+    let (session, task) = (next.session_key.clone(), next.task_id.clone());
+    let paused = deps
+        .store
+        .write(move |c| storm::pause(c, &session, &task, started, limit, &notice))
+        .await?;
+    if paused {
+        tracing::warn!(session = %next.session_key, started, limit, "storm guard: session paused");
+    }
+    Ok(())
 }
 
 /// Records that the task's session worktree is in use (its retention

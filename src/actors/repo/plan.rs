@@ -30,6 +30,9 @@ pub(super) struct Snapshot {
     pub(super) awaiting: Option<TaskState>,
     /// A queued task of a session nothing holds is due.
     pub(super) next: bool,
+    /// That task's session started `session_turns_per_minute` turns from
+    /// comments in the last minute already.
+    pub(super) next_storming: bool,
     /// The repository took `repo_turns_per_day` turns today (UTC).
     pub(super) day_spent: bool,
     /// A session's worktree outlived `worktree_retention_hours`.
@@ -50,6 +53,9 @@ pub(super) enum Plan {
     /// Lease the repository and remove the worktrees past their retention
     /// (the lease guards the shared `.git`), then give the lease back.
     Retire,
+    /// Pause the next task's session (storm guard) instead of starting it,
+    /// then look again.
+    PauseNext,
 }
 
 /// The scheduling decision, from what the pass saw alone.
@@ -79,6 +85,9 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
         && !s.day_spent
         && s.agent_ready
         && s.running < s.places;
+    if claim && s.next_storming {
+        return Plan::PauseNext;
+    }
     if s.running > 0 || claim {
         return Plan::Run { claim };
     }

@@ -76,6 +76,26 @@ async fn set_repo(
     Ok(HttpResponse::Ok().json(event))
 }
 
+/// `POST /sessions/{sessionKey}/resume`: a session the storm guard paused
+/// may start its queued tasks again.
+pub async fn resume_session(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let session = crate::domain::ResourceKey::parse(&decode_key(&path.into_inner()))
+        .map_err(|e| ApiError::bad_request("invalid_session_key", e.to_string()))?;
+    let key = session.clone();
+    let event = state
+        .store
+        .write(move |c| crate::store::storm::resume(c, &req, &key))
+        .await?;
+    notify(&state, session.repo());
+    Ok(HttpResponse::Ok().json(event))
+}
+
 pub async fn disable_repo(
     _: Admin,
     state: web::Data<AppState>,

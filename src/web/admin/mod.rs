@@ -32,6 +32,10 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 "/sessions/{session_key:.+}/turns",
                 web::get().to(transcripts::session_turns),
             )
+            .route(
+                "/sessions/{session_key:.+}/resume",
+                web::post().to(actors::resume_session),
+            )
             .route("/audit", web::get().to(audit::list))
             .route("/control/pause", web::post().to(control::pause))
             .route("/control/resume", web::post().to(control::resume))

@@ -18,6 +18,7 @@ fn due() -> Snapshot {
         places: 1,
         awaiting: None,
         next: true,
+        next_storming: false,
         day_spent: false,
         retire: false,
     }
@@ -221,9 +222,9 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         Just(Some(TaskState::BlockedWorkspace)),
         Just(Some(TaskState::NeedsReconciliation)),
     ];
-    (any::<[bool; 8]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
+    (any::<[bool; 9]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
         |(
-            [held, draining, agent_ready, circuit_open, paused, next, day_spent, retire],
+            [held, draining, agent_ready, circuit_open, paused, next, next_storming, day_spent, retire],
             repo,
             running,
             places,
@@ -240,6 +241,7 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
                 places,
                 awaiting,
                 next,
+                next_storming,
                 day_spent,
                 retire,
             }
@@ -258,6 +260,7 @@ proptest! {
                 prop_assert!(s.running > 0 || claim);
                 if claim {
                     prop_assert!(!s.paused && !s.draining && !s.circuit_open && s.next && !s.day_spent);
+                    prop_assert!(!s.next_storming, "a storming session's task never starts");
                     prop_assert!(s.running < s.places);
                     prop_assert_eq!(s.repo, Some(RepoStatus::Active));
                 }
@@ -268,6 +271,12 @@ proptest! {
                 prop_assert!(s.retire && !s.held && !s.paused && !s.draining && !s.next);
                 prop_assert_eq!(s.running, 0);
                 prop_assert_eq!(s.repo, Some(RepoStatus::Active));
+            }
+            Plan::PauseNext => {
+                // Only where its task would otherwise have started.
+                prop_assert!(s.next_storming && s.next && s.agent_ready && !s.held);
+                prop_assert!(!s.paused && !s.draining && !s.circuit_open && !s.day_spent);
+                prop_assert!(s.running < s.places);
             }
             Plan::Keep(_) | Plan::Release(_) => {}
         }

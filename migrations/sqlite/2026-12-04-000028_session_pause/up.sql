@@ -1,0 +1,7 @@
+-- A session paused by the storm guard: it started more than
+-- session_turns_per_minute turns in a minute (a bot, or two bridges,
+-- answering each other). Its queued tasks wait until an operator resumes
+-- it; turns started before `resumed_at` no longer count against it.
+ALTER TABLE sessions ADD COLUMN paused_reason TEXT;
+ALTER TABLE sessions ADD COLUMN paused_at TEXT;
+ALTER TABLE sessions ADD COLUMN resumed_at TEXT;
