@@ -8,7 +8,7 @@ use crate::testapp::*;
 use serde_json::Value;
 
 /// Bob's comment on the Issue; the webhook's answer.
-fn comment(sim: &GiteaSim, issue: i64, text: &str) -> (u16, Value) {
+pub(crate) fn comment(sim: &GiteaSim, issue: i64, text: &str) -> (u16, Value) {
     let c = sim.post_comment_as("bob", "acme", "widgets", issue, text);
     sim.wait_idle();
     let d = sim

@@ -122,15 +122,8 @@ fn a_session_starting_too_many_turns_a_minute_is_paused_once_and_resumed_by_an_o
         .start_with_gitea(sim);
     let sim = app.gitea();
     let comment = |text: &str| -> String {
-        let c = sim.post_comment_as("bob", "acme", "widgets", issue, text);
-        sim.wait_idle();
-        let d = sim
-            .deliveries()
-            .into_iter()
-            .find(|d| d.json()["comment"]["id"] == c["id"])
-            .expect("the comment's delivery");
-        assert_eq!(d.status, Some(202), "{}", d.response_body);
-        let v: Value = serde_json::from_str(&d.response_body).unwrap();
+        let (status, v) = crate::limits::comment(sim, issue, text);
+        assert_eq!(status, 202, "{v}");
         v["taskId"].as_str().unwrap().to_owned()
     };
     let done = |task: &str| {
