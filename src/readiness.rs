@@ -279,7 +279,7 @@ pub fn readiness(config: &Config, store_ok: bool, status: &RuntimeStatus) -> Rea
         gitea,
         codex,
         codex_account,
-        circuit: crate::agent::circuit::Circuit::default().view(),
+        circuit: crate::agent::circuit::CircuitView::closed(),
     }
 }
 

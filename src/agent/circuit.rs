@@ -41,6 +41,16 @@ impl Default for Circuit {
     }
 }
 
+impl CircuitView {
+    /// A circuit that lets turns start.
+    pub fn closed() -> CircuitView {
+        CircuitView {
+            state: "closed",
+            until: None,
+        }
+    }
+}
+
 impl Circuit {
     pub fn new(config: BreakerConfig) -> Self {
         Circuit {
@@ -90,10 +100,7 @@ impl Circuit {
                         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                 ),
             },
-            None => CircuitView {
-                state: "closed",
-                until: None,
-            },
+            None => CircuitView::closed(),
         }
     }
 }

@@ -278,11 +278,6 @@ pub fn repos_with_work(conn: &mut DbConn) -> Result<Vec<RepoWork>, StoreError> {
 /// repository whose lease `owner` holds. Oldest first.
 pub fn driven_by(conn: &mut DbConn, owner: &str) -> Result<Vec<Task>, StoreError> {
     use super::schema::leases;
-    let driven: Vec<&str> = TaskState::ALL
-        .iter()
-        .filter(|s| s.is_session_driven())
-        .map(|s| s.as_str())
-        .collect();
     Ok(with_conn!(conn, |c| tasks::table
         .filter(
             tasks::repo_key.eq_any(
@@ -291,7 +286,7 @@ pub fn driven_by(conn: &mut DbConn, owner: &str) -> Result<Vec<Task>, StoreError
                     .select(leases::repo_key)
             )
         )
-        .filter(tasks::state.eq_any(&driven))
+        .filter(literal(super::sessions::SESSION_DRIVEN_STATES))
         .order(tasks::id.asc())
         .select(Task::as_select())
         .load(c))?)

@@ -5,3 +5,6 @@
 ALTER TABLE sessions ADD COLUMN paused_reason TEXT;
 ALTER TABLE sessions ADD COLUMN paused_at TEXT;
 ALTER TABLE sessions ADD COLUMN resumed_at TEXT;
+-- Every scheduling pass asks for its repository's paused sessions: few or
+-- none, found without reading the others.
+CREATE INDEX sessions_paused ON sessions (repo_key) WHERE paused_reason IS NOT NULL;
