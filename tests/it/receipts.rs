@@ -234,16 +234,20 @@ async fn a_comment_past_the_outbox_limit_gets_one_receipt_naming_the_limit() {
         matches!(again, ingest::IngestOutcome::Duplicate { task_id: Some(ref t), .. } if *t == refused),
         "{again:?}"
     );
-    let db_rows = {
+    // The simulator holds the post before the worker records it: wait for
+    // the record, then check it is the one row, posted.
+    let db_row = || async {
         let t = refused.clone();
         s.store
             .read(move |c| comments::find(c, &comments::receipt_key(&t, TaskState::Rejected)))
             .await
             .unwrap()
     };
-    assert_eq!(
-        db_rows.map(|r| r.status.to_string()),
-        Some("posted".to_owned())
-    );
+    let recorded = poll_until_async(Duration::from_secs(20), || async {
+        db_row().await.is_some_and(|r| r.status.as_str() == "posted")
+    })
+    .await;
+    assert!(recorded, "{:?}", db_row().await);
+    assert_eq!(db_row().await.map(|r| r.attempts), Some(1));
     assert_eq!(receipt_posts(&s.sim, &refused, "rejected").len(), 1);
 }
