@@ -194,6 +194,9 @@ impl Item {
 struct State {
     script: Mutex<Script>,
     requests: Mutex<Vec<Value>>,
+    /// Each request's `x-codex-turn-metadata` header (JSON naming the Codex
+    /// turn the request belongs to), in the order of `requests`.
+    turn_metadata: Mutex<Vec<Option<Value>>>,
     /// Numbers the ids of responses, items and calls (`resp_1`, `call_2`, …).
     ids: AtomicU64,
 }
@@ -204,6 +207,35 @@ struct Script {
     /// Scripts of their own for the requests whose user input holds a
     /// needle (one thread's, when threads run at once), first match first.
     routes: Vec<(String, VecDeque<Step>)>,
+    /// The same, matched against the newest user input only (a thread's
+    /// later requests repeat older inputs, which must not pick the script).
+    newest_routes: Vec<(String, VecDeque<Step>)>,
+}
+
+impl Script {
+    /// The step for a request with these user inputs: a script keyed by its
+    /// newest input, else one keyed by any input, else the main script,
+    /// else the default.
+    fn next_step(&mut self, texts: &[String]) -> Step {
+        let newest = texts.last().and_then(|last| {
+            self.newest_routes
+                .iter_mut()
+                .find(|(needle, steps)| !steps.is_empty() && last.contains(needle.as_str()))
+                .and_then(|(_, steps)| steps.pop_front())
+        });
+        if let Some(step) = newest {
+            return step;
+        }
+        let routed = self
+            .routes
+            .iter_mut()
+            .find(|(needle, _)| texts.iter().any(|t| t.contains(needle.as_str())));
+        let next = match routed {
+            Some((_, steps)) => steps.pop_front(),
+            None => self.steps.pop_front(),
+        };
+        next.unwrap_or_else(|| self.default.clone())
+    }
 }
 
 impl State {
@@ -227,8 +259,10 @@ impl FakeModel {
                 steps: VecDeque::new(),
                 default: Step::message("ok"),
                 routes: Vec::new(),
+                newest_routes: Vec::new(),
             }),
             requests: Mutex::new(Vec::new()),
+            turn_metadata: Mutex::new(Vec::new()),
             ids: AtomicU64::new(0),
         });
         let data = web::Data::from(state.clone());
@@ -266,6 +300,19 @@ impl FakeModel {
         }
     }
 
+    /// Append a step to the script of the requests whose newest user input
+    /// holds `needle`; once those steps are used up such a request falls
+    /// back to the other scripts.
+    pub fn push_for_newest(&self, needle: &str, step: Step) {
+        let mut script = self.state.script.lock().unwrap();
+        match script.newest_routes.iter_mut().find(|(n, _)| n == needle) {
+            Some((_, steps)) => steps.push_back(step),
+            None => script
+                .newest_routes
+                .push((needle.to_owned(), VecDeque::from([step]))),
+        }
+    }
+
     /// The step for every request once the script is used up.
     pub fn set_default(&self, step: Step) {
         self.state.script.lock().unwrap().default = step;
@@ -285,6 +332,28 @@ impl FakeModel {
             .iter()
             .filter(|r| user_texts(r).last().is_some_and(|t| t.contains(needle)))
             .count()
+    }
+
+    /// The distinct Codex turns whose requests carry `needle` in their
+    /// newest user input: how many turns a message was sent as new input to
+    /// (one turn asks the model several times; later turns of the thread
+    /// repeat the message only in older input). A request without turn
+    /// metadata counts as a turn of its own, so a missing header can only
+    /// make the count larger.
+    pub fn turns_asked(&self, needle: &str) -> usize {
+        let requests = self.state.requests.lock().unwrap();
+        let metadata = self.state.turn_metadata.lock().unwrap();
+        let mut turns = std::collections::BTreeSet::new();
+        for (i, (r, m)) in requests.iter().zip(metadata.iter()).enumerate() {
+            if user_texts(r).last().is_some_and(|t| t.contains(needle)) {
+                let turn = m
+                    .as_ref()
+                    .and_then(|m| m["turn_id"].as_str())
+                    .map_or_else(|| format!("request-{i}"), str::to_owned);
+                turns.insert(turn);
+            }
+        }
+        turns.len()
     }
 
     /// Wait until at least `n` requests arrived; their bodies. Panics after
@@ -353,24 +422,26 @@ fn input_items(body: &Value) -> impl Iterator<Item = &Value> {
 }
 
 /// `POST /v1/responses`: record the body, take the next step, answer it.
-async fn responses(body: Bytes, state: web::Data<State>) -> HttpResponse {
+async fn responses(
+    http: actix_web::HttpRequest,
+    body: Bytes,
+    state: web::Data<State>,
+) -> HttpResponse {
     let request: Value = serde_json::from_slice(&body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
     let tools = tool_names(&request);
     let texts = user_texts(&request);
-    state.requests.lock().unwrap().push(request);
-    let step = {
-        let mut script = state.script.lock().unwrap();
-        let default = script.default.clone();
-        let routed = script
-            .routes
-            .iter_mut()
-            .find(|(needle, _)| texts.iter().any(|t| t.contains(needle.as_str())));
-        match routed {
-            Some((_, steps)) => steps.pop_front().unwrap_or(default),
-            None => script.steps.pop_front().unwrap_or(default),
-        }
-    };
+    let metadata = http
+        .headers()
+        .get("x-codex-turn-metadata")
+        .and_then(|v| serde_json::from_slice(v.as_bytes()).ok());
+    {
+        // One lock order for both lists, so their indexes stay paired.
+        let mut requests = state.requests.lock().unwrap();
+        state.turn_metadata.lock().unwrap().push(metadata);
+        requests.push(request);
+    }
+    let step = state.script.lock().unwrap().next_step(&texts);
     let marker = state
         .requests
         .lock()

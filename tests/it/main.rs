@@ -23,6 +23,7 @@ mod codex_runtime;
 mod codex_smoke;
 mod codexhome;
 mod commands;
+mod crashloop;
 mod deploy;
 mod doctor;
 mod drain;

@@ -244,7 +244,9 @@ async fn a_comment_past_the_outbox_limit_gets_one_receipt_naming_the_limit() {
             .unwrap()
     };
     let recorded = poll_until_async(Duration::from_secs(20), || async {
-        db_row().await.is_some_and(|r| r.status.as_str() == "posted")
+        db_row()
+            .await
+            .is_some_and(|r| r.status.as_str() == "posted")
     })
     .await;
     assert!(recorded, "{:?}", db_row().await);

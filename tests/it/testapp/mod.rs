@@ -34,6 +34,8 @@ use crate::giteasim::GiteaSim;
 use crate::gitsim::GitSim;
 use crate::support::*;
 use codex_bridge::store::DbConn;
+use peers::Peers;
+pub use peers::SharedPeers;
 use serde_json::Value;
 use server::{Kind, Server};
 use std::collections::BTreeMap;
@@ -41,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod peers;
 mod server;
 
 /// Which database a test server uses.
@@ -245,16 +248,6 @@ impl TestAppBuilder {
     }
 }
 
-/// The peers of one app (and of its other instances).
-struct Peers {
-    git: Option<GitSim>,
-    gitea: Option<GiteaSim>,
-    model: Option<FakeModel>,
-    home: Option<CodexHome>,
-    /// Holds the PostgreSQL database for as long as any instance lives.
-    _pg: Option<PgDb>,
-}
-
 /// A running server and its peers; the server is killed on drop.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`.
@@ -358,6 +351,12 @@ impl TestApp {
             .model
             .as_ref()
             .expect("the app has no fake model: ask for .codex()")
+    }
+
+    /// The simulator and model behind a handle of their own, for a thread
+    /// that drives them while the test kills and restarts the server.
+    pub fn shared_peers(&self) -> SharedPeers {
+        SharedPeers::new(self.peers.clone())
     }
 
     /// The `CODEX_HOME` the server's app-server runs with ([`TestAppBuilder::codex`]).

@@ -1,0 +1,363 @@
+//! The crash loop: the real server (binary, real `codex app-server` against
+//! the fake model, PyPI gitea-mcp, the Gitea simulator) under a steady load
+//! (`load.rs`), SIGKILLed at a random moment and started again on the same
+//! database, over and over. After every restart the promises are checked
+//! (`checks.rs`); when the kills are done the load stops, the test acts as
+//! the operator until every task has settled, and checks once more.
+//!
+//! CI runs a short loop; the long one is
+//! `CODEX_BRIDGE_CRASHLOOP_KILLS=200 scripts/test --test it -- crashloop::crash_loop_on_sqlite --nocapture`
+//! (`CODEX_BRIDGE_CRASHLOOP_SEED` repeats a run's choices; the timing of
+//! the kills against the server's work cannot be repeated).
+
+mod checks;
+mod load;
+
+use crate::giteasim::{GiteaSim, Perm};
+use crate::support::*;
+use crate::testapp::{TestApp, TestAppBuilder};
+use checks::Checks;
+use diesel::prelude::*;
+use load::Load;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+const OWNER: &str = "acme";
+const REPO: &str = "widgets";
+
+/// One message sent to the agent, named by a nonce only it carries.
+#[derive(Debug, Clone)]
+pub struct Op {
+    nonce: String,
+    kind: OpKind,
+    issue: i64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum OpKind {
+    Mention,
+    MentionWithApproval,
+    Steer,
+}
+
+mod rng {
+    /// SplitMix64: a run's choices follow from its seed alone.
+    pub struct Rng(u64);
+
+    impl Rng {
+        pub fn new(seed: u64) -> Rng {
+            Rng(seed)
+        }
+
+        pub fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        /// Uniform in `0..n` (n > 0).
+        pub fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+
+        /// Uniform in `lo..hi`.
+        pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+            lo + self.below(hi - lo)
+        }
+    }
+}
+
+fn env_number(key: &str) -> Option<u64> {
+    std::env::var(key).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{key}={v:?} is not a number"))
+    })
+}
+
+/// The server of the loop: approvals asked for shell commands, short leases
+/// (a restart takes over the dead process's lease within seconds), no storm
+/// guard (the load is one person asking often, on purpose).
+fn start(db: Db) -> (TestApp, Vec<i64>) {
+    let sim = GiteaSim::start();
+    sim.create_repo(OWNER, REPO);
+    sim.set_permission(OWNER, REPO, BOT, Perm::Admin);
+    sim.add_user("bob");
+    sim.set_permission(OWNER, REPO, "bob", Perm::Write);
+    let issues = (1..=4)
+        .map(|n| sim.create_issue(OWNER, REPO, &format!("Chore {n}"), "Do things.", "bob"))
+        .collect();
+    let builder: TestAppBuilder = match db {
+        Db::Sqlite => TestApp::builder(),
+        Db::Postgres => TestApp::builder().postgres(),
+    };
+    let app = builder
+        .codex()
+        .gitea_mcp()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+        .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SESSION_TURNS_PER_MINUTE", "10000")
+        .env("CODEX_BRIDGE_MAX_PARALLEL_TURNS_PER_REPO", "4")
+        .start_with_gitea(sim);
+    app.model()
+        .set_default(crate::fakemodel::Step::message("Done.\n\n{{marker}}"));
+    (app, issues)
+}
+
+#[derive(Clone, Copy)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// What a run did, printed at its end.
+struct Counts {
+    kills: u64,
+    accepted: usize,
+    replies: usize,
+    reconciliations: i64,
+    operator_reconciled: usize,
+    released: usize,
+    ops: usize,
+    replays: usize,
+    approvals: usize,
+    violations: usize,
+    elapsed: Duration,
+}
+
+fn run(db: Db, kills: u64) {
+    let seed = env_number("CODEX_BRIDGE_CRASHLOOP_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    });
+    eprintln!("crashloop: seed {seed}, {kills} kills");
+    let began = Instant::now();
+    let (mut app, issues) = start(db);
+    let peers = app.shared_peers();
+    let db_url = app.db_url.clone();
+    let load = Load::start(peers.clone(), db_url.clone(), issues.clone(), seed);
+    let mut rng = rng::Rng::new(seed);
+    let mut checks = Checks::default();
+    let mut operator = Operator::default();
+    for k in 1..=kills {
+        // A random moment: during start-up and recovery as well as later.
+        std::thread::sleep(Duration::from_millis(rng.between(200, 4_000)));
+        app.kill9();
+        app.start_again();
+        checks.run(
+            &format!("after kill {k}"),
+            &db_url,
+            &peers,
+            &issues,
+            &load.ops(),
+        );
+        operator.reconcile(&app);
+    }
+    let record = load.finish();
+    settle(&app, &mut operator);
+    checks.run("settled", &db_url, &peers, &issues, &record.ops);
+    checks.settled(&db_url, &peers, &issues);
+    let counts = Counts {
+        kills,
+        accepted: checks.accepted,
+        replies: checks.replies,
+        reconciliations: checks.reconciliations,
+        operator_reconciled: operator.reconciled,
+        released: operator.released,
+        ops: record.ops.len(),
+        replays: record.replays,
+        approvals: record.approvals + operator.approvals,
+        violations: checks.violations.len(),
+        elapsed: began.elapsed(),
+    };
+    eprintln!(
+        "crashloop: kills {} accepted {} replies {} reconciliations {} (operator {}) \
+         released {} operations {} replays {} approvals {} violations {} in {:.0?} ({:.1} kills/min)",
+        counts.kills,
+        counts.accepted,
+        counts.replies,
+        counts.reconciliations,
+        counts.operator_reconciled,
+        counts.released,
+        counts.ops,
+        counts.replays,
+        counts.approvals,
+        counts.violations,
+        counts.elapsed,
+        counts.kills as f64 * 60.0 / counts.elapsed.as_secs_f64(),
+    );
+    assert!(
+        checks.violations.is_empty(),
+        "{} violations (seed {seed}):\n{}",
+        checks.violations.len(),
+        checks.violations.join("\n")
+    );
+    assert!(
+        counts.accepted > 0 && counts.replies > 0,
+        "the load did nothing"
+    );
+}
+
+/// The operator's part: an uncertain task is decided by a person, here
+/// always as failed (nothing is re-run), so its session goes on.
+#[derive(Default)]
+struct Operator {
+    reconciled: usize,
+    released: usize,
+    approved: BTreeMap<String, Instant>,
+    approvals: usize,
+}
+
+#[derive(QueryableByName)]
+struct Uncertain {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    task_id: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    attempt_id: Option<String>,
+}
+
+impl Operator {
+    fn reconcile(&mut self, app: &TestApp) {
+        let mut conn = app.db();
+        let uncertain: Vec<Uncertain> = codex_bridge::with_conn!(&mut conn, |c| {
+            diesel::sql_query(
+                "SELECT t.task_id, (SELECT a.attempt_id FROM attempts a \
+                 WHERE a.task_id = t.task_id ORDER BY a.number DESC LIMIT 1) AS attempt_id \
+                 FROM tasks t WHERE t.state = 'needs_reconciliation'",
+            )
+            .load(c)
+        })
+        .unwrap();
+        self.release_held(app);
+        for u in uncertain {
+            let Some(attempt) = u.attempt_id else {
+                continue;
+            };
+            app.cli_ok(&[
+                "reconcile",
+                &u.task_id,
+                &attempt,
+                "failed",
+                "--confirm-no-active-turn",
+            ]);
+            self.reconciled += 1;
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Held {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    queue_id: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    version: i64,
+}
+
+impl Operator {
+    /// A message held after two restarts cut it before it reached the
+    /// agent waits for a person: here, "send now" (nothing of it was sent).
+    fn release_held(&mut self, app: &TestApp) {
+        let held: Vec<Held> = codex_bridge::with_conn!(&mut app.db(), |c| {
+            diesel::sql_query(
+                "SELECT queue_id, version FROM outbox_entries WHERE status = 'queued' \
+                 AND auto_drain = false AND hold_reason = 'interrupted_by_restart'",
+            )
+            .load(c)
+        })
+        .unwrap();
+        for h in held {
+            let r = app.admin_post(
+                &format!("/api/gitea-workflow/outbox/{}/send-now", h.queue_id),
+                &serde_json::json!({
+                    "requestId": format!("release-{}-{}", h.queue_id, h.version),
+                    "reason": "the crash loop's operator releases it",
+                }),
+            );
+            assert!(r.status == 200 || r.status == 409, "{:?}", r.json);
+            self.released += 1;
+        }
+    }
+}
+
+/// With the load stopped: approve what waits, reconcile what is uncertain,
+/// until every task has ended and every receipt is written.
+fn settle(app: &TestApp, operator: &mut Operator) {
+    let peers = app.shared_peers();
+    let terminal: Vec<String> = codex_bridge::lifecycle::TaskState::TERMINAL
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect();
+    let open = format!("state NOT IN ({})", terminal.join(", "));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        operator.approvals += load::approve_pending(&peers, &app.db_url, &mut operator.approved);
+        operator.reconcile(app);
+        let mut c = app.db();
+        let tasks_open = count_where(&mut c, "tasks", &open);
+        let writing = count_where(&mut c, "comments", "status IN ('pending', 'posting')");
+        if tasks_open == 0 && writing == 0 {
+            peers.gitea().wait_idle();
+            return;
+        }
+        if Instant::now() > deadline {
+            report_unsettled(app, &open);
+            panic!("not settled after 120 s: {tasks_open} tasks open, {writing} comments being written");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[derive(QueryableByName, Debug)]
+#[allow(dead_code)] // read through Debug
+struct OpenTask {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    task_id: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    state: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    session_key: String,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    command: Option<String>,
+    #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+    paused_reason: Option<String>,
+}
+
+/// What was left open, and the server's last words, for the failure report.
+fn report_unsettled(app: &TestApp, open: &str) {
+    let sql = format!(
+        "SELECT t.task_id, t.state, t.session_key, t.command, s.paused_reason FROM tasks t \
+         LEFT JOIN sessions s ON s.session_key = t.session_key WHERE t.{open}"
+    );
+    let rows: Vec<OpenTask> =
+        codex_bridge::with_conn!(&mut app.db(), |c| diesel::sql_query(&sql).load(c)).unwrap();
+    for r in &rows {
+        eprintln!("crashloop open: {r:?}");
+        let d = app.admin_get(&format!("/api/gitea-workflow/tasks/{}", r.task_id));
+        eprintln!("crashloop open detail: {}", d.json["audit"]);
+    }
+    let logs = app.logs();
+    let tail: Vec<&str> = logs.lines().rev().take(60).collect();
+    eprintln!("server log (newest first):\n{}", tail.join("\n"));
+}
+
+#[test]
+fn crash_loop_on_sqlite() {
+    run(
+        Db::Sqlite,
+        env_number("CODEX_BRIDGE_CRASHLOOP_KILLS").unwrap_or(6),
+    );
+}
+
+#[test]
+fn crash_loop_on_postgres() {
+    run(
+        Db::Postgres,
+        env_number("CODEX_BRIDGE_CRASHLOOP_PG_KILLS").unwrap_or(3),
+    );
+}
