@@ -334,18 +334,18 @@ impl FakeModel {
             .count()
     }
 
-    /// The distinct Codex turns whose requests carry `needle` in their
-    /// newest user input: how many turns a message was sent as new input to
-    /// (one turn asks the model several times; later turns of the thread
-    /// repeat the message only in older input). A request without turn
-    /// metadata counts as a turn of its own, so a missing header can only
-    /// make the count larger.
+    /// The distinct Codex turns whose requests carry `needle` in the comment
+    /// their newest user input answers: how many turns a message was sent
+    /// as new input to (one turn asks the model several times; later turns
+    /// repeat the message in older input, or quote it among the thread's
+    /// comments). A request without turn metadata counts as a turn of its
+    /// own, so a missing header can only make the count larger.
     pub fn turns_asked(&self, needle: &str) -> usize {
         let requests = self.state.requests.lock().unwrap();
         let metadata = self.state.turn_metadata.lock().unwrap();
         let mut turns = std::collections::BTreeSet::new();
         for (i, (r, m)) in requests.iter().zip(metadata.iter()).enumerate() {
-            if user_texts(r).last().is_some_and(|t| t.contains(needle)) {
+            if newest_comment(r).is_some_and(|t| t.contains(needle)) {
                 let turn = m
                     .as_ref()
                     .and_then(|m| m["turn_id"].as_str())
@@ -354,6 +354,19 @@ impl FakeModel {
             }
         }
         turns.len()
+    }
+
+    /// The turn metadata of each request whose newest user input holds
+    /// `needle` (None where the header was absent), oldest first.
+    pub fn turns_of(&self, needle: &str) -> Vec<Option<Value>> {
+        let requests = self.state.requests.lock().unwrap();
+        let metadata = self.state.turn_metadata.lock().unwrap();
+        requests
+            .iter()
+            .zip(metadata.iter())
+            .filter(|(r, _)| newest_comment(r).is_some_and(|t| t.contains(needle)))
+            .map(|(_, m)| m.clone())
+            .collect()
     }
 
     /// Wait until at least `n` requests arrived; their bodies. Panics after
@@ -372,6 +385,17 @@ impl FakeModel {
 
 /// The text of every user message in a request's `input`, oldest first
 /// (Codex's own context messages, e.g. `<environment_context>`, included).
+/// The comment the newest user input asks about: the text of its last
+/// `<comment author="…">` element (the thread's other comments come as
+/// `<thread-comment>` context).
+fn newest_comment(body: &Value) -> Option<String> {
+    let newest = user_texts(body).pop()?;
+    let start = newest.rfind("<comment author=")?;
+    let rest = &newest[start..];
+    let end = rest.find("</comment>").unwrap_or(rest.len());
+    Some(rest[..end].to_owned())
+}
+
 pub fn user_texts(body: &Value) -> Vec<String> {
     input_items(body)
         .filter(|i| i["type"] == "message" && i["role"] == "user")

@@ -12,7 +12,7 @@ use codex_bridge::store::DbConn;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Default)]
 pub struct Checks {
@@ -20,8 +20,11 @@ pub struct Checks {
     /// never change.
     terminal: BTreeMap<String, (String, i64)>,
     pub violations: Vec<String>,
+    reported: BTreeSet<String>,
     /// Webhooks answered 202 (a task accepted), as of the last check.
     pub accepted: usize,
+    /// Webhooks that met no server (it was down) or got no 2xx.
+    pub undelivered: usize,
     /// Bot comments that are replies, as of the last check.
     pub replies: usize,
     /// Tasks that were ever `needs_reconciliation`.
@@ -108,17 +111,23 @@ impl Checks {
         );
     }
 
+    /// Records a violation the first time it is seen (a later check sees
+    /// the same evidence again).
     fn violation(&mut self, when: &str, what: String) {
-        eprintln!("crashloop VIOLATION {when}: {what}");
-        self.violations.push(format!("{when}: {what}"));
+        if self.reported.insert(what.clone()) {
+            eprintln!("crashloop VIOLATION {when}: {what}");
+            self.violations.push(format!("{when}: {what}"));
+        }
     }
 
     /// Every webhook Gitea got a 2xx for that names a task has that task;
     /// every 202 names one.
     fn accepted_have_tasks(&mut self, when: &str, conn: &mut DbConn, peers: &SharedPeers) {
         let mut accepted = 0;
+        self.undelivered = 0;
         for d in peers.gitea().deliveries() {
             let Some(status) = d.status.filter(|s| (200..300).contains(s)) else {
+                self.undelivered += 1;
                 continue;
             };
             let body: Value = serde_json::from_str(&d.response_body).unwrap_or(Value::Null);
@@ -209,6 +218,17 @@ impl Checks {
         for op in ops {
             let turns = peers.model().turns_asked(&op.nonce);
             if turns > 1 {
+                for m in peers.model().turns_of(&op.nonce).into_iter().flatten() {
+                    eprintln!(
+                        "crashloop {}: thread {} turn {} history {} kind {} started {}",
+                        op.nonce,
+                        m["thread_id"],
+                        m["turn_id"],
+                        m["history_initialization"],
+                        m["request_kind"],
+                        m["turn_started_at_unix_ms"]
+                    );
+                }
                 self.violation(
                     when,
                     format!(

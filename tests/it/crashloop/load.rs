@@ -90,7 +90,8 @@ fn run(
         match rng.below(100) {
             0..=54 => {
                 n += 1;
-                let op = mention(peers, issue, seed, n, rng.below(4) == 0);
+                let think = Duration::from_millis(rng.below(2_000));
+                let op = mention(peers, issue, seed, n, rng.below(4) == 0, think);
                 record.lock().unwrap().ops.push(op);
             }
             55..=69 => {
@@ -136,7 +137,15 @@ pub fn nonce(seed: u64, n: u32) -> String {
 /// Bob asks for work naming a fresh nonce; the model's script for the turn
 /// whose newest input carries it: (a command that needs an approval,) the
 /// reply through gitea-mcp, the final message.
-fn mention(peers: &SharedPeers, issue: i64, seed: u64, n: u32, approval: bool) -> Op {
+/// The model takes `think` before the reply, so kills land mid-turn too.
+fn mention(
+    peers: &SharedPeers,
+    issue: i64,
+    seed: u64,
+    n: u32,
+    approval: bool,
+    think: Duration,
+) -> Op {
     let nonce = nonce(seed, n);
     let model = peers.model();
     if approval {
@@ -155,7 +164,8 @@ fn mention(peers: &SharedPeers, issue: i64, seed: u64, n: u32, approval: bool) -
                 "issue_number": issue,
                 "body": format!("Handled request {n}.\n\n{{{{marker}}}}"),
             }),
-        )]),
+        )])
+        .delayed(think),
     );
     model.push_for_newest(
         &nonce,

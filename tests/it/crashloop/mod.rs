@@ -6,8 +6,8 @@
 //! the operator until every task has settled, and checks once more.
 //!
 //! CI runs a short loop; the long one is
-//! `CODEX_BRIDGE_CRASHLOOP_KILLS=200 scripts/test --test it -- crashloop::crash_loop_on_sqlite --nocapture`
-//! (`CODEX_BRIDGE_CRASHLOOP_SEED` repeats a run's choices; the timing of
+//! `CODEX_BRIDGE_TEST_CRASHLOOP_KILLS=200 scripts/test --test it -- crashloop::crash_loop_on_sqlite --nocapture`
+//! (`CODEX_BRIDGE_TEST_CRASHLOOP_SEED` repeats a run's choices; the timing of
 //! the kills against the server's work cannot be repeated).
 
 mod checks;
@@ -78,7 +78,7 @@ fn env_number(key: &str) -> Option<u64> {
 
 /// The server of the loop: approvals asked for shell commands, short leases
 /// (a restart takes over the dead process's lease within seconds), no storm
-/// guard (the load is one person asking often, on purpose).
+/// guard or rate limits (the load is one person asking often, on purpose).
 fn start(db: Db) -> (TestApp, Vec<i64>) {
     let sim = GiteaSim::start();
     sim.create_repo(OWNER, REPO);
@@ -101,6 +101,8 @@ fn start(db: Db) -> (TestApp, Vec<i64>) {
         .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
         .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
         .env("CODEX_BRIDGE_SESSION_TURNS_PER_MINUTE", "10000")
+        .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "100000")
+        .env("CODEX_BRIDGE_REPO_TURNS_PER_DAY", "100000")
         .env("CODEX_BRIDGE_MAX_PARALLEL_TURNS_PER_REPO", "4")
         .start_with_gitea(sim);
     app.model()
@@ -118,6 +120,7 @@ enum Db {
 struct Counts {
     kills: u64,
     accepted: usize,
+    undelivered: usize,
     replies: usize,
     reconciliations: i64,
     operator_reconciled: usize,
@@ -130,7 +133,7 @@ struct Counts {
 }
 
 fn run(db: Db, kills: u64) {
-    let seed = env_number("CODEX_BRIDGE_CRASHLOOP_SEED").unwrap_or_else(|| {
+    let seed = env_number("CODEX_BRIDGE_TEST_CRASHLOOP_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
@@ -147,8 +150,13 @@ fn run(db: Db, kills: u64) {
     let mut operator = Operator::default();
     for k in 1..=kills {
         // A random moment: during start-up and recovery as well as later.
-        std::thread::sleep(Duration::from_millis(rng.between(200, 4_000)));
+        std::thread::sleep(Duration::from_millis(rng.between(200, 8_000)));
         app.kill9();
+        if rng.below(3) == 0 {
+            // Down for a while: Gitea's deliveries meanwhile fail, as they
+            // do, and some come back as replays.
+            std::thread::sleep(Duration::from_millis(rng.between(100, 1_500)));
+        }
         app.start_again();
         checks.run(
             &format!("after kill {k}"),
@@ -166,6 +174,7 @@ fn run(db: Db, kills: u64) {
     let counts = Counts {
         kills,
         accepted: checks.accepted,
+        undelivered: checks.undelivered,
         replies: checks.replies,
         reconciliations: checks.reconciliations,
         operator_reconciled: operator.reconciled,
@@ -177,10 +186,11 @@ fn run(db: Db, kills: u64) {
         elapsed: began.elapsed(),
     };
     eprintln!(
-        "crashloop: kills {} accepted {} replies {} reconciliations {} (operator {}) \
+        "crashloop: kills {} accepted {} (webhooks undelivered {}) replies {} reconciliations {} (operator {}) \
          released {} operations {} replays {} approvals {} violations {} in {:.0?} ({:.1} kills/min)",
         counts.kills,
         counts.accepted,
+        counts.undelivered,
         counts.replies,
         counts.reconciliations,
         counts.operator_reconciled,
@@ -192,6 +202,19 @@ fn run(db: Db, kills: u64) {
         counts.elapsed,
         counts.kills as f64 * 60.0 / counts.elapsed.as_secs_f64(),
     );
+    let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+    for d in peers.gitea().deliveries() {
+        let body: serde_json::Value =
+            serde_json::from_str(&d.response_body).unwrap_or(serde_json::Value::Null);
+        let outcome = body["outcome"]
+            .as_str()
+            .or(body["status"].as_str())
+            .unwrap_or("-");
+        *answers
+            .entry(format!("{:?} {outcome}", d.status))
+            .or_default() += 1;
+    }
+    eprintln!("crashloop: Gitea's deliveries by answer: {answers:?}");
     assert!(
         checks.violations.is_empty(),
         "{} violations (seed {seed}):\n{}",
@@ -350,7 +373,7 @@ fn report_unsettled(app: &TestApp, open: &str) {
 fn crash_loop_on_sqlite() {
     run(
         Db::Sqlite,
-        env_number("CODEX_BRIDGE_CRASHLOOP_KILLS").unwrap_or(6),
+        env_number("CODEX_BRIDGE_TEST_CRASHLOOP_KILLS").unwrap_or(6),
     );
 }
 
@@ -358,6 +381,6 @@ fn crash_loop_on_sqlite() {
 fn crash_loop_on_postgres() {
     run(
         Db::Postgres,
-        env_number("CODEX_BRIDGE_CRASHLOOP_PG_KILLS").unwrap_or(3),
+        env_number("CODEX_BRIDGE_TEST_CRASHLOOP_PG_KILLS").unwrap_or(3),
     );
 }
