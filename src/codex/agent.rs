@@ -171,7 +171,7 @@ impl CodexAgent {
         {
             self.inner
                 .router
-                .wait_for_mcp(&id, "gitea", s.request_timeout)
+                .wait_for_mcp(&id, "gitea", super::settings::MCP_READY_WAIT)
                 .await?;
         }
         Ok((conn, id))

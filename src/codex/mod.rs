@@ -17,6 +17,7 @@
 mod account;
 mod agent;
 mod keeper;
+mod leftover;
 mod notice;
 pub mod probe;
 mod process;

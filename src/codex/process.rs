@@ -208,6 +208,10 @@ impl Process {
                 ),
             ));
         }
+        // Before a second app-server on this home: the one a killed bridge
+        // process left running would hold the threads this one resumes.
+        let home = s.codex_home.clone();
+        let _ = tokio::task::spawn_blocking(move || super::leftover::end(&home)).await;
         let mut cmd = if s.nice > 0 {
             // `nice` (coreutils) lowers the child's priority without unsafe code.
             let mut c = tokio::process::Command::new("nice");
@@ -231,6 +235,9 @@ impl Process {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
+            // Its own process group, with its MCP servers and commands: the
+            // one a later start ends if this bridge process dies first.
+            .process_group(0)
             .kill_on_drop(true);
         for (k, v) in &s.env {
             cmd.env(k, secrecy::ExposeSecret::expose_secret(v));
@@ -249,6 +256,9 @@ impl Process {
                 ),
             )
         })?;
+        if let Some(pid) = child.id() {
+            super::leftover::record(&s.codex_home, pid);
+        }
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(StartError::new(
                 StartProblem::FailedToStart,

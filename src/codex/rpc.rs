@@ -236,36 +236,73 @@ impl RpcConnection {
     }
 }
 
-fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Incoming>) {
+/// One line from the app-server, read: what it is, before anyone acts on it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A request from the server: must be answered.
+    Request {
+        id: RequestId,
+        method: String,
+        params: Value,
+    },
+    Notification {
+        method: String,
+        params: Value,
+    },
+    /// An answer to the request with our id `id`.
+    Answer {
+        id: u64,
+        outcome: Result<Value, (i64, String)>,
+    },
+    /// An answer with an id we never use (a string, a negative number).
+    ForeignAnswer,
+    /// Not a JSON-RPC message: not JSON, or JSON of another shape.
+    NotJsonRpc,
+    /// JSON with neither a method nor an id.
+    Shapeless,
+}
+
+/// Reads one line; never fails, never panics: whatever the line holds is
+/// one of [`Decoded`]'s cases.
+pub fn decode(line: &str) -> Decoded {
     let Ok(msg) = serde_json::from_str::<IncomingMessage>(line) else {
-        tracing::warn!(
-            bytes = line.len(),
-            "app-server sent a line that is not a JSON-RPC message; skipped"
-        );
-        return;
+        return Decoded::NotJsonRpc;
     };
     match (msg.method, msg.id) {
-        (Some(method), Some(id)) => {
-            let _ = incoming.send(Incoming::Request {
+        (Some(method), Some(id)) => Decoded::Request {
+            id,
+            method,
+            params: msg.params,
+        },
+        (Some(method), None) => Decoded::Notification {
+            method,
+            params: msg.params,
+        },
+        (None, Some(RequestId::Integer(n))) => match u64::try_from(n) {
+            Ok(id) => Decoded::Answer {
                 id,
-                method,
-                params: msg.params,
-            });
+                outcome: match (msg.result, msg.error) {
+                    (_, Some(err)) => Err((err.code, err.message)),
+                    (Some(result), None) => Ok(result),
+                    (None, None) => Ok(Value::Null),
+                },
+            },
+            Err(_) => Decoded::ForeignAnswer,
+        },
+        (None, Some(RequestId::String(_))) => Decoded::ForeignAnswer,
+        (None, None) => Decoded::Shapeless,
+    }
+}
+
+fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Incoming>) {
+    match decode(line) {
+        Decoded::Request { id, method, params } => {
+            let _ = incoming.send(Incoming::Request { id, method, params });
         }
-        (Some(method), None) => {
-            let _ = incoming.send(Incoming::Notification {
-                method,
-                params: msg.params,
-            });
+        Decoded::Notification { method, params } => {
+            let _ = incoming.send(Incoming::Notification { method, params });
         }
-        (None, Some(id)) => {
-            let Some(id) = (match id {
-                RequestId::Integer(n) => u64::try_from(n).ok(),
-                RequestId::String(_) => None,
-            }) else {
-                tracing::warn!("app-server answered with an id we never used; skipped");
-                return;
-            };
+        Decoded::Answer { id, outcome } => {
             let Some((method, tx)) = pending.lock().ok().and_then(|mut p| p.remove(&id)) else {
                 tracing::warn!(
                     id,
@@ -273,18 +310,23 @@ fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Inco
                 );
                 return;
             };
-            let result = match (msg.result, msg.error) {
-                (_, Some(err)) => Err(RpcError::Server {
-                    method,
-                    code: err.code,
-                    message: err.message,
-                }),
-                (Some(result), None) => Ok(result),
-                (None, None) => Ok(Value::Null),
-            };
+            let result = outcome.map_err(|(code, message)| RpcError::Server {
+                method,
+                code,
+                message,
+            });
             let _ = tx.send(result);
         }
-        (None, None) => tracing::warn!("app-server sent a message of no known shape; skipped"),
+        Decoded::ForeignAnswer => {
+            tracing::warn!("app-server answered with an id we never used; skipped");
+        }
+        Decoded::NotJsonRpc => tracing::warn!(
+            bytes = line.len(),
+            "app-server sent a line that is not a JSON-RPC message; skipped"
+        ),
+        Decoded::Shapeless => {
+            tracing::warn!("app-server sent a message of no known shape; skipped")
+        }
     }
 }
 
@@ -292,6 +334,41 @@ fn dispatch(line: &str, pending: &Pending, incoming: &mpsc::UnboundedSender<Inco
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn every_line_decodes_to_one_case() {
+        assert_eq!(
+            decode(r#"{"id":3,"result":{"ok":true}}"#),
+            Decoded::Answer {
+                id: 3,
+                outcome: Ok(json!({"ok": true}))
+            }
+        );
+        assert_eq!(
+            decode(r#"{"id":4,"error":{"code":-32600,"message":"no"}}"#),
+            Decoded::Answer {
+                id: 4,
+                outcome: Err((-32600, "no".to_owned()))
+            }
+        );
+        assert_eq!(decode(r#"{"id":-1,"result":1}"#), Decoded::ForeignAnswer);
+        assert_eq!(decode(r#"{"id":"x","result":1}"#), Decoded::ForeignAnswer);
+        assert!(matches!(
+            decode(r#"{"id":"a","method":"item/commandExecution/requestApproval","params":{}}"#),
+            Decoded::Request { .. }
+        ));
+        assert!(matches!(
+            decode(r#"{"method":"turn/started"}"#),
+            Decoded::Notification {
+                params: Value::Null,
+                ..
+            }
+        ));
+        assert_eq!(decode(r#"{"x":1}"#), Decoded::Shapeless);
+        for junk in ["", "not json", "[1,2]", "null", r#"{"id":1.5}"#, "{\"id\":"] {
+            assert_eq!(decode(junk), Decoded::NotJsonRpc, "{junk:?}");
+        }
+    }
     use tokio::io::{duplex, AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     #[tokio::test]

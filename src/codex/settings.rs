@@ -88,6 +88,13 @@ impl GiteaMcp {
             json!({ &self.url_env: self.url }),
         );
         m.insert("mcp_servers.gitea.env_vars".into(), json!([self.token_env]));
+        // Ours, not Codex's default: the bridge waits a while longer
+        // ([`MCP_READY_WAIT`]), so a server that never gets ready is always
+        // Codex's report of a failed start, never a race of two timeouts.
+        m.insert(
+            "mcp_servers.gitea.startup_timeout_sec".into(),
+            json!(MCP_STARTUP_SECS),
+        );
         // The agent's reply goes through this server under every repository's
         // approval policy and sandbox (Codex refuses MCP calls under `never`
         // with a restricted sandbox unless the server's tools are approved).
@@ -98,6 +105,16 @@ impl GiteaMcp {
         m
     }
 }
+
+/// How long Codex gives the Gitea MCP server to start (its handshake
+/// included) before it reports the start failed.
+pub const MCP_STARTUP_SECS: u64 = 30;
+
+/// How long the bridge waits for that report: longer than Codex's own
+/// limit, so Codex's report comes first; past it the runtime is taken as
+/// unavailable.
+pub const MCP_READY_WAIT: std::time::Duration =
+    std::time::Duration::from_secs(MCP_STARTUP_SECS + 15);
 
 /// How the app-server is run and how threads are configured.
 #[derive(Clone)]

@@ -4,6 +4,7 @@
 //! catch-up of comments whose webhook never came ([`listed`]).
 
 pub mod command;
+pub mod delivery;
 pub mod event;
 pub mod listed;
 pub mod mention;
@@ -14,9 +15,8 @@ use crate::store::ingest::{self, IngestOutcome};
 use crate::store::sha256_hex;
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
-use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{web, HttpRequest, HttpResponse};
-use event::DeliveryHeaders;
+use delivery::{delivery_headers, signed_payload, DeliveryRefusal};
 use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use tracing_actix_web::RootSpan;
@@ -24,9 +24,6 @@ use tracing_actix_web::RootSpan;
 pub fn config(cfg: &mut web::ServiceConfig) {
     cfg.route(crate::config::WEBHOOK_PATH, web::post().to(receive));
 }
-
-/// Longest delivery id we keep (Gitea's are UUIDs).
-const MAX_DELIVERY_ID: usize = 128;
 
 /// A delivery id reused with another payload (409).
 const DELIVERY_CONFLICT: &str = "delivery_conflict";
@@ -69,16 +66,8 @@ async fn handle(
 ) -> Result<(HttpResponse, &'static str), ApiError> {
     let limit = state.config.max_body_bytes;
     let body = read_body(&req, payload, limit, state.config.request_timeout).await?;
-    let signed = signed_payload(&req, &body)?;
-
     let headers = req.headers();
-    let header = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
+    let signed = signed_payload(delivery::content_type(headers), &body)?;
     if let Err(e) = verify::verify(
         state.secrets.webhook_secret.expose_secret().as_bytes(),
         &signed,
@@ -89,44 +78,9 @@ async fn handle(
             .refused(&state.store, Refused::Signature, e.code());
         return Err(ApiError::Unauthorized);
     }
-
-    // Present but not text (a byte outside visible ASCII, say) is not missing.
-    let delivery_id = match headers
-        .get("x-gitea-delivery")
-        .or_else(|| headers.get("x-gogs-delivery"))
-        .map(|v| v.to_str().map(str::trim))
-    {
-        Some(Ok(id))
-            if !id.is_empty()
-                && id.len() <= MAX_DELIVERY_ID
-                && id.chars().all(|c| c.is_ascii_graphic()) =>
-        {
-            id.to_owned()
-        }
-        Some(_) => {
-            return Err(ApiError::bad_request(
-                "invalid_delivery_id",
-                "X-Gitea-Delivery must be 1 to 128 printable ASCII characters",
-            ))
-        }
-        None => {
-            return Err(ApiError::bad_request(
-                "missing_delivery_id",
-                "X-Gitea-Delivery is missing: without it a delivery cannot be deduplicated",
-            ))
-        }
-    };
-    root.record("delivery.id", delivery_id.as_str());
-
-    let delivery = DeliveryHeaders {
-        delivery_id: delivery_id.clone(),
-        event: header("x-gitea-event")
-            .or_else(|| header("x-gogs-event"))
-            .map(str::to_owned),
-        event_type: header("x-gitea-event-type")
-            .or_else(|| header("x-gogs-event-type"))
-            .map(str::to_owned),
-    };
+    let delivery = delivery_headers(headers)?;
+    root.record("delivery.id", delivery.delivery_id.as_str());
+    let delivery_id = delivery.delivery_id.clone();
     let request = match state.normalizer.normalize(&delivery, &signed) {
         Ok(r) => r,
         Err(e) => {
@@ -271,29 +225,20 @@ async fn read_body(
 }
 
 /// The bytes Gitea signed: the body for JSON, the `payload` field for forms.
-fn signed_payload(req: &HttpRequest, body: &[u8]) -> Result<Vec<u8>, ApiError> {
-    let content_type = req
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    let mime = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    match mime.as_str() {
-        "application/json" | "" => Ok(body.to_vec()),
-        "application/x-www-form-urlencoded" => form_urlencoded::parse(body)
-            .find(|(k, _)| k == "payload")
-            .map(|(_, v)| v.into_owned().into_bytes())
-            .ok_or_else(|| {
-                ApiError::bad_request("invalid_payload", "form body has no `payload` field")
-            }),
-        other => Err(ApiError::UnsupportedMediaType(
-            other.chars().take(100).collect(),
-        )),
+impl From<DeliveryRefusal> for ApiError {
+    fn from(e: DeliveryRefusal) -> ApiError {
+        match e {
+            DeliveryRefusal::MissingDeliveryId => {
+                ApiError::bad_request("missing_delivery_id", e.to_string())
+            }
+            DeliveryRefusal::InvalidDeliveryId => {
+                ApiError::bad_request("invalid_delivery_id", e.to_string())
+            }
+            DeliveryRefusal::NoFormPayload => {
+                ApiError::bad_request("invalid_payload", e.to_string())
+            }
+            DeliveryRefusal::UnsupportedMediaType(mime) => ApiError::UnsupportedMediaType(mime),
+        }
     }
 }
 

@@ -481,6 +481,64 @@ async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
     );
 }
 
+/// The thread of a session whose Gitea MCP server is `sh -c <script>`:
+/// what `ensure_thread` answers, and how long it took.
+async fn thread_with_mcp_script(
+    script: &str,
+) -> (
+    Result<String, codex_bridge::agent::AgentError>,
+    std::time::Duration,
+) {
+    let model = FakeModel::start();
+    let home = CodexHome::new(&model);
+    let work = tempfile::tempdir().unwrap();
+    let rt = with_mcp(
+        &home,
+        "/bin/sh",
+        vec!["-c".into(), script.into()],
+        &work.path().join("x"),
+    );
+    let began = std::time::Instant::now();
+    let out = rt
+        .ensure_thread(ThreadRequest {
+            session_key: resource("default:acme/widgets:issue:1"),
+            fork_from: None,
+            thread_id: None,
+            cwd: work.path().into(),
+            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
+        })
+        .await;
+    (out, began.elapsed())
+}
+
+/// A Gitea MCP server that exits right after it started: Codex reports the
+/// failed start, and the thread is refused (the task then ends `failed`,
+/// not retried), never started without the tools its turn needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitea_mcp_server_that_exits_at_once_refuses_the_thread() {
+    let (out, _) = thread_with_mcp_script("exit 3").await;
+    assert!(
+        matches!(out, Err(codex_bridge::agent::AgentError::Refused(_))),
+        "{out:?}"
+    );
+}
+
+/// A Gitea MCP server that never answers `initialize` (it writes a line
+/// that is not JSON-RPC, then waits): Codex gives up on it after its
+/// startup limit, which the bridge sets below its own wait, so the thread
+/// is refused (the task ends `failed`, not retried): never a race between
+/// the two limits, never a thread without its tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitea_mcp_server_that_never_finishes_its_handshake_refuses_the_thread() {
+    let (out, took) = thread_with_mcp_script("echo not-json-rpc; exec sleep 600").await;
+    match out {
+        Err(codex_bridge::agent::AgentError::Refused(why)) => {
+            assert!(why.contains("timed out"), "{why}");
+        }
+        other => panic!("{other:?} after {took:?}"),
+    }
+}
+
 /// An app-server without an optional method: the probe fails, the client's
 /// notice of it ends up in the audit log as `capability_downgrade`, and
 /// threads still start.

@@ -10,8 +10,8 @@
 //! (`CODEX_BRIDGE_TEST_CRASHLOOP_SEED` repeats a run's choices; the timing of
 //! the kills against the server's work cannot be repeated).
 
-mod checks;
-mod load;
+pub(crate) mod checks;
+pub(crate) mod load;
 
 use crate::giteasim::{GiteaSim, Perm};
 use crate::support::*;
@@ -79,7 +79,7 @@ fn env_number(key: &str) -> Option<u64> {
 /// The server of the loop: approvals asked for shell commands, short leases
 /// (a restart takes over the dead process's lease within seconds), no storm
 /// guard or rate limits (the load is one person asking often, on purpose).
-fn start(db: Db) -> (TestApp, Vec<i64>) {
+pub(crate) fn start(db: Db) -> (TestApp, Vec<i64>) {
     let sim = GiteaSim::start();
     sim.create_repo(OWNER, REPO);
     sim.set_permission(OWNER, REPO, BOT, Perm::Admin);
@@ -111,7 +111,7 @@ fn start(db: Db) -> (TestApp, Vec<i64>) {
 }
 
 #[derive(Clone, Copy)]
-enum Db {
+pub(crate) enum Db {
     Sqlite,
     Postgres,
 }
@@ -166,6 +166,15 @@ fn run(db: Db, kills: u64) {
             &load.ops(),
         );
         operator.reconcile(&app);
+        if k % 10 == 0 {
+            eprintln!(
+                "crashloop: {k}/{kills} kills, {} accepted, {} replies, {} violations, {:.0?}",
+                checks.accepted,
+                checks.replies,
+                checks.violations.len(),
+                began.elapsed()
+            );
+        }
     }
     let record = load.finish();
     settle(&app, &mut operator);
@@ -230,7 +239,7 @@ fn run(db: Db, kills: u64) {
 /// The operator's part: an uncertain task is decided by a person, here
 /// always as failed (nothing is re-run), so its session goes on.
 #[derive(Default)]
-struct Operator {
+pub(crate) struct Operator {
     reconciled: usize,
     released: usize,
     approved: BTreeMap<String, Instant>,
@@ -262,14 +271,30 @@ impl Operator {
             let Some(attempt) = u.attempt_id else {
                 continue;
             };
-            app.cli_ok(&[
-                "reconcile",
-                &u.task_id,
-                &attempt,
-                "failed",
-                "--confirm-no-active-turn",
-            ]);
-            self.reconciled += 1;
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+                .env("CODEX_BRIDGE_DATABASE_URL", &app.db_url)
+                .args([
+                    "reconcile",
+                    &u.task_id,
+                    &attempt,
+                    "failed",
+                    "--confirm-no-active-turn",
+                ])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                self.reconciled += 1;
+                continue;
+            }
+            // Refused only because the task moved on meanwhile is no failure.
+            let now = task_state(&mut app.db(), &u.task_id);
+            assert_ne!(
+                now.as_deref(),
+                Some("needs_reconciliation"),
+                "reconcile {} refused: {}",
+                u.task_id,
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }
@@ -302,6 +327,7 @@ impl Operator {
                     "reason": "the crash loop's operator releases it",
                 }),
             );
+            // 409: the entry moved on meanwhile (it is no longer held).
             assert!(r.status == 200 || r.status == 409, "{:?}", r.json);
             self.released += 1;
         }
@@ -310,7 +336,7 @@ impl Operator {
 
 /// With the load stopped: approve what waits, reconcile what is uncertain,
 /// until every task has ended and every receipt is written.
-fn settle(app: &TestApp, operator: &mut Operator) {
+pub(crate) fn settle(app: &TestApp, operator: &mut Operator) {
     let peers = app.shared_peers();
     let terminal: Vec<String> = codex_bridge::lifecycle::TaskState::TERMINAL
         .iter()

@@ -1,0 +1,8 @@
+#![no_main]
+
+// Each target uses one of the shared checks.
+#[allow(dead_code)]
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|line: &str| checks::jsonrpc(line));

@@ -1,0 +1,174 @@
+//! The soak: the crash loop's server and steady load (`crashloop/load.rs`)
+//! without the kills, for a while, sampling the server process every few
+//! seconds: its resident memory, its open file descriptors, the SQLite WAL
+//! file, and how long the tasks that ended since the last sample took from
+//! accept to their end. It prints one line per minute and fails when the
+//! end of the run is worse than its start (after a minute's warm-up) by
+//! more than the bounds below; once the load stops, every task must end.
+//!
+//! CI runs two minutes; the long run is
+//! `CODEX_BRIDGE_TEST_SOAK_SECS=1800 scripts/test --test it -- soak --nocapture`.
+
+use crate::crashloop::{load::Load, settle, start, Db, Operator};
+use crate::support::*;
+use diesel::prelude::*;
+use std::time::{Duration, Instant};
+
+/// Resident memory may end at most this much above where it stood after
+/// the warm-up: 30 % and 32 MiB both (allocator and cache noise stays
+/// under either; a leak of a few KiB per task over a long run does not).
+const RSS_GROWTH: f64 = 1.30;
+const RSS_SLACK_KIB: u64 = 32 * 1024;
+/// Open descriptors: a few in flight at any moment, never a steady climb.
+const FD_SLACK: u64 = 24;
+/// The WAL is checkpointed as it goes; it never holds the whole run.
+const WAL_MAX_BYTES: u64 = 64 << 20;
+/// Latency may double, plus 5 s (a turn is seconds of Codex's own work).
+const LATENCY_GROWTH: f64 = 2.0;
+const LATENCY_SLACK: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    at: Duration,
+    rss_kib: u64,
+    fds: u64,
+    wal_bytes: u64,
+    /// Median accept-to-end time of the tasks that ended in the window.
+    latency: Option<Duration>,
+    ended: usize,
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap()
+}
+
+fn fds(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64
+}
+
+#[derive(QueryableByName)]
+struct Ended {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    created_at: String,
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    updated_at: String,
+}
+
+fn parse(t: &str) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(t).unwrap().into()
+}
+
+/// The median accept-to-end time of mentions that ended after `since`.
+fn latency(db_url: &str, since: &str) -> (Option<Duration>, usize) {
+    let sql = format!(
+        "SELECT created_at, updated_at FROM tasks WHERE command IS NULL \
+         AND state IN ('succeeded', 'succeeded_with_rest_fallback') AND updated_at > '{since}'"
+    );
+    let rows: Vec<Ended> =
+        codex_bridge::with_conn!(&mut connect(db_url), |c| diesel::sql_query(&sql).load(c))
+            .unwrap();
+    let mut took: Vec<Duration> = rows
+        .iter()
+        .map(|r| {
+            (parse(&r.updated_at) - parse(&r.created_at))
+                .to_std()
+                .unwrap_or_default()
+        })
+        .collect();
+    took.sort();
+    (took.get(took.len() / 2).copied(), took.len())
+}
+
+fn now_text() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+#[test]
+fn soak_keeps_memory_descriptors_wal_and_latency_flat() {
+    let secs = std::env::var("CODEX_BRIDGE_TEST_SOAK_SECS")
+        .ok()
+        .map(|v| {
+            v.parse::<u64>()
+                .expect("CODEX_BRIDGE_TEST_SOAK_SECS is seconds")
+        })
+        .unwrap_or(120);
+    let (app, issues) = start(Db::Sqlite);
+    let pid = app.pid();
+    let wal = app.dir().join("bridge.db-wal");
+    let load = Load::start(app.shared_peers(), app.db_url.clone(), issues, 7);
+    let began = Instant::now();
+    let every = Duration::from_secs(10);
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut since = now_text();
+    while began.elapsed() < Duration::from_secs(secs) {
+        std::thread::sleep(every);
+        let (latency, ended) = latency(&app.db_url, &since);
+        since = now_text();
+        let s = Sample {
+            at: began.elapsed(),
+            rss_kib: rss_kib(pid),
+            fds: fds(pid),
+            wal_bytes: std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0),
+            latency,
+            ended,
+        };
+        samples.push(s);
+        if samples.len() % 6 == 0 {
+            let minute: Vec<&Sample> = samples.iter().rev().take(6).collect();
+            let ended: usize = minute.iter().map(|s| s.ended).sum();
+            let worst = minute.iter().filter_map(|s| s.latency).max();
+            eprintln!(
+                "soak: minute {:>2}: rss {} MiB, fds {}, wal {} KiB, {ended} tasks ended, \
+                 median latency (worst window) {worst:.1?}",
+                samples.len() / 6,
+                s.rss_kib / 1024,
+                s.fds,
+                s.wal_bytes / 1024,
+            );
+        }
+    }
+    let record = load.finish();
+    let mut operator = Operator::default();
+    settle(&app, &mut operator);
+    let tasks = count(&mut app.db(), "tasks");
+    eprintln!(
+        "soak: {} operations, {tasks} tasks, all ended",
+        record.ops.len()
+    );
+
+    // Compared: the first minute after the warm-up, and the last.
+    let warm: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at >= Duration::from_secs(60))
+        .collect();
+    assert!(warm.len() >= 3, "too short to compare: {samples:?}");
+    let (first, last) = (warm[0], warm[warm.len() - 1]);
+    let rss_bound = ((first.rss_kib as f64 * RSS_GROWTH) as u64).max(first.rss_kib + RSS_SLACK_KIB);
+    assert!(last.rss_kib <= rss_bound, "RSS grew: {first:?} → {last:?}");
+    assert!(
+        last.fds <= first.fds + FD_SLACK,
+        "descriptors grew: {first:?} → {last:?}"
+    );
+    for s in &samples {
+        assert!(s.wal_bytes <= WAL_MAX_BYTES, "WAL at {s:?}");
+    }
+    let median = |ss: &[&Sample]| {
+        let mut l: Vec<Duration> = ss.iter().filter_map(|s| s.latency).collect();
+        l.sort();
+        l.get(l.len() / 2).copied()
+    };
+    let half = warm.len() / 2;
+    if let (Some(early), Some(late)) = (median(&warm[..half.max(1)]), median(&warm[half..])) {
+        let bound = early.mul_f64(LATENCY_GROWTH) + LATENCY_SLACK;
+        assert!(late <= bound, "latency grew: {early:?} → {late:?}");
+    } else {
+        panic!("no task ended while measured: {samples:?}");
+    }
+}
