@@ -85,7 +85,10 @@ fn run(
     let mut approved = BTreeMap::new();
     let mut n = 0u32;
     while !stop.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(rng.between(150, 600)));
+        // About one comment every two seconds: a rate the server keeps up
+        // with between kills (four sessions, turns of a few seconds), so
+        // the queue stays short and every kill meets work in all states.
+        std::thread::sleep(Duration::from_millis(rng.between(800, 3_000)));
         let issue = issues[rng.below(issues.len() as u64) as usize];
         match rng.below(100) {
             0..=54 => {

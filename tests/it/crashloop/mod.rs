@@ -343,7 +343,10 @@ pub(crate) fn settle(app: &TestApp, operator: &mut Operator) {
         .map(|s| format!("'{}'", s.as_str()))
         .collect();
     let open = format!("state NOT IN ({})", terminal.join(", "));
-    let deadline = Instant::now() + Duration::from_secs(120);
+    // Time for what is queued: a few seconds a task, four at a time.
+    let queued = count_where(&mut app.db(), "tasks", &open) as u64;
+    let allowed = Duration::from_secs((120 + 3 * queued).min(900));
+    let deadline = Instant::now() + allowed;
     loop {
         operator.approvals += load::approve_pending(&peers, &app.db_url, &mut operator.approved);
         operator.reconcile(app);
@@ -356,7 +359,9 @@ pub(crate) fn settle(app: &TestApp, operator: &mut Operator) {
         }
         if Instant::now() > deadline {
             report_unsettled(app, &open);
-            panic!("not settled after 120 s: {tasks_open} tasks open, {writing} comments being written");
+            panic!(
+                "not settled after {allowed:?}: {tasks_open} tasks open, {writing} comments being written"
+            );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
