@@ -454,37 +454,11 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
     assert!(!calls.contains("mcp-token-0123456789"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
-    let model = FakeModel::start();
-    let home = CodexHome::new(&model);
-    let work = tempfile::tempdir().unwrap();
-    let rt = with_mcp(
-        &home,
-        "/nonexistent/gitea-mcp",
-        Vec::new(),
-        &work.path().join("x"),
-    );
-    let err = rt
-        .ensure_thread(ThreadRequest {
-            session_key: resource("default:acme/widgets:issue:1"),
-            fork_from: None,
-            thread_id: None,
-            cwd: work.path().into(),
-            terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
-        })
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(err, codex_bridge::agent::AgentError::Refused(_)),
-        "{err:?}"
-    );
-}
-
-/// The thread of a session whose Gitea MCP server is `sh -c <script>`:
-/// what `ensure_thread` answers, and how long it took.
-async fn thread_with_mcp_script(
-    script: &str,
+/// The thread of a session whose Gitea MCP server is `command args`: what
+/// `ensure_thread` answers, and how long it took.
+async fn thread_with_mcp(
+    command: &str,
+    args: Vec<String>,
 ) -> (
     Result<String, codex_bridge::agent::AgentError>,
     std::time::Duration,
@@ -492,12 +466,7 @@ async fn thread_with_mcp_script(
     let model = FakeModel::start();
     let home = CodexHome::new(&model);
     let work = tempfile::tempdir().unwrap();
-    let rt = with_mcp(
-        &home,
-        "/bin/sh",
-        vec!["-c".into(), script.into()],
-        &work.path().join("x"),
-    );
+    let rt = with_mcp(&home, command, args, &work.path().join("x"));
     let began = std::time::Instant::now();
     let out = rt
         .ensure_thread(ThreadRequest {
@@ -509,6 +478,25 @@ async fn thread_with_mcp_script(
         })
         .await;
     (out, began.elapsed())
+}
+
+/// The same, with `sh -c <script>` as the server.
+async fn thread_with_mcp_script(
+    script: &str,
+) -> (
+    Result<String, codex_bridge::agent::AgentError>,
+    std::time::Duration,
+) {
+    thread_with_mcp("/bin/sh", vec!["-c".into(), script.into()]).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitea_mcp_server_that_does_not_start_refuses_the_thread() {
+    let (out, _) = thread_with_mcp("/nonexistent/gitea-mcp", Vec::new()).await;
+    assert!(
+        matches!(out, Err(codex_bridge::agent::AgentError::Refused(_))),
+        "{out:?}"
+    );
 }
 
 /// A Gitea MCP server that exits right after it started: Codex reports the
