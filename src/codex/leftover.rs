@@ -89,6 +89,11 @@ mod tests {
             .unwrap();
         record(home.path(), leader.id());
         let pid = Pid::from_raw(leader.id() as i32).unwrap();
+        // Until the child has exec'd, its argv is still this test's.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !is_app_server_group(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(is_app_server_group(pid));
         assert_eq!(end(home.path()), Some(leader.id()));
         let status = leader.wait().unwrap();
