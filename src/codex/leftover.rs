@@ -2,55 +2,86 @@
 //! the OOM killer) still holds its threads: the next app-server on the same
 //! `CODEX_HOME` cannot resume them ("already has an active turn"), and a
 //! turn it was waiting on an approval for never ends. So each app-server
-//! runs as the leader of a process group of its own (its MCP servers and
-//! commands with it), named in a file under `CODEX_HOME`, and the next start
-//! on that home ends the group it names first.
+//! runs as the leader of a process group of its own (its commands with
+//! it), recorded under `CODEX_HOME` with the bridge process that started
+//! it, and every start on that home first ends the recorded groups whose
+//! bridge process is gone. An app-server whose bridge process still runs
+//! (a server, and a `doctor` or sign-in beside it) is never touched.
 
 use rustix::process::{getpgid, kill_process_group, Pid, Signal};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const FILE: &str = "codex-bridge-app-server.pid";
+const DIR: &str = "codex-bridge-app-servers";
 
-fn file(codex_home: &Path) -> PathBuf {
-    codex_home.join(FILE)
+fn dir(codex_home: &Path) -> PathBuf {
+    codex_home.join(DIR)
 }
 
-/// Names `pid` (the leader of the new app-server's group) as this home's.
+/// Records `pid`, the leader of a new app-server's group, as started by
+/// this process.
 pub(super) fn record(codex_home: &Path, pid: u32) {
-    if let Err(e) = std::fs::write(file(codex_home), format!("{pid}\n")) {
+    let written = std::fs::create_dir_all(dir(codex_home)).and_then(|()| {
+        std::fs::write(
+            dir(codex_home).join(pid.to_string()),
+            format!("{}\n", std::process::id()),
+        )
+    });
+    if let Err(e) = written {
         tracing::warn!(error = %e, "could not record the app-server's process group; after a crash of codex-bridge, end a left-over `codex app-server` by hand");
     }
 }
 
-/// Ends the process group a previous bridge process left running on this
-/// home, if it still runs and is an app-server's; the pid it ended.
-pub(super) fn end(codex_home: &Path) -> Option<u32> {
-    let text = std::fs::read_to_string(file(codex_home)).ok()?;
-    let raw: i32 = text.trim().parse().ok()?;
-    let pid = Pid::from_raw(raw)?;
-    if !is_app_server_group(pid) {
-        return None;
+/// Ends every recorded app-server group whose bridge process is gone; the
+/// pids it ended. Records of groups that no longer run are removed.
+pub(super) fn end(codex_home: &Path) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir(dir(codex_home)) else {
+        return Vec::new();
+    };
+    let mut ended = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+            .and_then(Pid::from_raw)
+        else {
+            continue;
+        };
+        let owner = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok());
+        if !is_app_server_group(pid) {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        // Its bridge process still runs it: not left over.
+        if owner.is_some() && parent_of(pid) == owner {
+            continue;
+        }
+        let raw = pid.as_raw_nonzero().get();
+        tracing::warn!(
+            pid = raw,
+            "a codex app-server left running by an earlier codex-bridge process holds its threads: ending it"
+        );
+        if let Err(e) = kill_process_group(pid, Signal::KILL) {
+            tracing::warn!(pid = raw, error = %e, "could not end the left-over app-server; end it by hand");
+            continue;
+        }
+        // Gone once its pid no longer leads an app-server's group.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while is_app_server_group(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(&path);
+        ended.extend(u32::try_from(raw).ok());
     }
-    tracing::warn!(
-        pid = raw,
-        "a codex app-server left running by an earlier codex-bridge process holds its threads: ending it"
-    );
-    if let Err(e) = kill_process_group(pid, Signal::KILL) {
-        tracing::warn!(pid = raw, error = %e, "could not end the left-over app-server; end it by hand");
-        return None;
-    }
-    // Gone once its pid no longer leads an app-server's group (reaped by
-    // init, as its parent is dead).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while is_app_server_group(pid) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    u32::try_from(raw).ok()
+    ended
 }
 
 /// Whether `pid` leads its own process group and runs `… app-server …` (a
-/// pid the file names may have been reused by anything since).
+/// recorded pid may have been reused by anything since).
 fn is_app_server_group(pid: Pid) -> bool {
     if getpgid(Some(pid)).ok() != Some(pid) {
         return false;
@@ -60,34 +91,28 @@ fn is_app_server_group(pid: Pid) -> bool {
         .unwrap_or(false)
 }
 
+/// The parent process of `pid`, from `/proc/<pid>/stat` (the fields after
+/// the command name in parentheses: state, then the parent's pid).
+fn parent_of(pid: Pid) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
-    #[test]
-    fn a_recorded_group_that_is_no_app_server_is_left_alone() {
-        let home = tempfile::tempdir().unwrap();
-        assert_eq!(end(home.path()), None, "no file, nothing to end");
-        // This test process: alive, but neither a group leader running
-        // `app-server` nor ours to end.
-        record(home.path(), std::process::id());
-        assert_eq!(end(home.path()), None);
-        std::fs::write(file(home.path()), "not a pid").unwrap();
-        assert_eq!(end(home.path()), None);
-    }
-
-    #[test]
-    fn a_left_over_app_server_group_is_ended_with_its_children() {
-        use std::os::unix::process::CommandExt;
-        let home = tempfile::tempdir().unwrap();
-        // A stand-in: `sh -c '…' app-server`, a group leader whose argv
-        // holds `app-server`, with a child of its own.
-        let mut leader = std::process::Command::new("sh")
+    /// A stand-in app-server: `sh -c '…' app-server`, a group leader whose
+    /// argv holds `app-server`, with a child of its own; returned once it
+    /// runs as one.
+    fn stand_in() -> (std::process::Child, Pid) {
+        let leader = std::process::Command::new("sh")
             .args(["-c", "sleep 600 & wait", "app-server"])
             .process_group(0)
             .spawn()
             .unwrap();
-        record(home.path(), leader.id());
         let pid = Pid::from_raw(leader.id() as i32).unwrap();
         // Until the child has exec'd, its argv is still this test's.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -95,9 +120,43 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(is_app_server_group(pid));
-        assert_eq!(end(home.path()), Some(leader.id()));
+        (leader, pid)
+    }
+
+    #[test]
+    fn a_recorded_pid_that_is_no_app_server_is_forgotten() {
+        let home = tempfile::tempdir().unwrap();
+        assert!(end(home.path()).is_empty(), "no records, nothing to end");
+        // This test process: alive, but no group leader running `app-server`.
+        record(home.path(), std::process::id());
+        assert!(end(home.path()).is_empty());
+        assert_eq!(std::fs::read_dir(dir(home.path())).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn an_app_server_whose_bridge_process_runs_is_left_alone() {
+        let home = tempfile::tempdir().unwrap();
+        let (mut leader, pid) = stand_in();
+        // Recorded by this process, which is its parent and alive.
+        record(home.path(), leader.id());
+        assert!(end(home.path()).is_empty());
+        assert!(is_app_server_group(pid));
+        leader.kill().unwrap();
+        leader.wait().unwrap();
+        let _ = kill_process_group(pid, Signal::KILL);
+    }
+
+    #[test]
+    fn a_left_over_app_server_group_is_ended_with_its_children() {
+        let home = tempfile::tempdir().unwrap();
+        let (mut leader, pid) = stand_in();
+        // Recorded by a bridge process that is not its parent any more.
+        std::fs::create_dir_all(dir(home.path())).unwrap();
+        std::fs::write(dir(home.path()).join(leader.id().to_string()), "1\n").unwrap();
+        assert_eq!(end(home.path()), vec![leader.id()]);
         let status = leader.wait().unwrap();
         assert!(!status.success(), "{status:?}");
         assert!(getpgid(Some(pid)).is_err(), "the group is gone");
+        assert_eq!(std::fs::read_dir(dir(home.path())).unwrap().count(), 0);
     }
 }

@@ -115,13 +115,14 @@ fn run(
                 n += 1;
                 let nonce = nonce(seed, n);
                 let text = format!("@{BOT} /steer also mention {nonce} in the answer");
-                peers
+                let comment = peers
                     .gitea()
                     .post_comment_as("bob", OWNER, REPO, issue, &text);
                 record.lock().unwrap().ops.push(Op {
                     nonce,
                     kind: OpKind::Steer,
                     issue,
+                    comment: comment["id"].as_i64().unwrap(),
                 });
             }
             _ => {
@@ -141,7 +142,7 @@ pub fn nonce(seed: u64, n: u32) -> String {
 /// whose newest input carries it: (a command that needs an approval,) the
 /// reply through gitea-mcp, the final message.
 /// The model takes `think` before the reply, so kills land mid-turn too.
-fn mention(
+pub fn mention(
     peers: &SharedPeers,
     issue: i64,
     seed: u64,
@@ -175,10 +176,11 @@ fn mention(
         Step::message(&format!("Handled request {n}.\n\n{{{{marker}}}}")),
     );
     let text = format!("@{BOT} please handle {nonce}");
-    peers
+    let comment = peers
         .gitea()
         .post_comment_as("bob", OWNER, REPO, issue, &text);
     Op {
+        comment: comment["id"].as_i64().unwrap(),
         nonce,
         kind: if approval {
             OpKind::MentionWithApproval

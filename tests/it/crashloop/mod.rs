@@ -31,6 +31,8 @@ pub struct Op {
     nonce: String,
     kind: OpKind,
     issue: i64,
+    /// The Gitea comment that carried it.
+    comment: i64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +118,12 @@ pub(crate) enum Db {
     Postgres,
 }
 
+#[derive(QueryableByName)]
+struct LastState {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    state: String,
+}
+
 /// What a run did, printed at its end.
 struct Counts {
     kills: u64,
@@ -176,8 +184,24 @@ fn run(db: Db, kills: u64) {
             );
         }
     }
-    let record = load.finish();
+    let mut record = load.finish();
+    // After all the kills the server still does its work: one more
+    // mention, which must end with its reply.
+    let last = load::mention(&peers, issues[0], seed, 999_999, false, Duration::ZERO);
+    record.ops.push(last.clone());
+    peers.gitea().wait_idle();
     settle(&app, &mut operator);
+    let last_state: Vec<String> = {
+        let rows: Vec<LastState> = codex_bridge::with_conn!(&mut app.db(), |c| {
+            diesel::sql_query(format!(
+                "SELECT state FROM tasks WHERE comment_id = {}",
+                last.comment
+            ))
+            .load(c)
+        })
+        .unwrap();
+        rows.into_iter().map(|r| r.state).collect()
+    };
     checks.run("settled", &db_url, &peers, &issues, &record.ops);
     checks.settled(&db_url, &peers, &issues);
     let counts = Counts {
@@ -229,6 +253,11 @@ fn run(db: Db, kills: u64) {
         "{} violations (seed {seed}):\n{}",
         checks.violations.len(),
         checks.violations.join("\n")
+    );
+    assert_eq!(
+        last_state,
+        ["succeeded"],
+        "the mention after the last kill did not end with its reply"
     );
     assert!(
         counts.accepted > 0 && counts.replies > 0,
