@@ -278,6 +278,16 @@ pub async fn run(
         ignore_logins: config.ignore_logins.clone(),
     };
     start_catchup(&config, &store, &normalizer, registry.clone());
+    actix::spawn(
+        crate::jobs::retention::RetentionWorker {
+            store: store.clone(),
+            policy: crate::domain::retention::Policy {
+                delivery_days: config.delivery_retention_days,
+                turn_event_days: config.turn_event_retention_days,
+            },
+        }
+        .run(),
+    );
 
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {

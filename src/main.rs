@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         Command::Reconcile(a) => cli::reconcile(&config, a),
         Command::Codex { command } => cli::codex::codex_command(&config, command),
         Command::Doctor(a) => cli::doctor::run(&config, &a),
+        Command::Audit { command } => cli::audit::run(&config, command),
         Command::Gitea {
             command: GiteaCommand::Hook(a),
         } => cli::hook::run(&config, &a),

@@ -54,6 +54,10 @@ pub const COMMIT_STATUS_STATES: &[&str] = &["pending", "success", "failure", "er
 /// newer status of the same commit came first.
 pub const COMMIT_STATUS_OUTCOMES: &[&str] = &["posted", "retry", "failed", "superseded"];
 
+/// What retention lets go of: webhook deliveries no task was made from, the
+/// events of ended turns, refusal counts.
+pub const RETENTION_KINDS: &[&str] = &["deliveries", "turn_events", "refusal_counts"];
+
 /// Actor kinds whose restarts are counted.
 const ACTOR_KINDS: &[&str] = &["repo", "session"];
 
@@ -118,6 +122,7 @@ struct Process {
     catchup_tasks: IntCounter,
     catchup_pass: Histogram,
     circuit_trips: IntCounter,
+    retention: IntCounterVec,
 }
 
 impl Process {
@@ -205,6 +210,13 @@ impl Process {
                 "codex_bridge_catchup_pass_duration_seconds",
                 "Time one catch-up pass took over every known repository.",
                 CATCHUP_BUCKETS,
+            )?,
+            retention: counter(
+                r,
+                "codex_bridge_retention_removed_total",
+                "Rows removed by retention passes, by kind (audit events are never removed).",
+                "kind",
+                RETENTION_KINDS,
             )?,
             registry: registry.clone(),
         };
@@ -319,6 +331,13 @@ pub fn webhook(outcome: &str, took: Duration) {
 pub fn circuit_tripped() {
     if let Ok(p) = process() {
         p.circuit_trips.inc();
+    }
+}
+
+/// A retention pass removed `n` rows of `kind` (one of [`RETENTION_KINDS`]).
+pub fn retention_removed(kind: &str, n: u64) {
+    if let Ok(p) = process() {
+        p.retention.with_label_values(&[kind]).inc_by(n);
     }
 }
 

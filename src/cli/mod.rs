@@ -1,7 +1,8 @@
 //! The command line: `serve`, `migrate`, `tasks list|show`, `approvals`,
 //! `reconcile`, `gitea hook` ([`hook`]), `codex login|status|logout`
-//! ([`codex`]) and `doctor` ([`doctor`]).
+//! ([`codex`]), `doctor` ([`doctor`]) and `audit export` ([`audit`]).
 
+pub mod audit;
 pub mod codex;
 pub mod doctor;
 pub mod hook;
@@ -53,6 +54,11 @@ pub enum Command {
     /// the workspace: one line per check (ok, warn or fail, with what to do).
     /// Exits 0 only when nothing failed. Never prints a secret.
     Doctor(doctor::DoctorArgs),
+    /// Write the audit log out for an archive (the store never deletes it).
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
     /// Set Gitea up for the bridge.
     Gitea {
         #[command(subcommand)]
@@ -155,7 +161,7 @@ pub struct ReconcileArgs {
 
 /// Opens a direct connection for a one-off command, refusing a database whose
 /// schema is behind this binary.
-fn connect(config: &Config) -> anyhow::Result<DbConn> {
+pub(crate) fn connect(config: &Config) -> anyhow::Result<DbConn> {
     if let DatabaseUrl::Sqlite(path) = &config.database_url {
         if !path.exists() {
             bail!(

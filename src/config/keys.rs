@@ -162,6 +162,18 @@ pub const KEYS: &[(&str, &str)] = &[
          mentioned again (default 168; 0: kept)",
     ),
     (
+        "delivery_retention_days",
+        "days a webhook delivery no task was made from (an ignored event, a replay found to be \
+         a duplicate, a refusal) is kept; a delivery that made a task, or claimed a comment's \
+         dedup key, stays with it (default 30; 0: kept; otherwise at least 8, since Gitea can \
+         replay a delivery for up to 8 days)",
+    ),
+    (
+        "turn_event_retention_days",
+        "days the per-notification events of a turn are kept after the turn completed and its \
+         task ended; the turn keeps its transcript and final text (default 30; 0: kept)",
+    ),
+    (
         "continuation_backoff_secs",
         "how long an open workflow waits after an ordinary final before its next continuation \
          turn, doubled for each final in a row without progress up to 10 minutes (default 5)",

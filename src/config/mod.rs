@@ -154,6 +154,10 @@ pub struct Config {
     pub max_parallel_turns_per_repo: u64,
     /// Hours a session's worktree stays after its work ended (0: kept).
     pub worktree_retention_hours: u64,
+    /// Days a delivery no task was made from is kept (0: kept).
+    pub delivery_retention_days: u64,
+    /// Days an ended turn's events are kept (0: kept).
+    pub turn_event_retention_days: u64,
     /// What the agent may spend, since an open workflow runs on its own.
     pub limits: crate::domain::limits::Limits,
     pub scheduler_sweep_ms: u64,

@@ -102,6 +102,10 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub worktree_retention_hours: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub delivery_retention_days: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub turn_event_retention_days: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub max_parallel_turns_per_repo: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub max_turns_per_task: Option<u128>,

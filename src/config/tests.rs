@@ -52,6 +52,8 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(c.default_policy.sandbox, Sandbox::DangerFullAccess);
     assert_eq!(c.default_policy.turn_timeout, Duration::from_secs(1800));
     assert_eq!(c.catchup_interval_secs, 60);
+    assert_eq!(c.delivery_retention_days, 30);
+    assert_eq!(c.turn_event_retention_days, 30);
     let pg = Config::from_sources(
         None,
         &env(&[("CODEX_BRIDGE_DATABASE_URL", "postgres://u@localhost/db")]),
@@ -347,6 +349,20 @@ fn a_token_split_over_lines_is_refused() {
     )
     .unwrap();
     assert!(c.admin_token.is_some());
+}
+
+#[test]
+fn a_delivery_retention_shorter_than_gitea_s_replays_is_refused() {
+    let err = error(&[("CODEX_BRIDGE_DELIVERY_RETENTION_DAYS", "7")]);
+    assert!(
+        err.contains("delivery_retention_days") && err.contains("below 8") && err.contains("use 0"),
+        "{err}"
+    );
+    for ok in ["0", "8", "365"] {
+        let c = Config::from_sources(None, &env(&[("CODEX_BRIDGE_DELIVERY_RETENTION_DAYS", ok)]))
+            .unwrap();
+        assert_eq!(c.delivery_retention_days.to_string(), ok);
+    }
 }
 
 #[test]

@@ -210,6 +210,31 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         0,
         87_600,
     )?;
+    let delivery_retention_days = number(
+        "delivery_retention_days",
+        raw.delivery_retention_days,
+        30,
+        0,
+        crate::domain::retention::MAX_RETENTION_DAYS,
+    )?;
+    let floor = crate::domain::retention::MIN_DELIVERY_RETENTION_DAYS;
+    if (1..floor).contains(&delivery_retention_days) {
+        return Err(invalid(
+            "delivery_retention_days",
+            format!(
+                "{delivery_retention_days} is below {floor}: Gitea can replay a delivery for up to {floor} days \
+                 (its hook tasks are cleaned 168 hours after delivery, at midnight), and a replay must still \
+                 be found a duplicate; use 0 to keep deliveries"
+            ),
+        ));
+    }
+    let turn_event_retention_days = number(
+        "turn_event_retention_days",
+        raw.turn_event_retention_days,
+        30,
+        0,
+        crate::domain::retention::MAX_RETENTION_DAYS,
+    )?;
     let workflow_max_idle_finals = number(
         "workflow_max_idle_finals",
         raw.workflow_max_idle_finals,
@@ -344,6 +369,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         max_children_per_workflow,
         child_recovery_attempts,
         worktree_retention_hours,
+        delivery_retention_days,
+        turn_event_retention_days,
         max_parallel_turns_per_repo,
         limits,
         scheduler_sweep_ms,

@@ -18,6 +18,7 @@ pub mod command;
 pub mod fingerprint;
 pub mod policy;
 pub mod refusals;
+pub mod retention;
 pub mod states;
 pub mod statuses;
 pub mod trust;

@@ -84,6 +84,16 @@ pub enum Intent {
     Delete { trigger_key: String },
 }
 
+/// How the delivery ids the catch-up gives the comments it takes up begin
+/// (Gitea's own are UUIDs): retention keeps those deliveries, as the
+/// catch-up can list their comments again at any time.
+pub const CATCHUP_DELIVERY_PREFIX: &str = "catchup:";
+
+/// The delivery id of the catch-up's request for a comment.
+pub fn catchup_delivery_id(comment_id: i64) -> String {
+    format!("{CATCHUP_DELIVERY_PREFIX}{comment_id}")
+}
+
 /// One verified webhook request, normalised.
 #[derive(Debug, Clone)]
 pub struct IngestRequest {

@@ -1,10 +1,11 @@
 //! Background jobs above the actors: work that runs on its own schedule,
 //! reads and writes the store and calls the clients, outside any session:
 //! the receipts worker ([`receipts`]), the commit statuses worker
-//! ([`statuses`]) and the catch-up of comments whose webhook never arrived
-//! ([`catchup`]).
+//! ([`statuses`]), the catch-up of comments whose webhook never arrived
+//! ([`catchup`]) and retention ([`retention`]).
 
 pub mod catchup;
 pub mod receipts;
+pub mod retention;
 pub mod statuses;
 mod wake;

@@ -154,6 +154,8 @@ pub struct AuditFilter {
     pub task_id: Option<TaskId>,
     /// Only events at or after this stored time (RFC 3339 UTC).
     pub since: Option<String>,
+    /// Only events before this stored time.
+    pub until: Option<String>,
     /// Only events after this sequence number (for paging).
     pub after_seq: Option<i64>,
     pub limit: i64,
@@ -172,6 +174,9 @@ pub fn list(conn: &mut DbConn, filter: &AuditFilter) -> Result<Vec<AuditView>, S
         }
         if let Some(since) = &filter.since {
             q = q.filter(audit_events::at.ge(since));
+        }
+        if let Some(until) = &filter.until {
+            q = q.filter(audit_events::at.lt(until));
         }
         if let Some(after) = filter.after_seq {
             q = q.filter(audit_events::id.gt(after));

@@ -33,6 +33,7 @@ pub mod limits;
 pub mod queue;
 pub mod refusals;
 pub mod repositories;
+pub mod retention;
 pub mod sessions;
 pub mod stats;
 pub mod statuses;

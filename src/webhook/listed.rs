@@ -21,7 +21,7 @@ impl CommentRules for Normalizer {
         } else {
             ResourceKind::Issue
         };
-        let delivery_id = format!("catchup:{}", comment.id);
+        let delivery_id = crate::domain::request::catchup_delivery_id(comment.id);
         let mut req = IngestRequest {
             delivery_key: format!("{}:{delivery_id}", self.instance_id),
             delivery_id,

@@ -75,6 +75,7 @@ mod readiness;
 mod receipts;
 mod recovery;
 mod relay;
+mod retention;
 mod scheduling;
 mod schema;
 mod send_modes;

@@ -90,6 +90,51 @@ fn now_text() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
+#[derive(QueryableByName)]
+struct Bytes {
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    n: i64,
+}
+
+/// Prints the store's size, the rows of its largest tables, and the size
+/// a week at this run's rate of webhook deliveries comes to (before
+/// retention, whose shortest default is 30 days, lets go of anything).
+fn store_size(db_url: &str, took: Duration) {
+    let mut c = connect(db_url);
+    let bytes = codex_bridge::with_conn!(&mut c, |c| diesel::sql_query(
+        "SELECT page_count * page_size AS n FROM pragma_page_count(), pragma_page_size()"
+    )
+    .get_result::<Bytes>(c))
+    .unwrap()
+    .n;
+    let tables = [
+        "webhook_deliveries",
+        "tasks",
+        "task_transitions",
+        "audit_events",
+        "turns",
+        "turn_events",
+        "transcript_items",
+        "outbox_entries",
+    ];
+    let rows: Vec<String> = tables
+        .iter()
+        .map(|t| format!("{t} {}", count(&mut c, t)))
+        .collect();
+    let deliveries = count(&mut c, "webhook_deliveries").max(1);
+    let per_delivery = bytes as f64 / deliveries as f64;
+    let per_week = deliveries as f64 / took.as_secs_f64() * 7.0 * 86_400.0;
+    eprintln!(
+        "soak: store {:.1} MiB for {deliveries} deliveries ({:.1} KiB each, all tables); rows: {}; \
+         a week at this rate ({:.0} deliveries) comes to {:.2} GiB",
+        bytes as f64 / (1 << 20) as f64,
+        per_delivery / 1024.0,
+        rows.join(", "),
+        per_week,
+        per_week * per_delivery / (1u64 << 30) as f64,
+    );
+}
+
 #[test]
 fn soak_keeps_memory_descriptors_wal_and_latency_flat() {
     let secs = std::env::var("CODEX_BRIDGE_TEST_SOAK_SECS")
@@ -142,6 +187,7 @@ fn soak_keeps_memory_descriptors_wal_and_latency_flat() {
         "soak: {} operations, {tasks} tasks, all ended",
         record.ops.len()
     );
+    store_size(&app.db_url, began.elapsed());
 
     // Compared: the first minute after the warm-up, and the last.
     let warm: Vec<&Sample> = samples

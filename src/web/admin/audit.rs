@@ -63,6 +63,7 @@ pub async fn list(
             })?),
             None => None,
         },
+        until: None,
         limit,
     };
     let events = if names_no_task {
