@@ -39,6 +39,7 @@ mod e2e_control;
 mod e2e_idle;
 mod e2e_interrupt;
 mod e2e_limits;
+mod e2e_mcp;
 mod e2e_races;
 mod e2e_review;
 mod e2e_workflow;
