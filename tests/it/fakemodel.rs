@@ -191,12 +191,34 @@ impl Item {
     }
 }
 
+/// One request as the counts of turns read it, kept when it arrives so
+/// that counting never parses the bodies again.
+#[derive(Debug, Clone)]
+pub struct Asked {
+    /// The comment its newest user input asks about (see [`newest_comment`]).
+    pub newest: Option<String>,
+    /// Its `x-codex-turn-metadata` header (JSON naming the Codex turn the
+    /// request belongs to), if it had one.
+    pub turn: Option<Value>,
+}
+
+impl Asked {
+    /// The Codex turn it belongs to; a request without turn metadata is a
+    /// turn of its own (`request-<i>`), so a missing header can only make a
+    /// count larger.
+    pub fn turn_id(&self, i: usize) -> String {
+        self.turn
+            .as_ref()
+            .and_then(|m| m["turn_id"].as_str())
+            .map_or_else(|| format!("request-{i}"), str::to_owned)
+    }
+}
+
 struct State {
     script: Mutex<Script>,
     requests: Mutex<Vec<Value>>,
-    /// Each request's `x-codex-turn-metadata` header (JSON naming the Codex
-    /// turn the request belongs to), in the order of `requests`.
-    turn_metadata: Mutex<Vec<Option<Value>>>,
+    /// Each request as a turn of Codex's, in the order of `requests`.
+    asked: Mutex<Vec<Asked>>,
     /// Numbers the ids of responses, items and calls (`resp_1`, `call_2`, …).
     ids: AtomicU64,
 }
@@ -262,7 +284,7 @@ impl FakeModel {
                 newest_routes: Vec::new(),
             }),
             requests: Mutex::new(Vec::new()),
-            turn_metadata: Mutex::new(Vec::new()),
+            asked: Mutex::new(Vec::new()),
             ids: AtomicU64::new(0),
         });
         let data = web::Data::from(state.clone());
@@ -334,39 +356,13 @@ impl FakeModel {
             .count()
     }
 
-    /// The distinct Codex turns whose requests carry `needle` in the comment
-    /// their newest user input answers: how many turns a message was sent
-    /// as new input to (one turn asks the model several times; later turns
-    /// repeat the message in older input, or quote it among the thread's
-    /// comments). A request without turn metadata counts as a turn of its
-    /// own, so a missing header can only make the count larger.
-    pub fn turns_asked(&self, needle: &str) -> usize {
-        let requests = self.state.requests.lock().unwrap();
-        let metadata = self.state.turn_metadata.lock().unwrap();
-        let mut turns = std::collections::BTreeSet::new();
-        for (i, (r, m)) in requests.iter().zip(metadata.iter()).enumerate() {
-            if newest_comment(r).is_some_and(|t| t.contains(needle)) {
-                let turn = m
-                    .as_ref()
-                    .and_then(|m| m["turn_id"].as_str())
-                    .map_or_else(|| format!("request-{i}"), str::to_owned);
-                turns.insert(turn);
-            }
-        }
-        turns.len()
-    }
-
-    /// The turn metadata of each request whose newest user input holds
-    /// `needle` (None where the header was absent), oldest first.
-    pub fn turns_of(&self, needle: &str) -> Vec<Option<Value>> {
-        let requests = self.state.requests.lock().unwrap();
-        let metadata = self.state.turn_metadata.lock().unwrap();
-        requests
-            .iter()
-            .zip(metadata.iter())
-            .filter(|(r, _)| newest_comment(r).is_some_and(|t| t.contains(needle)))
-            .map(|(_, m)| m.clone())
-            .collect()
+    /// Every request so far as a turn of Codex's, oldest first: to count
+    /// the distinct turns a message was sent to as new input (one turn asks
+    /// the model several times; later turns repeat the message in older
+    /// input, or quote it among the thread's comments), over many messages
+    /// at once and outside the model's lock.
+    pub fn all_asked(&self) -> Vec<Asked> {
+        self.state.asked.lock().unwrap().clone()
     }
 
     /// Wait until at least `n` requests arrived; their bodies. Panics after
@@ -460,9 +456,13 @@ async fn responses(
         .get("x-codex-turn-metadata")
         .and_then(|v| serde_json::from_slice(v.as_bytes()).ok());
     {
+        let asked = Asked {
+            newest: newest_comment(&request),
+            turn: metadata,
+        };
         // One lock order for both lists, so their indexes stay paired.
         let mut requests = state.requests.lock().unwrap();
-        state.turn_metadata.lock().unwrap().push(metadata);
+        state.asked.lock().unwrap().push(asked);
         requests.push(request);
     }
     let step = state.script.lock().unwrap().next_step(&texts);

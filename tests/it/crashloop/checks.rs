@@ -12,7 +12,7 @@ use codex_bridge::store::DbConn;
 use diesel::prelude::*;
 use diesel::sql_types::{BigInt, Nullable, Text};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Default)]
 pub struct Checks {
@@ -125,6 +125,11 @@ impl Checks {
     fn accepted_have_tasks(&mut self, when: &str, conn: &mut DbConn, peers: &SharedPeers) {
         let mut accepted = 0;
         self.undelivered = 0;
+        // Read once per check, not once per delivery.
+        let known: BTreeSet<String> = load::<Key>(conn, "SELECT task_id AS key FROM tasks")
+            .into_iter()
+            .map(|k| k.key)
+            .collect();
         for d in peers.gitea().deliveries() {
             let Some(status) = d.status.filter(|s| (200..300).contains(s)) else {
                 self.undelivered += 1;
@@ -136,7 +141,7 @@ impl Checks {
                     if status == 202 {
                         accepted += 1;
                     }
-                    if task_state(conn, task).is_none() {
+                    if !known.contains(task) {
                         self.violation(
                             when,
                             format!(
@@ -214,11 +219,30 @@ impl Checks {
     }
 
     /// No operation reached the agent as the new input of two Codex turns.
+    /// The model's requests are read once per check and indexed by the
+    /// nonces their newest comment carries: a count per operation over all
+    /// requests would grow with the square of the run, under the lock the
+    /// model answers with.
     fn sent_once(&mut self, when: &str, peers: &SharedPeers, ops: &[Op]) {
+        let asked = peers.model().all_asked();
+        let mut turns: HashMap<&str, BTreeMap<String, Option<&Value>>> = HashMap::new();
+        for (i, a) in asked.iter().enumerate() {
+            let Some(newest) = a.newest.as_deref() else {
+                continue;
+            };
+            for nonce in nonces(newest) {
+                turns
+                    .entry(nonce)
+                    .or_default()
+                    .insert(a.turn_id(i), a.turn.as_ref());
+            }
+        }
         for op in ops {
-            let turns = peers.model().turns_asked(&op.nonce);
-            if turns > 1 {
-                for m in peers.model().turns_of(&op.nonce).into_iter().flatten() {
+            let Some(seen) = turns.get(op.nonce.as_str()) else {
+                continue;
+            };
+            if seen.len() > 1 {
+                for m in seen.values().flatten() {
                     eprintln!(
                         "crashloop {}: thread {} turn {} history {} kind {} started {}",
                         op.nonce,
@@ -232,8 +256,11 @@ impl Checks {
                 self.violation(
                     when,
                     format!(
-                        "{:?} {} on #{} was sent in {turns} turns",
-                        op.kind, op.nonce, op.issue
+                        "{:?} {} on #{} was sent in {} turns",
+                        op.kind,
+                        op.nonce,
+                        op.issue,
+                        seen.len()
                     ),
                 );
             }
@@ -336,4 +363,22 @@ fn markers(body: &str) -> impl Iterator<Item = String> + '_ {
             _ => None,
         }
     })
+}
+
+/// The operation nonces (`[op-…]`, see `load::nonce`) a comment carries.
+fn nonces(text: &str) -> impl Iterator<Item = &str> + '_ {
+    text.match_indices("[op-").filter_map(move |(at, _)| {
+        let end = text[at..].find(']')?;
+        Some(&text[at..=at + end])
+    })
+}
+
+#[test]
+fn the_nonces_a_comment_carries_are_found() {
+    let text = "@ccbot please handle [op-1f-000001] and [op-1f-000012]; not [op-";
+    assert_eq!(
+        nonces(text).collect::<Vec<_>>(),
+        ["[op-1f-000001]", "[op-1f-000012]"]
+    );
+    assert_eq!(nonces("nothing here").count(), 0);
 }
