@@ -2,7 +2,7 @@
 //! simulator sends each comment's webhook, and the server refuses or stops
 //! what is over a limit with one receipt that names it.
 
-use crate::giteasim::{GiteaSim, Perm};
+use crate::giteasim::GiteaSim;
 use crate::support::*;
 use crate::testapp::*;
 use serde_json::Value;
@@ -22,12 +22,7 @@ pub(crate) fn comment(sim: &GiteaSim, issue: i64, text: &str) -> (u16, Value) {
 
 /// `acme/widgets` with Bob, a writer, and two of his Issues.
 fn two_issues() -> (GiteaSim, i64, i64) {
-    let sim = GiteaSim::start();
-    sim.create_repo("acme", "widgets");
-    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
-    sim.add_user("bob");
-    sim.set_permission("acme", "widgets", "bob", Perm::Write);
-    let issue = sim.create_issue("acme", "widgets", "Flaky", "It fails.", "bob");
+    let (sim, issue) = GiteaSim::widgets_with_bob("Flaky", "It fails.");
     let other = sim.create_issue("acme", "widgets", "Docs", "Typos.", "bob");
     (sim, issue, other)
 }

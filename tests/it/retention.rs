@@ -9,7 +9,7 @@
 //! days ahead: the server's own worker runs on the real clock and finds
 //! nothing that old.
 
-use crate::giteasim::{GiteaSim, Perm};
+use crate::giteasim::GiteaSim;
 use crate::support::{connect, count_where, exec, BOT};
 use crate::testapp::{Db, TestApp};
 use chrono::{Duration as Days, Utc};
@@ -88,12 +88,7 @@ fn audit_seqs(url: &str) -> std::collections::BTreeSet<i64> {
 }
 
 fn retention(db: Db) {
-    let sim = GiteaSim::start();
-    sim.create_repo("acme", "widgets");
-    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
-    sim.add_user("bob");
-    sim.set_permission("acme", "widgets", "bob", Perm::Write);
-    let issue = sim.create_issue("acme", "widgets", "Flaky", "It fails.", "bob");
+    let (sim, issue) = GiteaSim::widgets_with_bob("Flaky", "It fails.");
     let app = TestApp::builder()
         .db(db)
         .scripted()

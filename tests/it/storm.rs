@@ -108,13 +108,7 @@ fn provider_failures_in_a_row_open_the_circuit_and_queued_work_waits_unharmed() 
 /// second notice; an operator's resume lets it run.
 #[test]
 fn a_session_starting_too_many_turns_a_minute_is_paused_once_and_resumed_by_an_operator() {
-    use crate::giteasim::{GiteaSim, Perm};
-    let sim = GiteaSim::start();
-    sim.create_repo("acme", "widgets");
-    sim.set_permission("acme", "widgets", BOT, Perm::Admin);
-    sim.add_user("bob");
-    sim.set_permission("acme", "widgets", "bob", Perm::Write);
-    let issue = sim.create_issue("acme", "widgets", "Loop", "Two bots.", "bob");
+    let (sim, issue) = crate::giteasim::GiteaSim::widgets_with_bob("Loop", "Two bots.");
     let app = TestApp::builder()
         .scripted()
         .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")

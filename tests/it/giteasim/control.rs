@@ -10,6 +10,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 impl GiteaSim {
+    /// The usual cast: `acme/widgets`, the bot its admin (Gitea lets only
+    /// repository admins read others' permissions), and Bob, a writer, who
+    /// opened an Issue with this title and body; the Issue's number.
+    pub fn widgets_with_bob(title: &str, body: &str) -> (GiteaSim, i64) {
+        let sim = GiteaSim::start();
+        sim.create_repo("acme", "widgets");
+        sim.set_permission("acme", "widgets", BOT, Perm::Admin);
+        sim.add_user("bob");
+        sim.set_permission("acme", "widgets", "bob", Perm::Write);
+        let issue = sim.create_issue("acme", "widgets", title, body, "bob");
+        (sim, issue)
+    }
+
     // -- users -------------------------------------------------------------
 
     /// Create a user with a fresh access token; returns the token.
