@@ -77,22 +77,20 @@ impl RetentionWorker {
         let mut removed = Removed::default();
         if let Some(before) = cut.deliveries.map(format_time) {
             removed.deliveries = self
-                .batches("deliveries", DELIVERY_BATCH, {
+                .batches("deliveries", {
                     let before = before.clone();
                     move |c| retention::prune_deliveries(c, &before, DELIVERY_BATCH)
                 })
                 .await?;
             removed.refusal_counts = self
-                .batches("refusal_counts", i64::MAX, move |c| {
+                .batches("refusal_counts", move |c| {
                     retention::prune_refusal_counts(c, &before)
                 })
                 .await?;
         }
         if let Some(before) = cut.turn_events.map(format_time) {
-            // A batch is counted in turns, but reports events: it is full
-            // while any event was deleted.
             removed.turn_events = self
-                .batches("turn_events", 1, move |c| {
+                .batches("turn_events", move |c| {
                     retention::compact_turn_events(c, &before, TURN_BATCH)
                 })
                 .await?;
@@ -103,9 +101,9 @@ impl RetentionWorker {
         Ok(removed)
     }
 
-    /// Runs `delete` in writes of its own until one removes fewer than
-    /// `full` rows; the rows removed.
-    async fn batches<F>(&self, kind: &str, full: i64, delete: F) -> Result<u64, StoreError>
+    /// Runs `delete` in writes of its own until one removes nothing; the
+    /// rows removed.
+    async fn batches<F>(&self, kind: &str, delete: F) -> Result<u64, StoreError>
     where
         F: FnMut(&mut DbConn) -> Result<usize, StoreError> + Send + Clone + 'static,
     {
@@ -115,7 +113,7 @@ impl RetentionWorker {
             let n = u64::try_from(n).unwrap_or(u64::MAX);
             total = total.saturating_add(n);
             crate::metrics::retention_removed(kind, n);
-            if n == 0 || i64::try_from(n).is_ok_and(|n| n < full) {
+            if n == 0 {
                 return Ok(total);
             }
             // Let the writes waiting behind this one go first.
