@@ -20,7 +20,12 @@ fn main() -> ExitCode {
     };
     codex_bridge::telemetry::init(config.log_format, &config.log_filter);
     let result = match args.command {
-        Command::Serve => actix_web::rt::System::new().block_on(codex_bridge::app::serve(config)),
+        Command::Serve => {
+            if let Err(e) = codex_bridge::metrics::purge_in_background() {
+                tracing::warn!("{e}");
+            }
+            actix_web::rt::System::new().block_on(codex_bridge::app::serve(config))
+        }
         Command::Migrate => cli::migrate(&config),
         Command::Tasks { command } => cli::tasks_command(&config, command),
         Command::Approvals { command } => cli::approvals_command(&config, command),

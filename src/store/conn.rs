@@ -28,6 +28,11 @@ macro_rules! with_conn {
     };
 }
 
+/// SQLite's heap across every connection of the process, in bytes: its
+/// page caches (the writer's 8 MiB and what the readers hold), statements
+/// and schemas. `/metrics` shows it as `codex_bridge_sqlite_heap_bytes`.
+pub const SQLITE_HEAP_LIMIT: u64 = 32 << 20;
+
 /// How a pool's connections are set up.
 #[derive(Clone, Debug)]
 pub struct ConnSettings {
@@ -66,13 +71,22 @@ impl DbConn {
                 // write transaction, which cost the group-commit writer more
                 // than re-reading pages from the OS cache (ingest bench: 7.7k/s
                 // with 64 MiB, 8.9k/s with 8 MiB, 8.5k/s with 2 MiB).
+                //
+                // All caches of the process together stay under
+                // `SQLITE_HEAP_LIMIT` (a soft limit: past it SQLite reuses
+                // its least recently used pages instead of allocating).
+                // Without it the readers' caches (each emptied only when a
+                // commit changed the database) keep what the largest query of
+                // each read, and resident memory creeps up with the database.
                 let pragmas = format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
                      PRAGMA foreign_keys = ON; PRAGMA query_only = {}; PRAGMA cache_size = {}; \
-                     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 50000;",
+                     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 50000; \
+                     PRAGMA soft_heap_limit = {};",
                     settings.sqlite_busy_timeout.as_millis(),
                     if settings.read_only { 1 } else { 0 },
                     if settings.read_only { -65536 } else { -8192 },
+                    SQLITE_HEAP_LIMIT,
                 );
                 c.batch_execute(&pragmas)
                     .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;

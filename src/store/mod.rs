@@ -35,6 +35,7 @@ pub mod refusals;
 pub mod repositories;
 pub mod retention;
 pub mod sessions;
+pub mod sqlite_heap;
 pub mod stats;
 pub mod statuses;
 pub mod steer;
@@ -47,7 +48,7 @@ pub mod walvfs;
 pub mod workflows;
 pub mod worktrees;
 
-pub use conn::{ConnSettings, DbConn, DbManager};
+pub use conn::{ConnSettings, DbConn, DbManager, SQLITE_HEAP_LIMIT};
 pub use writer::WriterSettings;
 
 use crate::config::DatabaseUrl;
@@ -137,6 +138,13 @@ pub struct Store {
 struct Inner {
     url: DatabaseUrl,
     read_pool: r2d2::Pool<DbManager>,
+    /// One permit per read connection, taken before a read goes to a
+    /// blocking thread: reads beyond the pool's size wait here, as tasks,
+    /// instead of each holding a thread of tokio's blocking pool parked on
+    /// the pool's checkout (a burst would grow that pool to as many threads
+    /// as reads waiting, each keeping its stack and allocator cache until
+    /// it has been idle for a while).
+    read_permits: Arc<tokio::sync::Semaphore>,
     writer: writer::Writer,
     /// Bumped by the writer after every transaction of this process that
     /// commits (once per group commit): the live view (web/live.rs) and the
@@ -188,6 +196,9 @@ impl Store {
         Ok(Store {
             inner: Arc::new(Inner {
                 url: settings.url.clone(),
+                read_permits: Arc::new(tokio::sync::Semaphore::new(
+                    settings.read_pool_size.max(1) as usize
+                )),
                 read_pool,
                 writer,
                 changes,
@@ -216,9 +227,17 @@ impl Store {
         F: FnOnce(&mut DbConn) -> Result<T, StoreError> + Send + 'static,
     {
         let pool = self.inner.read_pool.clone();
+        let permit = self
+            .inner
+            .read_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("the read pool is closed: {e}")))?;
         let span = tracing::Span::current();
         tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
+            let _permit = permit;
             let mut conn = pool.get()?;
             f(&mut conn)
         })

@@ -35,6 +35,10 @@ async fn open(state: web::Data<AppState>) -> HttpResponse {
 async fn scrape(state: &AppState) -> HttpResponse {
     let mut gauges = Gauges {
         circuit_open: state.circuit.is_open(),
+        memory: metrics::Memory {
+            sqlite_heap_bytes: Some(crate::store::sqlite_heap::bytes()),
+            ..metrics::Memory::read()
+        },
         ..Gauges::default()
     };
     match state.store.read(tasks::count_by_state).await {

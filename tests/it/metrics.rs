@@ -144,7 +144,7 @@ pub fn parse_exposition(text: &str) -> Samples {
     samples
 }
 
-fn scrape(url: &str, token: Option<&str>) -> Samples {
+pub fn scrape(url: &str, token: Option<&str>) -> Samples {
     let mut req = ureq::get(url);
     if let Some(t) = token {
         req = req.set("Authorization", &format!("Bearer {t}"));

@@ -10,6 +10,10 @@
 //! scrape never waits on I/O. This module imports nothing of the crate, so
 //! every floor may call it.
 
+mod memory;
+
+pub use memory::{purge_in_background, Memory};
+
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
@@ -301,7 +305,7 @@ fn int_counter(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntCo
     Ok(c)
 }
 
-fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
+pub(super) fn int_gauge(r: &Registry, name: &str, help: &str) -> prometheus::Result<IntGauge> {
     let g = IntGauge::with_opts(Opts::new(name, help))?;
     r.register(Box::new(g.clone()))?;
     Ok(g)
@@ -473,6 +477,8 @@ pub struct Gauges {
     pub actors: Vec<(&'static str, i64)>,
     /// The circuit breaker keeps turns from starting.
     pub circuit_open: bool,
+    /// What the process holds (resident memory, descriptors, heaps).
+    pub memory: Memory,
 }
 
 /// The scrape-time gauges as metric families of their own registry.
@@ -519,6 +525,7 @@ fn scrape_families(g: &Gauges) -> prometheus::Result<Vec<MetricFamily>> {
             tasks.with_label_values(&[state]).set(n);
         }
     }
+    memory::gauges(&r, &g.memory)?;
     if !g.actors.is_empty() {
         let actors = int_gauge_vec(
             &r,
@@ -572,6 +579,13 @@ mod tests {
             running_turns: 0,
             actors: vec![("repo", 1), ("session", 0)],
             circuit_open: false,
+            memory: Memory {
+                resident_bytes: Some(80 << 20),
+                open_fds: Some(51),
+                heap_allocated_bytes: Some(30 << 20),
+                heap_resident_bytes: Some(40 << 20),
+                sqlite_heap_bytes: Some(9 << 20),
+            },
         };
         let text = render(&everything).unwrap();
         let types: Vec<&str> = text
@@ -590,10 +604,13 @@ mod tests {
                 "codex_bridge_circuit_open gauge",
                 "codex_bridge_circuit_trips_total counter",
                 "codex_bridge_commit_statuses_total counter",
+                "codex_bridge_heap_allocated_bytes gauge",
+                "codex_bridge_heap_resident_bytes gauge",
                 "codex_bridge_queue_depth gauge",
                 "codex_bridge_reply_verifications_total counter",
                 "codex_bridge_retention_removed_total counter",
                 "codex_bridge_running_turns gauge",
+                "codex_bridge_sqlite_heap_bytes gauge",
                 "codex_bridge_start_time_seconds gauge",
                 "codex_bridge_store_up gauge",
                 "codex_bridge_task_transitions_total counter",
@@ -603,6 +620,8 @@ mod tests {
                 "codex_bridge_turns_in_progress gauge",
                 "codex_bridge_webhook_accept_duration_seconds histogram",
                 "codex_bridge_webhooks_total counter",
+                "process_open_fds gauge",
+                "process_resident_memory_bytes gauge",
             ]
         );
         for line in [
@@ -623,6 +642,8 @@ mod tests {
             "codex_bridge_tasks{state=\"running\"} 0\n",
             "codex_bridge_actors{kind=\"repo\"} 1\n",
             "codex_bridge_store_up 1\n",
+            "process_resident_memory_bytes 83886080\n",
+            "codex_bridge_sqlite_heap_bytes 9437184\n",
             "codex_bridge_build_info{version=\"",
         ] {
             assert!(text.contains(line), "{line:?} in\n{text}");
@@ -635,6 +656,8 @@ mod tests {
             "codex_bridge_queue_depth",
             "codex_bridge_tasks",
             "codex_bridge_actors",
+            "process_resident_memory_bytes",
+            "codex_bridge_heap_allocated_bytes",
         ] {
             assert!(!text.contains(&format!("# TYPE {absent} ")), "{absent}");
         }
