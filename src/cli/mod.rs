@@ -285,7 +285,7 @@ pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
     let actor = format!("admin:{}", args.operator);
     let event = conn
         .write_transaction(|c| {
-            tasks::reconcile(
+            store::control::reconcile(
                 c,
                 &args.task_id,
                 &args.attempt_id,

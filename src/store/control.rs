@@ -200,6 +200,7 @@ pub fn cancel_task(
                 ),
             });
         }
+        child_stays_whole(conn, &task)?;
         transition_by_operator(conn, req, &task, TaskState::Cancelled, "task.cancel")
     })
 }
@@ -220,6 +221,7 @@ pub fn drop_entry(
             queue_id,
             "drop takes held entries; cancel or abort the task instead",
         )?;
+        child_stays_whole(conn, &task)?;
         transition_by_operator(conn, req, &task, TaskState::Cancelled, "outbox.drop")
     })
 }
@@ -304,6 +306,34 @@ pub fn abort_task(
     })
 }
 
+/// An operator does not end one turn of a delegated child that is still
+/// open: nothing would then run for the child, nor tell its parent (a
+/// handoff's parent would wait for good). The child is cancelled whole
+/// instead, which cancels its turn not yet started and gives the parent an
+/// incomplete result; a turn that is still uncertain may be reconciled or
+/// dropped after that.
+fn child_stays_whole(conn: &mut DbConn, task: &super::models::Task) -> Result<(), StoreError> {
+    if task.session_key.child().is_none() {
+        return Ok(());
+    }
+    let child = match &task.workflow_id {
+        Some(id) => super::workflows::find(conn, id)?,
+        None => super::workflows::live(conn, &task.session_key)?,
+    };
+    match child {
+        Some(w) if !w.state.is_end() => Err(StoreError::Refused {
+            code: "child_open",
+            message: format!(
+                "task {} is a turn of delegated child workflow {}, which is `{}`: cancel the child \
+                 instead (POST /api/gitea-workflow/workflows/{}/cancel), which cancels its turn \
+                 not yet started and gives its parent an incomplete result",
+                task.task_id, w.workflow_id, w.state, w.workflow_id
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn transition_by_operator(
     conn: &mut DbConn,
     req: &ControlRequest,
@@ -341,7 +371,25 @@ fn transition_by_operator(
     )
 }
 
-/// The operator's reconciliation through the admin API (same rules as the CLI).
+/// The operator's reconciliation of a task's uncertain attempt, as the admin
+/// API and the CLI both do it: refused for a turn of an open delegated child
+/// (cancel the child first), otherwise [`super::tasks::reconcile`].
+pub fn reconcile(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    attempt_id: &str,
+    verdict: super::tasks::Verdict,
+    actor: &str,
+    reason: &str,
+) -> Result<AuditView, StoreError> {
+    if let Some(task) = super::tasks::find(conn, task_id)? {
+        child_stays_whole(conn, &task)?;
+    }
+    super::tasks::reconcile(conn, task_id, attempt_id, verdict, actor, reason)
+}
+
+/// The operator's reconciliation through the admin API, idempotent by its
+/// `requestId`.
 pub fn reconcile_task(
     conn: &mut DbConn,
     req: &ControlRequest,
@@ -350,6 +398,6 @@ pub fn reconcile_task(
     verdict: super::tasks::Verdict,
 ) -> Result<AuditView, StoreError> {
     idempotent(conn, req, "task.reconcile", task_id, |conn| {
-        super::tasks::reconcile(conn, task_id, attempt_id, verdict, &req.actor, &req.reason)
+        reconcile(conn, task_id, attempt_id, verdict, &req.actor, &req.reason)
     })
 }

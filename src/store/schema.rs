@@ -228,6 +228,8 @@ diesel::table! {
         acked_by_task -> Nullable<Text>,
         created_at -> Text,
         updated_at -> Text,
+        delivered_at -> Nullable<Text>,
+        acknowledged_at -> Nullable<Text>,
     }
 }
 

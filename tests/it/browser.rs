@@ -220,7 +220,9 @@ pub(crate) async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
 pub(crate) async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool) -> String {
-    let last = std::cell::RefCell::new(String::new());
+    // `None` until the element was found once: a failure then says whether
+    // the element never appeared or showed other text.
+    let last = std::cell::RefCell::new(None::<String>);
     let shown = poll_until_async(WAIT, || async {
         let Ok(e) = c.find(Locator::Css(css)).await else {
             return false;
@@ -229,16 +231,25 @@ pub(crate) async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool)
             return false;
         };
         let done = ok(&t);
-        *last.borrow_mut() = t;
+        *last.borrow_mut() = Some(t);
         done
     })
     .await;
-    let last = last.into_inner();
-    assert!(
-        shown,
-        "{css} never showed the expected text; last: {last:?}"
-    );
-    last
+    match last.into_inner() {
+        Some(last) if shown => last,
+        Some(last) => panic!("{css} never showed the expected text; last: {last:?}"),
+        None => {
+            let page = c
+                .execute(
+                    "return [location.hash, document.body.innerText.slice(0, 2000)]",
+                    vec![],
+                )
+                .await
+                .map(|v| v.to_string())
+                .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            panic!("{css} never appeared in {WAIT:?}; the page: {page}")
+        }
+    }
 }
 
 /// Waits until the `title` of `css` satisfies `ok`; returns it. Read in one

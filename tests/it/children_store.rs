@@ -4,8 +4,9 @@
 //! same assignment; a result is recorded once, delivered at least once to
 //! the workflow it is bound to and acknowledged exactly once; a handoff's
 //! parent waits and opens again with the result; the parent's end cancels
-//! its children and terminalises what was bound to it; the reconciliation
-//! after a restart redelivers and is idempotent.
+//! its children and terminalises what was bound to it; a parent waiting for
+//! its owner keeps its results through a restart; the reconciliation after
+//! a restart redelivers and is idempotent.
 
 use crate::support::*;
 use codex_bridge::domain::policy::{ApprovalPolicy, Sandbox};
@@ -22,12 +23,12 @@ use codex_bridge::store::workflows::results::{self, Acked, NewResult};
 use codex_bridge::store::workflows::{self, Workflow};
 use codex_bridge::store::{run_migrations, tasks, worktrees, DbConn, StoreError};
 
-const LIMITS: WorkflowLimits = WorkflowLimits {
+pub(crate) const LIMITS: WorkflowLimits = WorkflowLimits {
     max_idle_finals: 5,
     max_turns: 100,
 };
 
-fn comment(c: &mut DbConn, id: i64, text: &str) -> Task {
+pub(crate) fn comment(c: &mut DbConn, id: i64, text: &str) -> Task {
     let req = crate::actors::request("widgets", 1, id, text);
     let out = c.write_transaction(|c| ingest::ingest(c, &req)).unwrap();
     let IngestOutcome::Accepted { task_id, .. } = out else {
@@ -36,7 +37,7 @@ fn comment(c: &mut DbConn, id: i64, text: &str) -> Task {
     tasks::find(c, &task_id).unwrap().unwrap()
 }
 
-fn assign<'a>(
+pub(crate) fn assign<'a>(
     parent: &'a Workflow,
     by: &'a Task,
     mode: ChildMode,
@@ -56,7 +57,7 @@ fn assign<'a>(
     }
 }
 
-fn report(summary: &str) -> ResultReport {
+pub(crate) fn report(summary: &str) -> ResultReport {
     ResultReport {
         summary: summary.into(),
         files_changed: vec!["src/parser.rs".into()],
@@ -66,19 +67,41 @@ fn report(summary: &str) -> ResultReport {
     }
 }
 
-fn fresh(c: &mut DbConn, w: &Workflow) -> Workflow {
+pub(crate) fn fresh(c: &mut DbConn, w: &Workflow) -> Workflow {
     workflows::find(c, &w.workflow_id).unwrap().unwrap()
 }
 
-fn launched(out: Launched) -> children::Child {
+pub(crate) fn launched(out: Launched) -> children::Child {
     match out {
         Launched::New { child } => child,
         other => panic!("not launched: {other:?}"),
     }
 }
 
+/// A migrated store at `url` with a parent workflow, opened by a comment
+/// saying `text`, that delegated `what` as `mode`: the connection, the
+/// asking task, the parent as it was before the launch, and the child.
+pub(crate) fn with_child(
+    url: &str,
+    text: &str,
+    mode: ChildMode,
+    what: &str,
+) -> (DbConn, Task, Workflow, children::Child) {
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    let asker = comment(&mut c, 1, text);
+    let parent = c
+        .write_transaction(|c| workflows::join(c, &asker, text))
+        .unwrap();
+    let child = launched(
+        c.write_transaction(|c| children::launch(c, &assign(&parent, &asker, mode, what)))
+            .unwrap(),
+    );
+    (c, asker, parent, child)
+}
+
 /// The child's first task, queued in its own session.
-fn first_task(c: &mut DbConn, child: &children::Child) -> Task {
+pub(crate) fn first_task(c: &mut DbConn, child: &children::Child) -> Task {
     use codex_bridge::store::schema::tasks as t;
     use diesel::prelude::*;
     let t: Task = codex_bridge::with_conn!(c, |x| t::table
@@ -91,7 +114,7 @@ fn first_task(c: &mut DbConn, child: &children::Child) -> Task {
     t
 }
 
-fn record(
+pub(crate) fn record(
     c: &mut DbConn,
     child: &Workflow,
     by: &Task,
@@ -306,8 +329,12 @@ fn children_rows(url: &str) {
     let t = tasks::find(&mut c, &second_task.task_id).unwrap().unwrap();
     assert_eq!(t.state, TaskState::Cancelled);
     // A result recorded after is refused: its child has ended.
+    let second_w = fresh(&mut c, &second_w);
     let late = record(&mut c, &second_w, &second_task, "too late");
-    assert!(matches!(late, Err(StoreError::Refused { .. })), "{late:?}");
+    assert!(
+        matches!(&late, Err(StoreError::Refused { code, .. }) if *code == results::CHILD_NOT_OPEN),
+        "{late:?}"
+    );
 }
 
 #[test]
@@ -327,18 +354,8 @@ fn children_rows_postgres() {
 /// terminalised, never rebound; the parent is continued again after a
 /// restart while a result waits for it.
 fn handoff_rows(url: &str) {
-    let mut c = connect(url);
-    run_migrations(&mut c).unwrap();
-    let asker = comment(&mut c, 1, "@ccbot hand it over");
-    let parent = c
-        .write_transaction(|c| workflows::join(c, &asker, "hand it over"))
-        .unwrap();
-    let child = launched(
-        c.write_transaction(|c| {
-            children::launch(c, &assign(&parent, &asker, ChildMode::Handoff, "do it"))
-        })
-        .unwrap(),
-    );
+    let (mut c, asker, parent, child) =
+        with_child(url, "@ccbot hand it over", ChildMode::Handoff, "do it");
     let parent = fresh(&mut c, &parent);
     assert_eq!(parent.state, WorkflowState::WaitingChild);
     assert!(!workflows::continuation_pending(&mut c, &parent.workflow_id).unwrap());
@@ -416,4 +433,161 @@ fn handoff_rows_sqlite() {
 fn handoff_rows_postgres() {
     let db = PgDb::create();
     handoff_rows(&db.url);
+}
+
+/// A child's result that arrives while its parent waits for its owner waits
+/// with it, through a restart too: the reconciliation leaves it pending and
+/// moves nothing, and the turn that follows the owner's answer carries it.
+fn gated_rows(url: &str) {
+    use codex_bridge::domain::workflow::GateKind;
+    let (mut c, asker, parent, child) = with_child(
+        url,
+        "@ccbot fix the parser, then ask me",
+        ChildMode::Assign,
+        "implement",
+    );
+    let parent = fresh(&mut c, &parent);
+    c.write_transaction(|c| {
+        workflows::gate(
+            c,
+            &parent,
+            parent.version,
+            GateKind::Publish,
+            "May I publish?",
+            &asker.task_id,
+        )
+    })
+    .unwrap();
+    let task = first_task(&mut c, &child);
+    let cw = workflows::find(&mut c, &child.workflow_id)
+        .unwrap()
+        .unwrap();
+    let id = record(&mut c, &cw, &task, "implemented while gated").unwrap();
+    let parent = fresh(&mut c, &parent);
+    assert_eq!(parent.state, WorkflowState::WaitingOwner);
+    assert!(
+        !workflows::continuation_pending(&mut c, &parent.workflow_id).unwrap(),
+        "nothing runs past the owner"
+    );
+
+    for _ in 0..2 {
+        let r = c
+            .write_transaction(|c| results::after_restart(c, LIMITS, "default"))
+            .unwrap();
+        assert_eq!(r.terminalised, 0, "a gate is not an end: {r:?}");
+        let listed = results::list(&mut c, &parent.workflow_id).unwrap();
+        assert_eq!(listed[0].delivery.state, DeliveryState::Pending);
+        let parent = fresh(&mut c, &parent);
+        assert_eq!(parent.state, WorkflowState::WaitingOwner);
+        assert!(!workflows::continuation_pending(&mut c, &parent.workflow_id).unwrap());
+    }
+
+    // The owner answers; the turn that follows carries the result, which
+    // the parent then acknowledges.
+    let answer = comment(&mut c, 2, "@ccbot yes, publish");
+    c.write_transaction(|c| {
+        workflows::resume(c, &parent, parent.version, Some(&answer.task_id), "bob")
+    })
+    .unwrap();
+    let parent = fresh(&mut c, &parent);
+    let carried = c
+        .write_transaction(|c| results::carry(c, &parent, &answer.task_id))
+        .unwrap();
+    assert_eq!(carried.len(), 1);
+    assert_eq!(carried[0].report.summary, "implemented while gated");
+    let acked = c
+        .write_transaction(|c| results::ack(c, &parent, &id, &answer.task_id))
+        .unwrap();
+    assert_eq!(acked, Acked::Now);
+}
+
+#[test]
+fn gated_rows_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    gated_rows(&format!("sqlite://{}", dir.path().join("g.db").display()));
+}
+
+#[test]
+fn gated_rows_postgres() {
+    let db = PgDb::create();
+    gated_rows(&db.url);
+}
+
+/// An operator's cancel of one turn of an open child is refused (the child
+/// would be left with nothing to run and its handoff parent waiting for
+/// good); cancelling the child whole cancels that turn and gives the parent
+/// its incomplete result, which ends the wait.
+fn operator_rows(url: &str) {
+    use codex_bridge::store::control::{self, ControlRequest};
+    let (mut c, _, parent, child) = with_child(
+        url,
+        "@ccbot hand the parser over",
+        ChildMode::Handoff,
+        "parse",
+    );
+    let task = first_task(&mut c, &child);
+    let req = |id: &str| ControlRequest {
+        request_id: id.into(),
+        reason: "stuck".into(),
+        actor: "admin:ops".into(),
+    };
+    let refused = c.write_transaction(|c| control::cancel_task(c, &req("r1"), &task.task_id));
+    match refused {
+        Err(StoreError::Refused { code, message }) => {
+            assert_eq!(code, "child_open");
+            assert!(message.contains(&format!("workflows/{}/cancel", child.workflow_id)));
+        }
+        other => panic!("an open child's turn was cancelled alone: {other:?}"),
+    }
+    // Nor may the CLI's (or the API's) reconciliation end it.
+    let reconciled = c.write_transaction(|c| {
+        control::reconcile(
+            c,
+            &task.task_id,
+            "attempt-1",
+            codex_bridge::store::tasks::Verdict::Failed,
+            "admin:ops",
+            "stuck",
+        )
+    });
+    assert!(
+        matches!(&reconciled, Err(StoreError::Refused { code, .. }) if *code == "child_open"),
+        "{reconciled:?}"
+    );
+    assert_eq!(
+        tasks::find(&mut c, &task.task_id).unwrap().unwrap().state,
+        TaskState::Queued
+    );
+
+    c.write_transaction(|c| {
+        workflows::admin::cancel(c, &req("r2"), &child.workflow_id, LIMITS, "default")
+    })
+    .unwrap();
+    assert_eq!(
+        tasks::find(&mut c, &task.task_id).unwrap().unwrap().state,
+        TaskState::Cancelled,
+        "the child's turn not yet started ends with it"
+    );
+    let listed = results::list(&mut c, &parent.workflow_id).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].incomplete);
+    let parent = fresh(&mut c, &parent);
+    assert_eq!(
+        parent.state,
+        WorkflowState::Open,
+        "the handoff's wait ended"
+    );
+    assert!(workflows::continuation_pending(&mut c, &parent.workflow_id).unwrap());
+}
+
+#[test]
+fn operator_rows_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    operator_rows(&format!("sqlite://{}", dir.path().join("o.db").display()));
+}
+
+#[test]
+fn operator_rows_postgres() {
+    let db = PgDb::create();
+    operator_rows(&db.url);
 }

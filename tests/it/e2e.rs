@@ -113,6 +113,24 @@ impl Loop {
                 "task detail: {}",
                 serde_json::to_string_pretty(&d["audit"]).unwrap()
             );
+            // Whether the turn reached the model, and what it was last asked:
+            // a turn that never asked differs from one whose answer was lost.
+            let asked = self.model().requests();
+            let last: Vec<String> = asked
+                .last()
+                .map(|r| {
+                    crate::fakemodel::user_texts(r)
+                        .iter()
+                        .rev()
+                        .take(2)
+                        .map(|t| t.chars().take(200).collect())
+                        .collect()
+                })
+                .unwrap_or_default();
+            eprintln!(
+                "the model was asked {} time(s); the newest request's last user texts: {last:?}",
+                asked.len()
+            );
             let logs = self.app.logs();
             let tail: Vec<&str> = logs.lines().rev().take(40).collect();
             eprintln!(

@@ -101,7 +101,8 @@ fn requests_with(l: &Loop, needle: &str) -> Vec<Value> {
         .collect()
 }
 
-const COMMIT: &str = "git -c user.email=child@example.test -c user.name=child commit -qm";
+pub(crate) const COMMIT: &str =
+    "git -c user.email=child@example.test -c user.name=child commit -qm";
 
 /// The seed's concrete example: the top-level agent assigns an
 /// implementation child and goes on; the child commits in its own worktree
@@ -152,8 +153,9 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
             "blockers": ["BLOCKER-EMPTY: an empty input panics in parse()"],
         }),
     );
-    // Continuation 2 carries the review: acknowledge, fix, re-run the
-    // checks, and only then complete.
+    // Continuation 2 carries the review: list what the children gave,
+    // acknowledge, fix, re-run the checks, and only then complete.
+    l.model().push(call("list_results", json!({})));
     l.model()
         .push(call("ack_result", json!({"resultId": "{{result}}"})));
     l.model().push(Step::shell(
@@ -203,6 +205,73 @@ fn e2e_the_parent_delegates_reads_acknowledges_and_completes_the_workflow_itself
         listed[1].report.blockers,
         vec!["BLOCKER-EMPTY: an empty input panics in parse()".to_owned()]
     );
+
+    // list_results showed the first result acknowledged and the review
+    // delivered, no child still working.
+    let listed_out: Value = l
+        .model()
+        .requests()
+        .iter()
+        .flat_map(crate::fakemodel::tool_outputs)
+        .find_map(|(_, v)| {
+            let text = match v {
+                Value::String(s) => s,
+                Value::Array(items) => items.iter().filter_map(|i| i["text"].as_str()).collect(),
+                other => other.to_string(),
+            };
+            serde_json::from_str::<Value>(&text)
+                .ok()
+                .filter(|j| j.get("childrenWorking").is_some())
+        })
+        .expect("list_results answered the parent");
+    assert_eq!(listed_out["childrenWorking"], 0, "{listed_out}");
+    let statuses: Vec<&str> = listed_out["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["acknowledged", "delivered"], "{listed_out}");
+
+    // The operators' API names the tree as documented: each child with its
+    // parent, kind, thread and worktree; each result with its parent, child,
+    // status and times.
+    let page = l
+        .app
+        .admin_get(&format!("/api/gitea-workflow/workflows/{id}"));
+    assert_eq!(page.status, 200, "{:?}", page.json);
+    for child in page.json["children"].as_array().unwrap() {
+        assert_eq!(child["parentWorkflowId"], id.to_string());
+        assert_eq!(child["kind"], "assign");
+        assert!(
+            child["threadId"].as_str().is_some_and(|t| !t.is_empty()),
+            "{child}"
+        );
+        assert!(
+            child["worktree"].as_str().unwrap().contains("-child-"),
+            "{child}"
+        );
+    }
+    for (r, kid) in page.json["results"].as_array().unwrap().iter().zip(&kids) {
+        assert_eq!(r["workflowId"], id.to_string(), "{r}");
+        assert_eq!(r["childWorkflowId"], kid.workflow_id.to_string(), "{r}");
+        assert_eq!(r["status"], "acknowledged", "{r}");
+        let (delivered, acked) = (
+            r["deliveredAt"].as_str().expect("deliveredAt"),
+            r["acknowledgedAt"].as_str().expect("acknowledgedAt"),
+        );
+        assert!(delivered <= acked, "{r}");
+        for field in [
+            "resultId",
+            "summary",
+            "filesChanged",
+            "checksRun",
+            "risks",
+            "blockers",
+        ] {
+            assert!(r.get(field).is_some(), "{field} in {r}");
+        }
+    }
 
     // The implementation committed on its own branch, in its own worktree.
     let wt = l.app.dir().join(format!(

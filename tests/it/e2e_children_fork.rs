@@ -29,7 +29,19 @@ fn e2e_a_forked_child_starts_from_the_parents_conversation_with_a_childs_tools()
     ));
     l.script_reply(n, "A forked child is on it.");
     // The fork has its parent's tools; the bridge answers it as the child
-    // it is: delegating is refused, recording its result is taken.
+    // it is: ending the workflow, asking the owner and delegating are
+    // refused, recording its result is taken.
+    l.model().push_for(
+        "TASK-FORKED",
+        call("complete_workflow", json!({"summary": "CHILD-SELF-DONE"})),
+    );
+    l.model().push_for(
+        "TASK-FORKED",
+        call(
+            "request_owner_gate",
+            json!({"question": "GATE-FROM-CHILD-5512: may I publish?", "kind": "publish"}),
+        ),
+    );
     l.model().push_for(
         "TASK-FORKED",
         call(
@@ -111,11 +123,19 @@ fn e2e_a_forked_child_starts_from_the_parents_conversation_with_a_childs_tools()
         .flat_map(tool_outputs)
         .map(|(_, v)| v.to_string())
         .collect();
+    for refused in [
+        "a delegated child does not end a workflow",
+        "a delegated child does not ask the owner",
+        "a delegated child cannot delegate",
+    ] {
+        assert!(
+            outputs.iter().any(|o| o.contains(refused)),
+            "the forked child was refused ({refused}): {outputs:?}"
+        );
+    }
     assert!(
-        outputs
-            .iter()
-            .any(|o| o.contains("a delegated child cannot delegate")),
-        "the forked child's assign_child was refused: {outputs:?}"
+        l.bot_comments(n, "GATE-FROM-CHILD-5512").is_empty(),
+        "a child opens no gate in its parent's thread"
     );
     assert!(
         outputs

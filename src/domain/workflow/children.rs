@@ -16,7 +16,7 @@
 
 use crate::domain::policy::{ApprovalPolicy, Sandbox};
 use crate::domain::states::text_enum;
-use crate::domain::workflow::WorkflowState;
+use crate::domain::workflow::{ToolCall, WorkflowState};
 
 text_enum!(
     /// How a parent hands work to a child.
@@ -112,6 +112,38 @@ pub fn offered_tools(child: bool) -> &'static [&'static str] {
             "list_results",
             "record_result",
         ]
+    }
+}
+
+/// Why a thread may not make `call`, or `None` when it may: a delegated
+/// child only records its result (it never ends, gates or delegates for
+/// its parent, nor reads or acknowledges results); a top-level workflow
+/// ends with `complete_workflow`, never with a result of its own.
+pub fn refusal(call: &ToolCall, child: bool) -> Option<&'static str> {
+    match (call, child) {
+        (ToolCall::RecordResult(_), true) => None,
+        (ToolCall::RecordResult(_), false) => Some(
+            "record_result is a delegated child's tool; this workflow ends with complete_workflow",
+        ),
+        (_, false) => None,
+        (ToolCall::CompleteWorkflow { .. }, true) => Some(
+            "a delegated child does not end a workflow: record your result with record_result, \
+             and your parent decides when the work is complete",
+        ),
+        (ToolCall::RequestOwnerGate { .. }, true) => Some(
+            "a delegated child does not ask the owner: record your result with record_result, \
+             and name the question among its blockers for your parent",
+        ),
+        (ToolCall::AssignChild(_) | ToolCall::HandoffChild(_), true) => Some(
+            "a delegated child cannot delegate: record your result with record_result, and \
+             name there the work that still needs doing",
+        ),
+        (ToolCall::AckResult { .. }, true) => {
+            Some("a delegated child acknowledges nothing: results go to the top-level workflow")
+        }
+        (ToolCall::ListResults, true) => {
+            Some("a delegated child has no children's results to list")
+        }
     }
 }
 
@@ -247,16 +279,58 @@ pub fn child_exited(has_result: bool, recovered: i64, max_recovery: i64) -> Chil
     }
 }
 
-/// Whether a child may record its result: once, and never after its
-/// `incomplete` result was recorded for it.
-pub fn may_record(already_recorded: bool) -> bool {
-    !already_recorded
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A thread may call exactly what it is offered, except that a
+    /// top-level thread (offered `record_result` for its forks' sake) may
+    /// not record a result: a forked child keeps its parent's tools and
+    /// must still never end, gate, delegate or acknowledge for it.
+    #[test]
+    fn a_thread_may_call_what_it_is_offered_and_a_child_only_record_result() {
+        use crate::domain::workflow::{Delegation, GateKind, ResultReport};
+        let delegation = Delegation {
+            title: "t".into(),
+            instructions: "i".into(),
+            fork: true,
+        };
+        let every = [
+            ToolCall::CompleteWorkflow {
+                summary: "s".into(),
+            },
+            ToolCall::RequestOwnerGate {
+                question: "q".into(),
+                kind: GateKind::Publish,
+            },
+            ToolCall::AssignChild(delegation.clone()),
+            ToolCall::HandoffChild(delegation),
+            ToolCall::RecordResult(ResultReport::incomplete("s".into(), "r", "b")),
+            ToolCall::AckResult {
+                result_id: "r".into(),
+            },
+            ToolCall::ListResults,
+        ];
+        let mut names: Vec<&str> = every.iter().map(ToolCall::name).collect();
+        let mut offered = offered_tools(false).to_vec();
+        names.sort();
+        offered.sort();
+        assert_eq!(names, offered, "one call of every tool");
+        for call in &every {
+            let name = call.name();
+            assert_eq!(
+                refusal(call, true).is_none(),
+                offered_tools(true).contains(&name),
+                "a child's {name}"
+            );
+            assert_eq!(
+                refusal(call, false).is_none(),
+                name != "record_result",
+                "a top-level thread's {name}"
+            );
+        }
+    }
 
     /// Any authority a thread may have (also the trust rules' tests').
     pub(crate) fn authority() -> impl Strategy<Value = Authority> {
@@ -392,11 +466,5 @@ pub(crate) mod tests {
             }
             prop_assert_eq!(child_exited(true, recovered, max), ChildExit::Done);
         }
-    }
-
-    #[test]
-    fn a_late_result_is_refused() {
-        assert!(may_record(false));
-        assert!(!may_record(true));
     }
 }

@@ -2,7 +2,10 @@
 //! result is immutable once recorded; its delivery is bound to the exact
 //! parent workflow (and the logical turn) that created the child, and moves
 //! `pending → delivered → acknowledged`, or ends `terminalised` when that
-//! workflow is no longer open.
+//! workflow has ended. A workflow waiting for its owner has not: its
+//! results wait with it and the turn that follows the owner's answer
+//! carries them (the gate fences the pending continuation, which would
+//! otherwise run past the owner, not the child's finished work).
 //!
 //! The promises (property-tested below):
 //! - Delivery is at least once: a delivered result not yet acknowledged is
@@ -10,8 +13,8 @@
 //! - Acknowledging is exactly once: a second acknowledgement changes
 //!   nothing; one for a result never delivered to that workflow, or by
 //!   another workflow, is refused.
-//! - A delivery whose workflow is no longer open is terminalised, never
-//!   moved to another workflow; an end is for good.
+//! - A delivery whose workflow ended is terminalised, never moved to
+//!   another workflow; an end is for good.
 
 use crate::domain::states::text_enum;
 use crate::domain::workflow::WorkflowState;
@@ -25,7 +28,7 @@ text_enum!(
         Delivered = "delivered",
         /// The parent said it incorporated it (`ack_result`).
         Acknowledged = "acknowledged",
-        /// Its workflow is no longer open: it goes nowhere.
+        /// Its workflow ended: it goes nowhere.
         Terminalised = "terminalised",
     }
 );
@@ -36,6 +39,39 @@ impl DeliveryState {
             self,
             DeliveryState::Acknowledged | DeliveryState::Terminalised
         )
+    }
+}
+
+text_enum!(
+    /// What an operator reads of a result at a glance: an incomplete one
+    /// says so whatever became of its delivery (its times say that);
+    /// otherwise how far its delivery got.
+    ResultStatus, "result status" {
+        /// Recorded; no turn of the parent has carried it yet.
+        Recorded = "recorded",
+        /// A turn of the parent carried it; not acknowledged yet.
+        Delivered = "delivered",
+        Acknowledged = "acknowledged",
+        /// The child's work did not end in a result of its own (or ended
+        /// unfinished): nothing in it is claimed done.
+        Incomplete = "incomplete",
+        /// Its parent ended before acknowledging it.
+        Terminalised = "terminalised",
+    }
+);
+
+impl ResultStatus {
+    /// `ever_delivered`: a turn carried it at least once (a restart makes
+    /// a delivered result pending again; it was still delivered).
+    pub fn of(incomplete: bool, delivery: DeliveryState, ever_delivered: bool) -> ResultStatus {
+        match (incomplete, delivery) {
+            (true, _) => ResultStatus::Incomplete,
+            (false, DeliveryState::Acknowledged) => ResultStatus::Acknowledged,
+            (false, DeliveryState::Terminalised) => ResultStatus::Terminalised,
+            (false, DeliveryState::Delivered) => ResultStatus::Delivered,
+            (false, DeliveryState::Pending) if ever_delivered => ResultStatus::Delivered,
+            (false, DeliveryState::Pending) => ResultStatus::Recorded,
+        }
     }
 }
 
@@ -99,7 +135,7 @@ pub fn decide(snap: &DeliverySnapshot, event: DeliveryEvent) -> DeliveryDecision
 fn step(snap: &DeliverySnapshot, event: DeliveryEvent) -> DeliveryStep {
     use DeliveryState as D;
     use DeliveryStep as S;
-    let open = snap.parent == WorkflowState::Open || snap.parent == WorkflowState::WaitingChild;
+    let open = !snap.parent.is_end();
     match (snap.state, event) {
         (_, DeliveryEvent::Ack { bound: false }) => S::RefuseAck(AckRefusal::NotYours),
         (D::Acknowledged, DeliveryEvent::Ack { .. }) => S::AlreadyAcknowledged,
@@ -107,7 +143,7 @@ fn step(snap: &DeliverySnapshot, event: DeliveryEvent) -> DeliveryStep {
         (D::Pending, DeliveryEvent::Ack { .. }) => S::RefuseAck(AckRefusal::NotDelivered),
         (D::Delivered, DeliveryEvent::Ack { .. }) => S::To(D::Acknowledged),
         (state, _) if state.is_end() => S::Nothing,
-        // Not open: it goes nowhere, and is never bound to another workflow.
+        // Ended: it goes nowhere, and is never bound to another workflow.
         (_, DeliveryEvent::Reconcile | DeliveryEvent::Carried | DeliveryEvent::Restarted)
             if !open =>
         {
@@ -146,6 +182,28 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_results_status_says_incomplete_first_then_how_far_it_got() {
+        use DeliveryState as D;
+        use ResultStatus as R;
+        for d in DeliveryState::ALL {
+            for ever in [false, true] {
+                assert_eq!(ResultStatus::of(true, *d, ever), R::Incomplete);
+            }
+        }
+        assert_eq!(ResultStatus::of(false, D::Pending, false), R::Recorded);
+        assert_eq!(ResultStatus::of(false, D::Pending, true), R::Delivered);
+        assert_eq!(ResultStatus::of(false, D::Delivered, true), R::Delivered);
+        assert_eq!(
+            ResultStatus::of(false, D::Acknowledged, true),
+            R::Acknowledged
+        );
+        assert_eq!(
+            ResultStatus::of(false, D::Terminalised, false),
+            R::Terminalised
+        );
+    }
+
     fn after(s: &DeliverySnapshot, step: DeliveryStep) -> DeliveryState {
         match step {
             DeliveryStep::To(to) => to,
@@ -182,8 +240,8 @@ mod tests {
         }
 
         #[test]
-        fn a_delivery_for_a_workflow_no_longer_open_goes_nowhere(s in snapshot(), e in event()) {
-            let open = matches!(s.parent, WorkflowState::Open | WorkflowState::WaitingChild);
+        fn a_delivery_for_a_workflow_that_ended_goes_nowhere(s in snapshot(), e in event()) {
+            let open = !s.parent.is_end();
             let to = after(&s, decide(&s, e).step);
             if !open && !s.state.is_end() && !matches!(e, DeliveryEvent::Ack { .. }) {
                 prop_assert_eq!(to, DeliveryState::Terminalised);
@@ -194,12 +252,16 @@ mod tests {
         }
 
         /// Carried and restarted at random, a result is carried again until
-        /// it is acknowledged, and acknowledged once.
+        /// it is acknowledged, and acknowledged once — whether its workflow
+        /// works, waits for a child or waits for its owner.
         #[test]
         fn delivery_is_at_least_once_and_acknowledgement_exactly_once(
             events in proptest::collection::vec(event(), 1..40),
+            parent in proptest::sample::select(vec![
+                WorkflowState::Open, WorkflowState::WaitingChild, WorkflowState::WaitingOwner,
+            ]),
         ) {
-            let mut s = DeliverySnapshot { state: DeliveryState::Pending, version: 0, parent: WorkflowState::Open };
+            let mut s = DeliverySnapshot { state: DeliveryState::Pending, version: 0, parent };
             let mut acks = 0;
             for e in events {
                 let d = decide(&s, e);

@@ -77,6 +77,9 @@ pub struct WorkflowTurn {
 pub struct ChildView {
     #[serde(flatten)]
     pub workflow: Workflow,
+    /// How it was delegated: `assign` (the parent went on) or `handoff`
+    /// (the parent waited); the same as its `childMode`.
+    pub kind: Option<crate::domain::workflow::children::ChildMode>,
     pub thread_id: Option<String>,
     /// Its worktree's folder under the repository's worktrees, and its branch.
     pub worktree: String,
@@ -109,6 +112,7 @@ pub fn detail(conn: &mut DbConn, id: &WorkflowId) -> Result<Option<WorkflowDetai
             crate::store::sessions::session(conn, &child.session_key)?.and_then(|s| s.thread_id);
         let tree = crate::domain::worktree::WorktreeId::of(&child.session_key);
         children.push(ChildView {
+            kind: child.child_mode,
             thread_id,
             worktree: tree.dir_name(),
             branch: tree.branch(),

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::domain::workflow::decide::{self as flow, WorkflowEvent, WorkflowLimits, WorkflowStep};
 use crate::domain::workflow::results::{
-    decide, AckRefusal, DeliveryEvent, DeliverySnapshot, DeliveryState, DeliveryStep,
+    decide, AckRefusal, DeliveryEvent, DeliverySnapshot, DeliveryState, DeliveryStep, ResultStatus,
 };
 use crate::domain::workflow::CONTINUATION_TEXT;
 use crate::domain::workflow::{ResultReport, WorkflowState};
@@ -83,6 +83,9 @@ pub struct Delivery {
     pub acked_by_task: Option<TaskId>,
     pub created_at: String,
     pub updated_at: String,
+    /// When a turn of the parent first carried it.
+    pub delivered_at: Option<String>,
+    pub acknowledged_at: Option<String>,
 }
 
 /// A result with its delivery, as the parent (and the admin view) sees it.
@@ -90,7 +93,12 @@ pub struct Delivery {
 #[serde(rename_all = "camelCase")]
 pub struct ResultView {
     pub result_id: ResultId,
+    /// The parent workflow its delivery is bound to.
+    pub workflow_id: WorkflowId,
     pub child_workflow_id: WorkflowId,
+    pub status: ResultStatus,
+    pub delivered_at: Option<String>,
+    pub acknowledged_at: Option<String>,
     pub incomplete: bool,
     pub branch: Option<String>,
     #[serde(flatten)]
@@ -104,7 +112,11 @@ impl ResultView {
         ResultView {
             report: r.report(),
             result_id: r.result_id,
+            workflow_id: d.workflow_id.clone(),
             child_workflow_id: r.workflow_id,
+            status: ResultStatus::of(r.incomplete, d.state, d.delivered_at.is_some()),
+            delivered_at: d.delivered_at.clone(),
+            acknowledged_at: d.acknowledged_at.clone(),
             incomplete: r.incomplete,
             branch: r.branch,
             recorded_at: r.created_at,
@@ -298,6 +310,7 @@ pub fn carry(
         .set((
             result_deliveries::deliveries.eq(d.deliveries + 1),
             result_deliveries::carried_by_task.eq(task),
+            result_deliveries::delivered_at.eq(first_delivered(&d, &at, to)),
         ))
         .execute(c))?;
         if to == DeliveryState::Delivered {
@@ -306,6 +319,7 @@ pub fn carry(
                 version: d.version + 1,
                 deliveries: d.deliveries + 1,
                 carried_by_task: Some(task.clone()),
+                delivered_at: first_delivered(&d, &at, to),
                 updated_at: at,
                 ..d
             };
@@ -369,11 +383,14 @@ pub fn ack(
     );
     match step.step {
         DeliveryStep::To(to) => {
-            move_to(conn, &d, step.expected_version, to)?;
+            let at = move_to(conn, &d, step.expected_version, to)?;
             with_conn!(conn, |c| diesel::update(
                 result_deliveries::table.filter(result_deliveries::id.eq(d.id))
             )
-            .set(result_deliveries::acked_by_task.eq(task))
+            .set((
+                result_deliveries::acked_by_task.eq(task),
+                result_deliveries::acknowledged_at.eq(&at),
+            ))
             .execute(c))?;
             audit::record(
                 conn,
@@ -392,6 +409,14 @@ pub fn ack(
     }
 }
 
+/// When the delivery was first carried: kept once set, else now if this
+/// carry delivered it.
+fn first_delivered(d: &Delivery, at: &str, to: DeliveryState) -> Option<String> {
+    d.delivered_at
+        .clone()
+        .or_else(|| (to == DeliveryState::Delivered).then(|| at.to_owned()))
+}
+
 /// Results of the workflow's children, with their deliveries, oldest first.
 pub fn list(conn: &mut DbConn, workflow: &WorkflowId) -> Result<Vec<ResultView>, StoreError> {
     Ok(bound(conn, workflow, None)?
@@ -400,10 +425,16 @@ pub fn list(conn: &mut DbConn, workflow: &WorkflowId) -> Result<Vec<ResultView>,
         .collect())
 }
 
-/// Whether `task`'s turn carried a child's result to its workflow.
+/// Whether `task`'s turn brought its workflow a child's result it had not
+/// been given before: the durable progress a continuation's final counts
+/// as. A result carried again (not acknowledged yet, or after a restart) is
+/// not news; a parent that keeps ignoring one is idle, and its count of
+/// finals without progress goes on to the owner's gate instead of turning
+/// the same result over at every continuation.
 pub fn carried_by(conn: &mut DbConn, task: &TaskId) -> Result<bool, StoreError> {
     let n: i64 = with_conn!(conn, |c| result_deliveries::table
         .filter(result_deliveries::carried_by_task.eq(task))
+        .filter(result_deliveries::deliveries.eq(1))
         .count()
         .get_result(c))?;
     Ok(n > 0)
@@ -418,7 +449,7 @@ pub fn waiting(conn: &mut DbConn, workflow: &WorkflowId) -> Result<i64, StoreErr
         .get_result(c))?)
 }
 
-/// The workflow is no longer open for what its children deliver: every
+/// The workflow ended, so nothing its children deliver goes anywhere: every
 /// delivery bound to it that has not ended is terminalised (never moved to
 /// another workflow), in the caller's transaction.
 pub fn terminalise(conn: &mut DbConn, workflow: &WorkflowId) -> Result<(), StoreError> {
@@ -451,17 +482,18 @@ pub fn terminalise(conn: &mut DbConn, workflow: &WorkflowId) -> Result<(), Store
 pub struct Reconciled {
     /// Delivered, not acknowledged: pending again.
     pub redelivered: usize,
-    /// Bound to a workflow no longer open.
+    /// Bound to a workflow that ended.
     pub terminalised: usize,
-    /// Open workflows (or waiting for a child) with results pending: each
-    /// must have a turn coming that carries them.
+    /// Workflows that have not ended with results pending: each open one
+    /// (or waiting for a child) must have a turn coming that carries them;
+    /// one waiting for its owner carries them after the answer.
     pub waiting: Vec<WorkflowId>,
 }
 
 /// After a restart, every delivery that has not ended is decided again
 /// (`Restarted`): what was carried but not acknowledged may not have been
-/// read, so it is pending again; one whose workflow is no longer open is
-/// terminalised. Idempotent: a second run finds nothing to change.
+/// read, so it is pending again; one whose workflow ended is terminalised
+/// (one waiting for its owner has not ended: its results wait with it). Idempotent: a second run finds nothing to change.
 pub fn reconcile(conn: &mut DbConn) -> Result<Reconciled, StoreError> {
     let live: Vec<Delivery> =
         with_conn!(conn, |c| result_deliveries::table

@@ -133,6 +133,7 @@ struct Counts {
     reconciliations: i64,
     operator_reconciled: usize,
     released: usize,
+    cleared: usize,
     ops: usize,
     replays: usize,
     approvals: usize,
@@ -212,6 +213,7 @@ fn run(db: Db, kills: u64) {
         reconciliations: checks.reconciliations,
         operator_reconciled: operator.reconciled,
         released: operator.released,
+        cleared: operator.cleared,
         ops: record.ops.len(),
         replays: record.replays,
         approvals: record.approvals + operator.approvals,
@@ -220,7 +222,8 @@ fn run(db: Db, kills: u64) {
     };
     eprintln!(
         "crashloop: kills {} accepted {} (webhooks undelivered {}) replies {} reconciliations {} (operator {}) \
-         released {} operations {} replays {} approvals {} violations {} in {:.0?} ({:.1} kills/min)",
+         released {} workspaces cleared {} operations {} replays {} approvals {} violations {} in {:.0?} \
+         ({:.1} kills/min)",
         counts.kills,
         counts.accepted,
         counts.undelivered,
@@ -228,6 +231,7 @@ fn run(db: Db, kills: u64) {
         counts.reconciliations,
         counts.operator_reconciled,
         counts.released,
+        counts.cleared,
         counts.ops,
         counts.replays,
         counts.approvals,
@@ -271,6 +275,7 @@ fn run(db: Db, kills: u64) {
 pub(crate) struct Operator {
     reconciled: usize,
     released: usize,
+    cleared: usize,
     approved: BTreeMap<String, Instant>,
     approvals: usize,
 }
@@ -296,6 +301,7 @@ impl Operator {
         })
         .unwrap();
         self.release_held(app);
+        self.clear_blocked(app);
         for u in uncertain {
             let Some(attempt) = u.attempt_id else {
                 continue;
@@ -359,6 +365,43 @@ impl Operator {
             // 409: the entry moved on meanwhile (it is no longer held).
             assert!(r.status == 200 || r.status == 409, "{:?}", r.json);
             self.released += 1;
+        }
+    }
+}
+
+#[derive(QueryableByName)]
+struct Blocked {
+    #[diesel(sql_type = diesel::sql_types::Text)]
+    task_id: String,
+    #[diesel(sql_type = diesel::sql_types::BigInt)]
+    state_version: i64,
+}
+
+impl Operator {
+    /// A turn killed mid-way leaves its worktree changed with no state
+    /// recorded at its end, so the session's next task waits in
+    /// `blocked_workspace` for a person to look (the bridge never takes
+    /// such changes over by itself). Here the person accepts the worktree
+    /// as it is, as `clear-workspace` does.
+    fn clear_blocked(&mut self, app: &TestApp) {
+        let blocked: Vec<Blocked> = codex_bridge::with_conn!(&mut app.db(), |c| {
+            diesel::sql_query(
+                "SELECT task_id, state_version FROM tasks WHERE state = 'blocked_workspace'",
+            )
+            .load(c)
+        })
+        .unwrap();
+        for b in blocked {
+            let r = app.admin_post(
+                &format!("/api/gitea-workflow/tasks/{}/clear-workspace", b.task_id),
+                &serde_json::json!({
+                    "requestId": format!("clear-{}-{}", b.task_id, b.state_version),
+                    "reason": "the crash loop's operator accepts the worktree as it is",
+                }),
+            );
+            // 409: the task moved on meanwhile (it is no longer blocked).
+            assert!(r.status == 200 || r.status == 409, "{:?}", r.json);
+            self.cleared += 1;
         }
     }
 }

@@ -33,12 +33,6 @@ impl TaskDrive {
         mode: ChildMode,
         asked: Delegation,
     ) -> Result<ToolAnswer, DriveError> {
-        if self.task.session_key.child().is_some() {
-            return Ok(refused(
-                "a delegated child cannot delegate: record your result with record_result, and \
-                 name there the work that still needs doing",
-            ));
-        }
         // Fail closed: with no policy to delegate from, nothing is delegated.
         let Some(repo) = self.policy else {
             return Ok(refused(
@@ -142,12 +136,6 @@ impl TaskDrive {
         &mut self,
         report: ResultReport,
     ) -> Result<ToolAnswer, DriveError> {
-        if self.task.session_key.child().is_none() {
-            return Ok(refused(
-                "record_result is a delegated child's tool; this workflow ends with \
-                 complete_workflow",
-            ));
-        }
         let task = self.task.clone();
         let branch = WorktreeId::of(&task.session_key).branch();
         let (limits, instance) = (
@@ -191,11 +179,6 @@ impl TaskDrive {
 
     /// `ack_result`: the workflow incorporated a result delivered to it.
     pub(super) async fn ack_result(&mut self, result: String) -> Result<ToolAnswer, DriveError> {
-        if self.task.session_key.child().is_some() {
-            return Ok(refused(
-                "a delegated child acknowledges nothing: results go to the top-level workflow",
-            ));
-        }
         let Ok(id) = ResultId::parse(&result) else {
             return Ok(refused(&format!(
                 "{result:?} is not a result id (result-<32 hex>); list_results names them"
@@ -227,11 +210,6 @@ impl TaskDrive {
     /// `list_results`: the results of the workflow's children, with where
     /// each delivery stands.
     pub(super) async fn list_results(&mut self) -> Result<ToolAnswer, DriveError> {
-        if self.task.session_key.child().is_some() {
-            return Ok(refused(
-                "a delegated child has no children's results to list",
-            ));
-        }
         let (task, title) = (self.task.clone(), self.workflow_title());
         let listed = self
             .deps

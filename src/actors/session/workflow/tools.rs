@@ -2,11 +2,12 @@
 //! is read and checked (a bad one gets an error the model can read), carried
 //! out against the task's workflow in one transaction with the decision it
 //! is, audited, and answered. The call is authorised by the turn it arrives
-//! on: it acts only on that task's own workflow.
+//! on: it acts only on that task's own workflow, and only as far as that
+//! task's session (a delegated child, or a top-level thread) may.
 
 use crate::actors::session::drive::{DriveError, TaskDrive};
 use crate::agent::ToolAnswer;
-use crate::domain::workflow::children::ChildMode;
+use crate::domain::workflow::children::{refusal, ChildMode};
 use crate::domain::workflow::decide::{decide, WorkflowEvent, WorkflowStep};
 use crate::domain::workflow::{GateKind, ToolCall};
 use crate::store::audit::{self, Audit};
@@ -23,20 +24,34 @@ impl TaskDrive {
         tool: &str,
         arguments: &serde_json::Value,
     ) -> Result<(), DriveError> {
-        let answer = match ToolCall::parse(tool, arguments) {
+        // Authorised by the session the call arrives on, not by what its
+        // thread was offered: a forked child has its parent's tools.
+        let child = self.task.session_key.child().is_some();
+        let call = ToolCall::parse(tool, arguments).map(|call| (refusal(&call, child), call));
+        let answer = match call {
             Err(e) => ToolAnswer {
                 success: false,
                 text: e.to_string(),
             },
-            Ok(ToolCall::CompleteWorkflow { summary }) => self.complete_workflow(summary).await?,
-            Ok(ToolCall::RequestOwnerGate { question, kind }) => {
+            Ok((Some(why), _)) => ToolAnswer {
+                success: false,
+                text: why.to_owned(),
+            },
+            Ok((None, ToolCall::CompleteWorkflow { summary })) => {
+                self.complete_workflow(summary).await?
+            }
+            Ok((None, ToolCall::RequestOwnerGate { question, kind })) => {
                 self.request_owner_gate(question, kind).await?
             }
-            Ok(ToolCall::AssignChild(asked)) => self.delegate(ChildMode::Assign, asked).await?,
-            Ok(ToolCall::HandoffChild(asked)) => self.delegate(ChildMode::Handoff, asked).await?,
-            Ok(ToolCall::RecordResult(report)) => self.record_result(report).await?,
-            Ok(ToolCall::AckResult { result_id }) => self.ack_result(result_id).await?,
-            Ok(ToolCall::ListResults) => self.list_results().await?,
+            Ok((None, ToolCall::AssignChild(asked))) => {
+                self.delegate(ChildMode::Assign, asked).await?
+            }
+            Ok((None, ToolCall::HandoffChild(asked))) => {
+                self.delegate(ChildMode::Handoff, asked).await?
+            }
+            Ok((None, ToolCall::RecordResult(report))) => self.record_result(report).await?,
+            Ok((None, ToolCall::AckResult { result_id })) => self.ack_result(result_id).await?,
+            Ok((None, ToolCall::ListResults)) => self.list_results().await?,
         };
         let task_id = self.task.task_id.clone();
         let (tool_name, success, text, turn) = (
