@@ -211,11 +211,25 @@ fn wait_state(s: &TestApp, task: &str, state: &str) {
 }
 
 pub(crate) async fn el(c: &Client, css: &str) -> fantoccini::elements::Element {
-    c.wait()
-        .at_most(WAIT)
-        .for_element(Locator::Css(css))
+    match c.wait().at_most(WAIT).for_element(Locator::Css(css)).await {
+        Ok(e) => e,
+        Err(e) => {
+            let page = page_now(c).await;
+            panic!("no element {css} appeared: {e}; the page: {page}")
+        }
+    }
+}
+
+/// What the page shows now, for a failure's message: where it is, its text,
+/// and the markup of its rows (the attributes a selector waits on).
+async fn page_now(c: &Client) -> String {
+    let read = "return [location.hash, document.body.innerText.slice(0, 2000), \
+                Array.from(document.querySelectorAll('tr')).slice(0, 40) \
+                .map(r => r.outerHTML.slice(0, 300))]";
+    c.execute(read, vec![])
         .await
-        .unwrap_or_else(|e| panic!("no element {css} appeared: {e}"))
+        .map(|v| v.to_string())
+        .unwrap_or_else(|e| format!("(unreadable: {e})"))
 }
 
 /// Waits until the text of `css` satisfies `ok`; returns it.
@@ -239,14 +253,7 @@ pub(crate) async fn text_until(c: &Client, css: &str, ok: impl Fn(&str) -> bool)
         Some(last) if shown => last,
         Some(last) => panic!("{css} never showed the expected text; last: {last:?}"),
         None => {
-            let page = c
-                .execute(
-                    "return [location.hash, document.body.innerText.slice(0, 2000)]",
-                    vec![],
-                )
-                .await
-                .map(|v| v.to_string())
-                .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            let page = page_now(c).await;
             panic!("{css} never appeared in {WAIT:?}; the page: {page}")
         }
     }
