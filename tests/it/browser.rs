@@ -316,6 +316,15 @@ pub(crate) async fn sign_in(c: &Client, s: &TestApp, token: &str) {
     let input = el(c, "#token").await;
     input.send_keys(token).await.unwrap();
     click(c, "#sign-in").await;
+    // The click only submits the form: until its answer has loaded, a
+    // `goto` of the caller races the form's redirect, and whichever lands
+    // last is the page the test sees.
+    let settled = "return document.readyState === 'complete' && \
+                   !!document.querySelector('#sign-out, #login-error')";
+    wait_until_async("the sign-in's answer to load", WAIT, || async {
+        c.execute(settled, vec![]).await.ok() == Some(json!(true))
+    })
+    .await;
 }
 
 /// Fills the open action dialog and confirms; returns the audit action shown.
