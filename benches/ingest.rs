@@ -14,8 +14,14 @@
 //! `writer_batch_max = 1`) and `sqlite-group` / `postgres-group` (default group commit).
 //!
 //! Environment: `BENCH_SECONDS` (measured phase, default 10), `BENCH_WARMUP_SECONDS`
-//! (default 2), `BENCH_CONNECTIONS` (default 64). Arguments that do not start with `-`
-//! select scenarios by substring (`scripts/bench sqlite`).
+//! (default 2), `BENCH_CONNECTIONS` (default 64), `BENCH_OUTSIDE=0` (skip the outside
+//! generator). Arguments that do not start with `-` select scenarios by substring
+//! (`scripts/bench sqlite`).
+//!
+//! After the in-process generator, `hmac-only`, `sqlite-group` and `postgres-group` (those
+//! selected) run again, each on a fresh server, under an outside generator: Debian's `wrk`
+//! replaying pre-signed deliveries (`ingest/outside.rs`), with the first seconds reported
+//! apart from the steady state.
 //!
 //! Without `--bench` (that is, under `cargo test --all-targets`) it runs a smoke
 //! version instead: a few hundred requests against `hmac-only` and `sqlite-group`,
@@ -24,6 +30,10 @@
 // Only `trigger_request` is used here.
 #[allow(dead_code)]
 mod common;
+#[path = "ingest/costs.rs"]
+mod costs;
+#[path = "ingest/outside.rs"]
+mod outside;
 #[path = "common/pg.rs"]
 mod pg;
 
@@ -259,13 +269,47 @@ fn run_full(args: &[String]) -> Result<()> {
             group.accepted_per_s / rate
         );
     }
-    let path = write_json(&reports, &checks, &plan, cores, store_only)?;
-    println!("\nfigures written to {}", path.display());
-    let failed: Vec<&str> = reports
+    // The outside generator, each scenario on a fresh server again.
+    let mut outside_reports = Vec::new();
+    let mut failed: Vec<String> = reports
         .iter()
         .filter(|r| r.failure.is_some())
-        .map(|r| r.name)
+        .map(|r| r.name.to_owned())
         .collect();
+    if env_number("BENCH_OUTSIDE", 1u8)? != 0 {
+        for scenario in [
+            Scenario::HmacOnly,
+            Scenario::SqliteGroup,
+            Scenario::PostgresGroup,
+        ] {
+            let Some(inside) = reports.iter().find(|r| r.name == scenario.name()) else {
+                continue;
+            };
+            let rate = (inside.accepted_per_s > 0.0).then_some(inside.accepted_per_s);
+            match run.outside(scenario, &plan, rate) {
+                Ok(r) => {
+                    if r.problem().is_some() {
+                        failed.push(format!("wrk {}", scenario.name()));
+                    }
+                    outside_reports.push(r);
+                }
+                Err(e) => {
+                    eprintln!("[wrk {}] FAILED: {e:#}", scenario.name());
+                    failed.push(format!("wrk {}", scenario.name()));
+                }
+            }
+        }
+        outside::print(&outside_reports, connections);
+    }
+    let path = write_json(
+        &reports,
+        &checks,
+        &plan,
+        cores,
+        store_only,
+        &outside_reports,
+    )?;
+    println!("\nfigures written to {}", path.display());
     if !failed.is_empty() {
         bail!("scenario(s) failed: {}", failed.join(", "));
     }
@@ -347,11 +391,10 @@ impl Run {
         })
     }
 
-    fn scenario(&self, scenario: Scenario, plan: &Plan) -> Result<Report> {
+    /// A freshly started server for `scenario`, on a fresh database.
+    fn start(&self, scenario: Scenario) -> Result<Started> {
         let name = scenario.name();
         eprintln!("[{name}] starting the server");
-        // Declared before the server so that it is dropped after it: the database goes
-        // only once nothing is connected to it.
         let pg = match (scenario.is_postgres(), &self.pg_url) {
             (true, Some(url)) => Some(PgDatabase::create(url)?),
             (true, None) => bail!("{name} needs TEST_DATABASE_URL (run scripts/bench)"),
@@ -366,6 +409,73 @@ impl Run {
                 pg.as_ref().map(|p| p.url.as_str()),
             )?,
         };
+        Ok(Started { server, pg })
+    }
+
+    /// `scenario` driven by the outside generator (see `outside.rs`): its
+    /// first seconds, then its steady state. `rate`: what the in-process
+    /// generator measured for it in this run, to size the pools.
+    fn outside(
+        &self,
+        scenario: Scenario,
+        plan: &Plan,
+        rate: Option<f64>,
+    ) -> Result<outside::OutsideReport> {
+        let name = scenario.name();
+        let mut pools = outside::Pools::new()?;
+        let first_for = plan.warmup.unwrap_or_default().max(Duration::from_secs(1));
+        let (first_pool, steady_pool) = if scenario.stores() {
+            let rate = rate.unwrap_or(outside::DEFAULT_RATE);
+            let first = outside::pool_size(rate, first_for, plan.connections);
+            let steady = outside::pool_size(rate, plan.measured, plan.connections);
+            eprintln!(
+                "[wrk {name}] writing {} pre-signed deliveries",
+                first + steady
+            );
+            (
+                pools.write(&self.factory, "first", first)?,
+                pools.write(&self.factory, "steady", steady)?,
+            )
+        } else {
+            let p = pools.cyclic(&self.factory)?;
+            (p.clone(), p)
+        };
+        settle_disk();
+        let Started { server, pg } = self.start(scenario)?;
+        eprintln!("[wrk {name}] first {:.0} s", first_for.as_secs_f64());
+        let first = outside::run(
+            &pools,
+            &first_pool,
+            server.addr,
+            plan.connections,
+            first_for,
+        )?;
+        eprintln!("[wrk {name}] steady {:.0} s", plan.measured.as_secs_f64());
+        let steady = outside::run(
+            &pools,
+            &steady_pool,
+            server.addr,
+            plan.connections,
+            plan.measured,
+        )?;
+        drop(server);
+        drop(pg);
+        let report = outside::OutsideReport {
+            scenario,
+            first,
+            steady,
+        };
+        eprintln!(
+            "[wrk {name}] done: {:.0}/s steady, p99 {:.2} ms",
+            report.steady.rate(),
+            report.steady.p99_ms
+        );
+        Ok(report)
+    }
+
+    fn scenario(&self, scenario: Scenario, plan: &Plan) -> Result<Report> {
+        let name = scenario.name();
+        let Started { server, pg } = self.start(scenario)?;
         let mut next_seq: u64 = 0;
         let mut warmup_pool = Vec::new();
         let mut warmup_rate = None;
@@ -734,9 +844,11 @@ fn write_json(
     plan: &Plan,
     cores: usize,
     store_only: Option<f64>,
+    outside: &[outside::OutsideReport],
 ) -> Result<PathBuf> {
     let doc = serde_json::json!({
         "sqliteStoreOnlyPerSecond": store_only,
+        "outsideGenerator": outside.iter().map(outside::OutsideReport::json).collect::<Vec<_>>(),
         "benchmark": "ingest",
         "connections": plan.connections,
         "warmupSeconds": plan.warmup.map(|d| d.as_secs_f64()),
@@ -1328,6 +1440,13 @@ impl ServerLog {
 }
 
 /// A server process; killed and reaped when dropped.
+/// A server and the database it runs on, dropped in that order: the
+/// database goes only once nothing is connected to it.
+struct Started {
+    server: Server,
+    pg: Option<PgDatabase>,
+}
+
 struct Server {
     child: Child,
     addr: SocketAddr,
@@ -1609,6 +1728,8 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    let before = codex_bridge::metrics::writer::writer_totals();
+    let started = Instant::now();
     let done = rt.block_on(async {
         let deadline = tokio::time::Instant::now() + measured;
         let tasks: Vec<_> = pools
@@ -1640,6 +1761,15 @@ fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(
             .sum::<Result<u64>>()
             .map(|n| (n, n as f64 / took.as_secs_f64()))
     })?;
+    let spent = codex_bridge::metrics::writer::writer_totals().since(&before);
+    let wall = started.elapsed().as_secs_f64();
+    // The disk's own sync rate, with appends of the size the writer's
+    // commits made, in the same folder.
+    let commit_bytes = (spent.wal_bytes / spent.transactions.max(1)).max(4096) as usize;
+    let disk = costs::disk_sync(dir.path(), commit_bytes, 2.0)
+        .map_err(|e| eprintln!("[store-only] the disk's sync probe failed: {e:#}"))
+        .ok();
+    costs::print(&spent, done.0, wall, disk.as_ref());
     Ok(done)
 }
 

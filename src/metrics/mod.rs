@@ -11,6 +11,7 @@
 //! every floor may call it.
 
 mod memory;
+pub mod writer;
 
 pub use memory::{purge_in_background, Memory};
 
@@ -547,6 +548,7 @@ pub fn render(g: &Gauges) -> prometheus::Result<String> {
         prometheus::Error::Msg(format!("the process metrics could not be registered: {e}"))
     })?;
     let mut families = process.registry.gather();
+    families.extend(writer::families());
     families.extend(scrape_families(g)?);
     families.sort_by(|a, b| a.name().cmp(b.name()));
     TextEncoder::new().encode_to_string(&families)
@@ -612,7 +614,12 @@ mod tests {
                 "codex_bridge_running_turns gauge",
                 "codex_bridge_sqlite_heap_bytes gauge",
                 "codex_bridge_start_time_seconds gauge",
+                "codex_bridge_store_commit_operations histogram",
+                "codex_bridge_store_transaction_seconds histogram",
                 "codex_bridge_store_up gauge",
+                "codex_bridge_store_wal_bytes_total counter",
+                "codex_bridge_store_wal_sync_seconds histogram",
+                "codex_bridge_store_writer_cpu_microseconds_total counter",
                 "codex_bridge_task_transitions_total counter",
                 "codex_bridge_tasks gauge",
                 "codex_bridge_turn_duration_seconds histogram",

@@ -213,6 +213,7 @@ unsafe extern "C" fn write(
     let Ok(len) = usize::try_from(amt) else {
         return ffi::SQLITE_IOERR_WRITE;
     };
+    crate::metrics::writer::wal_bytes(len);
     let wal = &mut *f.cast::<WalFile>();
     let end = wal.pending_at + wal.pending.len() as i64;
     if !wal.pending.is_empty() && offset != end {
@@ -290,7 +291,14 @@ unsafe extern "C" fn truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_int6
 unsafe extern "C" fn sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     after_flush(
         f,
-        |r, m| m.xSync.map(|x| x(r, flags)),
+        |r, m| {
+            m.xSync.map(|x| {
+                let started = std::time::Instant::now();
+                let rc = x(r, flags);
+                crate::metrics::writer::wal_sync(started.elapsed());
+                rc
+            })
+        },
         ffi::SQLITE_IOERR_FSYNC,
     )
 }

@@ -320,6 +320,7 @@ fn try_commit(
     rules: &IngestRules,
 ) -> Result<Vec<Result<IngestOutcome, StoreError>>, Retry> {
     crate::metrics::transaction_finished(false);
+    let timer = TransactionTimer::start();
     let committed = conn.write_transaction(|c| {
         let outcomes = if careful || reqs.is_empty() {
             ingest_all(c, reqs, rules).map_err(Retry::No)?
@@ -341,8 +342,29 @@ fn try_commit(
         }
         Ok(outcomes)
     });
+    timer.finish(reqs.len() + ops.len());
     crate::metrics::transaction_finished(committed.is_ok());
     committed
+}
+
+/// Measures one writer transaction for the store's metrics.
+struct TransactionTimer {
+    wall: std::time::Instant,
+    cpu: Duration,
+}
+
+impl TransactionTimer {
+    fn start() -> TransactionTimer {
+        TransactionTimer {
+            wall: std::time::Instant::now(),
+            cpu: crate::metrics::writer::thread_cpu(),
+        }
+    }
+
+    fn finish(self, operations: usize) {
+        let cpu = crate::metrics::writer::thread_cpu().saturating_sub(self.cpu);
+        crate::metrics::writer::transaction(operations, self.wall.elapsed(), cpu);
+    }
 }
 
 /// The batch's deliveries, each with its own result. One `ingest_batch` in a
@@ -414,6 +436,7 @@ fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>, changes: &Changes) {
 
 fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
     crate::metrics::transaction_finished(false);
+    let timer = TransactionTimer::start();
     let committed = conn.write_transaction(|c| {
         for op in batch.iter_mut() {
             if !op.apply(c) {
@@ -424,6 +447,7 @@ fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(),
         }
         Ok::<(), StoreError>(())
     });
+    timer.finish(batch.len());
     crate::metrics::transaction_finished(committed.is_ok());
     committed.map_err(unavailable)
 }

@@ -286,6 +286,17 @@ fn webhooks_move_the_metrics(db: Db) {
         5.0
     );
     assert!(get(&after, &format!("{accept}_sum")) > 0.0);
+    // The writer's commits are measured: each carried at least one write,
+    // took time and CPU, and on SQLite appended to the WAL and synced it.
+    let moved = |name: &str| get(&after, name) - get(&before, name);
+    assert!(moved("codex_bridge_store_commit_operations_count") >= 1.0);
+    assert!(moved("codex_bridge_store_commit_operations_sum") >= 1.0);
+    assert!(moved("codex_bridge_store_transaction_seconds_sum") > 0.0);
+    assert!(moved("codex_bridge_store_writer_cpu_microseconds_total") > 0.0);
+    if matches!(db, Db::Sqlite) {
+        assert!(moved("codex_bridge_store_wal_sync_seconds_count") >= 1.0);
+        assert!(moved("codex_bridge_store_wal_bytes_total") >= 4096.0);
+    }
     // The accepted delivery's task was queued, committed (born `received`, it
     // has no transition into that state).
     assert_eq!(
