@@ -940,6 +940,8 @@ impl RequestFactory {
         let repo_n = seq % REPOS;
         let issue = 1 + (seq / REPOS) % ISSUES_PER_REPO;
         let comment_id = 100_000_000 + seq;
+        let written = chrono::DateTime::from_timestamp(1_764_000_000 + (seq / 100) as i64, 0)
+            .map_or_else(String::new, |t| t.to_rfc3339());
         let repo = format!("bench-repo-{repo_n:02}");
         let full_name = format!("acme/{repo}");
         let web = format!("https://git.example.com/{full_name}");
@@ -973,6 +975,10 @@ impl RequestFactory {
             ("/issue/repository/name", serde_json::json!(repo)),
             ("/issue/repository/full_name", serde_json::json!(full_name)),
             ("/comment/id", serde_json::json!(comment_id)),
+            // Written one after the other, as a real stream of comments is
+            // (the operation id derived from this time leads with it).
+            ("/comment/created_at", serde_json::json!(written)),
+            ("/comment/updated_at", serde_json::json!(written)),
             (
                 "/comment/html_url",
                 serde_json::json!(format!("{web}/issues/{issue}#issuecomment-{comment_id}")),

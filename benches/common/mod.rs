@@ -87,7 +87,10 @@ pub fn trigger_request(
             trigger_key: format!("default:comment:{key}"),
             text,
             command: None,
-            written_at: "t".into(),
+            // As Gitea writes it (RFC 3339), later for a later comment: the
+            // operation id derived from it leads with this time.
+            written_at: chrono::DateTime::from_timestamp(1_764_000_000 + comment_id, 0)
+                .map_or_else(|| "t".to_owned(), |t| t.to_rfc3339()),
             attachments: Vec::new(),
         },
     }
