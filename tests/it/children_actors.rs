@@ -229,19 +229,23 @@ async fn approve_the_pending_one(h: &Harness) {
 
 /// Waits until the workflow is in `state`; the workflow then.
 async fn wait_workflow(h: &Harness, id: &WorkflowId, state: WorkflowState) -> workflows::Workflow {
-    let mut last = None;
-    for _ in 0..600 {
+    // The last read: the workflow in `state` once reached, or what it was.
+    let last = std::cell::RefCell::new(None::<workflows::Workflow>);
+    let reached = crate::support::poll_until_async(Duration::from_secs(30), || async {
         let id = id.clone();
         let found = h
             .store
             .read(move |c| workflows::find(c, &id))
             .await
             .unwrap();
-        match found {
-            Some(w) if w.state == state => return w,
-            other => last = other,
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        let done = found.as_ref().is_some_and(|w| w.state == state);
+        *last.borrow_mut() = found;
+        done
+    })
+    .await;
+    let last = last.into_inner();
+    if let (true, Some(w)) = (reached, &last) {
+        return w.clone();
     }
     let turns: Vec<String> = h
         .runtime
