@@ -97,13 +97,17 @@ impl DbConn {
                 // diesel keeps prepared statements, and after five runs
                 // PostgreSQL may switch one to a generic plan made from the
                 // statistics of that moment. On a young database (before
-                // autovacuum's first ANALYZE) that plan is a sequential scan,
-                // kept while the table grows: the ingest bench saw every
-                // batch's lookups scan webhook_deliveries, tasks and
-                // outbox_entries whole, and throughput fall second by second.
-                // Custom plans see the table's real size at each run.
-                c.batch_execute("SET plan_cache_mode = force_custom_plan;")
-                    .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                // autovacuum's first ANALYZE) that plan can be a sequential
+                // scan, kept while the table grows. Readers' queries are
+                // planned for their own values every time. Writing connections
+                // keep PostgreSQL's own choice: the ingest's lookups by lists of
+                // keys are planned every time anyway (`ingest::lookups`), and
+                // replanning each multi-row INSERT and each foreign-key check
+                // cost the group commit an eighth of its rate.
+                if settings.read_only {
+                    c.batch_execute("SET plan_cache_mode = force_custom_plan;")
+                        .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
+                }
                 Ok(DbConn::Pg(c))
             }
         }

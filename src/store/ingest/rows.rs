@@ -152,8 +152,7 @@ pub(super) struct BatchRows {
     pub(super) receipts: Vec<ReceiptRow>,
     pub(super) changes: Vec<ChangeRow>,
     pub(super) audits: Vec<AuditRow>,
-    /// session key → outbox entries this batch opens (sorted: PostgreSQL
-    /// writers that update the same sessions take their row locks in one order).
+    /// session key → outbox entries this batch opens.
     pub(super) opened: BTreeMap<ResourceKey, i64>,
 }
 
@@ -255,8 +254,6 @@ impl BatchRows {
     }
 
     pub(super) fn write(mut self, conn: &mut DbConn, at: &str) -> Result<(), StoreError> {
-        // SQLite has one writer; PostgreSQL may have several at once.
-        let one_writer = matches!(conn, DbConn::Sqlite(_));
         // Repositories first: a concurrent first sighting (another writer)
         // inserts nothing here, and only real registrations are audited.
         let mut registered: Vec<RepoKey> = Vec::new();
@@ -295,26 +292,18 @@ impl BatchRows {
                 crate::metrics::transition_written(row.to_state.as_str());
             }
             insert_all!(c, outbox_entries::table, &self.outbox);
-            if one_writer {
-                // diesel prepares every UPDATE afresh: one statement per
-                // increment rather than one per session (~50 a batch).
-                let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
-                for (session, n) in &self.opened {
-                    by_increment.entry(*n).or_default().push(session);
-                }
-                for (n, keys) in by_increment {
-                    diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
-                        .set(sessions::open_entries.eq(sessions::open_entries + n))
-                        .execute(c)?;
-                }
-            } else {
-                // Several PostgreSQL writers: one row at a time, in key order,
-                // so that they take these row locks in the same order.
-                for (session, n) in &self.opened {
-                    diesel::update(sessions::table.find(session))
-                        .set(sessions::open_entries.eq(sessions::open_entries + n))
-                        .execute(c)?;
-                }
+            // One statement per increment, not one per session (~30 a batch):
+            // diesel prepares every UPDATE afresh, and on PostgreSQL each is a
+            // round trip. The rows are the batch's own (created here) or were
+            // locked in key order by its lookup (`lookups::sessions_of`).
+            let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
+            for (session, n) in &self.opened {
+                by_increment.entry(*n).or_default().push(session);
+            }
+            for (n, keys) in by_increment {
+                diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
+                    .set(sessions::open_entries.eq(sessions::open_entries + n))
+                    .execute(c)?;
             }
             insert_all!(c, comments::table, &self.receipts);
             for change in &self.changes {
