@@ -81,11 +81,12 @@ impl DbConn {
                 let pragmas = format!(
                     "PRAGMA busy_timeout = {}; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; \
                      PRAGMA foreign_keys = ON; PRAGMA query_only = {}; PRAGMA cache_size = {}; \
-                     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 50000; \
+                     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = {}; \
                      PRAGMA soft_heap_limit = {};",
                     settings.sqlite_busy_timeout.as_millis(),
                     if settings.read_only { 1 } else { 0 },
                     if settings.read_only { -65536 } else { -8192 },
+                    super::checkpointer::WRITER_CHECKPOINT_FRAMES,
                     SQLITE_HEAP_LIMIT,
                 );
                 c.batch_execute(&pragmas)

@@ -5,6 +5,7 @@
 //! the group-commit [`writer`]. Query functions are plain functions over
 //! `&mut DbConn` and know nothing of HTTP or actors.
 
+mod checkpointer;
 mod conn;
 pub mod models;
 /// Diesel's view of the tables: exactly what `diesel print-schema` prints for a
@@ -184,7 +185,7 @@ impl Store {
             settings.read_pool_size.max(1),
         )?;
         if let DatabaseUrl::Sqlite(_) = &settings.url {
-            start_checkpointer(ConnSettings {
+            checkpointer::start(ConnSettings {
                 url: settings.url.clone(),
                 sqlite_busy_timeout: settings.sqlite_busy_timeout,
                 read_only: false,
@@ -276,37 +277,6 @@ impl Store {
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.read(|c| c.ping().map_err(StoreError::from)).await
     }
-}
-
-/// Checkpoints the SQLite WAL into the database file from its own thread, so
-/// the writer's commits do not pay for it. PASSIVE checkpoints never block the
-/// writer; the writer's own automatic checkpoint (conn.rs) is what restarts the
-/// WAL. Every 200 ms: a pass copies each page changed since the last one
-/// once, however often it changed, and pages of the indexes that take random
-/// keys (a delivery's id) are changed again within 200 ms far more often than
-/// within 50 ms. Ingest bench: 18-19k accepted/s with a pass every 50 ms,
-/// 20.8-22.0k/s every 200 ms, p99 7 ms either way. (This interval used to be
-/// bound by the writer's automatic limit, then 20,000 pages, which a burst
-/// reached between two passes.)
-fn start_checkpointer(settings: ConnSettings) -> Result<(), StoreError> {
-    use diesel::connection::SimpleConnection;
-    let mut conn = DbConn::establish(&settings).map_err(|e| {
-        StoreError::Unavailable(format!("cannot open the checkpointer connection: {e}"))
-    })?;
-    std::thread::Builder::new()
-        .name("sqlite-checkpointer".into())
-        .spawn(move || loop {
-            std::thread::sleep(Duration::from_millis(200));
-            let result = crate::with_conn!(&mut conn, |c| c
-                .batch_execute("PRAGMA wal_checkpoint(PASSIVE);"));
-            if let Err(e) = result {
-                tracing::debug!(error = %e, "WAL checkpoint skipped");
-            }
-        })
-        .map_err(|e| {
-            StoreError::Unavailable(format!("cannot start the checkpointer thread: {e}"))
-        })?;
-    Ok(())
 }
 
 fn build_pool(

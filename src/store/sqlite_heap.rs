@@ -24,6 +24,8 @@ mod tests {
     fn the_count_holds_a_connections_pages() {
         // An in-memory database of 2 MB lives in its page cache, which the
         // count must show (other tests' connections only add to it).
+        // (SQLite is set up by the store's first connection, as in the server.)
+        crate::store::walvfs::install().unwrap();
         let mut c = diesel::sqlite::SqliteConnection::establish(":memory:").unwrap();
         c.batch_execute(
             "CREATE TABLE t(x BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n \

@@ -71,10 +71,20 @@ pub fn install() -> Result<(), String> {
 }
 
 fn register() -> Result<(), String> {
-    // SAFETY: sqlite3_vfs_find and sqlite3_vfs_register are thread-safe; the
-    // registered struct is leaked, so it outlives every connection; the parent
-    // is SQLite's own static VFS.
+    // SAFETY: sqlite3_config is not thread-safe, but it runs once (the
+    // OnceLock above) and before the process's first connection: every
+    // connection is opened through `DbConn::establish`, which installs this
+    // VFS first. sqlite3_vfs_find and sqlite3_vfs_register are thread-safe;
+    // the registered struct is leaked, so it outlives every connection; the
+    // parent is SQLite's own static VFS.
     unsafe {
+        // Multi-thread mode: no mutex around each connection's every call.
+        // The store never uses one connection from two threads at once (a
+        // pool hands each to one thread at a time); the locks were 6% of
+        // the group-commit writer's CPU. It can only be set before SQLite
+        // initialises (the call below does): later it is refused and
+        // SQLite stays serialized, which is only slower.
+        let _ = ffi::sqlite3_config(ffi::SQLITE_CONFIG_MULTITHREAD);
         let parent = ffi::sqlite3_vfs_find(std::ptr::null());
         if parent.is_null() {
             return Err("SQLite has no default VFS to build on".into());
