@@ -294,8 +294,12 @@ impl BatchRows {
             insert_all!(c, outbox_entries::table, &self.outbox);
             // One statement per increment, not one per session (~30 a batch):
             // diesel prepares every UPDATE afresh, and on PostgreSQL each is a
-            // round trip. The rows are the batch's own (created here) or were
-            // locked in key order by its lookup (`lookups::sessions_of`).
+            // round trip. Rows that existed at the batch's lookup were locked
+            // there in key order (`lookups::sessions_of`); a row created since,
+            // here or by another writer whose insert this batch waited for,
+            // is locked here, and a rare cycle with another PostgreSQL writer
+            // is one PostgreSQL detects: that transaction rolls back and the
+            // writer retries it as contended.
             let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
             for (session, n) in &self.opened {
                 by_increment.entry(*n).or_default().push(session);
