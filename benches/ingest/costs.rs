@@ -72,8 +72,8 @@ pub fn print(t: &WriterTotals, stored: u64, wall: f64, disk: Option<&DiskSync>) 
     println!("  the writer per delivery ({stored} stored in {wall:.1} s, {} commits, {:.1} writes per commit):",
         t.transactions, t.operations / commits);
     println!(
-        "    transaction time {tx_us:.1} us = the writer's CPU {cpu_us:.1} us (the kernel's part of its syncs included) \
-         + off the CPU {:.1} us; its WAL syncs took {sync_us:.1} us \
+        "    transaction time {tx_us:.1} us = the writer's CPU {cpu_us:.1} us \
+         + off the CPU {:.1} us; the WAL's syncs (on the syncer thread, beside the writer) took {sync_us:.1} us \
          ({} syncs, {:.2} ms each on average, p50 <= {} ms, p99 <= {} ms)",
         (tx_us - cpu_us).max(0.0),
         t.syncs,

@@ -7,6 +7,7 @@
 
 mod checkpointer;
 mod conn;
+mod durable;
 pub mod models;
 /// Diesel's view of the tables: exactly what `diesel print-schema` prints for a
 /// database migrated with `migrations/postgres` (tests/it/schema.rs fails when
@@ -147,6 +148,8 @@ struct Inner {
     /// it has been idle for a while).
     read_permits: Arc<tokio::sync::Semaphore>,
     writer: writer::Writer,
+    /// Takes the writer's commit syncs (SQLite only): reads wait on it.
+    syncer: Option<Arc<durable::Syncer>>,
     /// Bumped by the writer after every transaction of this process that
     /// commits (once per group commit): the live view (web/live.rs) and the
     /// receipts worker wake on it instead of polling.
@@ -184,16 +187,23 @@ impl Store {
             settings.url.is_sqlite(),
             settings.read_pool_size.max(1),
         )?;
+        let mut syncer = None;
         if let DatabaseUrl::Sqlite(_) = &settings.url {
             checkpointer::start(ConnSettings {
                 url: settings.url.clone(),
                 sqlite_busy_timeout: settings.sqlite_busy_timeout,
                 read_only: false,
             })?;
+            syncer = Some(durable::Syncer::start().map_err(|e| {
+                StoreError::Unavailable(format!("cannot start the WAL syncer thread: {e}"))
+            })?);
         }
         let changes = Arc::new(tokio::sync::watch::channel(0).0);
-        let writer = writer::Writer::start(write_pool, settings.writer, changes.clone())
-            .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
+        let writer =
+            writer::Writer::start(write_pool, settings.writer, changes.clone(), syncer.clone())
+                .map_err(|e| {
+                    StoreError::Unavailable(format!("cannot start the writer thread: {e}"))
+                })?;
         Ok(Store {
             inner: Arc::new(Inner {
                 url: settings.url.clone(),
@@ -202,6 +212,7 @@ impl Store {
                 )),
                 read_pool,
                 writer,
+                syncer,
                 changes,
             }),
         })
@@ -221,7 +232,9 @@ impl Store {
     }
 
     /// Runs a read on a blocking thread with a pooled connection, inside the
-    /// caller's tracing span.
+    /// caller's tracing span. It resolves only once everything it could have
+    /// seen is durable (on SQLite a commit is visible before its sync ends:
+    /// see `durable`), so a caller can act on what it read.
     pub async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -236,14 +249,18 @@ impl Store {
             .await
             .map_err(|e| StoreError::Unavailable(format!("the read pool is closed: {e}")))?;
         let span = tracing::Span::current();
-        tokio::task::spawn_blocking(move || {
+        let read = tokio::task::spawn_blocking(move || {
             let _entered = span.enter();
             let _permit = permit;
             let mut conn = pool.get()?;
             f(&mut conn)
         })
         .await
-        .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))?
+        .map_err(|e| StoreError::Unavailable(format!("read task failed: {e}")))??;
+        if let Some(syncer) = &self.inner.syncer {
+            syncer.settled().await?;
+        }
+        Ok(read)
     }
 
     /// Queues a write for the group-commit writer and resolves once it is

@@ -17,6 +17,14 @@
 //! pending before they read. A failed write is reported by the call that
 //! flushes it, and SQLite then rolls the transaction back as it would have.
 //!
+//! On the writer thread of a SQLite store, a commit's sync is also deferred:
+//! the sync that follows new appends (a commit's; a checkpoint's sync follows
+//! none, and always runs here) is handed to the store's syncer
+//! (`super::durable`), which syncs the file on a thread of its own while the
+//! writer goes on. That module says why this keeps every promise of a
+//! `synchronous = FULL` commit. The first sync of every WAL file also runs
+//! here: it is the one that makes the new file's directory entry durable.
+//!
 //! Every other file (database, shared memory, journals) is the parent VFS's own
 //! file object, untouched.
 //!
@@ -30,10 +38,13 @@
     reason = "a VFS is a C interface of raw pointers (see above)"
 )]
 
+use super::durable::Syncer;
 use libsqlite3_sys as ffi;
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void, CStr};
+use std::fs::File;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The name this VFS is registered under (as the process's default).
 pub const NAME: &CStr = c"codex-bridge-wal";
@@ -51,6 +62,21 @@ static PARENT: AtomicPtr<ffi::sqlite3_vfs> = AtomicPtr::new(std::ptr::null_mut()
 static WRITES_ASKED: AtomicU64 = AtomicU64::new(0);
 static WRITES_MADE: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// The syncer that takes this thread's commit syncs (the writer thread's).
+    static DEFER_TO: RefCell<Option<Arc<Syncer>>> = const { RefCell::new(None) };
+}
+
+/// Hands the commit syncs of WAL files written on this thread to `syncer`
+/// from now on (`None`: sync in place again).
+pub fn defer_commit_syncs(syncer: Option<Arc<Syncer>>) {
+    DEFER_TO.with(|d| *d.borrow_mut() = syncer);
+}
+
+fn deferring() -> Option<Arc<Syncer>> {
+    DEFER_TO.with(|d| d.borrow().clone())
+}
+
 /// A WAL file: our header, then the parent's file object.
 #[repr(C)]
 struct WalFile {
@@ -58,6 +84,13 @@ struct WalFile {
     pending: Vec<u8>,
     /// File offset of `pending[0]`.
     pending_at: i64,
+    /// The same file opened again, for a syncer thread to sync (`None` if it
+    /// could not be opened: then every sync runs in place).
+    sync_file: Option<Arc<File>>,
+    /// Bytes were appended since the last sync.
+    appended: bool,
+    /// The file has been synced once (its directory entry with it).
+    synced: bool,
 }
 
 /// Where the parent's file object starts inside ours (8-byte aligned).
@@ -178,8 +211,25 @@ unsafe extern "C" fn open(
     let wal = file.cast::<WalFile>();
     std::ptr::addr_of_mut!((*wal).pending).write(Vec::new());
     std::ptr::addr_of_mut!((*wal).pending_at).write(0);
+    std::ptr::addr_of_mut!((*wal).sync_file).write(reopen(name));
+    std::ptr::addr_of_mut!((*wal).appended).write(false);
+    std::ptr::addr_of_mut!((*wal).synced).write(false);
     (*file).pMethods = &WAL_METHODS;
     ffi::SQLITE_OK
+}
+
+/// The WAL file SQLite just opened as `name`, opened again (read-only: a
+/// sync needs no more).
+///
+/// # Safety
+/// `name` is null or the NUL-terminated path SQLite passed to `xOpen`.
+unsafe fn reopen(name: ffi::sqlite3_filename) -> Option<Arc<File>> {
+    use std::os::unix::ffi::OsStrExt;
+    if name.is_null() {
+        return None;
+    }
+    let path = std::ffi::OsStr::from_bytes(CStr::from_ptr(name).to_bytes());
+    File::open(path).ok().map(Arc::new)
 }
 
 /// Writes what is pending to the file, in writes of up to `WRITE_MAX` bytes.
@@ -225,6 +275,7 @@ unsafe extern "C" fn write(
     };
     crate::metrics::writer::wal_bytes(len);
     let wal = &mut *f.cast::<WalFile>();
+    wal.appended = true;
     let end = wal.pending_at + wal.pending.len() as i64;
     if !wal.pending.is_empty() && offset != end {
         let rc = flush(f);
@@ -252,6 +303,7 @@ unsafe extern "C" fn close(f: *mut ffi::sqlite3_file) -> c_int {
         None => ffi::SQLITE_OK,
     };
     std::ptr::drop_in_place(std::ptr::addr_of_mut!((*f.cast::<WalFile>()).pending));
+    std::ptr::drop_in_place(std::ptr::addr_of_mut!((*f.cast::<WalFile>()).sync_file));
     (*f).pMethods = std::ptr::null();
     if flushed != ffi::SQLITE_OK {
         flushed
@@ -299,18 +351,34 @@ unsafe extern "C" fn truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_int6
 }
 
 unsafe extern "C" fn sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    after_flush(
-        f,
-        |r, m| {
-            m.xSync.map(|x| {
-                let started = std::time::Instant::now();
-                let rc = x(r, flags);
-                crate::metrics::writer::wal_sync(started.elapsed());
-                rc
-            })
-        },
-        ffi::SQLITE_IOERR_FSYNC,
-    )
+    let rc = flush(f);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    let syncer = deferring();
+    let wal = &mut *f.cast::<WalFile>();
+    let appended = std::mem::replace(&mut wal.appended, false);
+    if let (Some(syncer), Some(file), true, true) = (&syncer, &wal.sync_file, appended, wal.synced)
+    {
+        syncer.request(file);
+        return ffi::SQLITE_OK;
+    }
+    // In place: every request made before this sync starts is covered by it.
+    let covered = syncer.as_ref().map(|s| s.latest());
+    let r = real(f);
+    let Some(xsync) = methods(r).xSync else {
+        return ffi::SQLITE_IOERR_FSYNC;
+    };
+    let started = std::time::Instant::now();
+    let rc = xsync(r, flags);
+    crate::metrics::writer::wal_sync(started.elapsed());
+    if rc == ffi::SQLITE_OK {
+        (*f.cast::<WalFile>()).synced = true;
+        if let (Some(syncer), Some(covered)) = (syncer, covered) {
+            syncer.synced_in_place(covered);
+        }
+    }
+    rc
 }
 
 unsafe extern "C" fn file_size(f: *mut ffi::sqlite3_file, size: *mut ffi::sqlite3_int64) -> c_int {

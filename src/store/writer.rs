@@ -9,11 +9,17 @@
 //! failure on PostgreSQL, where several writers run), the batch is rolled back
 //! and every operation is run again alone, retrying contention a few times, so
 //! one bad neighbour cannot fail the others.
+//!
+//! On SQLite the commit's sync runs on the store's syncer thread
+//! (`super::durable`) while this thread goes on with the next batch; a batch's
+//! callers are answered once a sync covering its commit has finished.
 
+use super::durable::{Completion, Syncer};
 use super::ingest::{self, IngestOutcome, IngestRules};
 use super::{DbConn, DbManager, StoreError};
 use crate::domain::IngestRequest;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -121,10 +127,13 @@ pub struct WriterSettings {
 }
 
 impl Writer {
+    /// Starts the writer threads; `syncer`, on SQLite, takes their commit
+    /// syncs.
     pub fn start(
         pool: r2d2::Pool<DbManager>,
         settings: WriterSettings,
         changes: Changes,
+        syncer: Option<Arc<Syncer>>,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = crossbeam_channel::bounded::<Job>(settings.queue_capacity.max(1));
         for n in 0..settings.threads.max(1) {
@@ -133,9 +142,20 @@ impl Writer {
             let changes = changes.clone();
             let batch_max = settings.batch_max.max(1);
             let rules = settings.ingest;
+            let syncer = syncer.clone();
             std::thread::Builder::new()
                 .name(format!("store-writer-{n}"))
-                .spawn(move || writer_loop(&rx, &pool, batch_max, &changes, rules))?;
+                .spawn(move || {
+                    let done = Settle {
+                        syncer: syncer.clone(),
+                    };
+                    super::walvfs::defer_commit_syncs(syncer);
+                    writer_loop(&rx, &pool, batch_max, &changes, rules, &done);
+                    super::walvfs::defer_commit_syncs(None);
+                    if let Some(syncer) = &done.syncer {
+                        syncer.stop();
+                    }
+                })?;
         }
         Ok(Writer { tx })
     }
@@ -187,12 +207,33 @@ impl Writer {
     }
 }
 
+/// Where a committed transaction's callers wait for its sync.
+struct Settle {
+    syncer: Option<Arc<Syncer>>,
+}
+
+impl Settle {
+    /// Runs `done` once everything committed so far is durable.
+    fn after_commit(&self, done: Completion) {
+        match &self.syncer {
+            Some(syncer) => syncer.after(syncer.latest(), done),
+            None => done(Ok(())),
+        }
+    }
+
+    /// Why nothing may be written any more (a failed sync).
+    fn failure(&self) -> Option<StoreError> {
+        self.syncer.as_ref().and_then(|s| s.failure())
+    }
+}
+
 fn writer_loop(
     rx: &Receiver<Job>,
     pool: &r2d2::Pool<DbManager>,
     batch_max: usize,
     changes: &Changes,
     rules: IngestRules,
+    settle: &Settle,
 ) {
     // Task transitions written here are counted in the metrics once committed.
     crate::metrics::collect_transitions_on_this_thread();
@@ -220,6 +261,10 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
+        if let Some(err) = settle.failure() {
+            fail_all(&mut ops, &mut reqs, &mut replies, &err);
+            continue;
+        }
         let mut conn = match pool.get() {
             Ok(conn) => conn,
             Err(e) => {
@@ -245,16 +290,24 @@ fn writer_loop(
         });
         match committed {
             Ok(outcomes) => {
-                // Before the answers: whoever waits for this commit (the
-                // receipts worker, the live view) starts while they go out.
-                bump(changes);
                 reqs.clear();
-                for (reply, outcome) in replies.drain(..).zip(outcomes) {
-                    let _ = reply.send(outcome);
-                }
-                for op in ops.drain(..) {
-                    op.finish(Ok(()));
-                }
+                let replies = std::mem::take(&mut replies);
+                let done = std::mem::take(&mut ops);
+                let changes = Arc::clone(changes);
+                settle.after_commit(Box::new(move |durable| {
+                    if durable.is_ok() {
+                        // Before the answers: whoever waits for this commit
+                        // (the receipts worker, the live view) starts while
+                        // they go out.
+                        bump(&changes);
+                    }
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        let _ = reply.send(durable.clone().and(outcome));
+                    }
+                    for op in done {
+                        op.finish(durable.clone());
+                    }
+                }));
             }
             Err(e) if ops.len() + replies.len() == 1 && !matches!(e, StoreError::Contended(_)) => {
                 fail_all(&mut ops, &mut reqs, &mut replies, &unavailable(e));
@@ -272,7 +325,7 @@ fn writer_loop(
                     .chain(ops.drain(..))
                     .collect();
                 for op in singles {
-                    commit_alone(&mut conn, op, changes);
+                    commit_alone(&mut conn, op, changes, settle);
                 }
             }
         }
@@ -413,7 +466,7 @@ fn unavailable(e: StoreError) -> StoreError {
 }
 /// Commits one operation in its own transaction, retrying contention with a
 /// short, growing pause.
-fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>, changes: &Changes) {
+fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>, changes: &Changes, settle: &Settle) {
     let mut single = vec![op];
     let mut result = Err(StoreError::Contended("not run".into()));
     for attempt in 0..6u64 {
@@ -426,12 +479,21 @@ fn commit_alone(conn: &mut DbConn, op: Box<dyn WriteOp>, changes: &Changes) {
         }
         std::thread::sleep(Duration::from_millis(2 << attempt));
     }
-    if result.is_ok() {
-        bump(changes);
+    if result.is_err() {
+        for op in single {
+            op.finish(result.clone());
+        }
+        return;
     }
-    for op in single {
-        op.finish(result.clone());
-    }
+    let changes = Arc::clone(changes);
+    settle.after_commit(Box::new(move |durable| {
+        if durable.is_ok() {
+            bump(&changes);
+        }
+        for op in single {
+            op.finish(durable.clone());
+        }
+    }));
 }
 
 fn commit_batch(conn: &mut DbConn, batch: &mut [Box<dyn WriteOp>]) -> Result<(), StoreError> {
