@@ -15,10 +15,14 @@ use diesel::prelude::*;
 pub fn prune_deliveries(conn: &mut DbConn, before: &str, limit: i64) -> Result<usize, StoreError> {
     let catchup_ids = format!("{CATCHUP_DELIVERY_PREFIX}%");
     Ok(with_conn!(conn, |c| {
+        // A delivery a task was made from names that task (and the task names
+        // it back); a duplicate or an edit names another delivery's task.
         let unreferenced = || {
-            not(exists(tasks::table.filter(
-                tasks::delivery_key.eq(webhook_deliveries::delivery_key),
-            )))
+            not(exists(
+                tasks::table
+                    .filter(tasks::task_id.nullable().eq(webhook_deliveries::task_id))
+                    .filter(tasks::delivery_key.eq(webhook_deliveries::delivery_key)),
+            ))
         };
         let keys: Vec<String> = webhook_deliveries::table
             .filter(webhook_deliveries::received_at.lt(before))

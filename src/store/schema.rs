@@ -466,7 +466,6 @@ diesel::joinable!(outbox_entries -> sessions (session_key));
 diesel::joinable!(sessions -> repositories (repo_key));
 diesel::joinable!(tasks -> repositories (repo_key));
 diesel::joinable!(tasks -> sessions (session_key));
-diesel::joinable!(tasks -> webhook_deliveries (delivery_key));
 diesel::joinable!(workflows -> sessions (session_key));
 diesel::joinable!(worktrees -> repositories (repo_key));
 diesel::joinable!(worktrees -> sessions (session_key));

@@ -428,3 +428,84 @@ fn keys_that_differ_only_in_case_are_merged_postgres() {
     let db = PgDb::create();
     keys_that_differ_only_in_case_are_merged(&db.url);
 }
+
+/// Migration 000032 drops the foreign key from tasks to deliveries (and the
+/// index enforcing it needed): every delivery a task was made from names its
+/// task afterwards, an older row that did not is given it, foreign keys stay
+/// enforced, and retention still keeps exactly the deliveries tasks came from.
+fn task_delivery_link(url: &str) {
+    use codex_bridge::store::ingest::{self, IngestOutcome};
+    use codex_bridge::store::{retention, revert_last_migration};
+    let mut c = connect(url);
+    run_migrations(&mut c).unwrap();
+    let mut ignored = crate::actors::request("widgets", 3, 3, "no mention here");
+    ignored.intent = codex_bridge::domain::Intent::Ignore {
+        reason: "not mentioned",
+    };
+    let reqs = vec![
+        crate::actors::request("widgets", 1, 1, "@ccbot go"),
+        crate::actors::request("widgets", 2, 2, "@ccbot go"),
+        ignored,
+    ];
+    let outcomes = c
+        .write_transaction(|c| ingest::ingest_batch(c, &reqs))
+        .unwrap();
+    let IngestOutcome::Accepted { task_id, .. } = &outcomes[0] else {
+        panic!("{outcomes:?}")
+    };
+    assert!(
+        matches!(outcomes[2], IngestOutcome::Ignored { .. }),
+        "{outcomes:?}"
+    );
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000032");
+    // A row as an older build might have left it: the task names the
+    // delivery, the delivery not the task.
+    let first = reqs[0].delivery_key.as_str();
+    exec(
+        &mut c,
+        &format!("UPDATE webhook_deliveries SET task_id = NULL WHERE delivery_key = '{first}'"),
+    )
+    .unwrap();
+    run_migrations(&mut c).unwrap();
+    let named = format!(
+        "delivery_key = '{first}' AND task_id = '{}'",
+        task_id.as_str()
+    );
+    assert_eq!(count_where(&mut c, "webhook_deliveries", &named), 1);
+    assert_eq!(count(&mut c, "tasks"), 2);
+    // Still enforced: a task of a session that does not exist is refused.
+    let orphan = exec(
+        &mut c,
+        "INSERT INTO tasks (task_id, delivery_key, repo_key, session_key, resource_key, \
+         trigger_key, author, state, state_version, created_at, updated_at) VALUES \
+         ('t-orphan', 'd', 'default:acme/widgets', 'default:acme/widgets:issue:99', 'r', \
+         'k-orphan', 'a', 'queued', 1, '2026-12-06T00:00:00Z', '2026-12-06T00:00:00Z')",
+    );
+    assert!(orphan.is_err(), "foreign keys are off after the migration");
+    // Retention lets go of the ignored delivery only.
+    let pruned = c
+        .write_transaction(|c| retention::prune_deliveries(c, "9999-12-31T00:00:00Z", 100))
+        .unwrap();
+    assert_eq!(pruned, 1);
+    assert_eq!(count(&mut c, "webhook_deliveries"), 2);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "webhook_deliveries",
+            &format!("delivery_key = '{first}'")
+        ),
+        1
+    );
+}
+
+#[test]
+fn tasks_keep_their_deliveries_without_a_foreign_key_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    task_delivery_link(&format!("sqlite://{}", dir.path().join("l.db").display()));
+}
+
+#[test]
+fn tasks_keep_their_deliveries_without_a_foreign_key_postgres() {
+    let db = PgDb::create();
+    task_delivery_link(&db.url);
+}
