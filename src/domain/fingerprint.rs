@@ -53,24 +53,63 @@ impl Fingerprint<'_> {
     /// tier, model or reasoning effort (Codex's own configuration does), so
     /// those fields are fixed nulls: a message cannot differ in them.
     pub fn hash(&self) -> String {
-        // serde_json's map is ordered by key, so this text is canonical.
-        let canonical = serde_json::json!({
-            "sessionId": self.session_key,
-            "queueId": self.queue_id,
-            "userText": self.user_text,
-            "promptText": self.prompt_text,
-            "attachments": self.attachments,
-            "codexThreadId": self.thread_id,
-            "threadGeneration": self.thread_generation,
-            "accessMode": self.access_mode,
-            "speedMode": null,
-            "expectedModel": null,
-            "expectedEffort": null,
-            "rollbackBeforeSend": self.rollback_before_send,
-            "source": "gitea",
-            "createdAt": self.created_at,
-        });
-        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+        let canonical = Canonical {
+            access_mode: self.access_mode,
+            attachments: self.attachments,
+            codex_thread_id: self.thread_id,
+            created_at: self.created_at,
+            expected_effort: None,
+            expected_model: None,
+            prompt_text: self.prompt_text,
+            queue_id: self.queue_id,
+            rollback_before_send: self.rollback_before_send,
+            session_id: self.session_key,
+            source: "gitea",
+            speed_mode: None,
+            thread_generation: self.thread_generation,
+            user_text: self.user_text,
+        };
+        let mut sink = HashSink(Sha256::new());
+        // Writing into a hash cannot fail, and these fields always serialize.
+        if serde_json::to_writer(&mut sink, &canonical).is_err() {
+            return String::new();
+        }
+        hex::encode(sink.0.finalize())
+    }
+}
+
+/// The canonical form: compact JSON with its keys in byte order (the order
+/// of this struct's fields), written straight into the hash as the webhook's
+/// writer decides each accept, without building the document first.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Canonical<'a> {
+    access_mode: Option<&'a str>,
+    attachments: &'a [i64],
+    codex_thread_id: Option<&'a str>,
+    created_at: &'a str,
+    expected_effort: Option<()>,
+    expected_model: Option<()>,
+    prompt_text: &'a str,
+    queue_id: &'a str,
+    rollback_before_send: bool,
+    session_id: &'a str,
+    source: &'static str,
+    speed_mode: Option<()>,
+    thread_generation: i64,
+    user_text: &'a str,
+}
+
+struct HashSink(Sha256);
+
+impl std::io::Write for HashSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -124,7 +163,62 @@ mod tests {
             )
     }
 
+    /// The canonical form as a JSON document with its keys sorted: the
+    /// definition the streamed form must keep (stored fingerprints compare
+    /// against it).
+    fn documented_hash(f: &Fingerprint<'_>) -> String {
+        let mut keys = std::collections::BTreeMap::new();
+        keys.insert("sessionId", serde_json::json!(f.session_key));
+        keys.insert("queueId", serde_json::json!(f.queue_id));
+        keys.insert("userText", serde_json::json!(f.user_text));
+        keys.insert("promptText", serde_json::json!(f.prompt_text));
+        keys.insert("attachments", serde_json::json!(f.attachments));
+        keys.insert("codexThreadId", serde_json::json!(f.thread_id));
+        keys.insert("threadGeneration", serde_json::json!(f.thread_generation));
+        keys.insert("accessMode", serde_json::json!(f.access_mode));
+        keys.insert("speedMode", serde_json::Value::Null);
+        keys.insert("expectedModel", serde_json::Value::Null);
+        keys.insert("expectedEffort", serde_json::Value::Null);
+        keys.insert(
+            "rollbackBeforeSend",
+            serde_json::json!(f.rollback_before_send),
+        );
+        keys.insert("source", serde_json::json!("gitea"));
+        keys.insert("createdAt", serde_json::json!(f.created_at));
+        let text = serde_json::to_string(&keys).unwrap();
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+
+    #[test]
+    fn a_known_request_keeps_its_fingerprint() {
+        let f = Fingerprint {
+            session_key: "default:acme/widgets:issue:7",
+            queue_id: "q-1",
+            user_text: "@ccbot fix \"the\" tést\n\u{1}",
+            prompt_text: "fix it",
+            attachments: &[3, 1],
+            thread_id: Some("thr-1"),
+            thread_generation: 2,
+            access_mode: Some("trusted"),
+            rollback_before_send: false,
+            created_at: "2026-12-06T10:00:00Z",
+        };
+        assert_eq!(f.hash(), documented_hash(&f));
+        let none = Fingerprint {
+            thread_id: None,
+            access_mode: None,
+            attachments: &[],
+            ..f
+        };
+        assert_eq!(none.hash(), documented_hash(&none));
+    }
+
     proptest! {
+        #[test]
+        fn the_streamed_form_is_the_documented_one(a in owned()) {
+            prop_assert_eq!(a.view().hash(), documented_hash(&a.view()));
+        }
+
         #[test]
         fn the_hash_is_a_function_of_every_field_and_only_of_them(a in owned(), b in owned()) {
             // Equal views hash equal; any field that differs changes it.
