@@ -194,9 +194,13 @@ impl Store {
                 sqlite_busy_timeout: settings.sqlite_busy_timeout,
                 read_only: false,
             })?;
-            syncer = Some(durable::Syncer::start().map_err(|e| {
-                StoreError::Unavailable(format!("cannot start the WAL syncer thread: {e}"))
-            })?);
+            // `writer_batch_max = 1` asks for no grouping of any kind: each
+            // commit then waits for its own sync, in place.
+            if settings.writer.batch_max > 1 {
+                syncer = Some(durable::Syncer::start().map_err(|e| {
+                    StoreError::Unavailable(format!("cannot start the WAL syncer thread: {e}"))
+                })?);
+            }
         }
         let changes = Arc::new(tokio::sync::watch::channel(0).0);
         let writer =

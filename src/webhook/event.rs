@@ -192,13 +192,17 @@ impl Normalizer {
             .ok_or(NormalizeError::MissingEvent)?
             .to_owned();
         // JSON is UTF-8 throughout, fields nobody reads included (serde
-        // skips an ignored string without looking inside it).
-        if let Err(e) = std::str::from_utf8(body) {
-            return Err(NormalizeError::InvalidPayload {
-                event: raw_type,
-                detail: format!("it is not UTF-8 (from byte {})", e.valid_up_to()),
-            });
-        }
+        // skips an ignored string without looking inside it). Checked once
+        // here: parsing the text, serde then checks no string again.
+        let text = match std::str::from_utf8(body) {
+            Ok(text) => text,
+            Err(e) => {
+                return Err(NormalizeError::InvalidPayload {
+                    event: raw_type,
+                    detail: format!("it is not UTF-8 (from byte {})", e.valid_up_to()),
+                })
+            }
+        };
         let mut req = IngestRequest {
             delivery_key: format!("{}:{}", self.instance_id, headers.delivery_id),
             delivery_id: headers.delivery_id.clone(),
@@ -215,7 +219,7 @@ impl Normalizer {
         match raw_type.as_str() {
             "issue_comment" | "pull_request_comment" => {
                 let p: IssueCommentPayload =
-                    serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
+                    serde_json::from_str(text).map_err(|e| invalid(&raw_type, e))?;
                 self.comment(&mut req, p)?;
             }
             // A submitted review of any kind (comment, approve, request
@@ -227,7 +231,7 @@ impl Normalizer {
             | "pull_request_approved"
             | "pull_request_rejected" => {
                 let p: ReviewPayload =
-                    serde_json::from_slice(body).map_err(|e| invalid(&raw_type, e))?;
+                    serde_json::from_str(text).map_err(|e| invalid(&raw_type, e))?;
                 self.review(&mut req, p)?;
             }
             _ => {
