@@ -63,7 +63,12 @@ function showsWorkflows() {
 
 // ---------------------------------------------------------------- the list
 
-/** `#workflows[?session=<key>][&limit=<n>]`: newest first; `cursor` appends the next page. */
+/** Pages the operator added with "Older workflows" to the list shown: a live
+ * refresh draws the list again and adds as many, so they do not vanish. */
+let workflowPages = { query: null, appended: 0 };
+
+/** `#workflows[?session=<key>][&limit=<n>]`: newest first; `cursor` appends
+ * the next page. Resolves to the page's `nextCursor`. */
 async function renderWorkflows(query, cursor, append) {
   const q = parseQuery(query);
   const params = new URLSearchParams();
@@ -88,6 +93,7 @@ async function renderWorkflows(query, cursor, append) {
   if (append) {
     const body = document.querySelector("#workflow-table tbody");
     if (body) body.append(...rows);
+    workflowPages = { query, appended: (workflowPages.query === query ? workflowPages.appended : 0) + 1 };
   } else {
     const input = h("input", { id: "wf-session", value: q.session || "", placeholder: "default:owner/repo:issue:1", size: 34 });
     const form = h("form", { class: "filters panel", onsubmit: (ev) => {
@@ -117,6 +123,14 @@ async function renderWorkflows(query, cursor, append) {
       ? [h("button", { id: "workflows-more-button", onclick: () => renderWorkflows(query, page.nextCursor, true) }, "Older workflows")]
       : []));
   }
+  if (!append && workflowPages.query === query && workflowPages.appended > 0) {
+    let pages = workflowPages.appended;
+    workflowPages = { query, appended: 0 };
+    for (let next = page.nextCursor; next && pages > 0; pages -= 1) {
+      next = await renderWorkflows(query, next, true);
+    }
+  }
+  return page.nextCursor;
 }
 
 // ---------------------------------------------------------------- one workflow
