@@ -1,11 +1,11 @@
 //! The WAL's commit syncs, taken off the writer thread.
 //!
 //! A SQLite commit is two things: appending the transaction's frames to the
-//! WAL, and syncing them. The writer thread used to spend a fifth of every
-//! group commit waiting on that sync with nothing else to do. Now its WAL
-//! file's commit syncs (see `walvfs`) only ask this syncer for one and return;
-//! the writer goes on with the next batch while a thread of its own syncs, and
-//! one sync covers every commit appended before it started.
+//! WAL, and syncing them. A writer that waits for the sync spends a fifth of
+//! every group commit with nothing to do, so the writer thread's commit syncs
+//! (see `walvfs`) only ask this syncer for one and return: the writer goes on
+//! with the next batch while a thread of its own syncs, and one sync covers
+//! every commit appended before it started.
 //!
 //! What keeps the store's promises:
 //! - **Answers wait for durability.** The writer hands every committed
