@@ -137,6 +137,10 @@ impl Loop {
                 "server log (last lines, newest first):\n{}",
                 tail.join("\n")
             );
+            eprintln!(
+                "{}",
+                crate::codex_report::report(&self.app.codex_home(), self.app.server_pid())
+            );
             std::panic::resume_unwind(panic);
         }
     }

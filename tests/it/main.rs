@@ -20,6 +20,7 @@ mod codex_availability;
 mod codex_login;
 mod codex_paths;
 mod codex_protocol;
+mod codex_report;
 mod codex_resume;
 mod codex_runtime;
 mod codex_smoke;

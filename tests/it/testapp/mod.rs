@@ -387,6 +387,14 @@ impl TestApp {
         }
     }
 
+    /// The process the server runs in: its own, or this one when in process.
+    pub fn server_pid(&self) -> u32 {
+        match &self.server.kind {
+            Kind::Process { child, .. } => child.id(),
+            _ => std::process::id(),
+        }
+    }
+
     /// The server's temp dir (SQLite file, `state/`, `ws/`).
     pub fn dir(&self) -> &Path {
         self.dir.path()
