@@ -462,10 +462,7 @@ diesel::table! {
 
 diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
-diesel::joinable!(outbox_entries -> sessions (session_key));
 diesel::joinable!(sessions -> repositories (repo_key));
-diesel::joinable!(tasks -> repositories (repo_key));
-diesel::joinable!(tasks -> sessions (session_key));
 diesel::joinable!(workflows -> sessions (session_key));
 diesel::joinable!(worktrees -> repositories (repo_key));
 diesel::joinable!(worktrees -> sessions (session_key));

@@ -457,6 +457,7 @@ fn task_delivery_link(url: &str) {
         matches!(outcomes[2], IngestOutcome::Ignored { .. }),
         "{outcomes:?}"
     );
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000033");
     assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000032");
     // A row as an older build might have left it: the task names the
     // delivery, the delivery not the task.
@@ -473,15 +474,11 @@ fn task_delivery_link(url: &str) {
     );
     assert_eq!(count_where(&mut c, "webhook_deliveries", &named), 1);
     assert_eq!(count(&mut c, "tasks"), 2);
-    // Still enforced: a task of a session that does not exist is refused.
-    let orphan = exec(
-        &mut c,
-        "INSERT INTO tasks (task_id, delivery_key, repo_key, session_key, resource_key, \
-         trigger_key, author, state, state_version, created_at, updated_at) VALUES \
-         ('t-orphan', 'd', 'default:acme/widgets', 'default:acme/widgets:issue:99', 'r', \
-         'k-orphan', 'a', 'queued', 1, '2026-12-06T00:00:00Z', '2026-12-06T00:00:00Z')",
+    // Still enforced: an attempt of a task that does not exist is refused.
+    assert!(
+        exec(&mut c, ORPHAN_ATTEMPT).is_err(),
+        "foreign keys are off after the migration"
     );
-    assert!(orphan.is_err(), "foreign keys are off after the migration");
     // Retention lets go of the ignored delivery only.
     let pruned = c
         .write_transaction(|c| retention::prune_deliveries(c, "9999-12-31T00:00:00Z", 100))
@@ -508,4 +505,49 @@ fn tasks_keep_their_deliveries_without_a_foreign_key_sqlite() {
 fn tasks_keep_their_deliveries_without_a_foreign_key_postgres() {
     let db = PgDb::create();
     task_delivery_link(&db.url);
+}
+
+/// An attempt of a task that does not exist.
+const ORPHAN_ATTEMPT: &str =
+    "INSERT INTO attempts (attempt_id, task_id, number, status, started_at) \
+     VALUES ('att-orphan', 'task-missing', 1, 'running', '2026-12-06T00:00:00Z')";
+
+/// A task of a session and repository that do not exist.
+const ORPHAN_TASK: &str =
+    "INSERT INTO tasks (task_id, delivery_key, repo_key, session_key, resource_key, \
+     trigger_key, author, state, state_version, created_at, updated_at) VALUES \
+     ('t-orphan', 'd', 'default:acme/nowhere', 'default:acme/nowhere:issue:99', 'r', \
+     'k-orphan', 'a', 'queued', 1, '2026-12-06T00:00:00Z', '2026-12-06T00:00:00Z')";
+
+/// SQLite keeps the foreign keys of the rows an accepted webhook writes (its
+/// check is a read), so the suite checks every write path against them.
+#[test]
+fn sqlite_keeps_the_ingests_foreign_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = connect(&format!("sqlite://{}", dir.path().join("r.db").display()));
+    run_migrations(&mut c).unwrap();
+    assert!(
+        exec(&mut c, ORPHAN_TASK).is_err(),
+        "an orphan task was stored"
+    );
+    assert!(exec(&mut c, ORPHAN_ATTEMPT).is_err());
+}
+
+/// PostgreSQL drops them (each check locks the parent row) and keeps the
+/// others; reverting the migration puts them back.
+#[test]
+fn postgres_drops_the_ingests_foreign_keys_and_its_down_restores_them() {
+    use codex_bridge::store::revert_last_migration;
+    let db = PgDb::create();
+    let mut c = connect(&db.url);
+    run_migrations(&mut c).unwrap();
+    assert!(
+        exec(&mut c, ORPHAN_ATTEMPT).is_err(),
+        "attempts keep theirs"
+    );
+    assert_eq!(exec(&mut c, ORPHAN_TASK).unwrap(), 1);
+    exec(&mut c, "DELETE FROM tasks WHERE task_id = 't-orphan'").unwrap();
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000033");
+    assert!(exec(&mut c, ORPHAN_TASK).is_err(), "the down restores them");
+    run_migrations(&mut c).unwrap();
 }

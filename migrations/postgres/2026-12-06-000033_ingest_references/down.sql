@@ -1,0 +1,12 @@
+ALTER TABLE task_transitions ADD CONSTRAINT task_transitions_task_id_fkey
+    FOREIGN KEY (task_id) REFERENCES tasks (task_id);
+ALTER TABLE comments ADD CONSTRAINT comments_task_id_fkey
+    FOREIGN KEY (task_id) REFERENCES tasks (task_id);
+ALTER TABLE outbox_entries ADD CONSTRAINT outbox_entries_task_id_fkey
+    FOREIGN KEY (task_id) REFERENCES tasks (task_id);
+ALTER TABLE outbox_entries ADD CONSTRAINT outbox_entries_session_key_fkey
+    FOREIGN KEY (session_key) REFERENCES sessions (session_key);
+ALTER TABLE tasks ADD CONSTRAINT tasks_session_key_fkey
+    FOREIGN KEY (session_key) REFERENCES sessions (session_key);
+ALTER TABLE tasks ADD CONSTRAINT tasks_repo_key_fkey
+    FOREIGN KEY (repo_key) REFERENCES repositories (repo_key);
