@@ -159,7 +159,13 @@ pub struct TokenUsageBreakdown {
 #[serde(rename_all = "camelCase")]
 pub struct ErrorNotification {
     pub thread_id: String,
+    #[serde(default)]
+    pub turn_id: Option<String>,
     pub error: TurnError,
+    /// `false`: Codex gave up on the turn (a `turn/completed` that failed
+    /// should follow); `true`: it retries the request itself.
+    #[serde(default)]
+    pub will_retry: bool,
 }
 
 /// `turn/completed` (`v2/TurnCompletedNotification`).

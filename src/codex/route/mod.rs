@@ -29,6 +29,10 @@ struct Sink {
     tokens_before: Option<TokenCounts>,
 }
 
+/// How long a turn Codex gave up on (an `error` it will not retry) waits
+/// for its `turn/completed` before it ends as failed without one.
+const GIVEN_UP_SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Start-up status of a thread's MCP server, and why it failed.
 type StartupStatus = (McpServerStartupState, Option<String>);
 
@@ -263,10 +267,24 @@ impl Router {
                 });
             }
             ServerNotification::Error(n) => {
+                tracing::warn!(
+                    thread.id = %n.thread_id,
+                    turn.id = n.turn_id.as_deref().unwrap_or("-"),
+                    will_retry = n.will_retry,
+                    error = %n.error.message,
+                    "codex reported an error on a turn"
+                );
+                let mut given_up = None;
                 self.on_turn(&n.thread_id, |_, sink| {
+                    if !n.will_retry {
+                        given_up = Some(sink.tx.clone());
+                    }
                     sink.last_error = Some(n.error);
                     Vec::new()
                 });
+                if let Some(turn) = given_up {
+                    self.fail_unless_completed(n.thread_id, turn);
+                }
             }
             ServerNotification::TurnCompleted(n) => {
                 let turn = n.turn;
@@ -340,6 +358,38 @@ impl Router {
         for event in f(sink.seq, sink) {
             let _ = sink.tx.send(event);
         }
+    }
+
+    /// Codex gave up on the turn routed to `turn` on `thread`: its failed
+    /// `turn/completed` normally follows at once, but a `review/start` that
+    /// fails before its review begins sends none, and the turn would wait
+    /// for its deadline. Unless the turn ended meanwhile, it ends as failed
+    /// with Codex's error after [`GIVEN_UP_SETTLE`].
+    fn fail_unless_completed(&self, thread: String, turn: mpsc::UnboundedSender<TurnEvent>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(GIVEN_UP_SETTLE).await;
+            let still_routed = this
+                .sinks
+                .lock()
+                .ok()
+                .and_then(|sinks| sinks.get(&thread).map(|s| s.tx.same_channel(&turn)))
+                .unwrap_or(false);
+            if !still_routed {
+                return;
+            }
+            tracing::warn!(thread.id = %thread, "codex gave up on the turn and never completed it: it ends as failed");
+            this.end_turn(&thread, |seq, sink| {
+                let error = sink.last_error.clone();
+                TurnEvent::Failed {
+                    seq,
+                    denial: error.as_ref().and_then(TurnError::denial),
+                    error: error
+                        .map(|e| e.message)
+                        .unwrap_or_else(|| "codex gave up on the turn".into()),
+                }
+            });
+        });
     }
 
     /// Like [`Router::on_turn`], with the turn's last event: the thread's

@@ -291,3 +291,60 @@ async fn token_usage_reports_the_threads_totals_before_the_turn_and_now() {
         Some(TurnEvent::Interrupted { seq: 3 })
     ));
 }
+
+fn error(thread: &str, will_retry: bool, message: &str) -> Value {
+    json!({"method": "error", "params": {"threadId": thread, "turnId": "u1",
+        "willRetry": will_retry, "error": {"message": message}}})
+}
+
+/// Codex gave up on a turn (an `error` it will not retry) and sent no
+/// `turn/completed`, as a `review/start` that fails before its review begins
+/// does: the turn ends as failed with Codex's error instead of waiting for
+/// its deadline.
+#[tokio::test(start_paused = true)]
+async fn a_turn_codex_gave_up_on_without_completing_it_ends_failed() {
+    let mut peer = Peer::start();
+    let mut events = peer.router.open_turn("t1");
+    peer.send(error("t1", false, "the review could not start"))
+        .await;
+    // Time is paused: this waits out the settle, not a minute.
+    let ended = tokio::time::timeout(Duration::from_secs(60), events.recv())
+        .await
+        .ok()
+        .flatten();
+    assert!(
+        matches!(&ended, Some(TurnEvent::Failed { error, .. }) if error == "the review could not start"),
+        "{ended:?}"
+    );
+    assert!(events.recv().await.is_none(), "the turn's events end");
+}
+
+/// An error Codex retries ends nothing; one it gave up on whose
+/// `turn/completed` follows ends that turn once, and its timer leaves the
+/// thread's next turn alone.
+#[tokio::test(start_paused = true)]
+async fn errors_codex_retries_or_completes_end_the_turn_only_through_turn_completed() {
+    let mut peer = Peer::start();
+    let mut first = peer.router.open_turn("t1");
+    peer.send(error("t1", true, "reconnecting")).await;
+    tokio::time::sleep(GIVEN_UP_SETTLE * 3).await;
+    assert!(first.try_recv().is_err(), "a retried error ends nothing");
+    peer.send(error("t1", false, "the stream broke")).await;
+    peer.send(
+        json!({"method": "turn/completed", "params": {"threadId": "t1",
+        "turn": {"id": "u1", "status": "failed"}}}),
+    )
+    .await;
+    let ended = first.recv().await;
+    assert!(
+        matches!(&ended, Some(TurnEvent::Failed { error, .. }) if error == "the stream broke"),
+        "{ended:?}"
+    );
+    assert!(first.recv().await.is_none());
+    let mut next = peer.router.open_turn("t1");
+    tokio::time::sleep(GIVEN_UP_SETTLE * 3).await;
+    assert!(
+        next.try_recv().is_err(),
+        "the next turn is not ended by the last one's error"
+    );
+}
