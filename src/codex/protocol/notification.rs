@@ -163,9 +163,10 @@ pub struct ErrorNotification {
     pub turn_id: Option<String>,
     pub error: TurnError,
     /// `false`: Codex gave up on the turn (a `turn/completed` that failed
-    /// should follow); `true`: it retries the request itself.
+    /// should follow); `true`: it retries the request itself. Absent: not
+    /// said, and nothing is assumed.
     #[serde(default)]
-    pub will_retry: bool,
+    pub will_retry: Option<bool>,
 }
 
 /// `turn/completed` (`v2/TurnCompletedNotification`).

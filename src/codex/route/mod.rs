@@ -270,13 +270,13 @@ impl Router {
                 tracing::warn!(
                     thread.id = %n.thread_id,
                     turn.id = n.turn_id.as_deref().unwrap_or("-"),
-                    will_retry = n.will_retry,
+                    will_retry = ?n.will_retry,
                     error = %n.error.message,
                     "codex reported an error on a turn"
                 );
                 let mut given_up = None;
                 self.on_turn(&n.thread_id, |_, sink| {
-                    if !n.will_retry {
+                    if n.will_retry == Some(false) {
                         given_up = Some(sink.tx.clone());
                     }
                     sink.last_error = Some(n.error);
@@ -296,16 +296,9 @@ impl Router {
                             .or_else(|| sink.last_agent_text.clone()),
                     },
                     TurnStatus::Interrupted => TurnEvent::Interrupted { seq },
-                    status => {
-                        let error = turn.error.or_else(|| sink.last_error.clone());
-                        TurnEvent::Failed {
-                            seq,
-                            denial: error.as_ref().and_then(TurnError::denial),
-                            error: error
-                                .map(|e| e.message)
-                                .unwrap_or_else(|| format!("turn ended {}", status.as_str())),
-                        }
-                    }
+                    status => failed(seq, turn.error.or_else(|| sink.last_error.clone()), || {
+                        format!("turn ended {}", status.as_str())
+                    }),
                 });
             }
             // Only the thread's settling is read: an idle thread whose turn
@@ -369,41 +362,57 @@ impl Router {
         let this = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(GIVEN_UP_SETTLE).await;
-            let still_routed = this
-                .sinks
-                .lock()
-                .ok()
-                .and_then(|sinks| sinks.get(&thread).map(|s| s.tx.same_channel(&turn)))
-                .unwrap_or(false);
-            if !still_routed {
-                return;
-            }
-            tracing::warn!(thread.id = %thread, "codex gave up on the turn and never completed it: it ends as failed");
-            this.end_turn(&thread, |seq, sink| {
-                let error = sink.last_error.clone();
-                TurnEvent::Failed {
-                    seq,
-                    denial: error.as_ref().and_then(TurnError::denial),
-                    error: error
-                        .map(|e| e.message)
-                        .unwrap_or_else(|| "codex gave up on the turn".into()),
-                }
-            });
+            // Checked and ended under one lock: a turn opened on the thread
+            // since is never ended by this one's timer.
+            this.end_turn_if(
+                &thread,
+                |sink| sink.tx.same_channel(&turn),
+                |seq, sink| {
+                    tracing::warn!(thread.id = %thread, "codex gave up on the turn and never completed it: it ends as failed");
+                    failed(seq, sink.last_error.clone(), || {
+                        "codex gave up on the turn".into()
+                    })
+                },
+            );
         });
     }
 
     /// Like [`Router::on_turn`], with the turn's last event: the thread's
     /// events stop being routed.
     fn end_turn(&self, thread: &str, f: impl FnOnce(i64, &mut Sink) -> TurnEvent) {
+        self.end_turn_if(thread, |_| true, f);
+    }
+
+    /// [`Router::end_turn`] for the turn routed on `thread` only if `routed`
+    /// says it is the one meant.
+    fn end_turn_if(
+        &self,
+        thread: &str,
+        routed: impl FnOnce(&Sink) -> bool,
+        f: impl FnOnce(i64, &mut Sink) -> TurnEvent,
+    ) {
         let Ok(mut sinks) = self.sinks.lock() else {
             return;
         };
+        if !sinks.get(thread).is_some_and(routed) {
+            return;
+        }
         let Some(mut sink) = sinks.remove(thread) else {
             return;
         };
         sink.seq += 1;
         let event = f(sink.seq, &mut sink);
         let _ = sink.tx.send(event);
+    }
+}
+
+/// A failed turn's event: Codex's error (and whether it was a capacity
+/// denial), or `otherwise` when Codex gave none.
+fn failed(seq: i64, error: Option<TurnError>, otherwise: impl FnOnce() -> String) -> TurnEvent {
+    TurnEvent::Failed {
+        seq,
+        denial: error.as_ref().and_then(TurnError::denial),
+        error: error.map(|e| e.message).unwrap_or_else(otherwise),
     }
 }
 

@@ -327,6 +327,12 @@ async fn errors_codex_retries_or_completes_end_the_turn_only_through_turn_comple
     let mut peer = Peer::start();
     let mut first = peer.router.open_turn("t1");
     peer.send(error("t1", true, "reconnecting")).await;
+    // Nor does one that does not say whether Codex retries.
+    peer.send(
+        json!({"method": "error", "params": {"threadId": "t1", "turnId": "u1",
+        "error": {"message": "unsaid"}}}),
+    )
+    .await;
     tokio::time::sleep(GIVEN_UP_SETTLE * 3).await;
     assert!(first.try_recv().is_err(), "a retried error ends nothing");
     peer.send(error("t1", false, "the stream broke")).await;
