@@ -235,6 +235,90 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
     assert_eq!(count(&mut c, "webhook_deliveries"), 40);
 }
 
+/// On SQLite the batch's INSERTs skip a row that breaks a constraint instead
+/// of aborting (which would need a statement journal) and count what they
+/// wrote: a delivery whose outbox entry collides with one already stored (an
+/// operation id the batch's lookups do not read) fails alone, loudly, and
+/// leaves nothing behind, instead of being accepted without its entry.
+#[test]
+fn a_row_a_constraint_refuses_fails_its_delivery_instead_of_vanishing() {
+    use codex_bridge::config::DatabaseUrl;
+    use codex_bridge::domain::OperationId;
+    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = Store::open(&StoreSettings {
+        url: DatabaseUrl::Sqlite(path.clone()),
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 256,
+            threads: 1,
+            queue_capacity: 1024,
+            ingest: Default::default(),
+        },
+    })
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let event = |i: u8| Event {
+        delivery: i,
+        comment: i,
+        repo: i % 3,
+        kind: 0,
+    };
+    // An entry stored earlier, then given the operation id comment 120 will have.
+    let first = rt.block_on(store.ingest(request(&event(100)))).unwrap();
+    assert!(matches!(first, IngestOutcome::Accepted { .. }), "{first:?}");
+    let taken = OperationId::of_comment("default:comment:120", "t");
+    let mut c = connect(&format!("sqlite://{}", path.display()));
+    assert_eq!(
+        exec(
+            &mut c,
+            &format!(
+                "UPDATE outbox_entries SET operation_id = '{}'",
+                taken.as_str()
+            )
+        )
+        .unwrap(),
+        1
+    );
+    let reqs: Vec<IngestRequest> = (0u8..40).chain([120]).map(|i| request(&event(i))).collect();
+    let outcomes = rt.block_on(async {
+        // Queued before the first is awaited: they reach the writer together.
+        let pending: Vec<_> = reqs.into_iter().map(|r| store.ingest(r)).collect();
+        futures_util::future::join_all(pending).await
+    });
+    for (i, o) in outcomes.iter().enumerate() {
+        if i == 40 {
+            let e = o.as_ref().expect_err("the colliding delivery was accepted");
+            assert!(e.to_string().contains("outbox_entries"), "{e}");
+        } else {
+            assert!(
+                matches!(o, Ok(IngestOutcome::Accepted { .. })),
+                "{i}: {o:?}"
+            );
+        }
+    }
+    assert_eq!(count(&mut c, "tasks"), 41);
+    assert_eq!(count(&mut c, "outbox_entries"), 41);
+    assert_eq!(
+        count_where(&mut c, "tasks", "trigger_key = 'default:comment:120'"),
+        0
+    );
+    assert_eq!(
+        count_where(
+            &mut c,
+            "webhook_deliveries",
+            "delivery_key = 'default:d120'"
+        ),
+        0
+    );
+}
+
 /// The `n`th triggering comment on Issue 7 of acme/r0.
 fn nth_comment_on_one_issue(n: u32) -> IngestRequest {
     let comment = 10_000 + i64::from(n);

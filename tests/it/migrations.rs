@@ -435,7 +435,7 @@ fn keys_that_differ_only_in_case_are_merged_postgres() {
 /// enforced, and retention still keeps exactly the deliveries tasks came from.
 fn task_delivery_link(url: &str) {
     use codex_bridge::store::ingest::{self, IngestOutcome};
-    use codex_bridge::store::{retention, revert_last_migration};
+    use codex_bridge::store::retention;
     let mut c = connect(url);
     run_migrations(&mut c).unwrap();
     let mut ignored = crate::actors::request("widgets", 3, 3, "no mention here");
@@ -457,8 +457,7 @@ fn task_delivery_link(url: &str) {
         matches!(outcomes[2], IngestOutcome::Ignored { .. }),
         "{outcomes:?}"
     );
-    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000033");
-    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000032");
+    revert_through(&mut c, "20261206000032");
     // A row as an older build might have left it: the task names the
     // delivery, the delivery not the task.
     let first = reqs[0].delivery_key.as_str();
@@ -507,6 +506,17 @@ fn tasks_keep_their_deliveries_without_a_foreign_key_postgres() {
     task_delivery_link(&db.url);
 }
 
+/// Reverts the newest migrations, down to and including `version`.
+fn revert_through(c: &mut DbConn, version: &str) {
+    use codex_bridge::store::revert_last_migration;
+    for _ in 0..100 {
+        if revert_last_migration(c).unwrap() == version {
+            return;
+        }
+    }
+    panic!("migration {version} was never reverted");
+}
+
 /// An attempt of a task that does not exist.
 const ORPHAN_ATTEMPT: &str =
     "INSERT INTO attempts (attempt_id, task_id, number, status, started_at) \
@@ -519,18 +529,40 @@ const ORPHAN_TASK: &str =
      ('t-orphan', 'd', 'default:acme/nowhere', 'default:acme/nowhere:issue:99', 'r', \
      'k-orphan', 'a', 'queued', 1, '2026-12-06T00:00:00Z', '2026-12-06T00:00:00Z')";
 
-/// SQLite keeps the foreign keys of the rows an accepted webhook writes (its
-/// check is a read), so the suite checks every write path against them.
+/// SQLite keeps the foreign keys of the rows an accepted webhook writes, so
+/// the suite checks every write path against them, and checks them at commit:
+/// an orphan row is written by its statement and fails its transaction, which
+/// leaves nothing behind. Other tables' keys are still checked at once; the
+/// down checks the ingest's at once again.
 #[test]
-fn sqlite_keeps_the_ingests_foreign_keys() {
+fn sqlite_checks_the_ingests_foreign_keys_at_commit() {
+    use codex_bridge::store::revert_last_migration;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connect(&format!("sqlite://{}", dir.path().join("r.db").display()));
     run_migrations(&mut c).unwrap();
+    let mut at_statement = None;
+    let committed = c.transaction(|c| {
+        at_statement = Some(exec(c, ORPHAN_TASK));
+        Ok::<_, diesel::result::Error>(())
+    });
+    assert_eq!(
+        at_statement.unwrap().unwrap(),
+        1,
+        "the statement checks nothing"
+    );
+    let e = committed.expect_err("an orphan task was committed");
+    assert!(e.to_string().contains("FOREIGN KEY"), "{e}");
+    assert_eq!(count(&mut c, "tasks"), 0);
+    assert!(
+        exec(&mut c, ORPHAN_ATTEMPT).is_err(),
+        "attempts check theirs at once"
+    );
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000034");
     assert!(
         exec(&mut c, ORPHAN_TASK).is_err(),
-        "an orphan task was stored"
+        "the down checks at once"
     );
-    assert!(exec(&mut c, ORPHAN_ATTEMPT).is_err());
+    run_migrations(&mut c).unwrap();
 }
 
 /// PostgreSQL drops them (each check locks the parent row) and keeps the
@@ -547,6 +579,7 @@ fn postgres_drops_the_ingests_foreign_keys_and_its_down_restores_them() {
     );
     assert_eq!(exec(&mut c, ORPHAN_TASK).unwrap(), 1);
     exec(&mut c, "DELETE FROM tasks WHERE task_id = 't-orphan'").unwrap();
+    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000034");
     assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000033");
     assert!(exec(&mut c, ORPHAN_TASK).is_err(), "the down restores them");
     run_migrations(&mut c).unwrap();

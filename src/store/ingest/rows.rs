@@ -115,28 +115,97 @@ pub(super) struct AuditRow {
     pub(super) at: String,
 }
 
-/// Inserts `rows` with multi-row INSERTs of fixed sizes (64, 16, 4 and 1 rows).
+/// Inserts `rows` with multi-row INSERTs of fixed sizes (64, 16, 4 and 1 rows)
+/// made by `$insert` (`diesel::insert_into`, or on SQLite
+/// `diesel::insert_or_ignore_into`), and fails unless each wrote every row.
 /// diesel keeps a prepared statement only for a batch whose size is part of its
 /// type (an array); a batch of any other length is parsed and planned again at
 /// every run, which cost the group-commit writer a tenth of its time.
 macro_rules! insert_all {
-    ($c:expr, $table:expr, $rows:expr) => {{
+    ($insert:path, $c:expr, $table:expr, $rows:expr) => {{
         let mut rest = &$rows[..];
         while !rest.is_empty() {
-            if let Some((head, tail)) = rest.split_first_chunk::<64>() {
-                diesel::insert_into($table).values(head).execute($c)?;
+            let (wrote, asked) = if let Some((head, tail)) = rest.split_first_chunk::<64>() {
                 rest = tail;
+                ($insert($table).values(head).execute($c)?, head.len())
             } else if let Some((head, tail)) = rest.split_first_chunk::<16>() {
-                diesel::insert_into($table).values(head).execute($c)?;
                 rest = tail;
+                ($insert($table).values(head).execute($c)?, head.len())
             } else if let Some((head, tail)) = rest.split_first_chunk::<4>() {
-                diesel::insert_into($table).values(head).execute($c)?;
                 rest = tail;
+                ($insert($table).values(head).execute($c)?, head.len())
             } else if let Some((head, tail)) = rest.split_first_chunk::<1>() {
-                diesel::insert_into($table).values(head).execute($c)?;
                 rest = tail;
+                ($insert($table).values(head).execute($c)?, head.len())
+            } else {
+                break;
+            };
+            if wrote != asked {
+                return Err(refused(stringify!($table), asked - wrote).into());
             }
         }
+    }};
+}
+
+/// The error of a multi-row INSERT that wrote fewer rows than it was given:
+/// `INSERT OR IGNORE` skipped rows that break a constraint. The batch's
+/// transaction rolls back, and the writer ingests its deliveries again one by
+/// one (`store::writer`), where the one at fault fails with this message.
+fn refused(table: &str, rows: usize) -> diesel::result::Error {
+    diesel::result::Error::DatabaseError(
+        diesel::result::DatabaseErrorKind::Unknown,
+        Box::new(format!(
+            "{rows} row(s) of `{table}` the ingest decided to write break a constraint of the \
+             table (a key already stored, a missing value or a value out of range); nothing of \
+             the delivery was stored"
+        )),
+    )
+}
+
+/// Writes everything after the repositories with `$insert` (see
+/// `insert_all!`), on connection `$c`.
+macro_rules! write_rows {
+    ($insert:path, $c:expr, $rows:expr) => {{
+        let c = $c;
+        let rows = $rows;
+        for session in &rows.sessions {
+            diesel::insert_into(sessions::table)
+                .values(session)
+                .on_conflict_do_nothing()
+                .execute(c)?;
+        }
+        insert_all!($insert, c, webhook_deliveries::table, &rows.deliveries);
+        insert_all!($insert, c, tasks::table, &rows.tasks);
+        insert_all!($insert, c, task_transitions::table, &rows.transitions);
+        for row in &rows.transitions {
+            crate::metrics::transition_written(row.to_state.as_str());
+        }
+        insert_all!($insert, c, outbox_entries::table, &rows.outbox);
+        // One statement per increment, not one per session (~30 a batch):
+        // diesel prepares every UPDATE afresh, and on PostgreSQL each is a
+        // round trip. Rows that existed at the batch's lookup were locked
+        // there in key order (`lookups::sessions_of`); a row created since,
+        // here or by another writer whose insert this batch waited for,
+        // is locked here, and a rare cycle with another PostgreSQL writer
+        // is one PostgreSQL detects: that transaction rolls back and the
+        // writer retries it as contended.
+        let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
+        for (session, n) in &rows.opened {
+            by_increment.entry(*n).or_default().push(session);
+        }
+        for (n, keys) in by_increment {
+            diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
+                .set(sessions::open_entries.eq(sessions::open_entries + n))
+                .execute(c)?;
+        }
+        insert_all!($insert, c, comments::table, &rows.receipts);
+        for change in &rows.changes {
+            diesel::insert_into(comment_changes::table)
+                .values(change)
+                .execute(c)?;
+        }
+        insert_all!($insert, c, audit_events::table, &rows.audits);
+        Ok::<(), diesel::result::Error>(())
     }};
 }
 
@@ -278,46 +347,17 @@ impl BatchRows {
                 at,
             );
         }
-        with_conn!(conn, |c| {
-            for session in &self.sessions {
-                diesel::insert_into(sessions::table)
-                    .values(session)
-                    .on_conflict_do_nothing()
-                    .execute(c)?;
-            }
-            insert_all!(c, webhook_deliveries::table, &self.deliveries);
-            insert_all!(c, tasks::table, &self.tasks);
-            insert_all!(c, task_transitions::table, &self.transitions);
-            for row in &self.transitions {
-                crate::metrics::transition_written(row.to_state.as_str());
-            }
-            insert_all!(c, outbox_entries::table, &self.outbox);
-            // One statement per increment, not one per session (~30 a batch):
-            // diesel prepares every UPDATE afresh, and on PostgreSQL each is a
-            // round trip. Rows that existed at the batch's lookup were locked
-            // there in key order (`lookups::sessions_of`); a row created since,
-            // here or by another writer whose insert this batch waited for,
-            // is locked here, and a rare cycle with another PostgreSQL writer
-            // is one PostgreSQL detects: that transaction rolls back and the
-            // writer retries it as contended.
-            let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
-            for (session, n) in &self.opened {
-                by_increment.entry(*n).or_default().push(session);
-            }
-            for (n, keys) in by_increment {
-                diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
-                    .set(sessions::open_entries.eq(sessions::open_entries + n))
-                    .execute(c)?;
-            }
-            insert_all!(c, comments::table, &self.receipts);
-            for change in &self.changes {
-                diesel::insert_into(comment_changes::table)
-                    .values(change)
-                    .execute(c)?;
-            }
-            insert_all!(c, audit_events::table, &self.audits);
-            Ok::<(), diesel::result::Error>(())
-        })?;
+        // On SQLite the multi-row INSERTs resolve their constraints by
+        // skipping (`OR IGNORE`), and `insert_all!` fails the batch when a row
+        // was skipped. A statement that could abort halfway (any constraint
+        // resolved by aborting, or an immediate foreign key) makes SQLite
+        // copy every page it touches into a statement journal first, to undo
+        // its own part: a sixteenth of the writer's work. Nothing here needs
+        // that undo: a failed batch rolls its whole transaction back.
+        match conn {
+            DbConn::Sqlite(c) => write_rows!(diesel::insert_or_ignore_into, c, &self),
+            DbConn::Pg(c) => write_rows!(diesel::insert_into, c, &self),
+        }?;
         Ok(())
     }
 }
