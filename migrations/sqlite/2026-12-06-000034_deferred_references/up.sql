@@ -5,7 +5,7 @@
 -- statement touched (its statement journal), and keeps one for each
 -- multi-row INSERT that an immediate foreign key could abort. The ingest
 -- writes these tables with one multi-row INSERT per table and batch, so
--- those copies were a sixteenth of the writer's work. A deferred check
+-- those copies were 7% of the writer's instructions. A deferred check
 -- reads the same parent key; an orphan row still fails its transaction, at
 -- its commit. (The ingest's INSERTs also resolve their other constraints
 -- without aborting, and count the rows they wrote: see store/ingest/rows.rs.)

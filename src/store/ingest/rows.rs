@@ -123,7 +123,7 @@ pub(super) struct AuditRow {
 /// length is parsed and planned again at every run, which cost the
 /// group-commit writer a tenth of its time. Each statement run opens a cursor
 /// on the table and on each of its indexes: a typical batch of ~31 rows takes
-/// 5 statements per table this way (7 with sizes 16, 4 and 1 only), 3% of the
+/// 5 statements per table this way (7 with sizes 16, 4 and 1 only), 1.5% of the
 /// writer's instructions.
 macro_rules! insert_all {
     ($insert:path, $c:expr, $table:expr, $rows:expr) => {{
@@ -365,7 +365,7 @@ impl BatchRows {
         // was skipped. A statement that could abort halfway (any constraint
         // resolved by aborting, or an immediate foreign key) makes SQLite
         // copy every page it touches into a statement journal first, to undo
-        // its own part: a sixteenth of the writer's work. Nothing here needs
+        // its own part: 7% of the writer's instructions. Nothing here needs
         // that undo: a failed batch rolls its whole transaction back.
         match conn {
             DbConn::Sqlite(c) => write_rows!(diesel::insert_or_ignore_into, c, &self),

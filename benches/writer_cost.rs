@@ -1,0 +1,101 @@
+//! The store's writer, counted rather than timed: `BENCH_DELIVERIES` webhook
+//! accepts (default 8,000) through the same store and writer as the server,
+//! fed in-process by 64 callers in batches of up to 32 (what the group commit
+//! forms under load), on a fresh SQLite database.
+//!
+//! Timed, it is the store-only ceiling of `benches/ingest.rs`. Its point is
+//! to be run under callgrind by `scripts/writer-instructions`, which counts
+//! the instructions of the writer thread for N and for 2N deliveries: the
+//! difference, divided by N, is what one accept costs the writer once the
+//! database holds N deliveries. That figure does not move with what else the
+//! machine is doing, where the writer's CPU time per delivery moved by a
+//! sixth between hours of one day on the same code (docs/PERFORMANCE.md).
+
+#[path = "common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+
+use anyhow::{anyhow, Context, Result};
+use codex_bridge::config::{env_name, Config};
+use codex_bridge::store::{Store, StoreSettings};
+use std::collections::BTreeMap;
+
+/// Callers: as the ingest bench's connections.
+const CALLERS: usize = 64;
+/// Repositories and Issues the deliveries spread over, as the ingest bench.
+const REPOS: u64 = 50;
+const ISSUES_PER_REPO: u64 = 40;
+
+fn main() -> Result<()> {
+    let n: u64 = match std::env::var("BENCH_DELIVERIES") {
+        Ok(v) => v
+            .parse()
+            .with_context(|| format!("BENCH_DELIVERIES={v:?} is not a count"))?,
+        Err(_) => 8_000,
+    };
+    let dir = tempfile::tempdir().context("creating the database folder")?;
+    let env = BTreeMap::from([
+        (
+            env_name("database_url"),
+            format!("sqlite://{}", dir.path().join("writer.db").display()),
+        ),
+        // The load comes from a handful of commenters.
+        (env_name("user_triggers_per_hour"), "0".to_owned()),
+        // Batches as the group commit forms them at 64 connections; without
+        // a bound, a slow run (under callgrind) would batch everything queued.
+        (env_name("writer_batch_max"), "32".to_owned()),
+    ]);
+    let config =
+        Config::from_sources(None, &env).map_err(|e| anyhow!("the default configuration: {e}"))?;
+    let store = Store::open(&StoreSettings::from_config(&config))
+        .map_err(|e| anyhow!("opening the store: {e}"))?;
+    // A random-looking delivery id (as Gitea's), the same in every run, so two
+    // runs insert the same keys in the same order.
+    let request = |seq: u64| {
+        let repo = format!("repo{}", seq % REPOS);
+        let issue = (1 + (seq / REPOS) % ISSUES_PER_REPO) as i64;
+        let comment = 1_000_000 + seq as i64;
+        let text = "@ccbot please fix the flaky parser test".to_owned();
+        let mut req = common::trigger_request(&repo, issue, comment, &comment.to_string(), text);
+        let id = (u128::from(seq) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+        req.delivery_key = format!("default:{}", uuid::Uuid::from_u128(id));
+        req
+    };
+    let mut pools: Vec<Vec<_>> = vec![Vec::new(); CALLERS];
+    for seq in 0..n {
+        pools[seq as usize % CALLERS].push(request(seq));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let before = codex_bridge::metrics::writer::writer_totals();
+    rt.block_on(async {
+        let callers = pools.into_iter().map(|pool| {
+            let store = store.clone();
+            async move {
+                for req in pool {
+                    match store.ingest(req).await {
+                        Ok(codex_bridge::store::ingest::IngestOutcome::Accepted { .. }) => {}
+                        other => return Err(anyhow!("an accept failed: {other:?}")),
+                    }
+                }
+                Ok(())
+            }
+        });
+        futures_util::future::join_all(callers)
+            .await
+            .into_iter()
+            .collect::<Result<()>>()
+    })?;
+    let spent = codex_bridge::metrics::writer::writer_totals().since(&before);
+    println!(
+        "{n} deliveries in {} commits ({:.1} per commit), {:.0} WAL bytes per delivery",
+        spent.transactions,
+        n as f64 / spent.transactions.max(1) as f64,
+        spent.wal_bytes as f64 / n.max(1) as f64
+    );
+    Ok(())
+}
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
