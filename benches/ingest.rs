@@ -36,6 +36,8 @@ mod costs;
 mod outside;
 #[path = "common/pg.rs"]
 mod pg;
+#[path = "common/store_only.rs"]
+mod store_only;
 
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
 use anyhow::{bail, Context, Result};
@@ -64,11 +66,7 @@ const FIXTURE: &str = include_str!(concat!(
 ));
 /// The login the fixture's comment mentions.
 const BOT_LOGIN: &str = "ccbot";
-const REPOS: u64 = 50;
-/// 2,000 Issues: each session's outbox holds at most 256 unfinished tasks (nothing
-/// finishes them here), so 500 Issues capped a run at 128k deliveries, which a
-/// 12k/s server reaches within its warm-up and measured phase.
-const ISSUES_PER_REPO: u64 = 40;
+use store_only::{ISSUES_PER_REPO, REPOS};
 /// Above this share of failed requests a scenario fails.
 const MAX_ERROR_RATE: f64 = 0.001;
 /// Targets from the issue (2 cores, SQLite synchronous=FULL, 64 connections).
@@ -1694,34 +1692,12 @@ fn postgres_note(url: &str) -> String {
 /// `measured` (or until `total` deliveries are stored): the durable ceiling
 /// that HTTP, signature checks and JSON parsing stand in front of.
 fn store_only_rate(callers: usize, measured: Duration, total: usize) -> Result<(u64, f64)> {
-    use codex_bridge::config::{env_name, Config};
     use codex_bridge::domain::IngestRequest;
-    use codex_bridge::store::{Store, StoreSettings};
     let dir = tempfile::tempdir().context("creating the store-only database folder")?;
-    // As the server scenarios: the hourly limit per commenter is off, since
-    // the load comes from a handful of commenters.
-    let env = BTreeMap::from([
-        (
-            env_name("database_url"),
-            format!("sqlite://{}", dir.path().join("store-only.db").display()),
-        ),
-        (env_name("user_triggers_per_hour"), "0".to_owned()),
-    ]);
-    let config = Config::from_sources(None, &env)
-        .map_err(|e| anyhow::anyhow!("the default configuration: {e}"))?;
-    let store = Store::open(&StoreSettings::from_config(&config))
-        .map_err(|e| anyhow::anyhow!("opening the store-only database: {e}"))?;
-    // Like the server scenarios' deliveries: a random delivery id (as Gitea's),
-    // comment ids in order, 50 repositories × 40 Issues.
-    let request = |seq: u64| {
-        let repo = format!("repo{}", seq % REPOS);
-        let issue = (1 + (seq / REPOS) % ISSUES_PER_REPO) as i64;
-        let comment = 1_000_000 + seq as i64;
-        let text = format!("@{BOT_LOGIN} please fix the flaky parser test");
-        let mut req = common::trigger_request(&repo, issue, comment, &comment.to_string(), text);
-        req.delivery_key = format!("default:{}", uuid::Uuid::new_v4());
-        req
-    };
+    let store = store_only::configured_sqlite_store(&dir.path().join("store-only.db"), &[])?;
+    // A random delivery id, as Gitea's.
+    let request =
+        |seq: u64| store_only::spread_trigger(seq, format!("default:{}", uuid::Uuid::new_v4()));
     // Built before the clock starts, and within the outboxes' capacity.
     let total = total.min((REPOS * ISSUES_PER_REPO * 200) as usize);
     let mut pools: Vec<Vec<IngestRequest>> = vec![Vec::new(); callers];

@@ -14,17 +14,13 @@
 #[path = "common/mod.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "common/store_only.rs"]
+mod store_only;
 
 use anyhow::{anyhow, Context, Result};
-use codex_bridge::config::{env_name, Config};
-use codex_bridge::store::{Store, StoreSettings};
-use std::collections::BTreeMap;
 
 /// Callers: as the ingest bench's connections.
 const CALLERS: usize = 64;
-/// Repositories and Issues the deliveries spread over, as the ingest bench.
-const REPOS: u64 = 50;
-const ISSUES_PER_REPO: u64 = 40;
 
 fn main() -> Result<()> {
     let n: u64 = match std::env::var("BENCH_DELIVERIES") {
@@ -34,32 +30,17 @@ fn main() -> Result<()> {
         Err(_) => 8_000,
     };
     let dir = tempfile::tempdir().context("creating the database folder")?;
-    let env = BTreeMap::from([
-        (
-            env_name("database_url"),
-            format!("sqlite://{}", dir.path().join("writer.db").display()),
-        ),
-        // The load comes from a handful of commenters.
-        (env_name("user_triggers_per_hour"), "0".to_owned()),
-        // Batches as the group commit forms them at 64 connections; without
-        // a bound, a slow run (under callgrind) would batch everything queued.
-        (env_name("writer_batch_max"), "32".to_owned()),
-    ]);
-    let config =
-        Config::from_sources(None, &env).map_err(|e| anyhow!("the default configuration: {e}"))?;
-    let store = Store::open(&StoreSettings::from_config(&config))
-        .map_err(|e| anyhow!("opening the store: {e}"))?;
+    // Batches as the group commit forms them at 64 connections; without a
+    // bound, a slow run (under callgrind) would batch everything queued.
+    let store = store_only::configured_sqlite_store(
+        &dir.path().join("writer.db"),
+        &[("writer_batch_max", "32")],
+    )?;
     // A random-looking delivery id (as Gitea's), the same in every run, so two
     // runs insert the same keys in the same order.
     let request = |seq: u64| {
-        let repo = format!("repo{}", seq % REPOS);
-        let issue = (1 + (seq / REPOS) % ISSUES_PER_REPO) as i64;
-        let comment = 1_000_000 + seq as i64;
-        let text = "@ccbot please fix the flaky parser test".to_owned();
-        let mut req = common::trigger_request(&repo, issue, comment, &comment.to_string(), text);
         let id = (u128::from(seq) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
-        req.delivery_key = format!("default:{}", uuid::Uuid::from_u128(id));
-        req
+        store_only::spread_trigger(seq, format!("default:{}", uuid::Uuid::from_u128(id)))
     };
     let mut pools: Vec<Vec<_>> = vec![Vec::new(); CALLERS];
     for seq in 0..n {
