@@ -167,21 +167,15 @@ proptest! {
     }
 }
 
-/// The writer ingests what arrived together as one batch without a savepoint;
-/// when that batch fails (here one delivery is malformed), the transaction is
-/// rolled back and the batch is run again delivery by delivery: the good ones
-/// are stored and accepted, the bad one alone gets its error.
-#[test]
-fn a_failing_delivery_in_a_batch_fails_alone() {
+/// A store on SQLite at `path` whose writer takes up to 256 queued
+/// deliveries as one batch.
+fn batching_store(path: &std::path::Path) -> codex_bridge::store::Store {
     use codex_bridge::config::DatabaseUrl;
     use codex_bridge::store::{Store, StoreSettings, WriterSettings};
-    use std::time::Duration;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.db");
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(path.clone()),
+    Store::open(&StoreSettings {
+        url: DatabaseUrl::Sqlite(path.to_owned()),
         read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
+        sqlite_busy_timeout: std::time::Duration::from_secs(5),
         writer: WriterSettings {
             batch_max: 256,
             threads: 1,
@@ -189,17 +183,29 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
             ingest: Default::default(),
         },
     })
-    .unwrap();
-    let good: Vec<IngestRequest> = (0u8..40)
-        .map(|i| {
-            request(&Event {
-                delivery: i,
-                comment: i,
-                repo: i % 3,
-                kind: 0,
-            })
-        })
-        .collect();
+    .unwrap()
+}
+
+/// Comment `i`, a trigger, in repository `r{i % 3}`, delivered as `d{i}`.
+fn trigger(i: u8) -> Event {
+    Event {
+        delivery: i,
+        comment: i,
+        repo: i % 3,
+        kind: 0,
+    }
+}
+
+/// The writer ingests what arrived together as one batch without a savepoint;
+/// when that batch fails (here one delivery is malformed), the transaction is
+/// rolled back and the batch is run again delivery by delivery: the good ones
+/// are stored and accepted, the bad one alone gets its error.
+#[test]
+fn a_failing_delivery_in_a_batch_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.db");
+    let store = batching_store(&path);
+    let good: Vec<IngestRequest> = (0u8..40).map(|i| request(&trigger(i))).collect();
     let mut bad = request(&Event {
         delivery: 200,
         comment: 200,
@@ -242,36 +248,16 @@ fn a_failing_delivery_in_a_batch_fails_alone() {
 /// leaves nothing behind, instead of being accepted without its entry.
 #[test]
 fn a_row_a_constraint_refuses_fails_its_delivery_instead_of_vanishing() {
-    use codex_bridge::config::DatabaseUrl;
     use codex_bridge::domain::OperationId;
-    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
-    use std::time::Duration;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.db");
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(path.clone()),
-        read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 256,
-            threads: 1,
-            queue_capacity: 1024,
-            ingest: Default::default(),
-        },
-    })
-    .unwrap();
+    let store = batching_store(&path);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let event = |i: u8| Event {
-        delivery: i,
-        comment: i,
-        repo: i % 3,
-        kind: 0,
-    };
     // An entry stored earlier, then given the operation id comment 120 will have.
-    let first = rt.block_on(store.ingest(request(&event(100)))).unwrap();
+    let first = rt.block_on(store.ingest(request(&trigger(100)))).unwrap();
     assert!(matches!(first, IngestOutcome::Accepted { .. }), "{first:?}");
     let taken = OperationId::of_comment("default:comment:120", "t");
     let mut c = connect(&format!("sqlite://{}", path.display()));
@@ -286,7 +272,10 @@ fn a_row_a_constraint_refuses_fails_its_delivery_instead_of_vanishing() {
         .unwrap(),
         1
     );
-    let reqs: Vec<IngestRequest> = (0u8..40).chain([120]).map(|i| request(&event(i))).collect();
+    let reqs: Vec<IngestRequest> = (0u8..40)
+        .chain([120])
+        .map(|i| request(&trigger(i)))
+        .collect();
     let outcomes = rt.block_on(async {
         // Queued before the first is awaited: they reach the writer together.
         let pending: Vec<_> = reqs.into_iter().map(|r| store.ingest(r)).collect();
