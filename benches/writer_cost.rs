@@ -1,7 +1,8 @@
 //! The store's writer, counted rather than timed: `BENCH_DELIVERIES` webhook
 //! accepts (default 8,000) through the same store and writer as the server,
 //! fed in-process by 64 callers in batches of up to 32 (what the group commit
-//! forms under load), on a fresh SQLite database.
+//! forms under load; `BENCH_BATCH_MAX` sets another bound, to tell what a
+//! batch costs from what a delivery does), on a fresh SQLite database.
 //!
 //! Timed, it is the store-only ceiling of `benches/ingest.rs`. Its point is
 //! to be run under callgrind by `scripts/writer-instructions`, which counts
@@ -32,9 +33,10 @@ fn main() -> Result<()> {
     let dir = tempfile::tempdir().context("creating the database folder")?;
     // Batches as the group commit forms them at 64 connections; without a
     // bound, a slow run (under callgrind) would batch everything queued.
+    let batch = std::env::var("BENCH_BATCH_MAX").unwrap_or_else(|_| "32".to_owned());
     let store = store_only::configured_sqlite_store(
         &dir.path().join("writer.db"),
-        &[("writer_batch_max", "32")],
+        &[("writer_batch_max", batch.as_str())],
     )?;
     // A random-looking delivery id (as Gitea's), the same in every run, so two
     // runs insert the same keys in the same order.

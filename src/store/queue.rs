@@ -42,10 +42,11 @@ pub const SEND_NOW: &str = "outbox_entries.mode IN ('interrupt-running', 'replac
 
 /// The states a repository is asked about besides `queued` (those that hold it,
 /// and `retry_wait`), as the literal condition of the partial index
-/// `tasks_repo_active` (migration 2026-11-30-000008).
-pub const REPO_ACTIVE_STATES: &str = "state IN ('leased', 'running', 'awaiting_approval', \
-     'verifying_reply', 'cancel_requested', 'needs_reconciliation', 'blocked_workspace', \
-     'retry_wait')";
+/// `tasks_repo_active` (migration 2026-12-06-000035), a chain of `=` as
+/// `SESSION_DRIVEN_STATES` is.
+pub const REPO_ACTIVE_STATES: &str = "(state = 'leased' OR state = 'running' \
+     OR state = 'awaiting_approval' OR state = 'verifying_reply' OR state = 'cancel_requested' \
+     OR state = 'needs_reconciliation' OR state = 'blocked_workspace' OR state = 'retry_wait')";
 
 /// A partial index's condition, written into the query as it is (see above).
 pub(super) fn literal(

@@ -12,12 +12,14 @@ use crate::with_conn;
 use diesel::prelude::*;
 
 /// The states a session actor drives, as the literal condition of the partial
-/// index `tasks_session_driven` (migration 2026-11-30-000006). A query must
+/// index `tasks_session_driven` (migration 2026-12-06-000035). A query must
 /// contain exactly this text for SQLite to use that index, so it is written out
 /// instead of bound: `leased`, `running`, `awaiting_approval`,
-/// `verifying_reply`, `cancel_requested`.
-pub const SESSION_DRIVEN_STATES: &str =
-    "state IN ('leased', 'running', 'awaiting_approval', 'verifying_reply', 'cancel_requested')";
+/// `verifying_reply`, `cancel_requested`. A chain of `=`, not an IN list:
+/// SQLite builds a temporary index of an IN list's values for every row it
+/// writes into a partial index with one.
+pub const SESSION_DRIVEN_STATES: &str = "(state = 'leased' OR state = 'running' \
+     OR state = 'awaiting_approval' OR state = 'verifying_reply' OR state = 'cancel_requested')";
 
 pub fn session(
     conn: &mut DbConn,

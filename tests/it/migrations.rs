@@ -536,7 +536,6 @@ const ORPHAN_TASK: &str =
 /// down checks the ingest's at once again.
 #[test]
 fn sqlite_checks_the_ingests_foreign_keys_at_commit() {
-    use codex_bridge::store::revert_last_migration;
     let dir = tempfile::tempdir().unwrap();
     let mut c = connect(&format!("sqlite://{}", dir.path().join("r.db").display()));
     run_migrations(&mut c).unwrap();
@@ -557,7 +556,7 @@ fn sqlite_checks_the_ingests_foreign_keys_at_commit() {
         exec(&mut c, ORPHAN_ATTEMPT).is_err(),
         "attempts check theirs at once"
     );
-    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000034");
+    revert_through(&mut c, "20261206000034");
     assert!(
         exec(&mut c, ORPHAN_TASK).is_err(),
         "the down checks at once"
@@ -579,8 +578,61 @@ fn postgres_drops_the_ingests_foreign_keys_and_its_down_restores_them() {
     );
     assert_eq!(exec(&mut c, ORPHAN_TASK).unwrap(), 1);
     exec(&mut c, "DELETE FROM tasks WHERE task_id = 't-orphan'").unwrap();
-    assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000034");
+    revert_through(&mut c, "20261206000034");
     assert_eq!(revert_last_migration(&mut c).unwrap(), "20261206000033");
     assert!(exec(&mut c, ORPHAN_TASK).is_err(), "the down restores them");
     run_migrations(&mut c).unwrap();
+}
+
+/// The opcodes of the program SQLite compiles for `statement` (EXPLAIN).
+fn opcodes(c: &mut DbConn, statement: &str) -> Vec<String> {
+    use diesel::prelude::*;
+    #[derive(QueryableByName)]
+    struct Op {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        opcode: String,
+    }
+    codex_bridge::with_conn!(c, |conn| diesel::sql_query(format!("EXPLAIN {statement}"))
+        .load::<Op>(conn))
+    .unwrap()
+    .into_iter()
+    .map(|o| o.opcode)
+    .collect()
+}
+
+/// SQLite evaluates an IN list of constants in a CHECK constraint or a partial
+/// index's condition by building a temporary index of its values, again for
+/// every row written. The rows an accepted webhook writes name their values
+/// in chains of `=` instead: their INSERTs build no temporary index, and a
+/// value outside the chain is still refused.
+#[test]
+fn the_ingests_inserts_build_no_temporary_index_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = migrated_sqlite(&dir);
+    let inserts = [
+        "INSERT INTO webhook_deliveries (delivery_key, delivery_id, event_type, status, \
+         payload_hash, received_at) VALUES (?, ?, ?, ?, ?, ?)",
+        ORPHAN_TASK,
+        "INSERT INTO outbox_entries (queue_id, session_key, task_id, operation_id, fingerprint, \
+         mode, status, auto_drain, user_text, created_at, updated_at, handoff_phase) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    ];
+    for insert in inserts {
+        let program = opcodes(&mut c, insert);
+        assert!(program.iter().any(|op| op == "IdxInsert"), "{program:?}");
+        assert!(
+            !program.iter().any(|op| op == "OpenEphemeral"),
+            "{insert}: {program:?}"
+        );
+    }
+    let bogus_state = ORPHAN_TASK.replace("'queued'", "'bogus'");
+    let e = exec(&mut c, &bogus_state).expect_err("a task in no state was written");
+    assert!(e.to_string().contains("CHECK"), "{e}");
+    let e = exec(
+        &mut c,
+        "INSERT INTO webhook_deliveries (delivery_key, delivery_id, event_type, status, \
+         payload_hash, received_at) VALUES ('k', 'd', 'issue_comment', 'bogus', 'h', 't')",
+    )
+    .expect_err("a delivery in no status was written");
+    assert!(e.to_string().contains("CHECK"), "{e}");
 }

@@ -1,0 +1,2 @@
+-- Nothing to undo on PostgreSQL (see up.sql).
+SELECT 1;
