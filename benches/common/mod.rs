@@ -71,7 +71,7 @@ pub fn trigger_request(
         delivery_id: key.to_owned(),
         event_type: "issue_comment".into(),
         action: Some("created".into()),
-        payload_hash: "sha256:0".into(),
+        payload_hash: codex_bridge::domain::PayloadHash::of(b"0"),
         content_key: Some(format!("default:comment:{key}:created:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {

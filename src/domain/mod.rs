@@ -12,7 +12,7 @@ pub use keys::{
 };
 pub mod request;
 
-pub use request::{IngestRequest, Intent, RepoRef, Subject};
+pub use request::{IngestRequest, Intent, PayloadHash, RepoRef, Subject};
 pub mod breaker;
 pub mod command;
 pub mod fingerprint;

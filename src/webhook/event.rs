@@ -5,7 +5,7 @@
 use super::{command, mention};
 use crate::domain::command::CommandLine;
 use crate::domain::keys::is_gitea_name;
-use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use crate::domain::{IngestRequest, Intent, PayloadHash, RepoRef, ResourceKind, Subject};
 use crate::store::sha256_hex;
 use serde::Deserialize;
 
@@ -208,7 +208,7 @@ impl Normalizer {
             delivery_id: headers.delivery_id.clone(),
             event_type: raw_type.clone(),
             action: None,
-            payload_hash: format!("sha256:{}", sha256_hex(body)),
+            payload_hash: PayloadHash::of(body),
             content_key: None,
             sender: None,
             subject: None,

@@ -5,10 +5,10 @@
 //! through [`CommentRules`], which the normaliser implements here.
 
 use super::event::{CommentEvent, Normalizer};
+use crate::domain::PayloadHash;
 use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
 use crate::gitea::comments::RepoComment;
 use crate::jobs::catchup::CommentRules;
-use crate::store::sha256_hex;
 
 impl CommentRules for Normalizer {
     /// A listed comment is the `created` event Gitea would have sent for it,
@@ -33,9 +33,8 @@ impl CommentRules for Normalizer {
             action: None,
             // The delivery is the comment itself, whatever later edits do to
             // its body: its id and creation time.
-            payload_hash: format!(
-                "sha256:{}",
-                sha256_hex(format!("{}\n{}", comment.id, comment.created_at).as_bytes())
+            payload_hash: PayloadHash::of(
+                format!("{}\n{}", comment.id, comment.created_at).as_bytes(),
             ),
             content_key: None,
             sender: None,

@@ -12,7 +12,7 @@ pub mod verify;
 
 use crate::domain::refusals::Refused;
 use crate::store::ingest::{self, IngestOutcome};
-use crate::store::sha256_hex;
+
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -244,5 +244,5 @@ impl From<DeliveryRefusal> for ApiError {
 
 /// The payload hash as the delivery row stores it (for tests).
 pub fn payload_hash(body: &[u8]) -> String {
-    format!("sha256:{}", sha256_hex(body))
+    crate::domain::PayloadHash::of(body).as_str().to_owned()
 }

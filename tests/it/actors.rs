@@ -275,7 +275,7 @@ pub fn request(repo: &str, number: i64, comment_id: i64, text: &str) -> IngestRe
         delivery_id: format!("d-{repo}-{comment_id}"),
         event_type: "issue_comment".into(),
         action: Some("created".into()),
-        payload_hash: "sha256:00".into(),
+        payload_hash: codex_bridge::domain::PayloadHash::of(b"00"),
         content_key: Some(format!("default:comment:{comment_id}:created:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {

@@ -57,7 +57,7 @@ fn request(e: &Event) -> IngestRequest {
         delivery_id: format!("d{}", e.delivery),
         event_type: "issue_comment".into(),
         action: Some(action.into()),
-        payload_hash: "sha256:0".into(),
+        payload_hash: codex_bridge::domain::PayloadHash::of(b"0"),
         content_key: Some(format!("default:comment:{comment}:{action}:t")),
         sender: Some("bob".into()),
         subject: Some(Subject {
@@ -487,4 +487,44 @@ fn two_spellings_of_one_repository_are_one_repository() {
         ),
         2
     );
+}
+
+/// The same delivery id over other bytes is a conflict; over a row hashed
+/// another way (stored with SHA-256, before payloads were hashed with BLAKE3)
+/// it cannot be told, and is answered as the retry its id says it is, with
+/// nothing written twice.
+#[test]
+fn a_delivery_stored_under_an_older_hash_is_answered_as_a_retry() {
+    let (_dir, mut c) = fresh();
+    let first = request(&trigger(1));
+    let accepted = c.write_transaction(|c| ingest::ingest(c, &first)).unwrap();
+    let IngestOutcome::Accepted { task_id, .. } = accepted else {
+        panic!("{accepted:?}")
+    };
+    let mut again = first.clone();
+    again.payload_hash = codex_bridge::domain::PayloadHash::of(b"other bytes");
+    let conflict = c.write_transaction(|c| ingest::ingest(c, &again)).unwrap();
+    assert!(
+        matches!(conflict, IngestOutcome::DeliveryConflict { .. }),
+        "{conflict:?}"
+    );
+    exec(
+        &mut c,
+        &format!(
+            "UPDATE webhook_deliveries SET payload_hash = 'sha256:{}' WHERE delivery_key = '{}'",
+            "0".repeat(64),
+            first.delivery_key
+        ),
+    )
+    .unwrap();
+    let before = rows(&mut c);
+    let retry = c.write_transaction(|c| ingest::ingest(c, &again)).unwrap();
+    assert_eq!(
+        retry,
+        IngestOutcome::Duplicate {
+            task_id: Some(task_id),
+            state: Some("queued".into()),
+        }
+    );
+    assert_eq!(rows(&mut c), before);
 }
