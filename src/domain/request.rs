@@ -131,8 +131,8 @@ impl IngestRequest {
 /// What a delivery's bytes hash to, as its row keeps it (`blake3:<hex>`): the
 /// same delivery id over other bytes is a conflict, never a retry. BLAKE3,
 /// not SHA-256: every webhook body is already hashed once with SHA-256 for
-/// its signature, and a second SHA-256 pass was a fifth of what the HTTP
-/// workers spent on a webhook.
+/// its signature, and the two SHA-256 passes together were a fifth of what
+/// the HTTP workers spent on a webhook.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(transparent)]
 pub struct PayloadHash(String);

@@ -5,8 +5,7 @@
 //! through [`CommentRules`], which the normaliser implements here.
 
 use super::event::{CommentEvent, Normalizer};
-use crate::domain::PayloadHash;
-use crate::domain::{IngestRequest, Intent, RepoRef, ResourceKind, Subject};
+use crate::domain::{IngestRequest, Intent, PayloadHash, RepoRef, ResourceKind, Subject};
 use crate::gitea::comments::RepoComment;
 use crate::jobs::catchup::CommentRules;
 
