@@ -12,7 +12,6 @@ pub mod verify;
 
 use crate::domain::refusals::Refused;
 use crate::store::ingest::{self, IngestOutcome};
-
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
 use actix_web::{web, HttpRequest, HttpResponse};
