@@ -22,6 +22,37 @@ pub struct Lease {
     pub acquired_at: String,
     pub renewed_at: String,
     pub expires_at: String,
+    /// The fencing token: grows by one with every new holder of this
+    /// repository's lease, and is never reused.
+    pub fence: i64,
+    /// When the holder (or start-up recovery, for an expired one) gave it
+    /// back; the row stays so that the next holder's token follows this one.
+    pub released_at: Option<String>,
+}
+
+impl Lease {
+    /// Whether someone holds it at `at`: not released, not expired.
+    pub fn is_held(&self, at: &str) -> bool {
+        self.released_at.is_none() && self.expires_at.as_str() > at
+    }
+
+    /// What its holder names when it writes (see [`check`]).
+    pub fn fence(&self) -> Fence {
+        Fence {
+            repo_key: self.repo_key.clone(),
+            lease_id: self.lease_id.clone(),
+            token: self.fence,
+        }
+    }
+}
+
+/// A holder's claim on a repository, checked by every write it makes under
+/// the lease: its lease id and that holding's fencing token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub repo_key: RepoKey,
+    pub lease_id: String,
+    pub token: i64,
 }
 
 fn expiry(ttl: Duration) -> String {
@@ -29,6 +60,7 @@ fn expiry(ttl: Duration) -> String {
     format_time(chrono::Utc::now() + ttl)
 }
 
+/// The repository's lease row, held or not.
 pub fn find(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Lease>, StoreError> {
     Ok(with_conn!(conn, |c| leases::table
         .find(repo_key)
@@ -37,8 +69,10 @@ pub fn find(conn: &mut DbConn, repo_key: &RepoKey) -> Result<Option<Lease>, Stor
         .optional())?)
 }
 
-/// Takes the repository's lease for `owner` if it is free or expired; renews
-/// it if `owner` already holds it. `None`: someone else holds a live lease.
+/// Takes the repository's lease for `owner` if it is free, released or
+/// expired; renews it if `owner` already holds it. `None`: someone else holds
+/// a live lease. A lease that moves from one holder to another is audited
+/// with both, and its fencing token grows.
 pub fn acquire(
     conn: &mut DbConn,
     repo_key: &RepoKey,
@@ -48,18 +82,21 @@ pub fn acquire(
     let at = now();
     let expires_at = expiry(ttl);
     match find(conn, repo_key)? {
-        Some(held) if held.owner == owner && held.expires_at > at => {
-            let renewed = renew(conn, repo_key, &held.lease_id, ttl)?;
-            Ok(renewed)
+        // Ours and never released: renewed, even past its expiry (nobody
+        // took it meanwhile, or its lease id would differ), so the writes of
+        // turns begun under it still pass `check`.
+        Some(held) if held.released_at.is_none() && held.owner == owner => {
+            renew(conn, repo_key, &held.lease_id, ttl)
         }
-        Some(held) if held.expires_at > at => Ok(None),
-        Some(expired) => {
-            // Take over an expired lease, but only the exact one we looked at.
+        Some(held) if held.is_held(&at) => Ok(None),
+        Some(previous) => {
+            // Take the exact row we looked at: a competitor that took it
+            // first changed its lease id, and this update then finds nothing.
             let lease_id = new_lease_id();
             let n = with_conn!(conn, |c| diesel::update(
                 leases::table
                     .filter(leases::repo_key.eq(repo_key))
-                    .filter(leases::lease_id.eq(&expired.lease_id))
+                    .filter(leases::lease_id.eq(&previous.lease_id))
             )
             .set((
                 leases::lease_id.eq(&lease_id),
@@ -67,22 +104,36 @@ pub fn acquire(
                 leases::acquired_at.eq(&at),
                 leases::renewed_at.eq(&at),
                 leases::expires_at.eq(&expires_at),
+                leases::fence.eq(previous.fence + 1),
+                leases::released_at.eq(None::<String>),
             ))
             .execute(c))?;
             if n == 0 {
                 return Ok(None);
             }
-            audit::record(
-                conn,
-                &Audit::new("lease.taken_over", "system").meta(serde_json::json!({
-                    "repoKey": repo_key,
-                    "leaseId": lease_id,
-                    "owner": owner,
-                    "previousLeaseId": expired.lease_id,
-                    "previousOwner": expired.owner,
-                    "previousExpiresAt": expired.expires_at,
-                })),
-            )?;
+            if previous.owner != owner {
+                // Expired while held: its holder died, stalled or was cut
+                // off. Released: it gave the lease back (or recovery did).
+                let action = if previous.released_at.is_none() {
+                    "lease.taken_over"
+                } else {
+                    "lease.handed_over"
+                };
+                audit::record(
+                    conn,
+                    &Audit::new(action, "system").meta(serde_json::json!({
+                        "repoKey": repo_key,
+                        "leaseId": lease_id,
+                        "owner": owner,
+                        "fence": previous.fence + 1,
+                        "previousLeaseId": previous.lease_id,
+                        "previousOwner": previous.owner,
+                        "previousFence": previous.fence,
+                        "previousExpiresAt": previous.expires_at,
+                        "previousReleasedAt": previous.released_at,
+                    })),
+                )?;
+            }
             find(conn, repo_key)
         }
         None => {
@@ -93,6 +144,8 @@ pub fn acquire(
                 acquired_at: at.clone(),
                 renewed_at: at,
                 expires_at,
+                fence: 1,
+                released_at: None,
             };
             let n = with_conn!(conn, |c| diesel::insert_into(leases::table)
                 .values(&lease)
@@ -115,6 +168,7 @@ pub fn renew(
         leases::table
             .filter(leases::repo_key.eq(repo_key))
             .filter(leases::lease_id.eq(lease_id))
+            .filter(leases::released_at.is_null())
     )
     .set((
         leases::renewed_at.eq(&at),
@@ -129,11 +183,14 @@ pub fn renew(
 
 /// Gives a lease back. Only the holder of `lease_id` can: `false` otherwise.
 pub fn release(conn: &mut DbConn, repo_key: &RepoKey, lease_id: &str) -> Result<bool, StoreError> {
-    let n = with_conn!(conn, |c| diesel::delete(
+    let at = now();
+    let n = with_conn!(conn, |c| diesel::update(
         leases::table
             .filter(leases::repo_key.eq(repo_key))
             .filter(leases::lease_id.eq(lease_id))
+            .filter(leases::released_at.is_null())
     )
+    .set((leases::released_at.eq(&at), leases::expires_at.eq(&at)))
     .execute(c))?;
     Ok(n == 1)
 }
@@ -143,12 +200,16 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
     let at = now();
     let expired: Vec<Lease> = with_conn!(conn, |c| leases::table
         .filter(leases::expires_at.le(&at))
+        .filter(leases::released_at.is_null())
         .select(Lease::as_select())
         .load(c))?;
     for lease in &expired {
-        let n = with_conn!(conn, |c| diesel::delete(
-            leases::table.filter(leases::lease_id.eq(&lease.lease_id))
+        let n = with_conn!(conn, |c| diesel::update(
+            leases::table
+                .filter(leases::lease_id.eq(&lease.lease_id))
+                .filter(leases::released_at.is_null())
         )
+        .set(leases::released_at.eq(&at))
         .execute(c))?;
         if n == 1 {
             audit::record(
@@ -157,12 +218,68 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
                     "repoKey": lease.repo_key,
                     "leaseId": lease.lease_id,
                     "owner": lease.owner,
+                    "fence": lease.fence,
                     "expiresAt": lease.expires_at,
                 })),
             )?;
         }
     }
     Ok(expired)
+}
+
+/// Refuses the transaction it runs in unless `fence` still names the
+/// repository's current holding: the same lease id and token, not released.
+/// A lease that expired but that nobody took over yet still passes: no other
+/// holder exists whose work a write could overwrite.
+///
+/// It runs first in every transaction a holder writes under its lease. On
+/// PostgreSQL it keeps a share lock on the lease row until that transaction
+/// ends, so a takeover (an update of that row) waits for it, or, if the
+/// takeover committed first, this check sees the new holder and refuses:
+/// every write of the transaction, inserts included, is covered by one check.
+/// SQLite has one writer at a time, so nothing can move the lease between
+/// the check and the commit.
+pub fn check(conn: &mut DbConn, fence: &Fence) -> Result<(), StoreError> {
+    let found: Option<i64> = match conn {
+        DbConn::Sqlite(c) => current(fence).first(c).optional()?,
+        DbConn::Pg(c) => current(fence).for_share().first(c).optional()?,
+    };
+    match found {
+        Some(_) => Ok(()),
+        None => Err(StoreError::Refused {
+            code: "lease_lost",
+            message: format!(
+                "repository {}'s lease moved on from token {} (lease {}): another holder took it over, so this write was refused",
+                fence.repo_key, fence.token, fence.lease_id
+            ),
+        }),
+    }
+}
+
+/// The fence of the holding `lease_id` names, if it is still the current
+/// one: what a turn begun under that lease writes under.
+pub fn fence_of(
+    conn: &mut DbConn,
+    repo_key: &RepoKey,
+    lease_id: &str,
+) -> Result<Option<Fence>, StoreError> {
+    Ok(find(conn, repo_key)?
+        .filter(|l| l.lease_id == lease_id && l.released_at.is_none())
+        .map(|l| l.fence()))
+}
+
+/// The lease row `fence` names, if it is still the current holding.
+#[diesel::dsl::auto_type(no_type_alias)]
+fn current<'a>(fence: &'a Fence) -> _ {
+    let repo_key: &'a RepoKey = &fence.repo_key;
+    let lease_id: &'a str = fence.lease_id.as_str();
+    let token: i64 = fence.token;
+    leases::table
+        .filter(leases::repo_key.eq(repo_key))
+        .filter(leases::lease_id.eq(lease_id))
+        .filter(leases::fence.eq(token))
+        .filter(leases::released_at.is_null())
+        .select(leases::fence)
 }
 
 pub fn new_lease_id() -> String {

@@ -284,6 +284,7 @@ pub fn driven_by(conn: &mut DbConn, owner: &str) -> Result<Vec<Task>, StoreError
             tasks::repo_key.eq_any(
                 leases::table
                     .filter(leases::owner.eq(owner))
+                    .filter(leases::released_at.is_null())
                     .select(leases::repo_key)
             )
         )

@@ -144,6 +144,8 @@ diesel::table! {
         acquired_at -> Text,
         renewed_at -> Text,
         expires_at -> Text,
+        fence -> Int8,
+        released_at -> Nullable<Text>,
     }
 }
 
@@ -230,6 +232,19 @@ diesel::table! {
         updated_at -> Text,
         delivered_at -> Nullable<Text>,
         acknowledged_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
+    server_instances (server_id) {
+        server_id -> Text,
+        instance_id -> Text,
+        version -> Text,
+        started_at -> Text,
+        heartbeat_at -> Text,
+        draining -> Bool,
+        drain_requested_at -> Nullable<Text>,
+        stopped_at -> Nullable<Text>,
     }
 }
 
@@ -483,6 +498,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     refusal_counts,
     repositories,
     result_deliveries,
+    server_instances,
     sessions,
     task_heads,
     task_transitions,

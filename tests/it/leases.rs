@@ -59,14 +59,238 @@ fn lease_rules(mut c: DbConn) {
         count_where(&mut c, "audit_events", "action = 'lease.taken_over'"),
         1
     );
-    // The holder releases it.
+    // The holder releases it: the row stays, marked, so the next holder's
+    // token follows B's.
     assert!(c
         .write_transaction(|c| leases::release(c, key, &b.lease_id))
         .unwrap());
-    assert!(c
+    let released = c
         .write_transaction(|c| leases::find(c, key))
         .unwrap()
+        .unwrap();
+    assert!(released.released_at.is_some());
+    assert!(!released.is_held(&codex_bridge::store::now()));
+    assert!(c
+        .write_transaction(|c| leases::renew(c, key, &b.lease_id, Duration::from_secs(60)))
+        .unwrap()
         .is_none());
+}
+
+fn fenced_repo(c: &mut DbConn) -> codex_bridge::domain::RepoKey {
+    run_migrations(c).unwrap();
+    exec(c, "INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) VALUES ('default:acme/f', 'default', 'acme', 'f', 'active', 't', 't', 1)").unwrap();
+    codex_bridge::domain::RepoKey::parse("default:acme/f").unwrap()
+}
+
+/// Lets `lease` expire where it stands (renewed with no time left).
+fn expire(c: &mut DbConn, lease: &leases::Lease) {
+    let gone = c
+        .write_transaction(|c| leases::renew(c, &lease.repo_key, &lease.lease_id, Duration::ZERO))
+        .unwrap()
+        .unwrap();
+    wait_until(
+        "the lease to lie in the past",
+        Duration::from_secs(1),
+        || codex_bridge::store::now() > gone.expires_at,
+    );
+}
+
+fn audited(c: &mut DbConn, action: &str) -> Vec<serde_json::Value> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        metadata: String,
+    }
+    let q = format!("SELECT metadata FROM audit_events WHERE action = '{action}' ORDER BY id");
+    codex_bridge::with_conn!(c, |c| diesel::RunQueryDsl::load::<Row>(
+        diesel::sql_query(&q),
+        c
+    ))
+    .unwrap()
+    .into_iter()
+    .map(|r| serde_json::from_str(&r.metadata).unwrap())
+    .collect()
+}
+
+fn backend_pid(c: &mut DbConn) -> i32 {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Integer)]
+        pid: i32,
+    }
+    codex_bridge::with_conn!(c, |c| diesel::RunQueryDsl::get_result::<Row>(
+        diesel::sql_query("SELECT pg_backend_pid() AS pid"),
+        c
+    ))
+    .unwrap()
+    .pid
+}
+
+/// Every new holder gets the next fencing token, and every move between
+/// holders is audited with both; a holder's own expired lease, untaken,
+/// is renewed under the same id and token.
+fn fence_rules(mut c: DbConn) {
+    let key = &fenced_repo(&mut c);
+    let ttl = Duration::from_secs(60);
+    let a = c
+        .write_transaction(|c| leases::acquire(c, key, "A", ttl))
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.fence, 1);
+    expire(&mut c, &a);
+    let again = c
+        .write_transaction(|c| leases::acquire(c, key, "A", ttl))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again.lease_id.as_str(), again.fence),
+        (a.lease_id.as_str(), 1)
+    );
+    assert!(c
+        .write_transaction(|c| leases::release(c, key, &a.lease_id))
+        .unwrap());
+    let b = c
+        .write_transaction(|c| leases::acquire(c, key, "B", ttl))
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.fence, 2);
+    let handed = audited(&mut c, "lease.handed_over");
+    assert_eq!(handed.len(), 1, "{handed:?}");
+    assert_eq!(handed[0]["previousOwner"], "A");
+    assert_eq!(handed[0]["owner"], "B");
+    assert_eq!(handed[0]["fence"], 2);
+    expire(&mut c, &b);
+    let d = c
+        .write_transaction(|c| leases::acquire(c, key, "D", ttl))
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.fence, 3);
+    let taken = audited(&mut c, "lease.taken_over");
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(
+        (
+            &taken[0]["previousOwner"],
+            &taken[0]["previousFence"],
+            &taken[0]["owner"]
+        ),
+        (
+            &serde_json::json!("B"),
+            &serde_json::json!(2),
+            &serde_json::json!("D")
+        )
+    );
+    // B's late write is refused, and with it everything in its transaction;
+    // D's passes.
+    let late = c.write_transaction(|c| {
+        leases::check(c, &b.fence())?;
+        exec(
+            c,
+            "UPDATE repositories SET status = 'disabled' WHERE repo_key = 'default:acme/f'",
+        )
+        .map_err(|e| codex_bridge::store::StoreError::Query(e.to_string()))
+    });
+    match late {
+        Err(codex_bridge::store::StoreError::Refused { code, .. }) => {
+            assert_eq!(code, "lease_lost")
+        }
+        other => panic!("B's write under a lease D took over was not refused: {other:?}"),
+    }
+    assert_eq!(
+        count_where(&mut c, "repositories", "status = 'disabled'"),
+        0
+    );
+    c.write_transaction(|c| leases::check(c, &d.fence()))
+        .unwrap();
+    // A fence naming the right lease but another token is refused as well.
+    let mut forged = d.fence();
+    forged.token += 1;
+    assert!(c.write_transaction(|c| leases::check(c, &forged)).is_err());
+    // Released, D's fence no longer passes either.
+    assert!(c
+        .write_transaction(|c| leases::release(c, key, &d.lease_id))
+        .unwrap());
+    assert!(c
+        .write_transaction(|c| leases::check(c, &d.fence()))
+        .is_err());
+}
+
+#[test]
+fn fence_rules_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    fence_rules(connect(&format!(
+        "sqlite://{}",
+        dir.path().join("f.db").display()
+    )));
+}
+
+#[test]
+fn fence_rules_postgres() {
+    let db = PgDb::create();
+    fence_rules(connect(&db.url));
+}
+
+/// On PostgreSQL several processes write at once: a holder's check keeps
+/// the lease row share-locked until its transaction ends, so a takeover
+/// waits for that transaction, and a check after a committed takeover
+/// refuses.
+#[test]
+fn a_takeover_waits_for_the_holders_open_write_postgres() {
+    let db = PgDb::create();
+    let mut a_conn = connect(&db.url);
+    let key = fenced_repo(&mut a_conn);
+    let ttl = Duration::from_secs(60);
+    let a = a_conn
+        .write_transaction(|c| leases::acquire(c, &key, "A", ttl))
+        .unwrap()
+        .unwrap();
+    expire(&mut a_conn, &a);
+    // A's transaction checks its (expired, untaken) fence and stays open.
+    exec(&mut a_conn, "BEGIN").unwrap();
+    leases::check(&mut a_conn, &a.fence()).unwrap();
+    let a_pid = backend_pid(&mut a_conn);
+    let url = db.url.clone();
+    let k = key.clone();
+    let taker = std::thread::spawn(move || {
+        let mut b_conn = connect(&url);
+        b_conn
+            .write_transaction(|c| leases::acquire(c, &k, "B", ttl))
+            .unwrap()
+    });
+    let mut watch = connect(&db.url);
+    wait_until(
+        "B's takeover to wait on A's lock",
+        Duration::from_secs(10),
+        || {
+            count_where(
+                &mut watch,
+                "pg_locks",
+                &format!("NOT granted AND pid <> {a_pid}"),
+            ) > 0
+        },
+    );
+    assert!(
+        !taker.is_finished(),
+        "B took the lease while A's write was open"
+    );
+    exec(
+        &mut a_conn,
+        "UPDATE repositories SET status = 'disabled' WHERE repo_key = 'default:acme/f'",
+    )
+    .unwrap();
+    exec(&mut a_conn, "COMMIT").unwrap();
+    let b = taker
+        .join()
+        .unwrap()
+        .expect("B takes the lease once A's write committed");
+    assert_eq!((b.owner.as_str(), b.fence), ("B", 2));
+    // A's write landed before the takeover; after it, A's check refuses.
+    assert_eq!(
+        count_where(&mut a_conn, "repositories", "status = 'disabled'"),
+        1
+    );
+    assert!(a_conn
+        .write_transaction(|c| leases::check(c, &a.fence()))
+        .is_err());
 }
 
 #[test]

@@ -52,6 +52,7 @@ mod e2e_workflow_fence;
 mod e2e_workflow_recovery;
 mod e2e_worktrees;
 mod fakemodel;
+mod fencing;
 mod floors;
 mod fork;
 mod fuzzing;

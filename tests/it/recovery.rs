@@ -242,7 +242,11 @@ fn two_servers_on_one_postgres_never_run_a_repository_twice_and_take_over_from_a
         .expect("A logs its lease owner id");
     let mut c = connect(&a.db_url);
     wait_until("A holding a lease", Duration::from_secs(30), || {
-        count_where(&mut c, "leases", &format!("owner = '{a_owner}'")) > 0
+        count_where(
+            &mut c,
+            "leases",
+            &format!("owner = '{a_owner}' AND released_at IS NULL"),
+        ) > 0
     });
     a.kill9();
 

@@ -16,7 +16,7 @@ use super::{catch_panic, ActorDeps};
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::audit::{self, Audit};
-use crate::store::leases::{self, Lease};
+use crate::store::leases::{self, Fence, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{
@@ -379,6 +379,7 @@ async fn schedule_pass(
         outcome.lease = None;
         return Ok(outcome);
     };
+    let fence = lease.fence();
     outcome.lease = Some(lease);
     let Some(attempt) = claimed else {
         outcome.again = true;
@@ -428,12 +429,12 @@ async fn schedule_pass(
             let head = prepared
                 .head
                 .filter(|_| next.resource_key.is_pull() && next.session_key.child().is_none());
-            record_prepared(&deps, &next, head).await;
+            record_prepared(&deps, &next, head, fence).await;
             outcome.dispatch.push((next.session_key.clone(), repo_key));
             outcome.again = more;
         }
         Err(err) => {
-            workspace_failed(&deps, &next, attempt.number, &err).await?;
+            workspace_failed(&deps, &next, attempt.number, &err, fence).await?;
             outcome.again = true;
         }
     }
@@ -471,7 +472,7 @@ async fn pause_storming(deps: &ActorDeps, next: &Task, started: i64) -> Result<(
 /// counts from here) and, for a pull request, the commit it was checked out
 /// at, which its commit statuses go on. Neither holds a task up: if the
 /// store refuses, the task runs without them (and without statuses).
-async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String>) {
+async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String>, fence: Fence) {
     let (t, session, repo) = (
         task.task_id.clone(),
         task.session_key.clone(),
@@ -480,6 +481,7 @@ async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String
     let recorded = deps
         .store
         .write(move |c| {
+            leases::check(c, &fence)?;
             worktrees::prepared(c, &session, &repo)?;
             match &head {
                 Some(head) => statuses::record_head(c, &t, head),
@@ -528,6 +530,7 @@ async fn workspace_failed(
     task: &Task,
     attempt: i64,
     err: &WorkspaceError,
+    fence: Fence,
 ) -> Result<(), StoreError> {
     let (to, retry_at) = match err.disposition() {
         Disposition::NeedsOperator => (TaskState::BlockedWorkspace, None),
@@ -550,6 +553,7 @@ async fn workspace_failed(
     let decided_on = task.state_version + 1;
     deps.store
         .write(move |c| {
+            leases::check(c, &fence)?;
             audit::record(
                 c,
                 &Audit::new("workspace.failed", "system")

@@ -9,11 +9,15 @@ use crate::domain::{OperationId, ResourceKey, TaskId};
 use crate::lifecycle::TaskState;
 use crate::lifecycle::TaskState as S;
 use crate::store::audit::{self, Audit};
+use crate::store::leases::{self, Fence};
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, comments, ledger, transcripts, turns, StoreError};
 
 /// What a commit needs, owned, so the writer may run it more than once.
 pub(super) struct CommitCtx {
+    /// The lease holding the drive writes under, checked first (see
+    /// `leases::check`).
+    pub(super) fence: Option<Fence>,
     pub(super) task_id: TaskId,
     pub(super) resource_key: ResourceKey,
     /// The session whose worktree the turn ran in (a child's own).
@@ -64,6 +68,9 @@ impl CommitCtx {
         c: &mut crate::store::DbConn,
         d: &Decision,
     ) -> Result<Committed, StoreError> {
+        if let Some(fence) = &self.fence {
+            leases::check(c, fence)?;
+        }
         let version = match d.to {
             Some(to) => {
                 let out = attempts::decide_move(

@@ -24,6 +24,7 @@ use crate::domain::workflow::children::Authority;
 use crate::domain::worktree::{TreeState, WorktreeId};
 use crate::domain::{OperationId, ResourceKey};
 use crate::lifecycle::TaskState;
+use crate::store::leases::{self, Fence};
 use crate::store::models::{OutboxEntry, Task};
 use crate::store::{attempts, format_time, ledger, queue, sessions, turns, StoreError};
 use futures_util::stream::BoxStream;
@@ -122,6 +123,11 @@ pub(super) struct TaskDrive {
     pub answers_for_owner: bool,
     /// Why the provider turned the task's turn away, if it did.
     pub denial: Option<CapacityDenial>,
+    /// This process's holding of the repository's lease when the drive
+    /// began: every write the drive makes under it is refused once another
+    /// process took the lease over. `None` when no holding is recorded (a
+    /// lease released or expired with nobody after it).
+    pub fence: Option<Fence>,
 }
 
 /// Drives the session's oldest unsettled task as far as it goes now.
@@ -229,13 +235,14 @@ impl TaskDrive {
                     || crate::store::workflows::completed_by(c, &task.task_id)?;
                 let usage = turns::task_usage(c, &task.task_id, task.turn_id.as_deref())?;
                 let child = crate::store::workflows::children::of_task(c, &task)?;
+                let lease = leases::find(c, &task.repo_key)?;
                 Ok(Some((
                     task,
                     entry,
                     attempt,
                     (repo, session, child),
                     (retry_finished, retry_intended, owes_reply),
-                    usage,
+                    (usage, lease),
                 )))
             })
             .await?;
@@ -245,10 +252,20 @@ impl TaskDrive {
             attempt,
             (repo, session, child),
             (retry_finished, retry_intended, owes_reply),
-            usage,
+            (usage, lease),
         )) = found
         else {
             return Ok(None);
+        };
+        let fence = match lease {
+            // Another process holds the repository now: its sessions drive
+            // this task (and recover it by history); nothing is written here.
+            Some(l) if l.is_held(&crate::store::now()) && l.owner != deps.settings.owner => {
+                tracing::info!(task.id = %task.task_id, holder = %l.owner, fence = l.fence, "the repository's lease is held by another process; leaving this task to it");
+                return Ok(None);
+            }
+            Some(l) if l.released_at.is_none() && l.owner == deps.settings.owner => Some(l.fence()),
+            _ => None,
         };
         let state = task.state;
         let delegated = task
@@ -359,7 +376,46 @@ impl TaskDrive {
             budget: None,
             answers_for_owner: false,
             denial: None,
+            fence,
         }))
+    }
+
+    /// The repository's lease moved to another process while this drive
+    /// ran: its decision was refused whole. Audited (outside the refused
+    /// transaction) so that operators see the late write and whose token it
+    /// carried; the new holder's sessions drive the task from here.
+    async fn lease_lost(&self, d: &Decision, message: String) -> DriveError {
+        let fence = self.fence.clone();
+        let (task_id, to) = (self.task.task_id.clone(), d.to);
+        let (decided_on, owner) = (d.expected_version, self.deps.settings.owner.clone());
+        let recorded = self
+            .deps
+            .store
+            .write(move |c| {
+                crate::store::audit::record(
+                    c,
+                    &crate::store::audit::Audit::new("lease.write_refused", "system")
+                        .task(&task_id)
+                        .meta(serde_json::json!({
+                            "owner": owner,
+                            "repoKey": fence.as_ref().map(|f| &f.repo_key),
+                            "leaseId": fence.as_ref().map(|f| &f.lease_id),
+                            "fence": fence.as_ref().map(|f| f.token),
+                            "decidedOnVersion": decided_on,
+                            "to": to,
+                        })),
+                )
+                .map(drop)
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "could not audit a write refused for a lost lease");
+        }
+        tracing::warn!(task.id = %self.task.task_id, "{message}");
+        DriveError::Store(StoreError::Refused {
+            code: "lease_lost",
+            message,
+        })
     }
 
     /// Notes whether the provider turned the task's turn away for capacity
@@ -408,6 +464,7 @@ impl TaskDrive {
             false => None,
         };
         let ctx = CommitCtx {
+            fence: self.fence.clone(),
             worktree,
             task_id: self.task.task_id.clone(),
             resource_key: self.task.resource_key.clone(),
@@ -466,11 +523,18 @@ impl TaskDrive {
             },
         };
         let decision = d.clone();
-        let out = self
+        let out = match self
             .deps
             .store
             .write(move |c| ctx.write(c, &decision))
-            .await?;
+            .await
+        {
+            Err(StoreError::Refused {
+                code: "lease_lost",
+                message,
+            }) => return Err(self.lease_lost(d, message).await),
+            other => other?,
+        };
         match out {
             Committed::Stale { state, version } => {
                 tracing::info!(task.id = %self.task.task_id, decided_on = d.expected_version, found = version, state = %state, "stale decision; deciding again from the store");
