@@ -51,6 +51,8 @@ fn start_actors(
     secrets: &crate::config::ServerSecrets,
     draining: &crate::actors::drain::Draining,
     circuit: &crate::agent::circuit::Circuit,
+    server_id: &str,
+    drain_requested: &crate::actors::drain::DrainRequested,
 ) -> anyhow::Result<Actors> {
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::account::AccountControl;
@@ -139,6 +141,8 @@ fn start_actors(
         actix::spawn(worker.run());
     }
     let mut settings = crate::actors::ActorSettings::from_config(config);
+    settings.owner = server_id.to_owned();
+    settings.drain_requested = drain_requested.clone();
     settings.hold = crate::readiness::blockers(config);
     settings.redactor = settings
         .redactor
@@ -265,12 +269,29 @@ pub async fn run(
         );
     }
 
+    // Registered before the actors start, so that the holder of the
+    // first lease they take is already listed.
+    let heartbeat = crate::jobs::instances::InstanceHeartbeat::from_config(&store, &config);
+    let (server_id, drain_requested) = (
+        heartbeat.server_id.clone(),
+        heartbeat.drain_requested.clone(),
+    );
+    let beating = heartbeat.start().await;
+
     let draining = crate::actors::drain::Draining::default();
     let circuit = crate::agent::circuit::Circuit::new(crate::domain::breaker::BreakerConfig::new(
         config.breaker_failures,
         config.breaker_open_secs,
     ));
-    let (actors, agent, account) = start_actors(&config, &store, &secrets, &draining, &circuit)?;
+    let (actors, agent, account) = start_actors(
+        &config,
+        &store,
+        &secrets,
+        &draining,
+        &circuit,
+        &server_id,
+        &drain_requested,
+    )?;
     let registry = actors.as_ref().map(|(r, _)| r.clone());
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
@@ -292,6 +313,7 @@ pub async fn run(
     let addr = listener.local_addr()?;
     let state = web::Data::new(AppState {
         normalizer,
+        server_id,
         config: Arc::new(config),
         registry,
         agent,
@@ -363,6 +385,8 @@ pub async fn run(
                 "drained"
             );
         }
+        // After the drain: while its turns finish the process still runs.
+        beating.stop().await;
         live_state.live.shutdown();
         if let Some(m) = metrics_handle {
             m.stop(true).await;

@@ -28,6 +28,24 @@ impl Draining {
     }
 }
 
+/// Whether an operator asked this process to drain
+/// (`POST /api/gitea-workflow/instances/{serverId}/drain`), as its last
+/// heartbeat read it from the store. Unlike [`Draining`] the process keeps
+/// running: it should take no new lease and hand its repositories over
+/// once its turns settle. Cheap to read from any actor.
+#[derive(Debug, Clone, Default)]
+pub struct DrainRequested(Arc<AtomicBool>);
+
+impl DrainRequested {
+    pub fn set(&self, requested: bool) {
+        self.0.store(requested, Ordering::SeqCst);
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
 /// What a drain came to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Drained {

@@ -170,6 +170,9 @@ pub struct RepoHealth {
 #[serde(rename_all = "camelCase")]
 pub struct RegistryHealth {
     pub owner: String,
+    /// This process's `serverId`: the same name as `owner`, under the name
+    /// the registry of server processes gives it.
+    pub server_id: String,
     pub runtime: String,
     pub repositories: Vec<RepoHealth>,
     pub session_actors: usize,

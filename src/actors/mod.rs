@@ -33,7 +33,8 @@ use std::time::Duration;
 /// Timings and identity of this process's actors.
 #[derive(Debug, Clone)]
 pub struct ActorSettings {
-    /// Lease owner id of this process (`<instance>:<host>:<pid>:<random>`).
+    /// Lease owner id of this process, its `serverId`
+    /// (`<instance>:<host>:<pid>:<random>`).
     pub owner: String,
     pub lease_ttl: Duration,
     pub heartbeat: Duration,
@@ -120,6 +121,9 @@ pub struct ActorSettings {
     pub pass_end: Option<gate::PassEndProbe>,
     /// Set when the server begins to stop: no new task or turn starts.
     pub draining: drain::Draining,
+    /// Set while an operator asks this process to drain (read back by the
+    /// heartbeat job).
+    pub drain_requested: drain::DrainRequested,
     /// Open after `breaker_failures` provider or app-server failures in a
     /// row: no task starts until it closes.
     pub circuit: crate::agent::circuit::Circuit,
@@ -136,14 +140,21 @@ impl ActorSettings {
         }
     }
 
-    pub fn new(instance_id: &str) -> Self {
+    /// A fresh `serverId` for a process of `instance_id`:
+    /// `<instance_id>:<host>:<pid>:<random>`. The random part tells a
+    /// restarted process from the one before it, even with the same pid.
+    pub fn new_server_id(instance_id: &str) -> String {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+        format!(
+            "{instance_id}:{host}:{}:{}",
+            std::process::id(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        )
+    }
+
+    pub fn new(instance_id: &str) -> Self {
         ActorSettings {
-            owner: format!(
-                "{instance_id}:{host}:{}:{}",
-                std::process::id(),
-                &uuid::Uuid::new_v4().simple().to_string()[..8]
-            ),
+            owner: Self::new_server_id(instance_id),
             lease_ttl: Duration::from_secs(60),
             heartbeat: Duration::from_secs(15),
             sweep: Duration::from_secs(5),
@@ -177,6 +188,7 @@ impl ActorSettings {
             agent: crate::agent::Availability::always(),
             pass_end: None,
             draining: drain::Draining::default(),
+            drain_requested: drain::DrainRequested::default(),
             circuit: crate::agent::circuit::Circuit::default(),
             session_turns_per_minute: 0,
         }

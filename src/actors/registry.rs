@@ -421,6 +421,7 @@ impl Handler<Snapshot> for Registry {
         }
         MessageResult(RegistryHealth {
             owner: self.deps.settings.owner.clone(),
+            server_id: self.deps.settings.owner.clone(),
             runtime: self.deps.runtime.name().to_owned(),
             repo_actors: self.repos.len(),
             session_actors: self.sessions.len(),

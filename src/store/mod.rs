@@ -28,6 +28,7 @@ pub mod control;
 pub mod handoff;
 pub mod health;
 pub mod ingest;
+pub mod instances;
 pub mod interrupt;
 pub mod leases;
 pub mod ledger;

@@ -9,6 +9,9 @@ use std::sync::Arc;
 /// What every handler can reach.
 pub struct AppState {
     pub config: Arc<Config>,
+    /// This process's `serverId`: the holder name of its leases and
+    /// attempts, and its row in the registry of server processes.
+    pub server_id: String,
     /// The actor tree; `None` when no agent runtime is configured (intake only).
     pub registry: Option<actix::Addr<crate::actors::registry::Registry>>,
     /// Whether the agent runtime can run turns now, as it last found

@@ -68,6 +68,7 @@ mod hook_state;
 mod hostile;
 mod idle;
 mod ingest;
+mod instances;
 mod interrupt;
 mod leases;
 mod lifecycle;

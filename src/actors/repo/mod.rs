@@ -287,7 +287,9 @@ async fn schedule_pass(
         .collect();
     let snapshot = Snapshot {
         held: !deps.settings.hold.is_empty(),
-        draining: deps.settings.draining.is_on(),
+        // Stopping, or asked by an operator to drain: no new claim, and
+        // the lease goes back once the turns under way settled.
+        draining: deps.settings.draining.is_on() || deps.settings.drain_requested.is_on(),
         circuit_open: deps.settings.circuit.is_open(),
         agent_ready: deps.settings.agent.now().can_run(),
         paused,

@@ -27,12 +27,14 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
             .map_err(|_| ApiError::Unavailable)?,
         None => RegistryHealth {
             runtime: "none".into(),
+            server_id: state.server_id.clone(),
             ..Default::default()
         },
     };
     Ok(serde_json::json!({
         "registry": {
             "owner": health.owner,
+            "serverId": health.server_id,
             "runtime": health.runtime,
             "repoActors": health.repo_actors,
             "sessionActors": health.session_actors,

@@ -6,6 +6,7 @@ mod audit;
 mod codex;
 mod control;
 mod hooks;
+mod instances;
 pub(crate) mod overview;
 pub(crate) mod stats;
 mod tasks;
@@ -90,6 +91,11 @@ pub fn config(cfg: &mut web::ServiceConfig) {
                 web::get().to(codex::login_status),
             )
             .route("/codex/logout", web::post().to(codex::logout))
+            .route("/instances", web::get().to(instances::list))
+            .route(
+                "/instances/{server_id}/drain",
+                web::post().to(instances::drain),
+            )
             .route("/events", web::get().to(super::live::events)),
     );
 }

@@ -1,0 +1,402 @@
+//! The registry of server processes: registration, heartbeats, what each
+//! process holds, the operator's drain request (the store, on SQLite and
+//! PostgreSQL), and `GET /instances` and `POST /instances/{serverId}/drain`
+//! against the running server.
+
+use crate::support::*;
+use crate::testapp::*;
+use codex_bridge::store::control::ControlRequest;
+use codex_bridge::store::instances::{self, Heartbeat};
+use codex_bridge::store::{format_time, run_migrations, DbConn, StoreError};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const A: &str = "default:host-a:11:aaaaaaaa";
+const B: &str = "default:host-b:22:bbbbbbbb";
+
+/// A stored time `secs` seconds from now (negative: in the past).
+fn in_secs(secs: i64) -> String {
+    format_time(chrono::Utc::now() + chrono::Duration::seconds(secs))
+}
+
+/// A lease row on `default:acme/<repo>` as the lease code leaves it.
+fn lease(c: &mut DbConn, repo: &str, owner: &str, expires_at: &str, released_at: Option<&str>) {
+    exec(c, &format!(
+        "INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) \
+         VALUES ('default:acme/{repo}', 'default', 'acme', '{repo}', 'active', 't', 't', 1)"
+    ))
+    .unwrap();
+    let released = released_at.map_or("NULL".to_owned(), |t| format!("'{t}'"));
+    exec(c, &format!(
+        "INSERT INTO leases (repo_key, lease_id, owner, acquired_at, renewed_at, expires_at, fence, released_at) \
+         VALUES ('default:acme/{repo}', 'lease-{repo}', '{owner}', 't', 't', '{expires_at}', 1, {released})"
+    ))
+    .unwrap();
+}
+
+fn request(id: &str) -> ControlRequest {
+    ControlRequest {
+        request_id: id.into(),
+        reason: "moving to the new host".into(),
+        actor: "admin:alice".into(),
+    }
+}
+
+fn registry_rules(mut c: DbConn) {
+    run_migrations(&mut c).unwrap();
+    for id in [A, B] {
+        c.write_transaction(|c| instances::register(c, id, "default", "1.2.3"))
+            .unwrap();
+    }
+    let listed = c.write_transaction(instances::list).unwrap();
+    assert_eq!(listed.len(), 2);
+    for i in &listed {
+        assert_eq!(
+            (i.instance_id.as_str(), i.version.as_str()),
+            ("default", "1.2.3")
+        );
+        assert_eq!(i.started_at, i.heartbeat_at);
+        assert!(!i.draining && i.drain_requested_at.is_none() && i.stopped_at.is_none());
+        assert_eq!((i.leases, i.repositories.len()), (0, 0));
+    }
+
+    // A heartbeat moves the beat on, and says nobody asked for a drain.
+    let before = listed.iter().find(|i| i.server_id == A).unwrap().clone();
+    wait_until("the clock to move on", Duration::from_secs(1), || {
+        codex_bridge::store::now() > before.heartbeat_at
+    });
+    let beat = c
+        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3"))
+        .unwrap();
+    assert_eq!(
+        beat,
+        Heartbeat {
+            draining: false,
+            registered_again: false
+        }
+    );
+    let after = c
+        .write_transaction(|c| instances::find(c, A))
+        .unwrap()
+        .unwrap();
+    assert!(after.heartbeat_at > before.heartbeat_at);
+    assert_eq!(after.started_at, before.started_at);
+
+    // Only a lease held now counts: not an expired one, not a released one,
+    // not another holder's.
+    lease(&mut c, "held", A, &in_secs(3600), None);
+    lease(&mut c, "expired", A, &in_secs(-3600), None);
+    lease(&mut c, "released", A, &in_secs(3600), Some(&in_secs(-10)));
+    lease(&mut c, "other", B, &in_secs(3600), None);
+    let listed = c.write_transaction(instances::list).unwrap();
+    let of = |id: &str| listed.iter().find(|i| i.server_id == id).unwrap();
+    assert_eq!(of(A).leases, 1);
+    assert_eq!(of(A).repositories[0].as_str(), "default:acme/held");
+    assert_eq!(of(B).leases, 1);
+    assert_eq!(of(B).repositories[0].as_str(), "default:acme/other");
+    assert_eq!(
+        c.write_transaction(|c| instances::find(c, A))
+            .unwrap()
+            .unwrap()
+            .repositories,
+        of(A).repositories
+    );
+
+    // A drain request is set once: a second one changes nothing.
+    let drained = c
+        .write_transaction(|c| instances::request_drain(c, A))
+        .unwrap()
+        .unwrap();
+    assert!(drained.draining);
+    let at = drained.drain_requested_at.clone().unwrap();
+    wait_until("the clock to move on", Duration::from_secs(1), || {
+        codex_bridge::store::now() > at
+    });
+    let again = c
+        .write_transaction(|c| instances::request_drain(c, A))
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.drain_requested_at, Some(at));
+    assert!(c
+        .write_transaction(|c| instances::request_drain(c, "default:nobody:1:x"))
+        .unwrap()
+        .is_none());
+    assert!(c
+        .write_transaction(|c| instances::is_draining(c, A))
+        .unwrap());
+    assert!(!c
+        .write_transaction(|c| instances::is_draining(c, B))
+        .unwrap());
+    // The heartbeat tells the process.
+    let beat_a = c
+        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3"))
+        .unwrap();
+    assert!(beat_a.draining);
+    let beat_b = c
+        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3"))
+        .unwrap();
+    assert!(!beat_b.draining);
+
+    // The operator's control: audited once per requestId.
+    let first = c
+        .write_transaction(|c| instances::drain(c, &request("drain-b"), B))
+        .unwrap();
+    assert_eq!(first.action, "instance.drain");
+    assert_eq!(first.metadata["serverId"], B);
+    assert_eq!(first.metadata["wasDraining"], false);
+    let repeat = c
+        .write_transaction(|c| instances::drain(c, &request("drain-b"), B))
+        .unwrap();
+    assert_eq!(repeat.event_id, first.event_id);
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'instance.drain'"),
+        1
+    );
+    let unknown = c.write_transaction(|c| instances::drain(c, &request("drain-x"), "nope"));
+    assert!(
+        matches!(unknown, Err(StoreError::NotFound(_))),
+        "{unknown:?}"
+    );
+    assert_eq!(
+        count_where(&mut c, "control_requests", "request_id = 'drain-x'"),
+        0
+    );
+
+    // A clean stop is recorded; a process whose row went missing is
+    // registered again by its next heartbeat.
+    assert!(c
+        .write_transaction(|c| instances::mark_stopped(c, A))
+        .unwrap());
+    assert!(c
+        .write_transaction(|c| instances::find(c, A))
+        .unwrap()
+        .unwrap()
+        .stopped_at
+        .is_some());
+    exec(
+        &mut c,
+        &format!("DELETE FROM server_instances WHERE server_id = '{B}'"),
+    )
+    .unwrap();
+    let back = c
+        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.4"))
+        .unwrap();
+    assert!(back.registered_again && !back.draining);
+    let b = c
+        .write_transaction(|c| instances::find(c, B))
+        .unwrap()
+        .unwrap();
+    assert_eq!((b.version.as_str(), b.leases), ("1.2.4", 1));
+}
+
+#[test]
+fn registry_rules_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    registry_rules(connect(&format!(
+        "sqlite://{}",
+        dir.path().join("i.db").display()
+    )));
+}
+
+#[test]
+fn registry_rules_postgres() {
+    let db = PgDb::create();
+    registry_rules(connect(&db.url));
+}
+
+fn instances_of(s: &TestApp) -> Vec<Value> {
+    let r = s.admin_get("/api/gitea-workflow/instances");
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    r.json["instances"].as_array().unwrap().clone()
+}
+
+fn instances_over_http(db: Db) {
+    let mut s = TestApp::builder()
+        .db(db)
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .start();
+    let route = "/api/gitea-workflow/instances";
+    assert_eq!(s.get(route, None).status, 401);
+    let listed = instances_of(&s);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let me = &listed[0];
+    let server_id = me["serverId"].as_str().unwrap().to_owned();
+    assert!(server_id.starts_with("default:"), "{server_id}");
+    assert!(
+        server_id.contains(&format!(":{}:", s.server_pid())),
+        "{server_id}"
+    );
+    assert_eq!(me["instanceId"], "default");
+    assert_eq!(me["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(me["alive"], true);
+    assert_eq!(me["draining"], false);
+    assert_eq!(me["leases"], 0);
+    assert_eq!(me["repositories"], json!([]));
+    assert_eq!(me["drainRequestedAt"], Value::Null);
+    assert_eq!(me["stoppedAt"], Value::Null);
+    assert!(me["startedAt"].is_string());
+    // The actor tree names the same process.
+    let tree = s.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.json["registry"]["serverId"], server_id.as_str());
+
+    // It keeps beating.
+    let first_beat = me["heartbeatAt"].as_str().unwrap().to_owned();
+    wait_until(
+        "a heartbeat after start-up",
+        Duration::from_secs(15),
+        || instances_of(&s)[0]["heartbeatAt"].as_str().unwrap() > first_beat.as_str(),
+    );
+
+    // A process that stopped beating long ago is listed, not alive.
+    let stale = in_secs(-3600);
+    exec(&mut s.db(), &format!(
+        "INSERT INTO server_instances (server_id, instance_id, version, started_at, heartbeat_at, draining) \
+         VALUES ('default:gone:1:deadbeef', 'default', '0.0.1', '{stale}', '{stale}', FALSE)"
+    ))
+    .unwrap();
+    let listed = instances_of(&s);
+    let gone = listed
+        .iter()
+        .find(|i| i["serverId"] == "default:gone:1:deadbeef")
+        .unwrap();
+    assert_eq!(gone["alive"], false);
+
+    // Drain: the token is required, the answer is the audit event, a repeat
+    // returns it again, and the list shows the request.
+    let drain = format!("/api/gitea-workflow/instances/{server_id}/drain");
+    let body = json!({"requestId": "drain-1", "reason": "moving hosts", "operator": "alice"});
+    let r = ureq::post(&s.url(&drain)).send_json(body.clone());
+    assert_eq!(
+        r.err().and_then(|e| e.into_response()).map(|r| r.status()),
+        Some(401)
+    );
+    let first = s.admin_post(&drain, &body);
+    assert_eq!(first.status, 200, "{:?}", first.json);
+    assert_eq!(first.json["action"], "instance.drain");
+    assert_eq!(first.json["actor"], "admin:alice");
+    assert_eq!(first.json["metadata"]["serverId"], server_id.as_str());
+    let again = s.admin_post(&drain, &body);
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json["eventId"], first.json["eventId"]);
+    let listed = instances_of(&s);
+    let me = listed
+        .iter()
+        .find(|i| i["serverId"] == server_id.as_str())
+        .unwrap();
+    assert_eq!(me["draining"], true);
+    assert!(me["drainRequestedAt"].is_string());
+    assert_eq!(me["alive"], true);
+    assert_eq!(
+        count_where(&mut s.db(), "audit_events", "action = 'instance.drain'"),
+        1
+    );
+
+    // An unknown process: 404, nothing recorded.
+    let unknown = s.admin_post(
+        "/api/gitea-workflow/instances/default:nobody:1:x/drain",
+        &json!({"requestId": "drain-2", "reason": "typo"}),
+    );
+    assert_eq!(unknown.status, 404, "{:?}", unknown.json);
+    assert_eq!(unknown.json["code"], "not_found");
+    assert!(
+        unknown.json["message"]
+            .as_str()
+            .unwrap()
+            .contains("default:nobody:1:x"),
+        "{:?}",
+        unknown.json
+    );
+    assert_eq!(
+        count_where(&mut s.db(), "control_requests", "request_id = 'drain-2'"),
+        0
+    );
+
+    // A graceful stop says so.
+    s.stop();
+    let mut c = s.db();
+    assert_eq!(
+        count_where(
+            &mut c,
+            "server_instances",
+            &format!("server_id = '{server_id}' AND stopped_at IS NOT NULL")
+        ),
+        1
+    );
+}
+
+#[test]
+fn instances_over_http_sqlite() {
+    instances_over_http(Db::Sqlite);
+}
+
+#[test]
+fn instances_over_http_postgres() {
+    instances_over_http(Db::Postgres);
+}
+
+/// The owner of the task's latest attempt: the server that ran it.
+fn ran_on(c: &mut DbConn, task: &str) -> String {
+    codex_bridge::store::tasks::detail(c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .attempts
+        .last()
+        .and_then(|a| a.owner.clone())
+        .expect("the task has an attempt with an owner")
+}
+
+#[test]
+fn a_drained_instance_finishes_its_turn_and_hands_its_repository_over() {
+    const LONG: Duration = Duration::from_secs(60);
+    let a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "5")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    let mut c = connect(&a.db_url);
+    let first = a.task_comment("drain-1", 601, "@ccbot first [sleep:4000]", "widgets", 1);
+    wait_task_state(&a.db_url, &first, "running", LONG);
+    let a_id = ran_on(&mut c, &first);
+    let b = a.another_instance();
+    let second = b.task_comment("drain-2", 602, "@ccbot second", "widgets", 2);
+    // Any instance serves the view: A is drained through B's.
+    let r = b.admin_post(
+        &format!("/api/gitea-workflow/instances/{a_id}/drain"),
+        &json!({"requestId": "drain-a", "reason": "moving A to a new host"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    // A's turn under way finishes there; the next task runs on B.
+    wait_task_state(&a.db_url, &first, "succeeded", LONG);
+    wait_task_state(&a.db_url, &second, "succeeded", LONG);
+    assert_eq!(ran_on(&mut c, &first), a_id);
+    let b_id = ran_on(&mut c, &second);
+    assert_ne!(b_id, a_id, "the drained instance took new work");
+    // The lease moved from A to B, audited with both.
+    assert!(
+        count_where(
+            &mut c,
+            "audit_events",
+            &format!(
+                "action = 'lease.handed_over' AND metadata LIKE '%\"previousOwner\":\"{a_id}\"%' AND metadata LIKE '%\"owner\":\"{b_id}\"%'"
+            )
+        ) >= 1,
+        "no handover from A to B audited"
+    );
+    // A shows draining and holds nothing.
+    let listed = instances_of(&b);
+    let a_row = listed
+        .iter()
+        .find(|i| i["serverId"] == a_id.as_str())
+        .expect("A is listed");
+    assert_eq!(a_row["draining"], true, "{a_row}");
+    wait_until("A to hold no lease", LONG, || {
+        instances_of(&b)
+            .iter()
+            .find(|i| i["serverId"] == a_id.as_str())
+            .is_some_and(|i| i["leases"] == 0)
+    });
+}
