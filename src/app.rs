@@ -293,6 +293,24 @@ pub async fn run(
         &drain_requested,
     )?;
     let registry = actors.as_ref().map(|(r, _)| r.clone());
+    // Work other processes on the same PostgreSQL committed: their signals
+    // wake the actors here as this process's own commits do.
+    let woken = registry.clone();
+    store.listen(move |signal| {
+        use crate::actors::registry::{Notify, RunCommands};
+        use crate::store::signals::Signal;
+        let Some(registry) = &woken else { return };
+        match signal {
+            Signal::Repo { repo_key } => registry.do_send(Notify { repo_key }),
+            Signal::Session {
+                session_key,
+                repo_key,
+            } => registry.do_send(RunCommands {
+                session_key,
+                repo_key,
+            }),
+        }
+    })?;
     let normalizer = Normalizer {
         instance_id: config.instance_id.clone(),
         bot_login: config.bot_login.clone(),

@@ -126,8 +126,16 @@ impl Registry {
         let fut = async move {
             // Start-up recovery begins here: expired leases are released (and audited)
             // before any other step.
-            if let Err(e) = store.write(leases::release_expired).await {
-                tracing::warn!(error = %e, "could not release expired leases");
+            match store.write(leases::release_expired).await {
+                // Released for whichever process has work there.
+                Ok(expired) => {
+                    for lease in expired {
+                        store.signal(crate::store::signals::Signal::Repo {
+                            repo_key: lease.repo_key,
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not release expired leases"),
             }
             let commands = store.read(commands::sessions_with_commands).await;
             let work = store.read(queue::repos_with_work).await;

@@ -38,6 +38,7 @@ pub mod refusals;
 pub mod repositories;
 pub mod retention;
 pub mod sessions;
+pub mod signals;
 pub mod sqlite_heap;
 pub mod stats;
 pub mod statuses;
@@ -155,6 +156,10 @@ struct Inner {
     /// commits (once per group commit): the live view (web/live.rs) and the
     /// receipts worker wake on it instead of polling.
     changes: writer::Changes,
+    /// Sends signals to the other processes (PostgreSQL only).
+    notifier: Option<signals::Notifier>,
+    /// Names this process's signals, so its own listener skips them.
+    origin: String,
 }
 
 impl Store {
@@ -209,8 +214,17 @@ impl Store {
                 .map_err(|e| {
                     StoreError::Unavailable(format!("cannot start the writer thread: {e}"))
                 })?;
+        let origin = uuid::Uuid::new_v4().simple().to_string();
+        let notifier = match &settings.url {
+            DatabaseUrl::Postgres(url) => {
+                Some(signals::Notifier::start(url.clone(), origin.clone())?)
+            }
+            DatabaseUrl::Sqlite(_) => None,
+        };
         Ok(Store {
             inner: Arc::new(Inner {
+                notifier,
+                origin,
                 url: settings.url.clone(),
                 read_permits: Arc::new(tokio::sync::Semaphore::new(
                     settings.read_pool_size.max(1) as usize
@@ -225,6 +239,29 @@ impl Store {
 
     pub fn url(&self) -> &DatabaseUrl {
         &self.inner.url
+    }
+
+    /// Tells the other processes on this database about work committed
+    /// (see [`signals`]); call it after the commit. Nothing on SQLite.
+    pub fn signal(&self, signal: signals::Signal) {
+        if let Some(n) = &self.inner.notifier {
+            n.send(signal);
+        }
+    }
+
+    /// Hands every signal of the other processes to `on`, from a thread of
+    /// its own, and counts each as a change ([`Store::changes`]) so that
+    /// what waits on this process's commits also sees theirs. Nothing on
+    /// SQLite (one process).
+    pub fn listen(&self, on: impl Fn(signals::Signal) + Send + 'static) -> Result<(), StoreError> {
+        let DatabaseUrl::Postgres(url) = &self.inner.url else {
+            return Ok(());
+        };
+        let changes = self.inner.changes.clone();
+        signals::listen(url.clone(), self.inner.origin.clone(), move |signal| {
+            changes.send_modify(|n| *n = n.wrapping_add(1));
+            on(signal);
+        })
     }
 
     /// A receiver that sees a new value after each transaction this process

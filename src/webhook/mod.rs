@@ -97,6 +97,22 @@ async fn handle(
     // After the commit, never before: the registry wakes the repository's
     // actor, and the session when the request gives it work at once (a
     // turnless command, an edit or deletion of a comment).
+    // The other processes on the same PostgreSQL learn it too: the one
+    // driving the session, or free to take the repository, acts at once.
+    if let Some(repo_key) = &repo_key {
+        use crate::store::signals::Signal;
+        if let Some((session_key, repo_key)) = &session {
+            state.store.signal(Signal::Session {
+                session_key: session_key.clone(),
+                repo_key: repo_key.clone(),
+            });
+        }
+        if matches!(outcome, IngestOutcome::Accepted { .. }) {
+            state.store.signal(Signal::Repo {
+                repo_key: repo_key.clone(),
+            });
+        }
+    }
     if let (Some(registry), Some(repo_key)) = (&state.registry, repo_key) {
         if let Some((session_key, repo_key)) = session {
             registry.do_send(crate::actors::registry::RunCommands {

@@ -87,6 +87,7 @@ mod scheduling;
 mod schema;
 mod send_modes;
 mod session;
+mod signals;
 mod soak;
 mod stats;
 mod statuses;

@@ -517,7 +517,15 @@ async fn release(deps: &Arc<ActorDeps>, held: Option<Lease>) -> Option<Lease> {
         .write(move |c| leases::release(c, &l.repo_key, &l.lease_id))
         .await
     {
-        Ok(_) => None,
+        Ok(released) => {
+            // Another process may be waiting for this repository.
+            if released {
+                deps.store.signal(crate::store::signals::Signal::Repo {
+                    repo_key: lease.repo_key,
+                });
+            }
+            None
+        }
         Err(e) => {
             tracing::warn!(error = %e, "lease release failed; it will expire");
             Some(lease)

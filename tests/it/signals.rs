@@ -1,0 +1,115 @@
+//! Wake-ups between server processes on one PostgreSQL: a signal one store
+//! sends reaches the other processes' listeners and not its own, and a
+//! repository another process gives back is taken by a waiting process at
+//! once, not at its next sweep.
+
+use crate::support::*;
+use crate::testapp::*;
+use codex_bridge::config::DatabaseUrl;
+use codex_bridge::store::signals::Signal;
+use codex_bridge::store::writer::WriterSettings;
+use codex_bridge::store::{Store, StoreSettings};
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn store(url: &str) -> Store {
+    Store::open(&StoreSettings {
+        url: DatabaseUrl::Postgres(url.to_owned()),
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 8,
+            threads: 1,
+            queue_capacity: 64,
+            ingest: Default::default(),
+        },
+    })
+    .unwrap()
+}
+
+#[test]
+fn a_signal_reaches_the_other_processes_and_not_its_sender_postgres() {
+    let db = PgDb::create();
+    let (a, b) = (store(&db.url), store(&db.url));
+    let heard = |s: &Store| {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let sink = got.clone();
+        s.listen(move |signal| sink.lock().unwrap().push(signal))
+            .unwrap();
+        got
+    };
+    let (by_a, by_b) = (heard(&a), heard(&b));
+    let repo = Signal::Repo {
+        repo_key: codex_bridge::domain::RepoKey::parse("default:acme/widgets").unwrap(),
+    };
+    // The listeners connect on threads of their own: send until B hears.
+    wait_until("B to hear A's signal", Duration::from_secs(20), || {
+        a.signal(repo.clone());
+        !by_b.lock().unwrap().is_empty()
+    });
+    assert!(by_b.lock().unwrap().iter().all(|s| *s == repo));
+    b.signal(Signal::Session {
+        session_key: resource("default:acme/widgets:issue:7"),
+        repo_key: codex_bridge::domain::RepoKey::parse("default:acme/widgets").unwrap(),
+    });
+    wait_until("A to hear B's signal", Duration::from_secs(20), || {
+        by_a.lock()
+            .unwrap()
+            .iter()
+            .any(|s| matches!(s, Signal::Session { .. }))
+    });
+    // Neither heard itself.
+    assert!(by_a
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|s| matches!(s, Signal::Session { .. })));
+    assert!(by_b.lock().unwrap().iter().all(|s| *s == repo));
+}
+
+#[test]
+fn a_repository_given_back_is_taken_at_once_by_a_waiting_process_postgres() {
+    const LONG: Duration = Duration::from_secs(60);
+    // Sweeps a minute apart: only a signal can wake B in time.
+    let a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "30")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    let mut c = connect(&a.db_url);
+    let first = a.task_comment("signal-1", 701, "@ccbot first [sleep:3000]", "widgets", 1);
+    wait_task_state(&a.db_url, &first, "running", LONG);
+    let a_id: String = codex_bridge::store::leases::find(
+        &mut c,
+        &codex_bridge::domain::RepoKey::parse("default:acme/widgets").unwrap(),
+    )
+    .unwrap()
+    .expect("A holds the lease")
+    .owner;
+    let b = a.another_instance();
+    let second = b.task_comment("signal-2", 702, "@ccbot second", "widgets", 2);
+    let r = b.admin_post(
+        &format!("/api/gitea-workflow/instances/{a_id}/drain"),
+        &json!({"requestId": "drain-for-signal", "reason": "hand widgets to B"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    wait_task_state(&a.db_url, &first, "succeeded", LONG);
+    // B runs the next task well before its sweep would have looked.
+    wait_task_state(&a.db_url, &second, "succeeded", Duration::from_secs(20));
+    assert_ne!(last_attempt_owner(&mut c, &second), a_id);
+}
+
+fn last_attempt_owner(c: &mut codex_bridge::store::DbConn, task: &str) -> String {
+    codex_bridge::store::tasks::detail(c, &task.parse().unwrap())
+        .unwrap()
+        .unwrap()
+        .attempts
+        .last()
+        .and_then(|a| a.owner.clone())
+        .unwrap()
+}
