@@ -34,6 +34,9 @@ pub const POLL: Duration = Duration::from_millis(25);
 /// Between two attempts to reconnect a lost connection.
 const RECONNECT: Duration = Duration::from_secs(1);
 
+/// How long the notifier gathers signals before it sends them.
+const COALESCE: Duration = Duration::from_millis(10);
+
 /// Signals a notifier may hold before it drops new ones (each is a hint;
 /// the sweep finds the work anyway).
 const BACKLOG: usize = 4096;
@@ -89,7 +92,10 @@ impl Notifier {
 fn notify_loop(url: &str, origin: &str, rx: &Receiver<Signal>) {
     let mut conn: Option<PgConnection> = None;
     while let Ok(first) = rx.recv() {
-        // What queued meanwhile goes out with it, each signal once.
+        // What queues within a moment goes out with it, each signal once:
+        // under a stream of webhooks one statement carries many, instead of
+        // one round trip (and one wake-up of every listener) per webhook.
+        std::thread::sleep(COALESCE);
         let mut batch = std::collections::BTreeSet::from([first]);
         batch.extend(rx.try_iter());
         if conn.is_none() {
