@@ -19,7 +19,7 @@
 //!   wait on, and a poll is one non-blocking read.
 
 use super::StoreError;
-use crate::domain::{RepoKey, ResourceKey};
+use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crossbeam_channel::{Receiver, Sender};
 use diesel::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -52,6 +52,20 @@ pub enum Signal {
     Session {
         session_key: ResourceKey,
         repo_key: RepoKey,
+    },
+    /// An approval of the task was decided: the session waiting for it
+    /// goes on.
+    Approval {
+        session_key: ResourceKey,
+        repo_key: RepoKey,
+        task_id: TaskId,
+    },
+    /// An operator aborted the task: the session running its turn
+    /// interrupts it.
+    Abort {
+        session_key: ResourceKey,
+        repo_key: RepoKey,
+        task_id: TaskId,
     },
 }
 

@@ -113,3 +113,36 @@ fn last_attempt_owner(c: &mut codex_bridge::store::DbConn, task: &str) -> String
         .and_then(|a| a.owner.clone())
         .unwrap()
 }
+
+#[test]
+fn an_approval_decided_through_another_process_reaches_the_waiting_turn_postgres() {
+    const LONG: Duration = Duration::from_secs(60);
+    let a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    let task = a.task_comment(
+        "signal-approve",
+        801,
+        "@ccbot risky [approval]",
+        "widgets",
+        3,
+    );
+    wait_task_state(&a.db_url, &task, "awaiting_approval", LONG);
+    let b = a.another_instance();
+    let pending = b.admin_get("/api/gitea-workflow/approvals");
+    let id = pending.json["approvals"][0]["approvalId"]
+        .as_str()
+        .expect("B lists A's pending approval")
+        .to_owned();
+    let r = b.admin_post(
+        &format!("/api/gitea-workflow/approvals/{id}/decide"),
+        &json!({"decision": "accept", "requestId": "approve-via-b", "reason": "looks fine"}),
+    );
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    // A's session, waiting on that approval, goes on at once.
+    wait_task_state(&a.db_url, &task, "succeeded", Duration::from_secs(15));
+}

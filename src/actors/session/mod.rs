@@ -331,7 +331,13 @@ impl SessionActor {
                             act.signals.approval.notify_one();
                         } else if session != &act.session_key {
                             // A delegated child's approval, answered in its
-                            // parent's thread: its own actor waits for it.
+                            // parent's thread: its own actor waits for it,
+                            // here or in another process.
+                            act.deps.store.signal(crate::store::signals::Signal::Approval {
+                                session_key: session.clone(),
+                                repo_key: act.repo_key.clone(),
+                                task_id: task_id.clone(),
+                            });
                             act.registry.do_send(super::registry::ApprovalDecided {
                                 session_key: session.clone(),
                                 repo_key: act.repo_key.clone(),

@@ -7,6 +7,7 @@ use crate::actors::registry::{AbortTask, Notify, RunCommands, Snapshot};
 use crate::domain::{RepoKey, TaskId};
 use crate::store::audit::AuditView;
 use crate::store::control;
+use crate::store::signals::Signal;
 use crate::store::tasks::{self, Verdict};
 use crate::web::auth::Admin;
 use crate::web::error::ApiError;
@@ -126,6 +127,18 @@ async fn after_task_control(
     let Some(task) = state.store.read(move |c| tasks::find(c, &id)).await? else {
         return Ok(());
     };
+    // The session running the turn may be in another process on the same
+    // database; the repository may be free for one there.
+    if abort {
+        state.store.signal(Signal::Abort {
+            session_key: task.session_key.clone(),
+            repo_key: task.repo_key.clone(),
+            task_id: task.task_id.clone(),
+        });
+    }
+    state.store.signal(Signal::Repo {
+        repo_key: task.repo_key.clone(),
+    });
     if let Some(registry) = &state.registry {
         if abort {
             registry.do_send(AbortTask {

@@ -53,9 +53,6 @@ pub async fn decide(
 
 /// Tells the session that waits for this approval to read its decision now.
 async fn wake_session(state: &AppState, approval_id: String) -> Result<(), ApiError> {
-    let Some(registry) = &state.registry else {
-        return Ok(());
-    };
     let task = state
         .store
         .read(move |c| {
@@ -65,7 +62,16 @@ async fn wake_session(state: &AppState, approval_id: String) -> Result<(), ApiEr
             crate::store::tasks::find(c, &a.task_id)
         })
         .await?;
-    if let Some(task) = task {
+    let Some(task) = task else {
+        return Ok(());
+    };
+    // The session waiting may run in another process on the same database.
+    state.store.signal(crate::store::signals::Signal::Approval {
+        session_key: task.session_key.clone(),
+        repo_key: task.repo_key.clone(),
+        task_id: task.task_id.clone(),
+    });
+    if let Some(registry) = &state.registry {
         registry.do_send(crate::actors::registry::ApprovalDecided {
             session_key: task.session_key,
             repo_key: task.repo_key,
