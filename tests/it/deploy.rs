@@ -23,7 +23,7 @@ fn upstream(s: &TestApp) -> String {
 }
 
 /// The request-log lines of `path` (the root span names path and client).
-fn request_lines(logs: &str, path: &str) -> Vec<String> {
+pub(crate) fn request_lines(logs: &str, path: &str) -> Vec<String> {
     logs.lines()
         .filter(|l| l.contains(&format!("path={path} ")) && l.contains("request finished"))
         .map(str::to_owned)
@@ -31,7 +31,7 @@ fn request_lines(logs: &str, path: &str) -> Vec<String> {
 }
 
 /// A signed comment webhook of exactly `size` bytes (JSON padded with spaces).
-fn signed_webhook(
+pub(crate) fn signed_webhook(
     delivery: &str,
     comment_id: i64,
     size: usize,
@@ -361,43 +361,14 @@ fn raw_replies_parse_chunked_bodies() {
 
 /// The admin event stream through nginx: the snapshot comes at once, and a
 /// later event (a webhook's task) arrives while the stream stays open — nginx
-/// does not buffer it.
+/// does not buffer it, although the stream is compressed and the server's
+/// `X-Accel-Buffering` ignored (see `crate::nginx`): the site's own setting.
 #[test]
 fn the_event_stream_arrives_through_nginx_unbuffered() {
-    use std::io::{BufRead, BufReader};
     let s = server(Nginx::PROXY_ADDR);
     let nginx = Nginx::start(&upstream(&s), LIMIT);
-    let response = ureq::get(&nginx.url("/api/gitea-workflow/events"))
-        .set("Authorization", &format!("Bearer {ADMIN_TOKEN}"))
-        .call()
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(response
-        .header("content-type")
-        .unwrap()
-        .starts_with("text/event-stream"));
-    let (tx, rx) = std::sync::mpsc::channel::<(std::time::Instant, String)>();
-    std::thread::spawn(move || {
-        let reader = BufReader::new(response.into_reader());
-        for line in reader.lines() {
-            let Ok(line) = line else { break };
-            if tx.send((std::time::Instant::now(), line)).is_err() {
-                break;
-            }
-        }
-    });
-    let next_event = |want: &str, within: std::time::Duration| -> std::time::Instant {
-        let deadline = std::time::Instant::now() + within;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((at, line)) if line == format!("event: {want}") => return at,
-                Ok(_) => {}
-                Err(_) => panic!("no `{want}` event through nginx within {within:?}"),
-            }
-        }
-    };
-    next_event("overview", std::time::Duration::from_secs(5));
+    let stream = crate::nginx::EventStream::open(&nginx, ADMIN_TOKEN);
+    stream.next("overview", std::time::Duration::from_secs(5));
     // A webhook straight to the server: its task shows up in the stream.
     let body = comment_body(77, "@ccbot through the proxy", "widgets", 7);
     let sent = std::time::Instant::now();
@@ -406,7 +377,7 @@ fn the_event_stream_arrives_through_nginx_unbuffered() {
         &body,
     );
     assert_eq!(r.status, 202, "{:?}", r.json);
-    let at = next_event("task", std::time::Duration::from_secs(10));
+    let (at, _) = stream.next("task", std::time::Duration::from_secs(10));
     // The hub wakes on the commit (or its 2 s tick): far below nginx's
     // buffering, which would hold small events until the stream ends.
     assert!(at.duration_since(sent) < std::time::Duration::from_secs(5));

@@ -77,6 +77,7 @@ mod logs;
 mod metrics;
 mod migrations;
 mod nginx;
+mod nginx_instances;
 mod parallel;
 mod readiness;
 mod receipts;

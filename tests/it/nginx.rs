@@ -1,11 +1,13 @@
-//! A real nginx running `deploy/codex-bridge.nginx.conf` in front of a test
-//! server, for tests of the deployment (`deploy.rs`) and of anything that must
-//! survive the proxy (such as the live event stream, unbuffered).
+//! A real nginx running `deploy/codex-bridge.nginx.conf` (or the site for
+//! several instances, `deploy/codex-bridge-instances.nginx.conf`) in front of
+//! test servers, for tests of the deployment (`deploy.rs`,
+//! `nginx_instances.rs`) and of anything that must survive the proxy (such as
+//! the live event stream, unbuffered).
 //!
 //! The deploy file is the template: [`site_for_test`] keeps its upstream block
 //! and its TLS server block as they are and rewrites only the lines that name
 //! the machine (listen, server_name, certificate, log paths, the upstream's
-//! `server` address, and `client_max_body_size` to the test server's limit). It
+//! `server` addresses, and `client_max_body_size` to the test server's limit). It
 //! adds a plain-HTTP copy of the TLS server block (the same locations and
 //! headers, without the `ssl_` lines) so that ordinary HTTP clients can use it;
 //! the port-80 block of the deploy file only redirects, and is left out.
@@ -16,8 +18,17 @@
 //! upstream from [`Nginx::PROXY_ADDR`], an address no test client uses, so a
 //! test can tell the proxy (the peer) from the client (X-Forwarded-For).
 //!
-//! Missing `nginx` or `openssl` makes a test fail, saying how to install them
-//! (`scripts/test` does, as root).
+//! The event stream: nginx passes a small piece of a response on at once even
+//! with `proxy_buffering on`; what holds events back is an output filter such
+//! as gzip, which waits for the flush only an unbuffered upstream gives. So
+//! the test nginx compresses `text/event-stream` (as an operator's
+//! `gzip_types` may), [`EventStream`] asks for gzip, and the server's own
+//! `X-Accel-Buffering: no` is ignored: events then arrive at once only because
+//! of the site's `proxy_buffering off`.
+//!
+//! Missing `nginx`, `openssl` or `python3` (the event stream's client, for
+//! its zlib) makes a test fail, saying how to install them (`scripts/test`
+//! does, as root).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -25,15 +36,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// The deploy file the tests run.
+/// The single-instance deploy file.
 pub fn site_template() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/codex-bridge.nginx.conf");
+    deploy_file("codex-bridge.nginx.conf")
+}
+
+/// A file of deploy/.
+pub fn deploy_file(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
 /// Where the site's test copy puts things.
 pub struct SiteParams<'a> {
-    pub upstream: &'a str,
+    /// The upstream's servers (`host:port`), in this order.
+    pub upstreams: &'a [&'a str],
     pub body_limit: usize,
     pub https_port: u16,
     pub http_port: u16,
@@ -73,15 +92,7 @@ pub fn site_for_test(template: &str, p: &SiteParams<'_>) -> String {
         let first = block[0].trim_start();
         if first.starts_with("upstream ") {
             upstreams += 1;
-            for line in block {
-                let t = line.trim_start();
-                if t.starts_with("server ") {
-                    out.push_str(&format!("    server {};\n", p.upstream));
-                } else {
-                    out.push_str(line);
-                    out.push('\n');
-                }
-            }
+            out.push_str(&upstream_for_test(block, p.upstreams));
             continue;
         }
         if !block
@@ -165,7 +176,100 @@ pub fn site_for_test(template: &str, p: &SiteParams<'_>) -> String {
     out
 }
 
-fn find_binary(name: &str, install: &str) -> PathBuf {
+/// The upstream block with the test's servers in place of the file's: the
+/// i-th test server keeps the parameters (`max_fails=...`) of the file's i-th
+/// `server` line, or of its last one when the test has more; the file's lines
+/// past the test's servers are left out.
+fn upstream_for_test(block: &[String], servers: &[&str]) -> String {
+    let params: Vec<String> = block
+        .iter()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter_map(|l| l.strip_prefix("server "))
+        .map(|l| {
+            let words: Vec<&str> = l.trim_end_matches(';').split_whitespace().collect();
+            words[1..].iter().map(|w| format!(" {w}")).collect()
+        })
+        .collect();
+    assert!(!params.is_empty(), "the upstream block lists no server");
+    let mut out = String::new();
+    let mut listed = false;
+    for line in block {
+        if !line.trim_start().starts_with("server ") {
+            out.push_str(line);
+            out.push('\n');
+        } else if !listed {
+            listed = true;
+            for (i, server) in servers.iter().enumerate() {
+                let params = &params[i.min(params.len() - 1)];
+                out.push_str(&format!("    server {server}{params};\n"));
+            }
+        }
+    }
+    out
+}
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 in `dir`.
+pub fn test_certificate(dir: &Path) -> (PathBuf, PathBuf) {
+    let openssl = find_binary("openssl", "apt-get install openssl");
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let out = Command::new(&openssl)
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .arg("ec_paramgen_curve:prime256v1")
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "openssl could not make a test certificate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (cert, key)
+}
+
+/// nginx's main configuration in `dir`, including `dir/site.conf`: one
+/// foreground process, every path inside `dir`. `proxy` binds the upstream
+/// connections to [`Nginx::PROXY_ADDR`], ignores `X-Accel-Buffering` and
+/// compresses the event stream (see the module doc). Its path.
+pub fn write_main_conf(dir: &Path, proxy: bool) -> PathBuf {
+    for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi", "logs"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    let d = dir.display();
+    let proxy = if proxy {
+        format!(
+            "\x20   proxy_bind {};\n\x20   proxy_ignore_headers X-Accel-Buffering;\n\
+             \x20   gzip on;\n\x20   gzip_types text/event-stream;\n\x20   gzip_http_version 1.0;\n",
+            Nginx::PROXY_ADDR
+        )
+    } else {
+        String::new()
+    };
+    let main = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
+         error_log {d}/error.log info;\n\
+         events {{ worker_connections 256; }}\n\
+         http {{\n\
+         \x20   access_log {d}/access.log;\n\
+         \x20   client_body_temp_path {d}/client_body;\n\
+         \x20   proxy_temp_path {d}/proxy;\n\
+         \x20   fastcgi_temp_path {d}/fastcgi;\n\
+         \x20   uwsgi_temp_path {d}/uwsgi;\n\
+         \x20   scgi_temp_path {d}/scgi;\n\
+         {proxy}\
+         \x20   include {d}/site.conf;\n\
+         }}\n"
+    );
+    let conf = dir.join("nginx.conf");
+    std::fs::write(&conf, main).unwrap();
+    conf
+}
+
+pub fn find_binary(name: &str, install: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .chain(["/usr/sbin".into(), "/sbin".into(), "/usr/bin".into()])
@@ -288,38 +392,24 @@ impl Nginx {
     /// Starts nginx with the deploy site in front of `upstream` (`host:port`),
     /// refusing bodies over `body_limit` bytes as the server's `max_body_bytes`.
     pub fn start(upstream: &str, body_limit: usize) -> Nginx {
+        Self::start_site(&site_template(), &[upstream], body_limit)
+    }
+
+    /// Starts nginx with the site `template` (a deploy file's text) in front
+    /// of `upstreams` (`host:port` each), refusing bodies over `body_limit`.
+    pub fn start_site(template: &str, upstreams: &[&str], body_limit: usize) -> Nginx {
         let nginx = find_binary("nginx", "apt-get install nginx");
-        let openssl = find_binary("openssl", "apt-get install openssl");
         let dir = tempfile::tempdir().unwrap();
-        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-        let out = Command::new(&openssl)
-            .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-            .arg("ec_paramgen_curve:prime256v1")
-            .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
-            .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "openssl could not make a test certificate: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi", "logs"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
+        let (cert, key) = test_certificate(dir.path());
         let mut last_error = String::new();
         // The ports are picked free and then bound by nginx: another process
         // may take one in between, so try a few times.
         for _ in 0..5 {
             let (http_port, https_port) = (free_port(), free_port());
             let site = site_for_test(
-                &site_template(),
+                template,
                 &SiteParams {
-                    upstream,
+                    upstreams,
                     body_limit,
                     https_port,
                     http_port,
@@ -330,24 +420,7 @@ impl Nginx {
             );
             std::fs::write(dir.path().join("site.conf"), &site).unwrap();
             let d = dir.path().display();
-            let main = format!(
-                "daemon off;\nmaster_process off;\nworker_processes 1;\npid {d}/nginx.pid;\n\
-                 error_log {d}/error.log info;\n\
-                 events {{ worker_connections 256; }}\n\
-                 http {{\n\
-                 \x20   access_log {d}/access.log;\n\
-                 \x20   client_body_temp_path {d}/client_body;\n\
-                 \x20   proxy_temp_path {d}/proxy;\n\
-                 \x20   fastcgi_temp_path {d}/fastcgi;\n\
-                 \x20   uwsgi_temp_path {d}/uwsgi;\n\
-                 \x20   scgi_temp_path {d}/scgi;\n\
-                 \x20   proxy_bind {proxy};\n\
-                 \x20   include {d}/site.conf;\n\
-                 }}\n",
-                proxy = Self::PROXY_ADDR,
-            );
-            let conf = dir.path().join("nginx.conf");
-            std::fs::write(&conf, main).unwrap();
+            let conf = write_main_conf(dir.path(), true);
             let mut child = Command::new(&nginx)
                 .arg("-p")
                 .arg(format!("{d}/"))
@@ -491,6 +564,122 @@ fn raw_request(
 }
 
 impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The client of the admin event stream: HTTP/1.0 with `Accept-Encoding:
+/// gzip`, printing the answer's head lines (an empty one last), then the
+/// inflated stream as it comes (Python for its zlib, which inflates a stream piece by piece).
+const EVENT_CLIENT: &str = r#"
+import socket, sys, zlib
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(("GET /api/gitea-workflow/events HTTP/1.0\r\nHost: localhost\r\n"
+           "Authorization: Bearer %s\r\nAccept-Encoding: gzip\r\n\r\n" % sys.argv[2]).encode())
+raw = b""
+while b"\r\n\r\n" not in raw:
+    more = s.recv(65536)
+    if not more:
+        break
+    raw += more
+head, _, body = raw.partition(b"\r\n\r\n")
+for line in head.decode("latin-1").split("\r\n") + [""]:
+    print("head: " + line, flush=True)
+inflate = zlib.decompressobj(31)
+while body:
+    sys.stdout.write(inflate.decompress(body).decode("utf-8", "replace"))
+    sys.stdout.flush()
+    body = s.recv(65536)
+"#;
+
+/// The admin event stream through the site's plain-HTTP copy, compressed
+/// (see the module doc): each event's arrival, name and `data:` line.
+pub struct EventStream {
+    child: Child,
+    rx: std::sync::mpsc::Receiver<(std::time::Instant, String, String)>,
+}
+
+impl EventStream {
+    /// Opens the stream with the admin `token`; asserts nginx answered 200
+    /// with a gzip-compressed `text/event-stream`.
+    pub fn open(nginx: &Nginx, token: &str) -> EventStream {
+        use std::io::{BufRead, BufReader};
+        let python = find_binary("python3", "apt-get install python3");
+        let mut child = Command::new(python)
+            .args(["-u", "-c", EVENT_CLIENT])
+            .arg(nginx.http_port.to_string())
+            .arg(token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Head lines come as `("head", line)`, then each event as its name
+        // and `data:`; read on a thread, so that a stream nginx holds back
+        // fails the test instead of blocking it.
+        std::thread::spawn(move || {
+            let mut event = String::new();
+            for line in lines {
+                let Ok(line) = line else { break };
+                let item = if let Some(h) = line.strip_prefix("head: ") {
+                    ("head".to_owned(), h.to_ascii_lowercase())
+                } else if let Some(name) = line.strip_prefix("event: ") {
+                    event = name.to_owned();
+                    continue;
+                } else if let Some(data) = line.strip_prefix("data: ") {
+                    (std::mem::take(&mut event), data.to_owned())
+                } else {
+                    continue;
+                };
+                if tx
+                    .send((std::time::Instant::now(), item.0, item.1))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let stream = EventStream { child, rx };
+        let mut head = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match stream.rx.recv_timeout(left) {
+                Ok((_, name, line)) if name == "head" && line.is_empty() => break,
+                Ok((_, name, line)) if name == "head" => head.push(line),
+                other => panic!("no answer head through nginx within 10 s: {other:?} {head:?}"),
+            }
+        }
+        let has = |want: &str| head.iter().any(|h| h.starts_with(want));
+        assert!(
+            has("http/1.1 200") && has("content-type: text/event-stream"),
+            "{head:?}"
+        );
+        // Compressed, or the test would not see a buffering site hold events.
+        assert!(has("content-encoding: gzip"), "{head:?}");
+        stream
+    }
+
+    /// When the next `want` event arrived, and its data; panics after `within`.
+    pub fn next(&self, want: &str, within: Duration) -> (std::time::Instant, serde_json::Value) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok((at, name, data)) if name == want => {
+                    return (at, serde_json::from_str(&data).unwrap());
+                }
+                Ok(_) => {}
+                Err(_) => panic!("no `{want}` event through nginx within {within:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for EventStream {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
