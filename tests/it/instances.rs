@@ -352,9 +352,11 @@ fn a_drained_instance_finishes_its_turn_and_hands_its_repository_over() {
         .git_sim()
         .scripted()
         .postgres()
-        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "5")
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "30")
         .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
+        // Sweeps a minute apart: only A's signal that it gave the
+        // repository back can wake B in time.
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
         .start();
     a.git().create_repo("acme", "widgets");
     let mut c = connect(&a.db_url);
@@ -369,9 +371,10 @@ fn a_drained_instance_finishes_its_turn_and_hands_its_repository_over() {
         &json!({"requestId": "drain-a", "reason": "moving A to a new host"}),
     );
     assert_eq!(r.status, 200, "{:?}", r.json);
-    // A's turn under way finishes there; the next task runs on B.
+    // A's turn under way finishes there; the next task runs on B, well
+    // before B's sweep would have looked.
     wait_task_state(&a.db_url, &first, "succeeded", LONG);
-    wait_task_state(&a.db_url, &second, "succeeded", LONG);
+    wait_task_state(&a.db_url, &second, "succeeded", Duration::from_secs(20));
     assert_eq!(ran_on(&mut c, &first), a_id);
     let b_id = ran_on(&mut c, &second);
     assert_ne!(b_id, a_id, "the drained instance took new work");

@@ -1,7 +1,8 @@
 //! Wake-ups between server processes on one PostgreSQL: a signal one store
-//! sends reaches the other processes' listeners and not its own, and a
-//! repository another process gives back is taken by a waiting process at
-//! once, not at its next sweep.
+//! sends reaches the other processes' listeners and not its own, and an
+//! approval decided through one process reaches the turn waiting for it in
+//! another. (A repository a drained process gives back is taken at once by
+//! another: `instances.rs`.)
 
 use crate::support::*;
 use crate::testapp::*;
@@ -66,52 +67,6 @@ fn a_signal_reaches_the_other_processes_and_not_its_sender_postgres() {
         .iter()
         .all(|s| matches!(s, Signal::Session { .. })));
     assert!(by_b.lock().unwrap().iter().all(|s| *s == repo));
-}
-
-#[test]
-fn a_repository_given_back_is_taken_at_once_by_a_waiting_process_postgres() {
-    const LONG: Duration = Duration::from_secs(60);
-    // Sweeps a minute apart: only a signal can wake B in time.
-    let a = TestApp::builder()
-        .git_sim()
-        .scripted()
-        .postgres()
-        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "30")
-        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
-        .start();
-    a.git().create_repo("acme", "widgets");
-    let mut c = connect(&a.db_url);
-    let first = a.task_comment("signal-1", 701, "@ccbot first [sleep:3000]", "widgets", 1);
-    wait_task_state(&a.db_url, &first, "running", LONG);
-    let a_id: String = codex_bridge::store::leases::find(
-        &mut c,
-        &codex_bridge::domain::RepoKey::parse("default:acme/widgets").unwrap(),
-    )
-    .unwrap()
-    .expect("A holds the lease")
-    .owner;
-    let b = a.another_instance();
-    let second = b.task_comment("signal-2", 702, "@ccbot second", "widgets", 2);
-    let r = b.admin_post(
-        &format!("/api/gitea-workflow/instances/{a_id}/drain"),
-        &json!({"requestId": "drain-for-signal", "reason": "hand widgets to B"}),
-    );
-    assert_eq!(r.status, 200, "{:?}", r.json);
-    wait_task_state(&a.db_url, &first, "succeeded", LONG);
-    // B runs the next task well before its sweep would have looked.
-    wait_task_state(&a.db_url, &second, "succeeded", Duration::from_secs(20));
-    assert_ne!(last_attempt_owner(&mut c, &second), a_id);
-}
-
-fn last_attempt_owner(c: &mut codex_bridge::store::DbConn, task: &str) -> String {
-    codex_bridge::store::tasks::detail(c, &task.parse().unwrap())
-        .unwrap()
-        .unwrap()
-        .attempts
-        .last()
-        .and_then(|a| a.owner.clone())
-        .unwrap()
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! Owned values only, so the writer may run it more than once.
 
 use super::decide::{Code, Decision, Effect, TurnEnd};
+use super::drive::DriveError;
 use crate::agent::transcript::{ItemPhase, TranscriptItem};
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::{OperationId, ResourceKey, TaskId};
@@ -288,5 +289,45 @@ impl CommitCtx {
                 .meta(serde_json::json!({ "turnId": self.turn_id, "by": kind })),
         )?;
         Ok(())
+    }
+}
+
+impl super::drive::TaskDrive {
+    /// The repository's lease moved to another process while this drive
+    /// ran: its decision was refused whole. Audited (outside the refused
+    /// transaction) so that operators see the late write and whose token it
+    /// carried; the new holder's sessions drive the task from here.
+    pub(super) async fn lease_lost(&self, d: &Decision, message: String) -> DriveError {
+        let fence = self.fence.clone();
+        let (task_id, to) = (self.task.task_id.clone(), d.to);
+        let (decided_on, owner) = (d.expected_version, self.deps.settings.owner.clone());
+        let recorded = self
+            .deps
+            .store
+            .write(move |c| {
+                audit::record(
+                    c,
+                    &Audit::new("lease.write_refused", "system")
+                        .task(&task_id)
+                        .meta(serde_json::json!({
+                            "owner": owner,
+                            "repoKey": fence.as_ref().map(|f| &f.repo_key),
+                            "leaseId": fence.as_ref().map(|f| &f.lease_id),
+                            "fence": fence.as_ref().map(|f| f.token),
+                            "decidedOnVersion": decided_on,
+                            "to": to,
+                        })),
+                )
+                .map(drop)
+            })
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "could not audit a write refused for a lost lease");
+        }
+        tracing::warn!(task.id = %self.task.task_id, "{message}");
+        DriveError::Store(StoreError::Refused {
+            code: "lease_lost",
+            message,
+        })
     }
 }
