@@ -123,22 +123,27 @@ pub fn heartbeat(
     version: &str,
 ) -> Result<Heartbeat, StoreError> {
     let at = now();
-    let n = with_conn!(conn, |c| diesel::update(
+    // The beat and the drain answer in one statement.
+    let draining: Option<bool> = with_conn!(conn, |c| diesel::update(
         server_instances::table.find(server_id)
     )
     .set(server_instances::heartbeat_at.eq(&at))
-    .execute(c))?;
-    if n == 0 {
-        register(conn, server_id, instance_id, version)?;
-        return Ok(Heartbeat {
-            draining: false,
-            registered_again: true,
-        });
+    .returning(server_instances::draining)
+    .get_result(c)
+    .optional())?;
+    match draining {
+        Some(draining) => Ok(Heartbeat {
+            draining,
+            registered_again: false,
+        }),
+        None => {
+            register(conn, server_id, instance_id, version)?;
+            Ok(Heartbeat {
+                draining: false,
+                registered_again: true,
+            })
+        }
     }
-    Ok(Heartbeat {
-        draining: is_draining(conn, server_id)?,
-        registered_again: false,
-    })
 }
 
 /// The process stopped cleanly. `false`: it has no row.
