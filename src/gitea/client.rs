@@ -24,6 +24,10 @@ pub enum GiteaError {
     /// No answer (connection, timeout, TLS) or an answer that is not Gitea's JSON.
     #[error("Gitea could not be reached for {what}: {detail} (check gitea_url and the network)")]
     Transport { what: String, detail: String },
+    /// The bridge held a write back: sending it now could outlast the
+    /// claim under which it may be sent (another process may take it next).
+    #[error("{what} was not sent: {why}; it is tried again")]
+    Withheld { what: String, why: String },
 }
 
 impl GiteaError {
@@ -31,14 +35,14 @@ impl GiteaError {
     pub fn status(&self) -> Option<u16> {
         match self {
             GiteaError::Status { status, .. } => Some(*status),
-            GiteaError::Transport { .. } => None,
+            GiteaError::Transport { .. } | GiteaError::Withheld { .. } => None,
         }
     }
 
     /// Worth another try later (no answer, a server error, rate limiting).
     pub fn is_transient(&self) -> bool {
         match self {
-            GiteaError::Transport { .. } => true,
+            GiteaError::Transport { .. } | GiteaError::Withheld { .. } => true,
             GiteaError::Status { status, .. } => *status >= 500 || *status == 429,
         }
     }

@@ -6,6 +6,7 @@ use super::client::{GiteaClient, GiteaError};
 use super::forge::blocking;
 use crate::domain::limits::OUTBOX_CAPACITY;
 use crate::domain::TaskId;
+use std::time::Instant;
 
 /// How the "received" receipt is given (config `receipt_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,7 +28,13 @@ impl From<crate::config::ReceiptMode> for ReceiptMode {
 
 /// Posts `body` on Issue/PR `number` unless a comment of `bot` there already
 /// carries `marker` (a crash between an earlier POST and its record never
-/// yields a second comment); the comment's id either way.
+/// yields a second comment); the comment's id either way. The POST is sent
+/// only before `send_by`: the caller's claim on the receipt must outlast
+/// it, and a long marker lookup must not push it past.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "where the comment goes, what it says, and until when it may be sent"
+)]
 pub async fn post_once(
     client: &GiteaClient,
     owner: String,
@@ -36,6 +43,7 @@ pub async fn post_once(
     bot: &str,
     marker: String,
     body: String,
+    send_by: Instant,
 ) -> Result<i64, GiteaError> {
     let (client, bot) = (client.clone(), bot.to_owned());
     blocking(move || {
@@ -43,6 +51,12 @@ pub async fn post_once(
             client.find_comment(&owner, &repo, number, &bot, |b| b.contains(&marker))?
         {
             return Ok(c.id);
+        }
+        if Instant::now() >= send_by {
+            return Err(GiteaError::Withheld {
+                what: format!("the comment on {owner}/{repo}#{number}"),
+                why: "looking for an earlier copy took until its claim ran short".into(),
+            });
         }
         client
             .create_comment(&owner, &repo, number, &body)

@@ -151,6 +151,8 @@ impl RepoError {
         match self {
             RepoError::Gitea(GiteaError::Status { .. }) => "gitea_refused",
             RepoError::Gitea(GiteaError::Transport { .. }) => "gitea_unreachable",
+            // The catch-up only reads; nothing of it is ever held back.
+            RepoError::Gitea(GiteaError::Withheld { .. }) => "gitea_withheld",
             RepoError::Store(_) => "store_unavailable",
             RepoError::Cursor(_) => "invalid_cursor",
         }

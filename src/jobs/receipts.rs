@@ -5,16 +5,19 @@
 //! Rows are queued in the store by the commit that causes them (the accept,
 //! the transition), and that commit wakes the worker through the store's
 //! change signal; a receipt waiting for a retry wakes it with a timer. The
-//! worker marks a row `posting` before it writes (the intent), looks for the
-//! receipt's marker in the thread before posting (a crash between the POST
-//! and its record never yields a second receipt), and records the result. Transient failures retry with backoff; Gitea's refusals
-//! end the row `failed` with Gitea's message.
+//! worker marks a row `posting` before it writes (the intent) and claims it
+//! for [`CLAIM`], so that of several workers (several processes on one
+//! PostgreSQL) only one writes it; it looks for the receipt's marker in the
+//! thread before posting (a crash between the POST and its record never
+//! yields a second receipt), and records the result only while the attempt
+//! is still its own. Transient failures retry with backoff; Gitea's
+//! refusals end the row `failed` with Gitea's message.
 //!
 //! Before the "received" receipt it asks whether the commenter may trigger
 //! work at all: if not, the task is `rejected` and only the rejection receipt
 //! is written.
 
-use super::wake::{self, Drain};
+use super::wake::{self, chrono_of, Drain};
 use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus};
 use crate::domain::TaskId;
@@ -28,7 +31,7 @@ use crate::store::comments::{self, DueReceipt, Outcome};
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{attempts, format_time, Store};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Gives up on a receipt after this many failed attempts.
@@ -36,6 +39,17 @@ const MAX_ATTEMPTS: i64 = 12;
 
 /// Receipts read at a time; a pass reads again until nothing is due.
 const BATCH: i64 = 32;
+
+/// How long a receipt marked `posting` is left to the worker that marked
+/// it: no other worker (another process's) writes it before then; after a
+/// crash it is due again then. The comment's POST is sent only while at
+/// least [`SEND_WINDOW`] of the claim is left.
+pub const CLAIM: Duration = Duration::from_secs(60);
+
+/// The client's whole request time-out (20 s) and a margin: a POST sent
+/// with this much of its claim left has its answer, or has failed, before
+/// the claim runs out.
+const SEND_WINDOW: Duration = Duration::from_secs(25);
 
 pub struct ReceiptWorker {
     pub store: Store,
@@ -76,6 +90,7 @@ impl ReceiptWorker {
                     .finish(
                         &key,
                         &task_id,
+                        None,
                         CommentStatus::Skipped,
                         None,
                         Some("the task ended before its receipt"),
@@ -95,28 +110,32 @@ impl ReceiptWorker {
                 TriggerCheck::Allowed => {}
             }
         }
-        // The intent, before anything is written into Gitea.
-        let (k, t, w) = (key.clone(), task_id.clone(), wanted.clone());
-        self.store
+        // The intent, before anything is written into Gitea, and the claim:
+        // of all the workers that read this row as due (another process's
+        // too), only the one whose mark lands writes it.
+        let (k, t, w, seen) = (key.clone(), task_id.clone(), wanted.clone(), r.row.attempts);
+        let claim_until = format_time(chrono::Utc::now() + chrono_of(CLAIM));
+        let send_by = Instant::now() + CLAIM.saturating_sub(SEND_WINDOW);
+        let claimed = self
+            .store
             .write(move |c| {
-                comments::mark(
-                    c,
-                    &k,
-                    &Outcome {
-                        status: CommentStatus::Posting,
-                        count_attempt: true,
-                        ..Default::default()
-                    },
-                )?;
+                if !comments::begin_post(c, &k, seen, &claim_until)? {
+                    return Ok(false);
+                }
                 audit::record(
                     c,
                     &Audit::new("receipt.intent", "system")
                         .task(&t)
                         .meta(serde_json::json!({ "commentKey": k, "receipt": w })),
-                )
-                .map(|_| ())
+                )?;
+                Ok(true)
             })
             .await?;
+        if !claimed {
+            tracing::debug!(task.id = %task_id, comment_key = %key, "receipt taken by another worker");
+            return Ok(());
+        }
+        let attempt = Some(seen + 1);
         let resource = &r.row.resource_key;
         let (owner, repo, number) = (
             resource.repo().owner().to_owned(),
@@ -129,15 +148,26 @@ impl ReceiptWorker {
                     Some(cid) => add_reaction(&self.client, owner, repo, cid, "eyes")
                         .await
                         .map(|()| None),
-                    None => self.post_comment(&r, &wanted, owner, repo, number).await,
+                    None => {
+                        self.post_comment(&r, &wanted, owner, repo, number, send_by)
+                            .await
+                    }
                 }
             } else {
-                self.post_comment(&r, &wanted, owner, repo, number).await
+                self.post_comment(&r, &wanted, owner, repo, number, send_by)
+                    .await
             };
         match result {
             Ok(comment_id) => {
-                self.finish(&key, &task_id, CommentStatus::Posted, comment_id, None)
-                    .await
+                self.finish(
+                    &key,
+                    &task_id,
+                    attempt,
+                    CommentStatus::Posted,
+                    comment_id,
+                    None,
+                )
+                .await
             }
             Err(e) if e.is_transient() && r.row.attempts + 1 < MAX_ATTEMPTS => {
                 let wait = Duration::from_secs(2u64.pow(r.row.attempts.clamp(0, 9) as u32));
@@ -150,16 +180,15 @@ impl ReceiptWorker {
                 tracing::warn!(task.id = %task_id, error = %msg, "receipt not written yet; will try again");
                 self.store
                     .write(move |c| {
-                        comments::mark(
-                            c,
-                            &k,
-                            &Outcome {
-                                status: CommentStatus::Pending,
-                                error: Some(&msg),
-                                retry_at: Some(&retry_at),
-                                ..Default::default()
-                            },
-                        )?;
+                        let outcome = Outcome {
+                            status: CommentStatus::Pending,
+                            error: Some(&msg),
+                            retry_at: Some(&retry_at),
+                            ..Default::default()
+                        };
+                        if !comments::finish_post(c, &k, seen + 1, &outcome)? {
+                            return Ok(());
+                        }
                         audit::record(
                             c,
                             &Audit::new("receipt.retry", "system")
@@ -175,6 +204,7 @@ impl ReceiptWorker {
                 self.finish(
                     &key,
                     &task_id,
+                    attempt,
                     CommentStatus::Failed,
                     None,
                     Some(&e.to_string()),
@@ -192,6 +222,7 @@ impl ReceiptWorker {
         owner: String,
         repo: String,
         number: i64,
+        send_by: Instant,
     ) -> Result<Option<i64>, GiteaError> {
         let (marker, text) = match (r.row.kind, &r.row.body) {
             // A command's answer: its text was decided with the command.
@@ -226,15 +257,20 @@ impl ReceiptWorker {
             &self.bot_login,
             marker,
             body,
+            send_by,
         )
         .await
         .map(Some)
     }
 
+    /// Records how a receipt ended: after the claimed attempt `attempt`
+    /// (left alone if the claim ran out and another worker took the row), or
+    /// before any (`None`: skipped, nothing was written into Gitea).
     async fn finish(
         &self,
         key: &str,
         task_id: &TaskId,
+        attempt: Option<i64>,
         status: CommentStatus,
         comment_id: Option<i64>,
         error: Option<&str>,
@@ -245,16 +281,20 @@ impl ReceiptWorker {
         }
         self.store
             .write(move |c| {
-                comments::mark(
-                    c,
-                    &k,
-                    &Outcome {
-                        status,
-                        comment_id,
-                        error: e.as_deref(),
-                        ..Default::default()
-                    },
-                )?;
+                let outcome = Outcome {
+                    status,
+                    comment_id,
+                    error: e.as_deref(),
+                    ..Default::default()
+                };
+                match attempt {
+                    Some(n) => {
+                        if !comments::finish_post(c, &k, n, &outcome)? {
+                            return Ok(());
+                        }
+                    }
+                    None => comments::mark(c, &k, &outcome)?,
+                }
                 audit::record(
                     c,
                     &Audit::new(&format!("receipt.{status}"), "system")

@@ -18,7 +18,7 @@
 //! ([`CLAIM`]) it is posted once more, so a commit gets at most one extra,
 //! identical status per crash.
 
-use super::wake::{self, Drain};
+use super::wake::{self, chrono_of, Drain};
 use crate::domain::statuses::{settle, Settle, CONTEXT};
 use crate::domain::{RepoKey, TaskId};
 use crate::gitea::statuses::{CommitState, NewStatus};
@@ -344,10 +344,6 @@ fn commits(rows: &[CommitStatusRow]) -> Vec<(RepoKey, String, i64)> {
 fn backoff(attempt: i64) -> Duration {
     let doubled = 1u64 << attempt.clamp(1, 16);
     Duration::from_secs(doubled).min(MAX_BACKOFF)
-}
-
-fn chrono_of(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::seconds(60))
 }
 
 /// What every audit event of a status says about it.

@@ -73,3 +73,9 @@ pub(crate) fn until(t: &str) -> Option<Duration> {
             .unwrap_or(Duration::ZERO),
     )
 }
+
+/// A wait as a time span to add to a timestamp (a minute if it is too long
+/// to be one, which no wait here is).
+pub(super) fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or_else(|_| chrono::Duration::seconds(60))
+}

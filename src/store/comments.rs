@@ -294,6 +294,67 @@ pub fn mark(conn: &mut DbConn, key: &str, o: &Outcome<'_>) -> Result<(), StoreEr
     Ok(())
 }
 
+/// The intent before a receipt's write into Gitea: marks the row `posting`,
+/// counts the attempt and claims it until `claim_until` (no other worker,
+/// in this process or another, writes it before then; after a crash it is
+/// due again then), if it is still unfinished, unclaimed and at `attempts`
+/// as read. `false`: another worker took it or finished it; write nothing.
+pub fn begin_post(
+    conn: &mut DbConn,
+    key: &str,
+    attempts: i64,
+    claim_until: &str,
+) -> Result<bool, StoreError> {
+    let at = now();
+    let updated = with_conn!(conn, |c| diesel::update(
+        comments::table
+            .filter(comments::comment_key.eq(key))
+            .filter(comments::attempts.eq(attempts))
+            .filter(open_rows())
+            .filter(
+                comments::next_attempt_at
+                    .is_null()
+                    .or(comments::next_attempt_at.le(&at)),
+            )
+    )
+    .set((
+        comments::status.eq(CommentStatus::Posting),
+        comments::attempts.eq(attempts + 1),
+        comments::next_attempt_at.eq(claim_until),
+        comments::updated_at.eq(&at),
+    ))
+    .execute(c))?;
+    Ok(updated == 1)
+}
+
+/// Records what became of the attempt `attempts` (as [`begin_post`] counted
+/// it). `false`: the row is no longer that attempt's (its claim ran out and
+/// another worker took it), and is left as it is.
+pub fn finish_post(
+    conn: &mut DbConn,
+    key: &str,
+    attempts: i64,
+    o: &Outcome<'_>,
+) -> Result<bool, StoreError> {
+    let at = now();
+    let updated = with_conn!(conn, |c| diesel::update(
+        comments::table
+            .filter(comments::comment_key.eq(key))
+            .filter(comments::attempts.eq(attempts))
+            .filter(comments::status.eq(CommentStatus::Posting))
+    )
+    .set((
+        comments::status.eq(o.status),
+        comments::comment_id.eq(o.comment_id),
+        comments::html_url.eq(o.html_url),
+        comments::last_error.eq(o.error),
+        comments::next_attempt_at.eq(o.retry_at),
+        comments::updated_at.eq(&at),
+    ))
+    .execute(c))?;
+    Ok(updated == 1)
+}
+
 /// Writes (or updates) the record of the agent's reply or the REST fallback.
 #[expect(clippy::too_many_arguments, reason = "the columns of one reply record")]
 pub fn record_reply(

@@ -7,14 +7,14 @@
 //! its own rather than inside a `crate::testapp` server.
 
 use crate::giteasim::{GiteaSim, LoggedRequest, Perm};
-use crate::support::{poll_until_async, BOT, GITEA_TOKEN};
+use crate::support::{connect, count_where, open_store, poll_until_async, PgDb, BOT, GITEA_TOKEN};
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::domain::TaskId;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaForge, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
 use codex_bridge::lifecycle::TaskState;
-use codex_bridge::store::{attempts, comments, ingest, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{attempts, comments, ingest, Store};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,34 +48,20 @@ impl Drop for Setup {
 }
 
 fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let url = DatabaseUrl::Sqlite(dir.path().join("r.db"));
+    setup_on(url, dir)
+}
+
+fn setup_on(url: DatabaseUrl, dir: tempfile::TempDir) -> Setup {
     let sim = GiteaSim::start();
     sim.create_repo("acme", "widgets");
     sim.set_permission("acme", "widgets", BOT, Perm::Admin);
     sim.add_user("bob");
     sim.set_permission("acme", "widgets", "bob", Perm::Write);
     let issue = sim.create_issue("acme", "widgets", "t", "b", "bob");
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(dir.path().join("r.db")),
-        read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 8,
-            threads: 1,
-            queue_capacity: 64,
-            ingest: Default::default(),
-        },
-    })
-    .unwrap();
-    let client = GiteaClient::new(&sim.base_url(), GITEA_TOKEN.to_owned().into());
-    let worker = ReceiptWorker {
-        store: store.clone(),
-        client: client.clone(),
-        forge: Arc::new(GiteaForge::new(client, BOT, TriggerPolicy::default())),
-        bot_login: BOT.into(),
-        mode: ReceiptMode::Comment,
-        safety_interval: NEVER,
-    };
+    let store = open_store(url);
+    let worker = worker(&sim, &store);
     Setup {
         sim,
         store,
@@ -83,6 +69,18 @@ fn setup() -> Setup {
         worker: Some(worker),
         running: None,
         _dir: dir,
+    }
+}
+
+fn worker(sim: &GiteaSim, store: &Store) -> ReceiptWorker {
+    let client = GiteaClient::new(&sim.base_url(), GITEA_TOKEN.to_owned().into());
+    ReceiptWorker {
+        store: store.clone(),
+        client: client.clone(),
+        forge: Arc::new(GiteaForge::new(client, BOT, TriggerPolicy::default())),
+        bot_login: BOT.into(),
+        mode: ReceiptMode::Comment,
+        safety_interval: NEVER,
     }
 }
 
@@ -252,4 +250,72 @@ async fn a_comment_past_the_outbox_limit_gets_one_receipt_naming_the_limit() {
     assert!(recorded, "{:?}", db_row().await);
     assert_eq!(db_row().await.map(|r| r.attempts), Some(1));
     assert_eq!(receipt_posts(&s.sim, &refused, "rejected").len(), 1);
+}
+
+/// Two processes on one PostgreSQL, each with its receipts worker, both
+/// started on the same due receipts: each receipt is written once. Every
+/// comment POST is slowed, so that without the claim the second worker's
+/// marker lookup runs while the first one's POST is still on its way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_write_each_receipt_once_postgres() {
+    let db = PgDb::create();
+    let mut s = setup_on(
+        DatabaseUrl::Postgres(db.url.clone()),
+        tempfile::tempdir().unwrap(),
+    );
+    let other = open_store(DatabaseUrl::Postgres(db.url.clone()));
+    let mut tasks = Vec::new();
+    for id in 1..=8 {
+        tasks.push(accept(&s, id).await);
+    }
+    s.sim.delay_next_matching(
+        64,
+        Some("POST"),
+        "/api/v1/repos/acme/widgets/issues/",
+        Duration::from_millis(300),
+    );
+    let second = tokio::spawn(worker(&s.sim, &other).run());
+    s.start_worker();
+    for t in &tasks {
+        wait_posted(&s.sim, t, "received").await;
+    }
+    let keys: Vec<String> = tasks
+        .iter()
+        .map(|t| comments::receipt_key(t, TaskState::Received))
+        .collect();
+    let settled = poll_until_async(Duration::from_secs(60), || async {
+        let keys = keys.clone();
+        s.store
+            .read(move |c| {
+                let mut all = true;
+                for k in &keys {
+                    all &= comments::find(c, k)?.is_some_and(|r| r.status.as_str() == "posted");
+                }
+                Ok(all)
+            })
+            .await
+            .unwrap()
+    })
+    .await;
+    second.abort();
+    assert!(settled, "not every receipt was recorded posted");
+    for t in &tasks {
+        let posts: Vec<_> = receipt_posts(&s.sim, t, "received")
+            .into_iter()
+            .filter(|r| r.status == 201)
+            .collect();
+        assert_eq!(
+            posts.len(),
+            1,
+            "receipt of {t} posted {} times",
+            posts.len()
+        );
+    }
+    // The intents: one per receipt, whichever process wrote it.
+    let intents = count_where(
+        &mut connect(&db.url),
+        "audit_events",
+        "action = 'receipt.intent'",
+    );
+    assert_eq!(intents, tasks.len() as i64);
 }

@@ -66,6 +66,24 @@ pub fn comment_body(comment_id: i64, text: &str, repo: &str, number: i64) -> Vec
     serde_json::to_string_pretty(&v).unwrap().into_bytes()
 }
 
+/// A store on `url` with the small settings the tests share: two readers,
+/// one writer thread taking up to eight writes a commit.
+pub fn open_store(url: DatabaseUrl) -> codex_bridge::store::Store {
+    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
+    Store::open(&StoreSettings {
+        url,
+        read_pool_size: 2,
+        sqlite_busy_timeout: Duration::from_secs(5),
+        writer: WriterSettings {
+            batch_max: 8,
+            threads: 1,
+            queue_capacity: 64,
+            ingest: Default::default(),
+        },
+    })
+    .unwrap()
+}
+
 /// A fresh database of the throwaway PostgreSQL cluster, dropped with this value.
 pub struct PgDb {
     pub url: String,
