@@ -45,6 +45,19 @@ pub struct ThreadRequest {
     pub fork_from: Option<String>,
     pub cwd: PathBuf,
     pub terms: ThreadTerms,
+    /// For a new thread that goes on with a conversation begun in a thread
+    /// this runtime cannot open (it lives in another process's Codex
+    /// home): the earlier exchanges, oldest first, added to the new
+    /// thread's history before its first turn. Empty otherwise.
+    pub history: Vec<Exchange>,
+}
+
+/// One earlier exchange of a conversation: what was asked, and the agent's
+/// final answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub asked: String,
+    pub answered: String,
 }
 
 /// One turn: only this turn's input and its correlation id, and the
@@ -215,6 +228,13 @@ pub enum AgentError {
 pub trait Agent: Send + Sync + 'static {
     /// A short name for logs and the health view (`codex`, `scripted`).
     fn name(&self) -> &'static str;
+    /// Where this runtime's threads live: an id that stays the same across
+    /// restarts on one Codex home, so that a session can tell a thread it
+    /// can resume from one it must rebuild. `None`: the runtime cannot say,
+    /// and a stored thread is taken to be resumable here.
+    fn home(&self) -> Option<String> {
+        None
+    }
     /// Starts or resumes the session's thread with the repository's setup;
     /// returns its id.
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>>;

@@ -6,9 +6,9 @@
 use super::notice::NoticeSender;
 use super::process::Process;
 use super::protocol::{
-    DynamicToolCallResponse, DynamicToolSpec, Request, ReviewStart, ReviewTarget, ThreadFork,
-    ThreadItem, ThreadResume, ThreadRevert, ThreadStart, ThreadTurnsList, TurnInterrupt,
-    TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
+    DynamicToolCallResponse, DynamicToolSpec, HistoryItem, Request, ReviewStart, ReviewTarget,
+    ThreadFork, ThreadInjectItems, ThreadItem, ThreadResume, ThreadRevert, ThreadStart,
+    ThreadTurnsList, TurnInterrupt, TurnItemsView, TurnStart, TurnStatus, TurnSteer, UserInput,
 };
 use super::route::Router;
 use super::rpc::{RpcConnection, RpcError};
@@ -27,6 +27,9 @@ use std::sync::Arc;
 pub(super) struct Inner {
     pub(super) process: Process,
     pub(super) router: Router,
+    /// The id of the Codex home the threads live in (`None`: it could not be
+    /// read or written; stored threads are then taken to be resumable).
+    home: Option<String>,
 }
 
 /// The Codex runtime. Cloning shares the process.
@@ -48,10 +51,23 @@ impl CodexAgent {
     /// should hold about it goes to `notices` (see [`super::notice_channel`]).
     pub fn new(settings: CodexSettings, notices: NoticeSender) -> Self {
         let router = Router::new(notices);
+        let home = match super::home_id::read_or_create(&settings.codex_home) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!(
+                    codex_home = %settings.codex_home.display(),
+                    error = %e,
+                    "cannot read or write the Codex home's id (check codex_home's permissions); \
+                     a thread another process created will fail to resume here instead of being rebuilt"
+                );
+                None
+            }
+        };
         CodexAgent {
             inner: Arc::new(Inner {
                 process: Process::new(settings, router.clone()),
                 router,
+                home,
             }),
         }
     }
@@ -225,11 +241,15 @@ impl Agent for CodexAgent {
         self.settings().workflow_tools
     }
 
+    fn home(&self) -> Option<String> {
+        self.inner.home.clone()
+    }
+
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
         let this = self.clone();
         async move {
             let policy = ThreadPolicy::of(&req.terms)?;
-            let (_, id) = this
+            let (conn, id) = this
                 .open_thread(
                     req.thread_id.as_deref(),
                     req.fork_from.as_deref(),
@@ -241,6 +261,29 @@ impl Agent for CodexAgent {
                     offered_tools(req.session_key.child().is_some()),
                 )
                 .await?;
+            if req.thread_id.is_none() && !req.history.is_empty() {
+                // Before the first turn: the model reads the conversation
+                // so far as this thread's own history. A failure leaves a
+                // new thread nobody stored; the next attempt makes another.
+                let inject = ThreadInjectItems {
+                    thread_id: id.clone(),
+                    items: req
+                        .history
+                        .iter()
+                        .flat_map(|x| {
+                            [
+                                HistoryItem::user(x.asked.clone()),
+                                HistoryItem::assistant(x.answered.clone()),
+                            ]
+                        })
+                        .collect(),
+                };
+                conn.call(&inject, this.settings().request_timeout)
+                    .await
+                    .map_err(|e| {
+                        AgentError::Unavailable(format!("thread/inject_items failed: {e}"))
+                    })?;
+            }
             Ok(id)
         }
         .boxed()

@@ -16,6 +16,7 @@
 
 mod account;
 mod agent;
+mod home_id;
 mod keeper;
 mod leftover;
 mod notice;

@@ -343,6 +343,8 @@ pub fn carry_out(conn: &mut DbConn, w: &CommandWrite) -> Result<(), StoreError> 
             sessions::thread_id.eq(None::<String>),
             sessions::thread_trust.eq(None::<crate::domain::states::ThreadTrust>),
             sessions::thread_tools.eq(false),
+            sessions::thread_home.eq(None::<String>),
+            sessions::conversation_since.eq(None::<String>),
             sessions::thread_generation.eq(sessions::thread_generation + 1),
             sessions::updated_at.eq(&at),
         ))

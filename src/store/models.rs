@@ -57,6 +57,12 @@ pub struct Session {
     pub paused_at: Option<String>,
     /// When an operator last resumed it: turns before no longer count.
     pub resumed_at: Option<String>,
+    /// The Codex home whose app-server created the thread (`None`: not
+    /// recorded; the thread is taken to be resumable here).
+    pub thread_home: Option<String>,
+    /// When the conversation the thread carries began (`None`: not
+    /// recorded; a rebuild carries only the thread's own turns).
+    pub conversation_since: Option<String>,
 }
 
 #[derive(Queryable, Selectable, Insertable, Serialize, Debug, Clone, PartialEq)]

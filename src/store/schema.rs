@@ -267,6 +267,8 @@ diesel::table! {
         paused_reason -> Nullable<Text>,
         paused_at -> Nullable<Text>,
         resumed_at -> Nullable<Text>,
+        thread_home -> Nullable<Text>,
+        conversation_since -> Nullable<Text>,
     }
 }
 

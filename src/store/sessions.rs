@@ -32,15 +32,28 @@ pub fn session(
         .optional())?)
 }
 
-/// Stores the session's thread id once, with the trust it was created with.
-/// An ordinary retry never replaces it: returns the id that is stored
+/// A thread the session's commit records, and what it was created with.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadRecord<'a> {
+    pub thread_id: &'a str,
+    pub trust: ThreadTrust,
+    /// It was started with the bridge's tools.
+    pub tools: bool,
+    /// The Codex home it lives in (`None`: the runtime cannot say).
+    pub home: Option<&'a str>,
+    /// When the conversation it carries began: `None` for a new
+    /// conversation (it begins now); a thread rebuilt elsewhere goes on
+    /// with its predecessor's.
+    pub since: Option<&'a str>,
+}
+
+/// Stores the session's thread id once, with what it was created with. An
+/// ordinary retry never replaces it: returns the id that is stored
 /// afterwards.
 pub fn set_thread_once(
     conn: &mut DbConn,
     session_key: &ResourceKey,
-    thread_id: &str,
-    trust: ThreadTrust,
-    tools: bool,
+    t: &ThreadRecord<'_>,
 ) -> Result<String, StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
@@ -49,26 +62,27 @@ pub fn set_thread_once(
             .filter(sessions::thread_id.is_null())
     )
     .set((
-        sessions::thread_id.eq(thread_id),
-        sessions::thread_trust.eq(Some(trust)),
-        sessions::thread_tools.eq(tools),
+        sessions::thread_id.eq(t.thread_id),
+        sessions::thread_trust.eq(Some(t.trust)),
+        sessions::thread_tools.eq(t.tools),
+        sessions::thread_home.eq(t.home),
+        sessions::conversation_since.eq(t.since.unwrap_or(&at)),
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;
     stored_thread(conn, session_key)
 }
 
-/// Replaces the session's thread `old` by `new`, created with `trust` (a
-/// task whose trust differs from the old thread's starts a new one). Returns
-/// the id that is stored afterwards: `new`, unless the thread had already
-/// changed.
+/// Replaces the session's thread `old` by `t` (a task whose trust differs
+/// from the old thread's starts a new one; a thread that lives in another
+/// process's Codex home is rebuilt here), as a new generation of the
+/// session. Returns the id that is stored afterwards: `t`'s, unless the
+/// thread had already changed.
 pub fn replace_thread(
     conn: &mut DbConn,
     session_key: &ResourceKey,
     old: &str,
-    new: &str,
-    trust: ThreadTrust,
-    tools: bool,
+    t: &ThreadRecord<'_>,
 ) -> Result<String, StoreError> {
     let at = now();
     with_conn!(conn, |c| diesel::update(
@@ -77,14 +91,68 @@ pub fn replace_thread(
             .filter(sessions::thread_id.eq(old))
     )
     .set((
-        sessions::thread_id.eq(new),
-        sessions::thread_trust.eq(Some(trust)),
-        sessions::thread_tools.eq(tools),
+        sessions::thread_id.eq(t.thread_id),
+        sessions::thread_trust.eq(Some(t.trust)),
+        sessions::thread_tools.eq(t.tools),
+        sessions::thread_home.eq(t.home),
+        sessions::conversation_since.eq(t.since.unwrap_or(&at)),
         sessions::thread_generation.eq(sessions::thread_generation + 1),
         sessions::updated_at.eq(&at)
     ))
     .execute(c))?;
     stored_thread(conn, session_key)
+}
+
+/// One exchange of a conversation as the bridge stored it: what the
+/// comment asked and the agent's final answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredExchange {
+    pub asked: String,
+    pub answered: String,
+    pub started_at: String,
+}
+
+/// The completed turns of the conversation the session's thread `thread`
+/// carries, oldest first: every normal turn of the session since
+/// `since`, or, when that was not recorded, the thread's own (a turn
+/// counts once it has a final answer). At most `limit`, the newest ones.
+pub fn exchanges(
+    conn: &mut DbConn,
+    session_key: &ResourceKey,
+    thread: &str,
+    since: Option<&str>,
+    limit: i64,
+) -> Result<Vec<StoredExchange>, StoreError> {
+    let mut rows: Vec<(String, Option<String>, String)> = with_conn!(conn, |c| {
+        let q = turns::table
+            .inner_join(tasks::table.on(tasks::task_id.eq(turns::task_id)))
+            .inner_join(outbox_entries::table.on(outbox_entries::task_id.eq(turns::task_id)))
+            .filter(tasks::session_key.eq(session_key))
+            .filter(turns::kind.eq("normal"))
+            .filter(turns::final_text.is_not_null())
+            .into_boxed();
+        let q = match since {
+            Some(since) => q.filter(turns::started_at.ge(since)),
+            None => q.filter(turns::thread_id.eq(thread)),
+        };
+        q.order(turns::started_at.desc())
+            .limit(limit)
+            .select((
+                outbox_entries::user_text,
+                turns::final_text,
+                turns::started_at,
+            ))
+            .load(c)
+    })?;
+    rows.reverse();
+    Ok(rows
+        .into_iter()
+        .map(|(asked, answered, started_at)| StoredExchange {
+            asked,
+            answered: answered.unwrap_or_default(),
+            started_at,
+        })
+        .collect())
 }
 
 /// The thread the session holds after a write that may have lost a race.

@@ -406,6 +406,18 @@ fn the_protocol_types_match_the_pinned_codex_schema() {
             before_turn_id: "turn-1".into(),
         },
     );
+    let inject = ThreadInjectItems {
+        thread_id: "thr-2".into(),
+        items: vec![
+            HistoryItem::user("why does it flake?"),
+            HistoryItem::assistant("a shared temp dir"),
+        ],
+    };
+    check_request(&schema, "v2/ThreadInjectItemsParams", &inject);
+    // The items are typed loosely there; each is a message Codex reads.
+    for item in &inject.items {
+        schema.validate("v2/ResponseItem", &value(item));
+    }
     check_request(
         &schema,
         "v2/TurnInterruptParams",

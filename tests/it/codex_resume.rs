@@ -45,6 +45,7 @@ fn thread_request(
         thread_id,
         cwd: cwd.into(),
         terms: trusted_terms(policy, sandbox),
+        history: Vec::new(),
     }
 }
 

@@ -73,6 +73,7 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -130,6 +131,7 @@ async fn a_failed_model_call_fails_the_turn() {
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -161,6 +163,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -175,6 +178,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             thread_id: Some(thread.clone()),
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -218,6 +222,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -256,6 +261,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -310,6 +316,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
                 ApprovalPolicy::Untrusted,
                 Sandbox::WorkspaceWrite,
             ),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -429,6 +436,7 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
+            history: Vec::new(),
         })
         .await
         .unwrap();
@@ -475,6 +483,7 @@ async fn thread_with_mcp(
             thread_id: None,
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
+            history: Vec::new(),
         })
         .await;
     (out, began.elapsed())
@@ -572,6 +581,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             thread_id: None,
             cwd: dir.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            history: Vec::new(),
         })
         .await
         .unwrap();

@@ -400,6 +400,15 @@ pub fn user_texts(body: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The texts of the assistant's messages a request carries as history.
+pub fn assistant_texts(body: &Value) -> Vec<String> {
+    input_items(body)
+        .filter(|i| i["type"] == "message" && i["role"] == "assistant")
+        .flat_map(|i| i["content"].as_array().cloned().unwrap_or_default())
+        .filter_map(|c| c["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// The names of the tools a request offers the model; a tool inside a
 /// namespace (MCP) as `namespace/name`.
 pub fn tool_names(body: &Value) -> Vec<String> {

@@ -44,6 +44,7 @@ mod e2e_idle;
 mod e2e_interrupt;
 mod e2e_limits;
 mod e2e_mcp;
+mod e2e_moved_thread;
 mod e2e_races;
 mod e2e_review;
 mod e2e_workflow;

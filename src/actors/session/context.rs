@@ -9,11 +9,18 @@
 //! shown, so the agent never acts early on a later instruction or a
 //! `/cancel`. Within the byte budget the newest comments are kept; the prompt
 //! says what was left out and how to read it.
+//!
+//! At the end, the reads that gather those facts for a turn, and the stored
+//! conversation a thread rebuilt in this process is given (`threads.rs`).
 
+use super::drive::{DriveError, TaskDrive};
+use super::threads::{fit, REBUILD_BYTES, REBUILD_EXCHANGES};
 use crate::agent::transcript::PromptPart;
+use crate::agent::Exchange;
 use crate::domain::trust::ReplyPath;
 use crate::forge::{ContextComment, ThreadContext};
 use crate::gitea::reply::is_bridge_notice;
+use crate::store::sessions;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -211,6 +218,87 @@ fn comment_text(c: &ContextComment, view: &ContextView<'_>) -> String {
         "[a request of its own, waiting for its turn: do not act on it now]".to_owned()
     } else {
         defuse(&c.body)
+    }
+}
+
+impl TaskDrive {
+    /// What the turn's prompt tells the agent about the Issue/PR besides the
+    /// comment: the forge's view of it, and the thread's and
+    /// session's facts from the store.
+    pub(super) async fn thread_context(
+        &self,
+        thread: &str,
+        reply_path: crate::domain::trust::ReplyPath,
+    ) -> Result<Vec<crate::agent::transcript::PromptPart>, DriveError> {
+        let budget = self.deps.settings.prompt_context_bytes;
+        if budget == 0 {
+            return Ok(Vec::new());
+        }
+        let (th, key, own) = (
+            thread.to_owned(),
+            self.task.session_key.clone(),
+            self.task.task_id.clone(),
+        );
+        let (last, waiting) = self
+            .deps
+            .store
+            .read(move |c| {
+                Ok((
+                    sessions::last_turn_started(c, &th)?,
+                    sessions::waiting_comments(c, &key, &own)?,
+                ))
+            })
+            .await?;
+        let ctx = self
+            .deps
+            .verifier
+            .thread_context(self.task.resource_key.clone())
+            .await;
+        if let Err(e) = &ctx {
+            tracing::warn!(task.id = %self.task.task_id, error = %e, "cannot read the Issue/PR for the prompt; the turn starts without it");
+        }
+        let waiting = waiting.into_iter().collect();
+        let since = last
+            .as_deref()
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&chrono::Utc));
+        Ok(context_parts(
+            &ctx,
+            &ContextView {
+                first_turn: last.is_none(),
+                since,
+                trigger: self.task.comment_id,
+                waiting: &waiting,
+                bot_login: &self.deps.settings.bot_login,
+                budget,
+                reply_path,
+            },
+        ))
+    }
+
+    /// The conversation the session's thread `old` carries, as the bridge
+    /// stored it, for a new thread that goes on with it here; and when that
+    /// conversation began (kept with the new thread, so a later rebuild
+    /// carries it all again).
+    pub(super) async fn conversation_of(
+        &self,
+        old: &str,
+    ) -> Result<(Vec<Exchange>, Option<String>), DriveError> {
+        let (key, th, since) = (
+            self.task.session_key.clone(),
+            old.to_owned(),
+            self.conversation_since.clone(),
+        );
+        let stored = self
+            .deps
+            .store
+            .read(move |c| sessions::exchanges(c, &key, &th, since.as_deref(), REBUILD_EXCHANGES))
+            .await?;
+        let since = self
+            .conversation_since
+            .clone()
+            .or_else(|| stored.first().map(|x| x.started_at.clone()));
+        Ok((fit(&stored, REBUILD_BYTES), since))
     }
 }
 

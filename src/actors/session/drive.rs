@@ -91,6 +91,10 @@ pub(super) struct TaskDrive {
     pub policy: Option<RepoPolicy>,
     /// The session's thread, which a new task's turn resumes.
     pub session_thread: Option<String>,
+    /// The Codex home the session's thread lives in, and when the
+    /// conversation it carries began (both `None` when not recorded).
+    pub thread_home: Option<String>,
+    pub conversation_since: Option<String>,
     /// A delegated child's task: the most its thread may do (its parent's
     /// sandbox and approval policy; the least of all when the child's
     /// record cannot be read).
@@ -273,9 +277,14 @@ impl TaskDrive {
             .child()
             .map(|_| delegated_to(child.as_ref()));
         let fork_from = child.as_ref().and_then(|w| w.forked_from_thread.clone());
-        let (session_thread, thread_trust) = match session {
-            Some(s) => (s.thread_id, s.thread_trust),
-            None => (None, None),
+        let (session_thread, thread_trust, thread_home, conversation_since) = match session {
+            Some(s) => (
+                s.thread_id,
+                s.thread_trust,
+                s.thread_home,
+                s.conversation_since,
+            ),
+            None => (None, None, None, None),
         };
         let repo_names = repo.as_ref().map(|r| (r.owner.clone(), r.name.clone()));
         let worktree = WorktreeId::of(&task.session_key);
@@ -363,6 +372,8 @@ impl TaskDrive {
             thread_trust,
             policy,
             session_thread,
+            thread_home,
+            conversation_since,
             delegated,
             fork_from,
             operation_id,

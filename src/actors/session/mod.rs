@@ -26,6 +26,7 @@ mod recover;
 mod reply;
 mod review;
 mod steer;
+mod threads;
 mod transcript;
 mod trust;
 mod turn;

@@ -142,6 +142,7 @@ impl TaskDrive {
                 fork_from: None,
                 cwd: cwd.clone(),
                 terms: self.stored_terms(&policy),
+                history: Vec::new(),
             })
             .await;
         if let Err(e) = opened {

@@ -50,6 +50,7 @@ impl TaskDrive {
                 fork_from: None,
                 cwd: cwd.clone(),
                 terms: terms.clone(),
+                history: Vec::new(),
             })
             .await;
         let thread = match opened {

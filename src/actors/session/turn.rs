@@ -3,18 +3,18 @@
 //! for approvals. Each reports what it saw as a decision [`Event`]; none of
 //! them moves the task.
 
-use super::context::{context_parts, ContextView};
 use super::decide::{Event, Permission, Start, Stop, TurnEnd};
 use super::drive::{DriveError, PendingApproval, TaskDrive, Turn};
 use super::prompt::{child_prompt, continuation_prompt, results_part, turn_prompt};
+use super::threads::{plan, ThreadPlan};
 use crate::actors::health::SessionActorStatus;
 use crate::agent::{AgentError, ThreadRequest, TurnEvent, TurnRequest};
 use crate::domain::states::SendMode;
 use crate::domain::states::{CommentKind, CommentStatus};
-use crate::domain::trust::ThreadTrust;
 use crate::gitea::reply::{comment_call, has_reply_marker};
 use crate::store::audit::{self, Audit};
 use crate::store::models::OutboxEntry;
+use crate::store::sessions::ThreadRecord;
 use crate::store::{interrupt, ledger, sessions, turns, workflows, StoreError};
 use futures_util::StreamExt;
 
@@ -32,32 +32,36 @@ impl TaskDrive {
         };
         let terms = self.thread_terms(&policy).await?;
         let trust = terms.policy.trust;
-        // A thread's trust is fixed when it is created. A task whose trust
-        // differs from the session's thread's (the pull request's head moved
-        // to a fork, say, or the other way) starts a new thread: a thread
-        // that read a fork's content never gets the Gitea tools, and a
-        // trusted task is not held to a thread made read-only.
-        let replacing = self
-            .session_thread
-            .clone()
-            .filter(|_| self.thread_trust.unwrap_or(ThreadTrust::Trusted) != trust);
+        let here = self.deps.runtime.home();
+        let plan = plan(
+            self.session_thread.as_deref(),
+            self.thread_trust,
+            self.thread_home.as_deref(),
+            trust,
+            here.as_deref(),
+        );
+        let (history, since) = match &plan {
+            ThreadPlan::Rebuild { old, .. } => self.conversation_of(old).await?,
+            _ => (Vec::new(), None),
+        };
         let thread = self
             .deps
             .runtime
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
-                thread_id: match replacing {
-                    Some(_) => None,
-                    None => self.session_thread.clone(),
+                thread_id: match &plan {
+                    ThreadPlan::Resume(id) => Some(id.clone()),
+                    _ => None,
                 },
-                // Only a child's first thread forks: a replacement, made
-                // because the trust changed, starts clean.
-                fork_from: match (&replacing, &self.session_thread) {
-                    (None, None) => self.fork_from.clone(),
+                // Only a child's first thread forks: a replacement starts
+                // clean, a rebuild from the stored conversation.
+                fork_from: match &plan {
+                    ThreadPlan::Start => self.fork_from.clone(),
                     _ => None,
                 },
                 cwd: cwd.clone(),
                 terms: terms.clone(),
+                history: history.clone(),
             })
             .await;
         let thread = match thread {
@@ -68,7 +72,7 @@ impl TaskDrive {
                 return Ok(Event::Started(Start::NotAdmitted { retryable }));
             }
         };
-        if replacing.is_none() {
+        if plan.replaces().is_none() {
             if let Err(event) = self.revert_for_replace(&entry, &thread).await? {
                 return Ok(event);
             }
@@ -81,30 +85,37 @@ impl TaskDrive {
         // The thread id (stored once; an ordinary retry never replaces it),
         // its trust, and the turn/start intent, in one commit before the
         // request leaves.
-        let (task, e, th, attempt_id, old) = (
+        let (task, e, th, attempt_id, p) = (
             self.task.clone(),
             entry.clone(),
             thread.clone(),
             self.attempt_id.clone(),
-            replacing.clone(),
+            plan.clone(),
         );
         // A thread started now got the bridge's tools if the runtime offers
         // them; a resumed one keeps what it was started with.
-        let new_thread = replacing.is_some() || self.session_thread.is_none();
+        let new_thread = !matches!(plan, ThreadPlan::Resume(_));
         let tools =
             new_thread && self.deps.settings.workflows && self.deps.runtime.offers_workflow_tools();
         let title = super::workflow::title_of(&entry.user_text);
         let limits = self.deps.settings.workflow_limits();
         let as_owner = self.answers_for_owner;
         let version = self.snap.state_version;
+        let carried_over = history.len();
         let written = self
             .deps
             .store
             .write(move |c| {
-                let stored = match &old {
-                    Some(old) => {
-                        let stored =
-                            sessions::replace_thread(c, &task.session_key, old, &th, trust, tools)?;
+                let record = ThreadRecord {
+                    thread_id: &th,
+                    trust,
+                    tools,
+                    home: here.as_deref(),
+                    since: since.as_deref(),
+                };
+                let stored = match &p {
+                    ThreadPlan::Replace { old } => {
+                        let stored = sessions::replace_thread(c, &task.session_key, old, &record)?;
                         audit::record(
                             c,
                             &Audit::new("thread.replaced", "system")
@@ -118,7 +129,26 @@ impl TaskDrive {
                         )?;
                         stored
                     }
-                    None => sessions::set_thread_once(c, &task.session_key, &th, trust, tools)?,
+                    ThreadPlan::Rebuild { old, from_home } => {
+                        let stored = sessions::replace_thread(c, &task.session_key, old, &record)?;
+                        audit::record(
+                            c,
+                            &Audit::new("thread.rebuilt", "system")
+                                .task(&task.task_id)
+                                .meta(serde_json::json!({
+                                    "oldThreadId": old,
+                                    "threadId": stored,
+                                    "fromHome": from_home,
+                                    "home": record.home,
+                                    "exchanges": carried_over,
+                                    "stateVersion": version,
+                                })),
+                        )?;
+                        stored
+                    }
+                    ThreadPlan::Start | ThreadPlan::Resume(_) => {
+                        sessions::set_thread_once(c, &task.session_key, &record)?
+                    }
                 };
                 // A thread that can complete its workflow takes part in one:
                 // the task is the workflow's next logical input, and its turn
@@ -209,60 +239,6 @@ impl TaskDrive {
             own.reverted_at = Some(crate::store::now());
         }
         Ok(Ok(()))
-    }
-
-    /// What the turn's prompt tells the agent about the Issue/PR besides the
-    /// comment (`context.rs`): the forge's view of it, and the thread's and
-    /// session's facts from the store.
-    async fn thread_context(
-        &self,
-        thread: &str,
-        reply_path: crate::domain::trust::ReplyPath,
-    ) -> Result<Vec<crate::agent::transcript::PromptPart>, DriveError> {
-        let budget = self.deps.settings.prompt_context_bytes;
-        if budget == 0 {
-            return Ok(Vec::new());
-        }
-        let (th, key, own) = (
-            thread.to_owned(),
-            self.task.session_key.clone(),
-            self.task.task_id.clone(),
-        );
-        let (last, waiting) = self
-            .deps
-            .store
-            .read(move |c| {
-                Ok((
-                    sessions::last_turn_started(c, &th)?,
-                    sessions::waiting_comments(c, &key, &own)?,
-                ))
-            })
-            .await?;
-        let ctx = self
-            .deps
-            .verifier
-            .thread_context(self.task.resource_key.clone())
-            .await;
-        if let Err(e) = &ctx {
-            tracing::warn!(task.id = %self.task.task_id, error = %e, "cannot read the Issue/PR for the prompt; the turn starts without it");
-        }
-        let waiting = waiting.into_iter().collect();
-        let since = last
-            .as_deref()
-            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&chrono::Utc));
-        Ok(context_parts(
-            &ctx,
-            &ContextView {
-                first_turn: last.is_none(),
-                since,
-                trigger: self.task.comment_id,
-                waiting: &waiting,
-                bot_login: &self.deps.settings.bot_login,
-                budget,
-                reply_path,
-            },
-        ))
     }
 
     /// What a turn/start answer means, and the turn it opened.

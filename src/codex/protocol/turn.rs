@@ -293,6 +293,63 @@ impl Request for ThreadRevert {
     type Response = IgnoredAny;
 }
 
+/// `thread/inject_items` (`v2/ThreadInjectItemsParams`): items appended to
+/// the thread's model-visible history without a turn; how a new thread is
+/// given a conversation begun in a thread it cannot open.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadInjectItems {
+    pub thread_id: String,
+    pub items: Vec<HistoryItem>,
+}
+
+impl Request for ThreadInjectItems {
+    const METHOD: &'static str = "thread/inject_items";
+    type Response = IgnoredAny;
+}
+
+/// `v2/ResponseItem`, the one form the bridge injects: a message of the
+/// conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HistoryItem {
+    Message {
+        role: HistoryRole,
+        content: Vec<HistoryContent>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryRole {
+    User,
+    Assistant,
+}
+
+/// `v2/ContentItem`: what the user said, or what the agent answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum HistoryContent {
+    InputText { text: String },
+    OutputText { text: String },
+}
+
+impl HistoryItem {
+    pub fn user(text: impl Into<String>) -> HistoryItem {
+        HistoryItem::Message {
+            role: HistoryRole::User,
+            content: vec![HistoryContent::InputText { text: text.into() }],
+        }
+    }
+
+    pub fn assistant(text: impl Into<String>) -> HistoryItem {
+        HistoryItem::Message {
+            role: HistoryRole::Assistant,
+            content: vec![HistoryContent::OutputText { text: text.into() }],
+        }
+    }
+}
+
 /// `review/start` (`v2/ReviewStartParams`): Codex's own review, run inline
 /// on the given thread as a turn of it.
 #[derive(Debug, Clone, Serialize)]

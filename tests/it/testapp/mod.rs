@@ -216,21 +216,24 @@ impl TestAppBuilder {
         self.start_peers(Some(sim))
     }
 
+    /// A fresh `CODEX_HOME` for the model, with the builder's settings.
+    fn codex_home_for(&self, model: &FakeModel) -> CodexHome {
+        let home = CodexHome::new(model);
+        if let Some(slug) = &self.codex_model {
+            home.set_model(slug);
+        }
+        let config = std::fs::read_to_string(home.config_path()).unwrap();
+        std::fs::write(home.config_path(), config + &self.codex_config).unwrap();
+        home
+    }
+
     fn start_peers(self, gitea: Option<GiteaSim>) -> TestApp {
         let pg = match (&self.db_url, self.db) {
             (None, Db::Postgres) => Some(PgDb::create()),
             _ => None,
         };
         let model = self.runtime.is_codex().then(FakeModel::start);
-        let home = model.as_ref().map(|model| {
-            let home = CodexHome::new(model);
-            if let Some(slug) = &self.codex_model {
-                home.set_model(slug);
-            }
-            let config = std::fs::read_to_string(home.config_path()).unwrap();
-            std::fs::write(home.config_path(), config + &self.codex_config).unwrap();
-            home
-        });
+        let home = model.as_ref().map(|model| self.codex_home_for(model));
         let peers = Peers {
             git: (self.gitea == Gitea::Git).then(|| GitSim::start(Some(GITEA_TOKEN))),
             gitea,
@@ -244,7 +247,7 @@ impl TestAppBuilder {
             (None, Some(pg)) => pg.url.clone(),
             (None, None) => format!("sqlite://{}", dir.path().join("bridge.db").display()),
         };
-        TestApp::launch(self, Arc::new(peers), dir, db_url)
+        TestApp::launch(self, Arc::new(peers), None, dir, db_url)
     }
 }
 
@@ -258,6 +261,9 @@ pub struct TestApp {
     peers: Arc<Peers>,
     /// The SQLite file (unless another database was given), `state/`, `ws/`.
     dir: tempfile::TempDir,
+    /// Another instance's own `CODEX_HOME` (the first uses the peers'):
+    /// processes never share one.
+    own_home: Option<CodexHome>,
 }
 
 impl TestApp {
@@ -283,10 +289,15 @@ impl TestApp {
     fn launch(
         builder: TestAppBuilder,
         peers: Arc<Peers>,
+        own_home: Option<CodexHome>,
         dir: tempfile::TempDir,
         db_url: String,
     ) -> TestApp {
-        let env = configuration(&builder, &peers, dir.path(), &db_url);
+        let home = own_home
+            .as_ref()
+            .or(peers.home.as_ref())
+            .map(CodexHome::path);
+        let env = configuration(&builder, &peers, home.as_deref(), dir.path(), &db_url);
         let server = Server::start(builder.in_process, env);
         let app = TestApp {
             base: server.base.clone(),
@@ -295,6 +306,7 @@ impl TestApp {
             builder,
             peers,
             dir,
+            own_home,
         };
         app.point_webhook_here();
         app
@@ -311,19 +323,33 @@ impl TestApp {
     /// simulator's webhook follows it.
     pub fn start_again(&mut self) {
         self.server.kill();
-        let env = configuration(&self.builder, &self.peers, self.dir.path(), &self.db_url);
+        let home = self.codex_home_path();
+        let env = configuration(
+            &self.builder,
+            &self.peers,
+            home.as_deref(),
+            self.dir.path(),
+            &self.db_url,
+        );
         self.server = Server::start(self.builder.in_process, env);
         self.base = self.server.base.clone();
         self.point_webhook_here();
     }
 
     /// A second server on the same database and peers, with its own temp dir
-    /// (state and workspaces), as another instance of a deployment. The
-    /// Gitea simulator's webhook goes to the instance started last.
+    /// (state and workspaces) and, with Codex, its own `CODEX_HOME`, as
+    /// another instance of a deployment. The Gitea simulator's webhook goes
+    /// to the instance started last.
     pub fn another_instance(&self) -> TestApp {
+        let own_home = self
+            .peers
+            .model
+            .as_ref()
+            .map(|model| self.builder.codex_home_for(model));
         TestApp::launch(
             self.builder.clone(),
             self.peers.clone(),
+            own_home,
             tempfile::tempdir().unwrap(),
             self.db_url.clone(),
         )
@@ -361,11 +387,15 @@ impl TestApp {
 
     /// The `CODEX_HOME` the server's app-server runs with ([`TestAppBuilder::codex`]).
     pub fn codex_home(&self) -> PathBuf {
-        self.peers
-            .home
-            .as_ref()
+        self.codex_home_path()
             .expect("the app has no Codex home: ask for .codex()")
-            .path()
+    }
+
+    fn codex_home_path(&self) -> Option<PathBuf> {
+        self.own_home
+            .as_ref()
+            .or(self.peers.home.as_ref())
+            .map(CodexHome::path)
     }
 
     /// The clone URL of `owner/name` on the git peer.
@@ -595,6 +625,7 @@ impl TestApp {
 fn configuration(
     b: &TestAppBuilder,
     peers: &Peers,
+    codex_home: Option<&Path>,
     dir: &Path,
     db_url: &str,
 ) -> BTreeMap<String, String> {
@@ -651,7 +682,11 @@ fn configuration(
             set(
                 &mut env,
                 "CODEX_BRIDGE_CODEX_HOME",
-                path(peers.home.as_ref().unwrap().path()),
+                path(
+                    codex_home
+                        .expect("a Codex runtime has a Codex home")
+                        .to_path_buf(),
+                ),
             );
         }
     }

@@ -1,0 +1,102 @@
+//! A session's conversation outlives the process whose Codex home holds its
+//! thread. Two server processes on one PostgreSQL, each with a Codex home of
+//! its own, the real `codex app-server` and the fake model: the first
+//! answers a comment and dies; a follow-up on the same Issue runs on the
+//! second, which cannot open the first one's thread, so it starts a new one
+//! given the stored exchange and records it as the session's next
+//! generation. The model's request for the follow-up carries the earlier
+//! question and answer.
+
+use crate::e2e::Loop;
+use crate::fakemodel::{assistant_texts, user_texts};
+use crate::support::*;
+use std::time::Duration;
+
+const ASKED: &str = "@ccbot why does the parser test flake?";
+const ANSWERED: &str = "The parser test races on a shared temp dir.";
+const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
+
+#[test]
+fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation_elsewhere() {
+    let mut l = Loop::start_with(|b| {
+        b.postgres()
+            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+    });
+    l.script_reply(l.issue, ANSWERED);
+    let first = l.comment("bob", l.issue, ASKED);
+    l.wait(&first, "succeeded");
+    l.wait_receipts(&first);
+    let mut c = connect(&l.app.db_url);
+    let session = format!("default:acme/widgets:issue:{}", l.issue);
+    let (old_thread, old_home, generation) = session_thread(&mut c, &session);
+    assert!(old_home.is_some(), "the thread's Codex home was recorded");
+
+    // The first process dies; the second (its own Codex home) takes the
+    // webhooks, and the repository once the first one's lease runs out.
+    l.app.kill9();
+    let second_app = l.app.another_instance();
+    let asked_before = l.model().requests().len();
+    l.script_reply(l.issue, "Each run now gets its own temp dir.");
+    let follow_up = l.comment("bob", l.issue, FOLLOW_UP);
+    wait_task_state(
+        &l.app.db_url,
+        &follow_up,
+        "succeeded",
+        Duration::from_secs(120),
+    );
+
+    // The follow-up ran on a new thread in the second home, as the
+    // session's next generation, once.
+    let (new_thread, new_home, new_generation) = session_thread(&mut c, &session);
+    assert_ne!(new_thread, old_thread);
+    assert_ne!(new_home, old_home);
+    assert_eq!(new_generation, generation + 1);
+    assert_eq!(
+        count_where(
+            &mut c,
+            "audit_events",
+            &format!("action = 'thread.rebuilt' AND task_id = '{follow_up}'")
+        ),
+        1
+    );
+    // The model saw the earlier exchange before the follow-up.
+    let asked: Vec<_> = l.model().requests()[asked_before..]
+        .iter()
+        .filter(|r| user_texts(r).iter().any(|t| t.contains(FOLLOW_UP)))
+        .cloned()
+        .collect();
+    assert!(!asked.is_empty(), "the follow-up never reached the model");
+    for r in &asked {
+        let users = user_texts(r);
+        let earlier = users.iter().position(|t| t.contains(ASKED));
+        let now = users.iter().position(|t| t.contains(FOLLOW_UP));
+        assert!(
+            matches!((earlier, now), (Some(e), Some(n)) if e < n),
+            "the earlier question is not before the follow-up: {users:?}"
+        );
+        assert!(
+            assistant_texts(r).iter().any(|t| t.contains(ANSWERED)),
+            "the earlier answer is missing: {:?}",
+            assistant_texts(r)
+        );
+    }
+    // One reply per comment, each by its own task.
+    assert_eq!(l.bot_comments(l.issue, "codex-bridge task=").len(), 2);
+    drop(second_app);
+}
+
+/// The session's thread, the Codex home it lives in, and its generation.
+fn session_thread(
+    c: &mut codex_bridge::store::DbConn,
+    session: &str,
+) -> (String, Option<String>, i64) {
+    let s = codex_bridge::store::sessions::session(c, &resource(session))
+        .unwrap()
+        .expect("the session exists");
+    (
+        s.thread_id.expect("the session has a thread"),
+        s.thread_home,
+        s.thread_generation,
+    )
+}
