@@ -2,10 +2,17 @@
 //! Every change names the lease id it expects, so a stale owner (a process that
 //! was paused or partitioned past its expiry) can neither renew nor release a
 //! lease that someone else now holds.
+//!
+//! Expiry is written and judged by one clock for every process
+//! ([`shared_clock`]: PostgreSQL's, when several share it), so a process
+//! whose clock is skewed neither takes a lease its holder still renews nor
+//! keeps one past its time. The fencing token makes a write under a lost
+//! lease fail either way; the shared clock keeps the lease from moving
+//! without cause.
 
 use super::audit::{self, Audit};
 use super::schema::leases;
-use super::{format_time, now, DbConn, StoreError};
+use super::{format_time, shared_clock, shared_now, DbConn, StoreError};
 use crate::domain::RepoKey;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -55,9 +62,12 @@ pub struct Fence {
     pub token: i64,
 }
 
-fn expiry(ttl: Duration) -> String {
+/// Now and a lease's expiry from now, by the clock every process shares
+/// ([`shared_clock`]).
+fn now_and_expiry(conn: &mut DbConn, ttl: Duration) -> Result<(String, String), StoreError> {
+    let at = shared_clock(conn)?;
     let ttl = chrono::Duration::from_std(ttl).unwrap_or_else(|_| chrono::Duration::seconds(60));
-    format_time(chrono::Utc::now() + ttl)
+    Ok((format_time(at), format_time(at + ttl)))
 }
 
 /// The repository's lease row, held or not.
@@ -79,8 +89,7 @@ pub fn acquire(
     owner: &str,
     ttl: Duration,
 ) -> Result<Option<Lease>, StoreError> {
-    let at = now();
-    let expires_at = expiry(ttl);
+    let (at, expires_at) = now_and_expiry(conn, ttl)?;
     match find(conn, repo_key)? {
         // Ours and never released: renewed, even past its expiry (nobody
         // took it meanwhile, or its lease id would differ), so the writes of
@@ -163,7 +172,7 @@ pub fn renew(
     lease_id: &str,
     ttl: Duration,
 ) -> Result<Option<Lease>, StoreError> {
-    let at = now();
+    let (at, expires_at) = now_and_expiry(conn, ttl)?;
     let n = with_conn!(conn, |c| diesel::update(
         leases::table
             .filter(leases::repo_key.eq(repo_key))
@@ -172,7 +181,7 @@ pub fn renew(
     )
     .set((
         leases::renewed_at.eq(&at),
-        leases::expires_at.eq(expiry(ttl))
+        leases::expires_at.eq(&expires_at)
     ))
     .execute(c))?;
     if n == 0 {
@@ -183,7 +192,7 @@ pub fn renew(
 
 /// Gives a lease back. Only the holder of `lease_id` can: `false` otherwise.
 pub fn release(conn: &mut DbConn, repo_key: &RepoKey, lease_id: &str) -> Result<bool, StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     let n = with_conn!(conn, |c| diesel::update(
         leases::table
             .filter(leases::repo_key.eq(repo_key))
@@ -197,7 +206,7 @@ pub fn release(conn: &mut DbConn, repo_key: &RepoKey, lease_id: &str) -> Result<
 
 /// Releases every expired lease (the first step of start-up recovery) and audits each.
 pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     let expired: Vec<Lease> = with_conn!(conn, |c| leases::table
         .filter(leases::expires_at.le(&at))
         .filter(leases::released_at.is_null())

@@ -402,6 +402,37 @@ pub fn now() -> String {
     format_time(chrono::Utc::now())
 }
 
+/// The time leases (and the heartbeats that judge who is alive) are written
+/// and compared by. On PostgreSQL, the database server's clock: every
+/// process of a deployment reads the same one, so a process whose own clock
+/// runs ahead never takes a lease its holder still renews, and one that runs
+/// behind never holds one past its time. On SQLite (one host, one process)
+/// this process's clock.
+pub fn shared_clock(conn: &mut DbConn) -> Result<chrono::DateTime<chrono::Utc>, StoreError> {
+    match conn {
+        DbConn::Sqlite(_) => Ok(chrono::Utc::now()),
+        DbConn::Pg(c) => {
+            use diesel::RunQueryDsl;
+            // clock_timestamp(), not now(): the time of this statement, not
+            // of the transaction's start.
+            let micros: i64 = diesel::select(diesel::dsl::sql::<diesel::sql_types::BigInt>(
+                "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+            ))
+            .get_result(c)?;
+            chrono::DateTime::from_timestamp_micros(micros).ok_or_else(|| {
+                StoreError::Query(format!(
+                    "PostgreSQL's clock reads {micros} µs since 1970, which is not a time"
+                ))
+            })
+        }
+    }
+}
+
+/// [`shared_clock`] in the stored form.
+pub fn shared_now(conn: &mut DbConn) -> Result<String, StoreError> {
+    shared_clock(conn).map(format_time)
+}
+
 pub fn format_time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }

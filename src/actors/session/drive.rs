@@ -240,13 +240,15 @@ impl TaskDrive {
                 let usage = turns::task_usage(c, &task.task_id, task.turn_id.as_deref())?;
                 let child = crate::store::workflows::children::of_task(c, &task)?;
                 let lease = leases::find(c, &task.repo_key)?;
+                // Judged by the clock the lease was written by.
+                let clock = crate::store::shared_now(c)?;
                 Ok(Some((
                     task,
                     entry,
                     attempt,
                     (repo, session, child),
                     (retry_finished, retry_intended, owes_reply),
-                    (usage, lease),
+                    (usage, lease, clock),
                 )))
             })
             .await?;
@@ -256,7 +258,7 @@ impl TaskDrive {
             attempt,
             (repo, session, child),
             (retry_finished, retry_intended, owes_reply),
-            (usage, lease),
+            (usage, lease, clock),
         )) = found
         else {
             return Ok(None);
@@ -264,7 +266,7 @@ impl TaskDrive {
         let fence = match lease {
             // Another process holds the repository now: its sessions drive
             // this task (and recover it by history); nothing is written here.
-            Some(l) if l.is_held(&crate::store::now()) && l.owner != deps.settings.owner => {
+            Some(l) if l.is_held(&clock) && l.owner != deps.settings.owner => {
                 tracing::info!(task.id = %task.task_id, holder = %l.owner, fence = l.fence, "the repository's lease is held by another process; leaving this task to it");
                 return Ok(None);
             }
