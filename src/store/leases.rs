@@ -291,6 +291,37 @@ fn current<'a>(fence: &'a Fence) -> _ {
         .select(leases::fence)
 }
 
+/// Whether the repository was last held by another process that still
+/// serves: it beat within `ttl` of `at` (the shared clock), has not stopped
+/// and is not draining. Its sessions' threads live in its Codex home, so it
+/// gets the first go at the repository's new work.
+pub fn previous_holder_serves(
+    conn: &mut DbConn,
+    repo_key: &RepoKey,
+    owner: &str,
+    at: chrono::DateTime<chrono::Utc>,
+    ttl: Duration,
+) -> Result<bool, StoreError> {
+    use super::schema::server_instances;
+    let Some(previous) = find(conn, repo_key)? else {
+        return Ok(false);
+    };
+    if previous.owner == owner {
+        return Ok(false);
+    }
+    let ttl = chrono::Duration::from_std(ttl).unwrap_or_else(|_| chrono::Duration::seconds(60));
+    let since = format_time(at - ttl);
+    let serving: i64 = with_conn!(conn, |c| server_instances::table
+        .filter(server_instances::server_id.eq(&previous.owner))
+        .filter(server_instances::stopped_at.is_null())
+        .filter(server_instances::draining.eq(false))
+        .filter(server_instances::drain_requested_at.is_null())
+        .filter(server_instances::heartbeat_at.gt(&since))
+        .count()
+        .get_result(c))?;
+    Ok(serving > 0)
+}
+
 pub fn new_lease_id() -> String {
     format!("lease-{}", uuid::Uuid::now_v7().simple())
 }

@@ -5,7 +5,8 @@
 //! second, which cannot open the first one's thread, so it starts a new one
 //! given the stored exchange and records it as the session's next
 //! generation. The model's request for the follow-up carries the earlier
-//! question and answer.
+//! question and answer. While the first one lives, a follow-up that reaches
+//! the second runs on the first, on the same thread.
 
 use crate::e2e::Loop;
 use crate::fakemodel::{assistant_texts, user_texts};
@@ -84,6 +85,70 @@ fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation
     // One reply per comment, each by its own task.
     assert_eq!(l.bot_comments(l.issue, "codex-bridge task=").len(), 2);
     drop(second_app);
+}
+
+#[test]
+fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
+    let l = Loop::start_with(|b| {
+        b.postgres()
+            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+    });
+    l.script_reply(l.issue, ANSWERED);
+    let first = l.comment("bob", l.issue, ASKED);
+    l.wait(&first, "succeeded");
+    let mut c = connect(&l.app.db_url);
+    let session = format!("default:acme/widgets:issue:{}", l.issue);
+    let before = session_thread(&mut c, &session);
+    let holder = attempt_owner(&mut c, &first);
+
+    // The second instance receives the follow-up's webhook (and is woken
+    // first), its Codex ready to run it; the first one, alive and holding
+    // the thread, runs it.
+    let second_app = l.app.another_instance();
+    let ready = poll_until(Duration::from_secs(60), || {
+        second_app.get("/readyz", None).json["codex"]["state"] == "ok"
+    });
+    assert!(ready, "the second instance's Codex never became ready");
+    l.script_reply(l.issue, "Each run now gets its own temp dir.");
+    let follow_up = l.comment("bob", l.issue, FOLLOW_UP);
+    wait_task_state(
+        &l.app.db_url,
+        &follow_up,
+        "succeeded",
+        Duration::from_secs(120),
+    );
+    assert_eq!(attempt_owner(&mut c, &follow_up), holder);
+    assert_eq!(
+        session_thread(&mut c, &session),
+        before,
+        "the same thread, resumed"
+    );
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'thread.rebuilt'"),
+        0
+    );
+    drop(second_app);
+}
+
+/// The process that ran the task's (only) attempt.
+fn attempt_owner(c: &mut codex_bridge::store::DbConn, task: &str) -> String {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        owner: String,
+    }
+    use diesel::RunQueryDsl;
+    let rows: Vec<Row> = match c {
+        codex_bridge::store::DbConn::Pg(c) => diesel::sql_query(format!(
+            "SELECT owner FROM attempts WHERE task_id = '{task}' AND owner IS NOT NULL"
+        ))
+        .load(c)
+        .unwrap(),
+        codex_bridge::store::DbConn::Sqlite(_) => panic!("a PostgreSQL test"),
+    };
+    assert_eq!(rows.len(), 1, "attempts of {task}");
+    rows.into_iter().next().unwrap().owner
 }
 
 /// The session's thread, the Codex home it lives in, and its generation.

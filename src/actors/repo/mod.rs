@@ -24,7 +24,7 @@ use crate::store::{
 };
 use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
-use plan::{decide, Plan, Snapshot};
+use plan::{decide, Plan, Snapshot, AFFINITY_GRACE};
 pub(super) use retire::retention_cutoff;
 use retire::retire;
 use std::collections::HashSet;
@@ -236,7 +236,8 @@ async fn schedule_pass(
     let per_day = deps.settings.limits.repo_turns_per_day;
     let retire_before = retention_cutoff(&deps);
     let storm_limit = deps.settings.session_turns_per_minute;
-    let (paused, repo, (holding, next, due), today, retirable, storming) = store
+    let (who, lease_ttl) = (owner.clone(), ttl);
+    let (paused, repo, (holding, next, due), today, retirable, (storming, yield_until)) = store
         .read(move |c| {
             let holding = queue::holding_tasks(c, &key)?;
             // A session the storm guard paused starts nothing until resumed.
@@ -268,6 +269,29 @@ async fn schedule_pass(
                 (true, Some(before)) => worktrees::retirable(c, Some(&key), before)?,
                 _ => Vec::new(),
             };
+            // A new task waits a moment for the serving process that held
+            // the repository last (until when, by the shared clock).
+            let yield_until = match &next {
+                Some(t) => {
+                    let clock = crate::store::shared_clock(c)?;
+                    let until = chrono::DateTime::parse_from_rfc3339(&t.created_at)
+                        .ok()
+                        .map(|at| {
+                            at.with_timezone(&chrono::Utc)
+                                + chrono::Duration::milliseconds(AFFINITY_GRACE.as_millis() as i64)
+                        })
+                        .filter(|until| *until > clock);
+                    match until {
+                        Some(until)
+                            if leases::previous_holder_serves(c, &key, &who, clock, lease_ttl)? =>
+                        {
+                            Some(crate::store::format_time(until))
+                        }
+                        _ => None,
+                    }
+                }
+                None => None,
+            };
             Ok((
                 control::get(c)?.global_paused,
                 queue::repository(c, &key)?,
@@ -277,7 +301,7 @@ async fn schedule_pass(
                     _ => crate::store::turns::repo_turns_today(c, &key)?,
                 },
                 retirable,
-                storming,
+                (storming, yield_until),
             ))
         })
         .await?;
@@ -304,6 +328,7 @@ async fn schedule_pass(
         next_storming: storming.is_some(),
         day_spent: per_day > 0 && today >= per_day,
         retire: !retirable.is_empty(),
+        yield_to_previous: yield_until.is_some(),
     };
     let mut outcome = SchedulingOutcome {
         lease: held.clone(),
@@ -311,7 +336,8 @@ async fn schedule_pass(
         status: RepoActorStatus::Idle,
         running_task: running.first().map(|t| t.task_id.clone()),
         again: false,
-        wake_at: due,
+        // Yielding to the previous holder: look again when its grace ends.
+        wake_at: due.or(yield_until),
     };
     let plan = decide(&snapshot);
     let (repo, next) = match (plan, repo, next) {

@@ -37,7 +37,17 @@ pub(super) struct Snapshot {
     pub(super) day_spent: bool,
     /// A session's worktree outlived `worktree_retention_hours`.
     pub(super) retire: bool,
+    /// Another process that still serves held the repository last (its
+    /// sessions' threads live in its Codex home), and the next task is
+    /// younger than [`AFFINITY_GRACE`]: that process gets the first go.
+    pub(super) yield_to_previous: bool,
 }
+
+/// How long a new task waits for the process that held its repository last,
+/// which the same signal woke, before any other process may take it: long
+/// enough for a wake-up across processes, short enough that a process that
+/// serves but does not come costs little.
+pub(super) const AFFINITY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a scheduling pass does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +95,11 @@ pub(super) fn decide(s: &Snapshot) -> Plan {
         && !s.day_spent
         && s.agent_ready
         && s.running < s.places;
+    if claim && s.running == 0 && s.yield_to_previous {
+        // Nothing runs here: the lease is not ours to keep; the pass looks
+        // again when the grace ends.
+        return Plan::Keep(RepoActorStatus::BusyElsewhere);
+    }
     if claim && s.next_storming {
         return Plan::PauseNext;
     }

@@ -21,7 +21,30 @@ fn due() -> Snapshot {
         next_storming: false,
         day_spent: false,
         retire: false,
+        yield_to_previous: false,
     }
+}
+
+#[test]
+fn a_new_task_waits_for_the_serving_process_that_held_its_repository_last() {
+    let elsewhere = Snapshot {
+        yield_to_previous: true,
+        ..due()
+    };
+    assert_eq!(
+        decide(&elsewhere),
+        Plan::Keep(RepoActorStatus::BusyElsewhere)
+    );
+    // Tasks this process runs already are driven on, and another place may
+    // be claimed: the repository is this process's now.
+    assert_eq!(
+        decide(&Snapshot {
+            running: 1,
+            places: 2,
+            ..elsewhere
+        }),
+        Plan::Run { claim: true }
+    );
 }
 
 #[test]
@@ -222,9 +245,9 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
         Just(Some(TaskState::BlockedWorkspace)),
         Just(Some(TaskState::NeedsReconciliation)),
     ];
-    (any::<[bool; 9]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
+    (any::<[bool; 10]>(), repo, 0..5_usize, 1..4_usize, awaiting).prop_map(
         |(
-            [held, draining, agent_ready, circuit_open, paused, next, next_storming, day_spent, retire],
+            [held, draining, agent_ready, circuit_open, paused, next, next_storming, day_spent, retire, yield_to_previous],
             repo,
             running,
             places,
@@ -244,6 +267,7 @@ fn snapshots() -> impl Strategy<Value = Snapshot> {
                 next_storming,
                 day_spent,
                 retire,
+                yield_to_previous,
             }
         },
     )
@@ -263,6 +287,7 @@ proptest! {
                     prop_assert!(!s.next_storming, "a storming session's task never starts");
                     prop_assert!(s.running < s.places);
                     prop_assert_eq!(s.repo, Some(RepoStatus::Active));
+                    prop_assert!(!s.yield_to_previous || s.running > 0, "the process that held it last gets the first go");
                 }
             }
             Plan::Retire => {
