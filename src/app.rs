@@ -276,7 +276,7 @@ pub async fn run(
         heartbeat.server_id.clone(),
         heartbeat.drain_requested.clone(),
     );
-    let beating = heartbeat.start().await;
+    heartbeat.register().await;
 
     let draining = crate::actors::drain::Draining::default();
     let circuit = crate::agent::circuit::Circuit::new(crate::domain::breaker::BreakerConfig::new(
@@ -293,6 +293,7 @@ pub async fn run(
         &drain_requested,
     )?;
     let registry = actors.as_ref().map(|(r, _)| r.clone());
+    let beating = heartbeat.start(registry.clone());
     // Work other processes on the same PostgreSQL committed: their signals
     // wake the actors here as this process's own commits do.
     let woken = registry.clone();

@@ -2,9 +2,11 @@
 //! starts, a heartbeat every `lease_heartbeat_secs` (the same beat as its
 //! leases), marked stopped when it stops cleanly. Each heartbeat reads back
 //! whether an operator asked it to drain and publishes the answer in the
-//! [`DrainRequested`] handle the actors share.
+//! [`DrainRequested`] handle the actors share. It also writes the process's
+//! actor tree, which the admin view of every other process shows.
 
 use crate::actors::drain::DrainRequested;
+use crate::actors::registry::{Registry, Snapshot};
 use crate::actors::ActorSettings;
 use crate::config::Config;
 use crate::store::{instances, Store};
@@ -24,6 +26,10 @@ pub struct InstanceHeartbeat {
     pub interval: Duration,
     /// Where the latest drain answer goes.
     pub drain_requested: DrainRequested,
+    /// Whose tree each beat writes; `None` (intake only): the process has
+    /// no actors to report. Set by [`InstanceHeartbeat::start`], as the
+    /// actors start after the process registered.
+    registry: Option<actix::Addr<Registry>>,
 }
 
 /// The running heartbeat; [`Beating::stop`] ends it and says the process stopped.
@@ -43,13 +49,14 @@ impl InstanceHeartbeat {
             instance_id: config.instance_id.clone(),
             interval: Duration::from_secs(config.lease_heartbeat_secs),
             drain_requested: DrainRequested::default(),
+            registry: None,
         }
     }
 
-    /// Registers the process, then beats in the background. A registration
-    /// the store refuses is only logged: the server can take webhooks
-    /// without it, and the next heartbeat registers the process again.
-    pub async fn start(self) -> Beating {
+    /// Registers the process. A registration the store refuses is only
+    /// logged: the server can take webhooks without it, and the next
+    /// heartbeat registers the process again.
+    pub async fn register(&self) {
         let (id, instance) = (self.server_id.clone(), self.instance_id.clone());
         match self
             .store
@@ -65,6 +72,11 @@ impl InstanceHeartbeat {
                 "cannot register this server yet; the next heartbeat tries again"
             ),
         }
+    }
+
+    /// Beats in the background, writing `registry`'s tree with each beat.
+    pub fn start(mut self, registry: Option<actix::Addr<Registry>>) -> Beating {
+        self.registry = registry;
         let beating = self.clone();
         Beating {
             task: actix::spawn(async move { beating.run().await }),
@@ -86,10 +98,11 @@ impl InstanceHeartbeat {
 
     /// One heartbeat; a store error leaves the last drain answer as it was.
     async fn beat(&self) {
+        let actors = self.actors().await;
         let (id, instance) = (self.server_id.clone(), self.instance_id.clone());
         let beat = self
             .store
-            .write(move |c| instances::heartbeat(c, &id, &instance, VERSION))
+            .write(move |c| instances::heartbeat(c, &id, &instance, VERSION, actors.as_ref()))
             .await;
         match beat {
             Ok(beat) => {
@@ -103,6 +116,30 @@ impl InstanceHeartbeat {
             }
             Err(e) => {
                 tracing::warn!(server_id = %self.server_id, error = %e, "heartbeat not stored")
+            }
+        }
+    }
+
+    /// This process's repositories with their session actors, as its own
+    /// `GET /actors` shows them: the repository and session entries are
+    /// what an operator looks for, the registry's counters are not. `None`:
+    /// no registry, or it did not answer within half a beat (the last tree
+    /// written stays, and its time shows its age): a busy registry must not
+    /// make the process look dead or hold up the drain answer.
+    async fn actors(&self) -> Option<serde_json::Value> {
+        let registry = self.registry.as_ref()?;
+        let health = match registry.send(Snapshot).timeout(self.interval / 2).await {
+            Ok(health) => health,
+            Err(e) => {
+                tracing::warn!(server_id = %self.server_id, error = %e, "actor tree not taken for the heartbeat");
+                return None;
+            }
+        };
+        match serde_json::to_value(&health.repositories) {
+            Ok(tree) => Some(tree),
+            Err(e) => {
+                tracing::warn!(server_id = %self.server_id, error = %e, "actor tree not written for the heartbeat");
+                None
             }
         }
     }

@@ -4,6 +4,10 @@
 //!
 //! A process's `serverId` is the same name it writes as the holder of leases
 //! and attempts, so what it holds can be read straight from those tables.
+//!
+//! Each heartbeat also carries the process's actor tree, so that the admin
+//! view of any process can show the actors of every other one. The store
+//! keeps it as JSON it does not look into: the actors are a floor above.
 
 use super::audit::{self, Audit, AuditView};
 use super::control::{self, ControlRequest};
@@ -71,6 +75,32 @@ impl InstanceView {
     }
 }
 
+/// Another process's actor tree, as its last heartbeat wrote it.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceActors {
+    pub server_id: String,
+    pub heartbeat_at: String,
+    /// When the tree was taken; `None`: the process runs no actors (intake
+    /// only) or has reported none yet.
+    pub actors_at: Option<String>,
+    pub draining: bool,
+    /// Its repositories with their session actors, as the process's own
+    /// `GET /actors` shows them (`[]` when it reported none).
+    pub repositories: serde_json::Value,
+}
+
+/// What a heartbeat writes besides the time. `None` fields are left as
+/// they are: a process that could not take its tree this time keeps the
+/// last one, whose `actors_at` then tells its age.
+#[derive(AsChangeset)]
+#[diesel(table_name = server_instances)]
+struct Beat<'a> {
+    heartbeat_at: &'a str,
+    actors: Option<&'a str>,
+    actors_at: Option<&'a str>,
+}
+
 /// What a heartbeat learnt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heartbeat {
@@ -109,25 +139,36 @@ pub fn register(
             server_instances::draining.eq(false),
             server_instances::drain_requested_at.eq(None::<String>),
             server_instances::stopped_at.eq(None::<String>),
+            server_instances::actors.eq(None::<String>),
+            server_instances::actors_at.eq(None::<String>),
         ))
         .execute(c))?;
     Ok(())
 }
 
-/// The process is still there. A process whose row is gone registers again
-/// (hence `instance_id` and `version`): it runs, so it should be listed.
+/// The process is still there, with its actor tree as of now (`None`: it
+/// has none to report, and the last one written stays). A process whose row
+/// is gone registers again (hence `instance_id` and `version`): it runs, so
+/// it should be listed; its tree waits for the next beat.
 pub fn heartbeat(
     conn: &mut DbConn,
     server_id: &str,
     instance_id: &str,
     version: &str,
+    actors: Option<&serde_json::Value>,
 ) -> Result<Heartbeat, StoreError> {
     let at = now();
-    // The beat and the drain answer in one statement.
+    let actors = actors.map(|a| a.to_string());
+    let beat = Beat {
+        heartbeat_at: &at,
+        actors: actors.as_deref(),
+        actors_at: actors.as_ref().map(|_| at.as_str()),
+    };
+    // The beat, the tree and the drain answer in one statement.
     let draining: Option<bool> = with_conn!(conn, |c| diesel::update(
         server_instances::table.find(server_id)
     )
-    .set(server_instances::heartbeat_at.eq(&at))
+    .set(&beat)
     .returning(server_instances::draining)
     .get_result(c)
     .optional())?;
@@ -146,13 +187,18 @@ pub fn heartbeat(
     }
 }
 
-/// The process stopped cleanly. `false`: it has no row.
+/// The process stopped cleanly. `false`: it has no row. Its actor tree goes:
+/// those actors are gone, and nobody reads a stopped process's tree.
 pub fn mark_stopped(conn: &mut DbConn, server_id: &str) -> Result<bool, StoreError> {
     let at = now();
     let n = with_conn!(conn, |c| diesel::update(
         server_instances::table.find(server_id)
     )
-    .set(server_instances::stopped_at.eq(&at))
+    .set((
+        server_instances::stopped_at.eq(&at),
+        server_instances::actors.eq(None::<String>),
+        server_instances::actors_at.eq(None::<String>),
+    ))
     .execute(c))?;
     Ok(n == 1)
 }
@@ -242,6 +288,47 @@ pub fn list(conn: &mut DbConn) -> Result<Vec<InstanceView>, StoreError> {
         .map(|row| {
             let repositories = held.remove(&row.server_id).unwrap_or_default();
             InstanceView::new(row, repositories)
+        })
+        .collect())
+}
+
+/// The actor trees of the processes other than `except` that still run as
+/// far as anyone can tell (the rule of [`InstanceView::alive_since`]: not
+/// stopped, beat after `since`), the earliest started first. A tree that
+/// is not valid JSON (written by hand) shows as none.
+pub fn find_alive_actors(
+    conn: &mut DbConn,
+    since: &str,
+    except: &str,
+) -> Result<Vec<InstanceActors>, StoreError> {
+    type TreeRow = (String, String, Option<String>, bool, Option<String>);
+    let rows: Vec<TreeRow> = with_conn!(conn, |c| server_instances::table
+        .filter(server_instances::stopped_at.is_null())
+        .filter(server_instances::heartbeat_at.gt(since))
+        .filter(server_instances::server_id.ne(except))
+        .select((
+            server_instances::server_id,
+            server_instances::heartbeat_at,
+            server_instances::actors_at,
+            server_instances::draining,
+            server_instances::actors,
+        ))
+        .order((
+            server_instances::started_at.asc(),
+            server_instances::server_id.asc(),
+        ))
+        .load(c))?;
+    Ok(rows
+        .into_iter()
+        .map(|(server_id, heartbeat_at, actors_at, draining, actors)| {
+            let tree = actors.and_then(|a| serde_json::from_str(&a).ok());
+            InstanceActors {
+                server_id,
+                heartbeat_at,
+                actors_at: tree.as_ref().and(actors_at),
+                draining,
+                repositories: tree.unwrap_or_else(|| serde_json::json!([])),
+            }
         })
         .collect())
 }

@@ -245,6 +245,8 @@ diesel::table! {
         draining -> Bool,
         drain_requested_at -> Nullable<Text>,
         stopped_at -> Nullable<Text>,
+        actors -> Nullable<Text>,
+        actors_at -> Nullable<Text>,
     }
 }
 

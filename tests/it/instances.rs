@@ -1,13 +1,16 @@
 //! The registry of server processes: registration, heartbeats, what each
-//! process holds, the operator's drain request (the store, on SQLite and
-//! PostgreSQL), and `GET /instances` and `POST /instances/{serverId}/drain`
-//! against the running server.
+//! process holds, the actor tree each reports, the operator's drain request
+//! (the store, on SQLite and PostgreSQL), and `GET /instances`,
+//! `POST /instances/{serverId}/drain` and the other processes' trees in
+//! `GET /actors` against running servers.
 
+use crate::browser::{browser_test, el, sign_in, text_until};
 use crate::support::*;
 use crate::testapp::*;
 use codex_bridge::store::control::ControlRequest;
 use codex_bridge::store::instances::{self, Heartbeat};
 use codex_bridge::store::{format_time, run_migrations, DbConn, StoreError};
+use fantoccini::Locator;
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -66,7 +69,7 @@ fn registry_rules(mut c: DbConn) {
         codex_bridge::store::now() > before.heartbeat_at
     });
     let beat = c
-        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3"))
+        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3", None))
         .unwrap();
     assert_eq!(
         beat,
@@ -129,11 +132,11 @@ fn registry_rules(mut c: DbConn) {
         .unwrap());
     // The heartbeat tells the process.
     let beat_a = c
-        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3"))
+        .write_transaction(|c| instances::heartbeat(c, A, "default", "1.2.3", None))
         .unwrap();
     assert!(beat_a.draining);
     let beat_b = c
-        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3"))
+        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3", None))
         .unwrap();
     assert!(!beat_b.draining);
 
@@ -179,7 +182,7 @@ fn registry_rules(mut c: DbConn) {
     )
     .unwrap();
     let back = c
-        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.4"))
+        .write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.4", None))
         .unwrap();
     assert!(back.registered_again && !back.draining);
     let b = c
@@ -202,6 +205,88 @@ fn registry_rules_sqlite() {
 fn registry_rules_postgres() {
     let db = PgDb::create();
     registry_rules(connect(&db.url));
+}
+
+/// Each heartbeat writes the tree it is given; a beat without one keeps the
+/// last; only live processes other than the reader's are read back.
+fn actor_trees(mut c: DbConn) {
+    run_migrations(&mut c).unwrap();
+    for id in [A, B] {
+        c.write_transaction(|c| instances::register(c, id, "default", "1.2.3"))
+            .unwrap();
+    }
+    let alive = |c: &mut DbConn, except: &str| {
+        let since = in_secs(-60);
+        c.write_transaction(|c| instances::find_alive_actors(c, &since, except))
+            .unwrap()
+    };
+    // Nothing reported yet: listed, with no tree.
+    let read = alive(&mut c, "default:reader:1:x");
+    assert_eq!(read.len(), 2, "{read:?}");
+    assert!(read
+        .iter()
+        .all(|i| i.actors_at.is_none() && i.repositories == json!([]) && !i.draining));
+
+    let tree = json!([{"repoKey": "default:acme/widgets", "status": "busy",
+        "sessions": [{"sessionKey": "default:acme/widgets:issue:1", "status": "busy"}]}]);
+    c.write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3", Some(&tree)))
+        .unwrap();
+    // The reader's own row is not among the others.
+    let read = alive(&mut c, A);
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].server_id, B);
+    assert_eq!(read[0].repositories, tree);
+    let at = read[0].actors_at.clone().expect("the tree's time");
+    assert_eq!(at, read[0].heartbeat_at);
+
+    // A beat without a tree keeps the last one, and its time.
+    wait_until("the clock to move on", Duration::from_secs(1), || {
+        codex_bridge::store::now() > at
+    });
+    c.write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3", None))
+        .unwrap();
+    let read = alive(&mut c, A);
+    assert_eq!(read[0].repositories, tree);
+    assert_eq!(read[0].actors_at.as_deref(), Some(at.as_str()));
+    assert!(read[0].heartbeat_at > at);
+
+    // A process that stopped beating is not read, nor one that stopped.
+    exec(
+        &mut c,
+        &format!(
+            "UPDATE server_instances SET heartbeat_at = '{}' WHERE server_id = '{B}'",
+            in_secs(-3600)
+        ),
+    )
+    .unwrap();
+    assert!(alive(&mut c, A).is_empty());
+    c.write_transaction(|c| instances::heartbeat(c, B, "default", "1.2.3", Some(&tree)))
+        .unwrap();
+    assert_eq!(alive(&mut c, A).len(), 1);
+    assert!(c
+        .write_transaction(|c| instances::mark_stopped(c, B))
+        .unwrap());
+    assert!(alive(&mut c, A).is_empty());
+    assert_eq!(
+        count_where(&mut c, "server_instances", "actors IS NOT NULL"),
+        0,
+        "a stopped process keeps no tree"
+    );
+}
+
+#[test]
+fn actor_trees_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    actor_trees(connect(&format!(
+        "sqlite://{}",
+        dir.path().join("i.db").display()
+    )));
+}
+
+#[test]
+fn actor_trees_postgres() {
+    let db = PgDb::create();
+    actor_trees(connect(&db.url));
 }
 
 fn instances_of(s: &TestApp) -> Vec<Value> {
@@ -260,6 +345,11 @@ fn instances_over_http(db: Db) {
         .find(|i| i["serverId"] == "default:gone:1:deadbeef")
         .unwrap();
     assert_eq!(gone["alive"], false);
+    // Nor is it among the actor trees of the other processes.
+    assert_eq!(
+        s.admin_get("/api/gitea-workflow/actors").json["instances"],
+        json!([])
+    );
 
     // Drain: the token is required, the answer is the audit event, a repeat
     // returns it again, and the list shows the request.
@@ -401,5 +491,113 @@ fn a_drained_instance_finishes_its_turn_and_hands_its_repository_over() {
             .iter()
             .find(|i| i["serverId"] == a_id.as_str())
             .is_some_and(|i| i["leases"] == 0)
+    });
+}
+
+fn server_id_of(s: &TestApp) -> String {
+    let tree = s.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.status, 200, "{:?}", tree.json);
+    tree.json["registry"]["serverId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The other processes' trees in `reader`'s `GET /actors`.
+fn other_trees(reader: &TestApp) -> Vec<Value> {
+    let tree = reader.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.status, 200, "{:?}", tree.json);
+    tree.json["instances"].as_array().unwrap().clone()
+}
+
+/// Whether a tree's `repositories` hold the session actor `session` under
+/// the repository `repo`.
+fn has_session(repositories: &Value, repo: &str, session: &str) -> bool {
+    repositories
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["repoKey"] == repo)
+        .flat_map(|r| r["sessions"].as_array().into_iter().flatten())
+        .any(|s| s["sessionKey"] == session)
+}
+
+#[test]
+fn every_instance_shows_the_actors_of_the_others_in_the_api_and_the_page() {
+    const LONG: Duration = Duration::from_secs(60);
+    let mut apps = vec![TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .start()];
+    apps[0].git().create_repo("acme", "widgets");
+    apps.push(apps[0].another_instance());
+    let ids: Vec<String> = apps.iter().map(server_id_of).collect();
+    // Each lists the other, alive, and not itself.
+    for (me, other) in [(0, 1), (1, 0)] {
+        wait_until("the other instance's first heartbeat", LONG, || {
+            let trees = other_trees(&apps[me]);
+            trees.len() == 1 && trees[0]["serverId"] == ids[other].as_str()
+        });
+    }
+
+    // Whichever process wins the repository's lease runs the turn; the
+    // other shows that process's session actor, under its serverId.
+    let task = apps[1].task_comment("tree-1", 801, "@ccbot hello [sleep:3000]", "widgets", 1);
+    wait_task_state(&apps[1].db_url, &task, "running", LONG);
+    let runner_id = ran_on(&mut apps[1].db(), &task);
+    let runner = ids.iter().position(|id| *id == runner_id).unwrap();
+    let reader = 1 - runner;
+    let mut seen = None;
+    wait_until("the runner's tree in the reader's view", LONG, || {
+        seen = other_trees(&apps[reader])
+            .into_iter()
+            .find(|i| i["serverId"] == runner_id.as_str())
+            .filter(|i| {
+                has_session(
+                    &i["repositories"],
+                    "default:acme/widgets",
+                    "default:acme/widgets:issue:1",
+                )
+            });
+        seen.is_some()
+    });
+    let seen = seen.unwrap();
+    assert!(seen["actorsAt"].is_string(), "{seen}");
+    assert!(seen["heartbeatAt"].is_string(), "{seen}");
+    assert_eq!(seen["draining"], false, "{seen}");
+    // The reader's own tree stays where it was.
+    let own = apps[reader].admin_get("/api/gitea-workflow/actors").json;
+    assert_eq!(own["registry"]["serverId"], ids[reader].as_str());
+    assert!(own["repositories"].is_array());
+
+    // The reader's page shows the runner's tree under its serverId; once
+    // the runner stopped, its tree is gone from the API at once and from
+    // the page with the next live update.
+    browser_test("instances", |c| async move {
+        sign_in(&c, &apps[reader], ADMIN_TOKEN).await;
+        c.goto(&apps[reader].url("/admin#actors")).await.unwrap();
+        let section = format!(r#".instance[data-server="{runner_id}"]"#);
+        text_until(&c, &format!("{section} .registry"), |t| {
+            t.contains(runner_id.as_str())
+        })
+        .await;
+        el(
+            &c,
+            &format!(r#"{section} .session[data-session="default:acme/widgets:issue:1"]"#),
+        )
+        .await;
+        wait_task_state(&apps[1].db_url, &task, "succeeded", LONG);
+        apps[runner].stop();
+        let trees = other_trees(&apps[reader]);
+        assert!(
+            trees.iter().all(|i| i["serverId"] != runner_id.as_str()),
+            "{trees:?}"
+        );
+        wait_until_async("the stopped instance to leave the page", LONG, || async {
+            c.find(Locator::Css(&section)).await.is_err()
+        })
+        .await;
     });
 }

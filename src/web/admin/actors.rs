@@ -7,6 +7,7 @@ use crate::actors::registry::{AbortTask, Notify, RunCommands, Snapshot};
 use crate::domain::{RepoKey, TaskId};
 use crate::store::audit::AuditView;
 use crate::store::control;
+use crate::store::instances;
 use crate::store::signals::Signal;
 use crate::store::tasks::{self, Verdict};
 use crate::web::auth::Admin;
@@ -19,7 +20,9 @@ pub async fn tree(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
     Ok(HttpResponse::Ok().json(tree_json(&state).await?))
 }
 
-/// The actor tree document (also the live view's `actors` event).
+/// The actor tree document (also the live view's `actors` event): this
+/// process's tree, and under `instances` the trees the other live
+/// processes on the same database wrote with their last heartbeat.
 pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> {
     let health = match &state.registry {
         Some(registry) => registry
@@ -32,6 +35,14 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
             ..Default::default()
         },
     };
+    let (since, me) = (
+        super::instances::alive_since(state),
+        state.server_id.clone(),
+    );
+    let others = state
+        .store
+        .read(move |c| instances::find_alive_actors(c, &since, &me))
+        .await?;
     Ok(serde_json::json!({
         "registry": {
             "owner": health.owner,
@@ -42,6 +53,7 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
             "held": health.held,
         },
         "repositories": health.repositories,
+        "instances": others,
     }))
 }
 

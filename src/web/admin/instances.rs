@@ -21,14 +21,19 @@ struct Instance {
     alive: bool,
 }
 
-pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let rows = state.store.read(instances::list).await?;
-    // Every process of a deployment is configured alike, so this process's
-    // beat stands for the others'.
+/// The stored time after which a process must have beaten to count alive.
+/// Every process of a deployment is configured alike, so this process's
+/// beat stands for the others'.
+pub(super) fn alive_since(state: &AppState) -> String {
     let beat = std::time::Duration::from_secs(state.config.lease_heartbeat_secs);
     let window = chrono::Duration::from_std(beat.saturating_mul(MISSED_BEATS))
         .unwrap_or_else(|_| chrono::Duration::seconds(45));
-    let since = crate::store::format_time(chrono::Utc::now() - window);
+    crate::store::format_time(chrono::Utc::now() - window)
+}
+
+pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let rows = state.store.read(instances::list).await?;
+    let since = alive_since(&state);
     let instances: Vec<Instance> = rows
         .into_iter()
         .map(|view| Instance {

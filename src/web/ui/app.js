@@ -209,46 +209,64 @@ function lane(name, l) {
     l.followup ? " (+follow-up)" : "", " · " + l.passes + " passes");
 }
 
+/** One repository node of an actor tree, with its session actors. */
+function repoNode(r) {
+  const [tone] = HEALTH[r.status] || ["off"];
+  const disabled = r.status === "disabled";
+  return h("li", { class: "repo", "data-repo": r.repoKey, "data-tone": tone },
+    h("div", { class: "node-head" },
+      h("span", { class: "name" }, r.repoKey), health(r.status),
+      r.runningTask ? h("span", { class: "small" }, "running ", taskLink(r.runningTask)) : null,
+      h("span", { class: "spacer" }),
+      h("a", { href: "#tasks?repo=" + encodeURIComponent(r.repoKey), class: "small" }, "tasks"),
+      h("button", { class: "small" + (disabled ? "" : " danger"), onclick: () => repoAction(r.repoKey, !disabled) },
+        disabled ? "Enable" : "Disable")),
+    h("div", { class: "facts" },
+      h("span", {}, "lease: ", h("b", {}, r.leaseHolder || "none"),
+        r.leaseExpiresAt ? h("span", {}, " · expires ", time(r.leaseExpiresAt)) : null),
+      h("span", {}, "queue: ", h("b", { class: "queue-depth" }, r.queueDepth)),
+      h("span", {}, "mailbox: ", h("b", {}, r.mailboxBacklog)),
+      h("span", {}, "restarts: ", h("b", {}, r.restarts)),
+      h("span", {}, "last event: ", time(r.lastEventAt)),
+      hookFact(r.repoKey)),
+    r.lastError ? h("div", { class: "error-text" }, r.lastError) : null,
+    h("ul", { class: "sessions" }, (r.sessions || []).map((s) =>
+      h("li", { class: "session", "data-session": s.sessionKey },
+        h("div", { class: "node-head" },
+          giteaLink(s.sessionKey), health(s.status),
+          s.activeTask ? h("span", { class: "small" }, "task ", taskLink(s.activeTask)) : null,
+          s.activeTurn ? h("span", { class: "small mono hide-narrow" }, "turn " + s.activeTurn) : null),
+        h("div", { class: "facts" },
+          lane("normal lane", s.normalLane || {}),
+          lane("steer lane", s.steerLane || {}),
+          lane("command lane", s.commandLane || {}),
+          h("span", {}, "outbox: ", h("b", {}, s.outboxDepth)),
+          h("span", {}, "mailbox: ", h("b", {}, s.mailboxBacklog)),
+          h("span", {}, "restarts: ", h("b", {}, s.restarts)),
+          h("span", {}, "last event: ", time(s.lastEventAt))),
+        s.lastError ? h("div", { class: "error-text" }, s.lastError) : null))));
+}
+
+/** Another server process's tree, as its last heartbeat reported it. */
+function instanceTree(i) {
+  const repos = i.repositories || [];
+  return h("section", { class: "instance", "data-server": i.serverId },
+    h("div", { class: "panel registry" },
+      h("strong", {}, "Instance"),
+      h("span", { class: "small mono" }, i.serverId),
+      i.draining ? health("draining") : null,
+      h("span", { class: "small" }, "heartbeat: ", time(i.heartbeatAt)),
+      h("span", { class: "small" }, "actors as of: ", time(i.actorsAt))),
+    repos.length ? h("ul", { class: "tree" }, repos.map(repoNode))
+      : h("p", { class: "empty" }, i.actorsAt ? "No repository actor there."
+        : "It reports no actors (intake only, or not yet)."));
+}
+
 function renderActors() {
   const a = live.actors;
   if (!a) return view(h("p", { class: "muted" }, "Waiting for the first update…"));
   const reg = a.registry;
-  const repos = (a.repositories || []).map((r) => {
-    const [tone] = HEALTH[r.status] || ["off"];
-    const disabled = r.status === "disabled";
-    return h("li", { class: "repo", "data-repo": r.repoKey, "data-tone": tone },
-      h("div", { class: "node-head" },
-        h("span", { class: "name" }, r.repoKey), health(r.status),
-        r.runningTask ? h("span", { class: "small" }, "running ", taskLink(r.runningTask)) : null,
-        h("span", { class: "spacer" }),
-        h("a", { href: "#tasks?repo=" + encodeURIComponent(r.repoKey), class: "small" }, "tasks"),
-        h("button", { class: "small" + (disabled ? "" : " danger"), onclick: () => repoAction(r.repoKey, !disabled) },
-          disabled ? "Enable" : "Disable")),
-      h("div", { class: "facts" },
-        h("span", {}, "lease: ", h("b", {}, r.leaseHolder || "none"),
-          r.leaseExpiresAt ? h("span", {}, " · expires ", time(r.leaseExpiresAt)) : null),
-        h("span", {}, "queue: ", h("b", { class: "queue-depth" }, r.queueDepth)),
-        h("span", {}, "mailbox: ", h("b", {}, r.mailboxBacklog)),
-        h("span", {}, "restarts: ", h("b", {}, r.restarts)),
-        h("span", {}, "last event: ", time(r.lastEventAt)),
-        hookFact(r.repoKey)),
-      r.lastError ? h("div", { class: "error-text" }, r.lastError) : null,
-      h("ul", { class: "sessions" }, (r.sessions || []).map((s) =>
-        h("li", { class: "session", "data-session": s.sessionKey },
-          h("div", { class: "node-head" },
-            giteaLink(s.sessionKey), health(s.status),
-            s.activeTask ? h("span", { class: "small" }, "task ", taskLink(s.activeTask)) : null,
-            s.activeTurn ? h("span", { class: "small mono hide-narrow" }, "turn " + s.activeTurn) : null),
-          h("div", { class: "facts" },
-            lane("normal lane", s.normalLane || {}),
-            lane("steer lane", s.steerLane || {}),
-            lane("command lane", s.commandLane || {}),
-            h("span", {}, "outbox: ", h("b", {}, s.outboxDepth)),
-            h("span", {}, "mailbox: ", h("b", {}, s.mailboxBacklog)),
-            h("span", {}, "restarts: ", h("b", {}, s.restarts)),
-            h("span", {}, "last event: ", time(s.lastEventAt))),
-          s.lastError ? h("div", { class: "error-text" }, s.lastError) : null))));
-  });
+  const repos = (a.repositories || []).map(repoNode);
   view(
     h("h1", {}, "Actors"),
     h("section", { class: "panel registry", id: "registry" },
@@ -258,7 +276,8 @@ function renderActors() {
       h("span", { class: "small" }, "session actors: ", h("b", {}, reg.sessionActors)),
       reg.owner ? h("span", { class: "small mono muted hide-narrow" }, reg.owner) : null),
     repos.length ? h("ul", { class: "tree", id: "tree" }, repos)
-      : h("p", { class: "empty", id: "tree" }, "No repository actor yet: they start when work arrives."));
+      : h("p", { class: "empty", id: "tree" }, "No repository actor yet: they start when work arrives."),
+    h("div", { id: "instances" }, (a.instances || []).map(instanceTree)));
 }
 
 function parseQuery(s) {
@@ -289,7 +308,8 @@ async function renderTasks(query, cursor, append) {
     const body = document.querySelector("#task-table tbody");
     if (body) body.append(...rows);
   } else {
-    const repos = ((live.actors && live.actors.repositories) || []).map((r) => r.repoKey);
+    const trees = live.actors ? [live.actors].concat(live.actors.instances || []) : [];
+    const repos = [...new Set(trees.flatMap((t) => (t.repositories || []).map((r) => r.repoKey)))];
     const repoInput = h("input", { id: "f-repo", list: "repo-list", value: q.repo || "", placeholder: "default:owner/name" });
     const resInput = h("input", { id: "f-resource", value: q.resource || "", placeholder: "default:owner/name:issue:1" });
     const stateSel = h("select", { id: "f-state" }, h("option", { value: "" }, "any"),
