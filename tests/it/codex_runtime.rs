@@ -542,20 +542,8 @@ async fn a_gitea_mcp_server_that_never_finishes_its_handshake_refuses_the_thread
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
     use codex_bridge::config::DatabaseUrl;
-    use codex_bridge::store::{Store, StoreSettings, WriterSettings};
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(dir.path().join("audit.db")),
-        read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 8,
-            threads: 1,
-            queue_capacity: 64,
-            ingest: Default::default(),
-        },
-    })
-    .unwrap();
+    let store = crate::support::open_store(DatabaseUrl::Sqlite(dir.path().join("audit.db")));
     let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/codex/old_app_server.py");
     // Wired as the server wires it: the client's notices, recorded by the app.

@@ -19,15 +19,7 @@ const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
 
 #[test]
 fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation_elsewhere() {
-    let mut l = Loop::start_with(|b| {
-        b.postgres()
-            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
-            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-    });
-    l.script_reply(l.issue, ANSWERED);
-    let first = l.comment("bob", l.issue, ASKED);
-    l.wait(&first, "succeeded");
-    l.wait_receipts(&first);
+    let (mut l, _) = first_exchange();
     let mut c = connect(&l.app.db_url);
     let session = format!("default:acme/widgets:issue:{}", l.issue);
     let (old_thread, old_home, generation) = session_thread(&mut c, &session);
@@ -89,14 +81,7 @@ fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation
 
 #[test]
 fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
-    let l = Loop::start_with(|b| {
-        b.postgres()
-            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
-            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
-    });
-    l.script_reply(l.issue, ANSWERED);
-    let first = l.comment("bob", l.issue, ASKED);
-    l.wait(&first, "succeeded");
+    let (l, first) = first_exchange();
     let mut c = connect(&l.app.db_url);
     let session = format!("default:acme/widgets:issue:{}", l.issue);
     let before = session_thread(&mut c, &session);
@@ -129,6 +114,21 @@ fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
         0
     );
     drop(second_app);
+}
+
+/// One process on PostgreSQL (short leases) that has answered the first
+/// comment; the loop and that comment's task.
+fn first_exchange() -> (Loop, String) {
+    let l = Loop::start_with(|b| {
+        b.postgres()
+            .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+            .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+    });
+    l.script_reply(l.issue, ANSWERED);
+    let first = l.comment("bob", l.issue, ASKED);
+    l.wait(&first, "succeeded");
+    l.wait_receipts(&first);
+    (l, first)
 }
 
 /// The process that ran the task's (only) attempt.

@@ -10,7 +10,7 @@ use codex_bridge::config::DatabaseUrl;
 use codex_bridge::gitea::receipts::ReceiptMode;
 use codex_bridge::gitea::{GiteaClient, GiteaError, GiteaForge, Permission, TriggerPolicy};
 use codex_bridge::jobs::receipts::ReceiptWorker;
-use codex_bridge::store::{comments, ingest, Store, StoreSettings, WriterSettings};
+use codex_bridge::store::{comments, ingest};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,18 +126,7 @@ async fn a_receipt_posted_before_a_crash_is_found_by_its_marker_not_posted_again
     sim.set_permission("acme", "widgets", "bob", Perm::Write);
     let n = sim.create_issue("acme", "widgets", "t", "b", "bob");
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&StoreSettings {
-        url: DatabaseUrl::Sqlite(dir.path().join("r.db")),
-        read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 8,
-            threads: 1,
-            queue_capacity: 64,
-            ingest: Default::default(),
-        },
-    })
-    .unwrap();
+    let store = crate::support::open_store(DatabaseUrl::Sqlite(dir.path().join("r.db")));
     let req = crate::actors::request("widgets", n, 4242, "@ccbot hi");
     let out = store.write(move |c| ingest::ingest(c, &req)).await.unwrap();
     let ingest::IngestOutcome::Accepted { task_id, .. } = out else {

@@ -8,25 +8,13 @@ use crate::support::*;
 use crate::testapp::*;
 use codex_bridge::config::DatabaseUrl;
 use codex_bridge::store::signals::Signal;
-use codex_bridge::store::writer::WriterSettings;
-use codex_bridge::store::{Store, StoreSettings};
+use codex_bridge::store::Store;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn store(url: &str) -> Store {
-    Store::open(&StoreSettings {
-        url: DatabaseUrl::Postgres(url.to_owned()),
-        read_pool_size: 2,
-        sqlite_busy_timeout: Duration::from_secs(5),
-        writer: WriterSettings {
-            batch_max: 8,
-            threads: 1,
-            queue_capacity: 64,
-            ingest: Default::default(),
-        },
-    })
-    .unwrap()
+    crate::support::open_store(DatabaseUrl::Postgres(url.to_owned()))
 }
 
 #[test]
