@@ -12,7 +12,7 @@
 use super::audit::{self, Audit, AuditView};
 use super::control::{self, ControlRequest};
 use super::schema::{leases, server_instances};
-use super::{now, DbConn, StoreError};
+use super::{format_time, now, shared_clock, shared_now, DbConn, StoreError};
 use crate::domain::RepoKey;
 use crate::with_conn;
 use diesel::prelude::*;
@@ -119,7 +119,7 @@ pub fn register(
     instance_id: &str,
     version: &str,
 ) -> Result<(), StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     with_conn!(conn, |c| diesel::insert_into(server_instances::table)
         .values((
             server_instances::server_id.eq(server_id),
@@ -157,7 +157,7 @@ pub fn heartbeat(
     version: &str,
     actors: Option<&serde_json::Value>,
 ) -> Result<Heartbeat, StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     let actors = actors.map(|a| a.to_string());
     let beat = Beat {
         heartbeat_at: &at,
@@ -190,7 +190,7 @@ pub fn heartbeat(
 /// The process stopped cleanly. `false`: it has no row. Its actor tree goes:
 /// those actors are gone, and nobody reads a stopped process's tree.
 pub fn mark_stopped(conn: &mut DbConn, server_id: &str) -> Result<bool, StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     let n = with_conn!(conn, |c| diesel::update(
         server_instances::table.find(server_id)
     )
@@ -292,6 +292,15 @@ pub fn list(conn: &mut DbConn) -> Result<Vec<InstanceView>, StoreError> {
         .collect())
 }
 
+/// The stored time after which a process must have beaten to count alive:
+/// `window` before now by the clock heartbeats are written with (the
+/// database's, when several processes share it).
+pub fn alive_since(conn: &mut DbConn, window: std::time::Duration) -> Result<String, StoreError> {
+    let window =
+        chrono::Duration::from_std(window).unwrap_or_else(|_| chrono::Duration::seconds(45));
+    Ok(format_time(shared_clock(conn)? - window))
+}
+
 /// The actor trees of the processes other than `except` that still run as
 /// far as anyone can tell (the rule of [`InstanceView::alive_since`]: not
 /// stopped, beat after `since`), the earliest started first. A tree that
@@ -340,7 +349,7 @@ fn held_leases(
     conn: &mut DbConn,
     owner: Option<&str>,
 ) -> Result<BTreeMap<String, Vec<RepoKey>>, StoreError> {
-    let at = now();
+    let at = shared_now(conn)?;
     let rows: Vec<(String, RepoKey)> = with_conn!(conn, |c| {
         let mut q = leases::table.into_boxed();
         if let Some(owner) = owner {

@@ -35,13 +35,16 @@ pub async fn tree_json(state: &AppState) -> Result<serde_json::Value, ApiError> 
             ..Default::default()
         },
     };
-    let (since, me) = (
-        super::instances::alive_since(state),
+    let (window, me) = (
+        super::instances::alive_window(state),
         state.server_id.clone(),
     );
     let others = state
         .store
-        .read(move |c| instances::find_alive_actors(c, &since, &me))
+        .read(move |c| {
+            let since = instances::alive_since(c, window)?;
+            instances::find_alive_actors(c, &since, &me)
+        })
         .await?;
     Ok(serde_json::json!({
         "registry": {

@@ -21,19 +21,19 @@ struct Instance {
     alive: bool,
 }
 
-/// The stored time after which a process must have beaten to count alive.
-/// Every process of a deployment is configured alike, so this process's
-/// beat stands for the others'.
-pub(super) fn alive_since(state: &AppState) -> String {
-    let beat = std::time::Duration::from_secs(state.config.lease_heartbeat_secs);
-    let window = chrono::Duration::from_std(beat.saturating_mul(MISSED_BEATS))
-        .unwrap_or_else(|_| chrono::Duration::seconds(45));
-    crate::store::format_time(chrono::Utc::now() - window)
+/// How long ago a process must have beaten to count alive. Every process
+/// of a deployment is configured alike, so this process's beat stands for
+/// the others'.
+pub(super) fn alive_window(state: &AppState) -> std::time::Duration {
+    std::time::Duration::from_secs(state.config.lease_heartbeat_secs).saturating_mul(MISSED_BEATS)
 }
 
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let rows = state.store.read(instances::list).await?;
-    let since = alive_since(&state);
+    let window = alive_window(&state);
+    let (rows, since) = state
+        .store
+        .read(move |c| Ok((instances::list(c)?, instances::alive_since(c, window)?)))
+        .await?;
     let instances: Vec<Instance> = rows
         .into_iter()
         .map(|view| Instance {
