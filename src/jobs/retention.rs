@@ -1,7 +1,7 @@
 //! The retention worker: once at start and then every [`INTERVAL`], deletes
 //! what `domain::retention` says the store may let go of (webhook
 //! deliveries no task was made from, the events of ended turns, old refusal
-//! counts), a bounded batch per write so that webhooks and turns are never
+//! counts, the rows of server processes long gone), a bounded batch per write so that webhooks and turns are never
 //! held up behind it, and audits each pass that removed anything
 //! (`retention.pruned`, with the counts and the cut-offs). Audit events are
 //! never removed.
@@ -31,11 +31,12 @@ pub struct Removed {
     pub deliveries: u64,
     pub turn_events: u64,
     pub refusal_counts: u64,
+    pub instances: u64,
 }
 
 impl Removed {
     fn any(&self) -> bool {
-        self.deliveries + self.turn_events + self.refusal_counts > 0
+        self.deliveries + self.turn_events + self.refusal_counts + self.instances > 0
     }
 }
 
@@ -59,6 +60,7 @@ impl RetentionWorker {
                         deliveries = removed.deliveries,
                         turn_events = removed.turn_events,
                         refusal_counts = removed.refusal_counts,
+                        instances = removed.instances,
                         "retention pass removed rows"
                     );
                 }
@@ -83,9 +85,14 @@ impl RetentionWorker {
                 })
                 .await?;
             removed.refusal_counts = self
-                .batches("refusal_counts", move |c| {
-                    retention::prune_refusal_counts(c, &before)
+                .batches("refusal_counts", {
+                    let before = before.clone();
+                    move |c| retention::prune_refusal_counts(c, &before)
                 })
+                .await?;
+            // Processes gone for as long as a delivery is kept.
+            removed.instances = self
+                .batches("instances", move |c| retention::prune_instances(c, &before))
                 .await?;
         }
         if let Some(before) = cut.turn_events.map(format_time) {
@@ -126,6 +133,7 @@ impl RetentionWorker {
             "deliveries": removed.deliveries,
             "turnEvents": removed.turn_events,
             "refusalCounts": removed.refusal_counts,
+            "instances": removed.instances,
             "deliveriesBefore": cut.deliveries.map(format_time),
             "turnEventsBefore": cut.turn_events.map(format_time),
         });

@@ -2,7 +2,9 @@
 //! holds the writer for long; what may go is decided by
 //! `domain::retention::cutoffs`, whose notes say what stays and why.
 
-use super::schema::{refusal_counts, tasks, turn_events, turns, webhook_deliveries};
+use super::schema::{
+    refusal_counts, server_instances, tasks, turn_events, turns, webhook_deliveries,
+};
 use super::{DbConn, StoreError};
 use crate::domain::request::CATCHUP_DELIVERY_PREFIX;
 use crate::with_conn;
@@ -79,6 +81,22 @@ pub fn compact_turn_events(
 pub fn prune_refusal_counts(conn: &mut DbConn, before: &str) -> Result<usize, StoreError> {
     Ok(with_conn!(conn, |c| diesel::delete(
         refusal_counts::table.filter(refusal_counts::minute.lt(before))
+    )
+    .execute(c))?)
+}
+
+/// Deletes the rows of server processes that stopped before `before`, or
+/// that last beat before it without saying they stopped (they died, and
+/// nothing of theirs can still hold a lease): one row is written per start,
+/// so the instances view would otherwise list every start for ever. How
+/// many.
+pub fn prune_instances(conn: &mut DbConn, before: &str) -> Result<usize, StoreError> {
+    Ok(with_conn!(conn, |c| diesel::delete(
+        server_instances::table.filter(
+            server_instances::stopped_at
+                .lt(before)
+                .or(server_instances::heartbeat_at.lt(before))
+        )
     )
     .execute(c))?)
 }

@@ -155,12 +155,28 @@ fn retention(db: Db) {
         ),
     )
     .unwrap();
+    // A process that stopped cleanly today.
+    exec(
+        &mut connect(&url),
+        &format!(
+            "INSERT INTO server_instances (server_id, instance_id, version, started_at, \
+             heartbeat_at, draining, stopped_at) VALUES ('default:gone:1:ab', 'default', 'v', \
+             '{now}', '{now}', FALSE, '{now}')",
+            now = codex_bridge::store::now()
+        ),
+    )
+    .unwrap();
     let deliveries = count("webhook_deliveries", "1 = 1");
     let audit_before = audit_seqs(&url);
 
     // Eight days on: only the ended turn's events go.
     let removed = pass(&url, 8);
     assert_eq!(removed.deliveries, 0);
+    assert_eq!(removed.instances, 0);
+    assert_eq!(
+        count("server_instances", "server_id = 'default:gone:1:ab'"),
+        1
+    );
     assert_eq!(removed.refusal_counts, 0);
     assert_eq!(removed.turn_events, u64::try_from(events_before).unwrap());
     assert_eq!(turn_events(), 0);
@@ -178,6 +194,13 @@ fn retention(db: Db) {
     assert_eq!(removed.turn_events, 0);
     assert!(removed.refusal_counts > 0);
     assert_eq!(count("refusal_counts", "1 = 1"), 0);
+    // The stopped process's row goes (the running one's looks a month
+    // old to this pass too, and comes back with its next heartbeat).
+    assert!(removed.instances >= 1);
+    assert_eq!(
+        count("server_instances", "server_id = 'default:gone:1:ab'"),
+        0
+    );
     let gone: Vec<&str> = vec![&note_delivery, &replay, &replay_of_mention];
     for id in &gone {
         assert_eq!(
