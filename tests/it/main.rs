@@ -97,6 +97,7 @@ mod steer;
 mod storm;
 mod support;
 mod testapp;
+mod topology;
 mod transcripts;
 mod walkthrough;
 mod walvfs;

@@ -1,8 +1,8 @@
 //! A real nginx running `deploy/codex-bridge.nginx.conf` (or the site for
 //! several instances, `deploy/codex-bridge-instances.nginx.conf`) in front of
 //! test servers, for tests of the deployment (`deploy.rs`,
-//! `nginx_instances.rs`) and of anything that must survive the proxy (such as
-//! the live event stream, unbuffered).
+//! `nginx_instances.rs`, `topology/`) and of anything that must survive the
+//! proxy (such as the live event stream, unbuffered).
 //!
 //! The deploy file is the template: [`site_for_test`] keeps its upstream block
 //! and its TLS server block as they are and rewrites only the lines that name
@@ -283,12 +283,42 @@ pub fn find_binary(name: &str, install: &str) -> PathBuf {
         })
 }
 
-fn free_port() -> u16 {
+/// A port nothing listens on now (another process may take it before the
+/// caller binds it).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The admin token as a request header, for [`Nginx::http_request`].
+pub fn bearer() -> (String, String) {
+    (
+        "Authorization".to_owned(),
+        format!("Bearer {}", crate::support::ADMIN_TOKEN),
+    )
+}
+
+/// The instances view (`GET /api/gitea-workflow/instances`) through the
+/// site, from whichever instance nginx picks.
+pub fn instances(nginx: &Nginx) -> Vec<serde_json::Value> {
+    let r = nginx.http_request("GET", "/api/gitea-workflow/instances", &[bearer()], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["instances"].as_array().unwrap().clone()
+}
+
+/// The instance row of process `pid` (its serverId names the pid).
+pub fn row_of(listed: &[serde_json::Value], pid: u32) -> Option<serde_json::Value> {
+    listed
+        .iter()
+        .find(|i| {
+            i["serverId"]
+                .as_str()
+                .is_some_and(|id| id.contains(&format!(":{pid}:")))
+        })
+        .cloned()
 }
 
 /// A raw HTTP answer: status, headers (lower-case names) and body.

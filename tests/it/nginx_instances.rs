@@ -10,7 +10,7 @@ use crate::deploy::{request_lines, signed_webhook};
 use crate::nginx::*;
 use crate::support::*;
 use crate::testapp::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::Path;
@@ -25,10 +25,6 @@ const WEBHOOK: &str = "/api/gitea/webhook";
 
 fn upstream(s: &TestApp) -> String {
     s.base.trim_start_matches("http://").to_owned()
-}
-
-fn bearer() -> (String, String) {
-    ("Authorization".to_owned(), format!("Bearer {ADMIN_TOKEN}"))
 }
 
 /// The lines of an nginx file without comments, trimmed, non-empty.
@@ -157,24 +153,6 @@ fn the_instances_site_keeps_the_single_site_and_retries_only_unsent_requests() {
 fn webhook(nginx: &Nginx, delivery: &str, comment_id: i64) -> RawReply {
     let (headers, body) = signed_webhook(delivery, comment_id, 8192);
     nginx.http_request("POST", WEBHOOK, &headers, &body)
-}
-
-fn instances(nginx: &Nginx) -> Vec<Value> {
-    let r = nginx.http_request("GET", "/api/gitea-workflow/instances", &[bearer()], b"");
-    assert_eq!(r.status, 200, "{}", r.text());
-    r.json()["instances"].as_array().unwrap().clone()
-}
-
-/// The instance row of process `pid` (its serverId names the pid).
-fn row_of(listed: &[Value], pid: u32) -> Option<Value> {
-    listed
-        .iter()
-        .find(|i| {
-            i["serverId"]
-                .as_str()
-                .is_some_and(|id| id.contains(&format!(":{pid}:")))
-        })
-        .cloned()
 }
 
 #[test]

@@ -196,7 +196,9 @@ impl TestAppBuilder {
         self
     }
 
-    /// Sets a variable of the server's configuration (last one wins).
+    /// Sets a variable of the server's environment (last one wins): a
+    /// `CODEX_BRIDGE_*` key of its configuration, or any other the process
+    /// reads.
     pub fn env(mut self, key: &str, value: &str) -> Self {
         self.env.push((key.into(), value.into()));
         self
@@ -341,13 +343,27 @@ impl TestApp {
     /// another instance of a deployment. The Gitea simulator's webhook goes
     /// to the instance started last.
     pub fn another_instance(&self) -> TestApp {
+        self.another_instance_with(|b| b)
+    }
+
+    /// As [`TestApp::another_instance`], with `change` applied to a copy of
+    /// this app's builder first: an instance of its own configuration, such
+    /// as its own `listen` address, or variables for that process alone (a
+    /// preloaded library that moves its clock). [`TestApp::start_again`]
+    /// keeps the change. The database and the peers stay the shared ones,
+    /// whatever the changed builder says about them.
+    pub fn another_instance_with(
+        &self,
+        change: impl FnOnce(TestAppBuilder) -> TestAppBuilder,
+    ) -> TestApp {
+        let builder = change(self.builder.clone());
         let own_home = self
             .peers
             .model
             .as_ref()
-            .map(|model| self.builder.codex_home_for(model));
+            .map(|model| builder.codex_home_for(model));
         TestApp::launch(
-            self.builder.clone(),
+            builder,
             self.peers.clone(),
             own_home,
             tempfile::tempdir().unwrap(),
