@@ -33,6 +33,10 @@ macro_rules! with_conn {
 /// and schemas. `/metrics` shows it as `codex_bridge_sqlite_heap_bytes`.
 pub const SQLITE_HEAP_LIMIT: u64 = 32 << 20;
 
+/// How long a PostgreSQL session may sit in a transaction waiting for its
+/// client before the server ends it (and its locks go).
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
 /// How a pool's connections are set up.
 #[derive(Clone, Debug)]
 pub struct ConnSettings {
@@ -109,6 +113,16 @@ impl DbConn {
                     c.batch_execute("SET plan_cache_mode = force_custom_plan;")
                         .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 }
+                // A process stopped in the middle of a transaction (paused,
+                // cut off) would keep its row locks, a lease row's among them,
+                // for as long as it is gone; PostgreSQL ends such a session
+                // instead, well within a lease's time. No transaction of the
+                // bridge waits on its client that long.
+                c.batch_execute(&format!(
+                    "SET idle_in_transaction_session_timeout = {};",
+                    IDLE_IN_TRANSACTION.as_millis()
+                ))
+                .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;
                 Ok(DbConn::Pg(c))
             }
         }

@@ -99,6 +99,13 @@ pub fn acquire(
         }
         Some(held) if held.is_held(&at) => Ok(None),
         Some(previous) => {
+            // A row another transaction holds locked (its holder writing
+            // under it, or a process paused in the middle of doing so) is not
+            // waited for: this writer serves every other write of the
+            // process, webhooks included.
+            if !lock_unless_busy(conn, &previous)? {
+                return Ok(None);
+            }
             // Take the exact row we looked at: a competitor that took it
             // first changed its lease id, and this update then finds nothing.
             let lease_id = new_lease_id();
@@ -213,6 +220,9 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
         .select(Lease::as_select())
         .load(c))?;
     for lease in &expired {
+        if !lock_unless_busy(conn, lease)? {
+            continue;
+        }
         let n = with_conn!(conn, |c| diesel::update(
             leases::table
                 .filter(leases::lease_id.eq(&lease.lease_id))
@@ -275,6 +285,24 @@ pub fn fence_of(
     Ok(find(conn, repo_key)?
         .filter(|l| l.lease_id == lease_id && l.released_at.is_none())
         .map(|l| l.fence()))
+}
+
+/// Locks the row of `lease` for this transaction unless another transaction
+/// holds it locked (PostgreSQL's `SKIP LOCKED`); `false`: busy, or no longer
+/// that holding. SQLite has one writer, so nothing else holds it.
+fn lock_unless_busy(conn: &mut DbConn, lease: &Lease) -> Result<bool, StoreError> {
+    match conn {
+        DbConn::Sqlite(_) => Ok(true),
+        DbConn::Pg(c) => Ok(leases::table
+            .filter(leases::repo_key.eq(&lease.repo_key))
+            .filter(leases::lease_id.eq(&lease.lease_id))
+            .select(leases::fence)
+            .for_update()
+            .skip_locked()
+            .first::<i64>(c)
+            .optional()?
+            .is_some()),
+    }
 }
 
 /// The lease row `fence` names, if it is still the current holding.

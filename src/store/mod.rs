@@ -52,7 +52,7 @@ pub mod walvfs;
 pub mod workflows;
 pub mod worktrees;
 
-pub use conn::{ConnSettings, DbConn, DbManager, SQLITE_HEAP_LIMIT};
+pub use conn::{ConnSettings, DbConn, DbManager, IDLE_IN_TRANSACTION, SQLITE_HEAP_LIMIT};
 pub use writer::WriterSettings;
 
 use crate::config::DatabaseUrl;
