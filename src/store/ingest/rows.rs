@@ -336,6 +336,12 @@ impl BatchRows {
     }
 
     pub(super) fn write(mut self, conn: &mut DbConn, at: &str) -> Result<(), StoreError> {
+        // In key order, as every writer inserts them: two processes that
+        // first see the same new repositories or sessions in other orders
+        // would otherwise wait on each other's inserts (a deadlock
+        // PostgreSQL breaks only after a second, failing one batch).
+        self.repos.sort_by(|a, b| a.repo_key.cmp(&b.repo_key));
+        self.sessions.sort_by(|a, b| a.session_key.cmp(&b.session_key));
         // Repositories first: a concurrent first sighting (another writer)
         // inserts nothing here, and only real registrations are audited.
         let mut registered: Vec<RepoKey> = Vec::new();
