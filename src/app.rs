@@ -217,6 +217,15 @@ pub async fn record_notices(
     }
 }
 
+/// How long the server keeps an idle client connection: far longer than a
+/// reverse proxy keeps its idle connections to us (the shipped nginx sites:
+/// 4 s), so the proxy always drops one first and never writes a request into
+/// a connection the server is closing. That holds even for a server that
+/// was paused: its own timer, run out during the pause, would close the
+/// connection on waking before reading the request the proxy had sent, and
+/// the proxy answers that request 502 without trying it elsewhere.
+const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(75);
+
 /// Binds `listen` and runs the server until SIGINT/SIGTERM (graceful:
 /// requests in flight finish, and their writes commit, before exit).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
@@ -393,6 +402,7 @@ pub async fn run(
     })
     .workers(workers)
     .client_request_timeout(request_timeout)
+    .keep_alive(KEEP_ALIVE)
     .max_connections(max_connections.div_ceil(workers))
     .listen(listener)?
     .disable_signals()

@@ -180,32 +180,17 @@ fn paused_past_its_lease(rig: &mut Rig) {
             .map(|h| h.join().unwrap())
             .collect::<Vec<_>>()
     });
+    // A webhook nginx passed to the stopped instance waited for it and was
+    // taken: the server keeps idle connections far longer than nginx does,
+    // so waking up it never closes one nginx has just written a request to.
     for (p, r) in pending.into_iter().zip(replies) {
-        if r.status != 502 {
-            rig.accept(p, r);
-            continue;
-        }
-        // nginx reused a keep-alive connection to the stopped instance, whose
-        // idle timer ran out while it was stopped: going on, it closed the
-        // connection before reading the webhook (nginx logs the close or the
-        // reset). nginx passes no POST on once sent, so Gitea sees a failed
-        // delivery. Nothing was stored, and Gitea's Replay (the same body, a
-        // new delivery id) is taken.
-        eprintln!("topology: a webhook to the paused instance was answered 502");
-        let stored = format!("delivery_id = '{}'", p.delivery.id);
-        assert_eq!(count_where(&mut rig.db(), "webhook_deliveries", &stored), 0);
-        let log = rig.nginx.error_log();
-        let cut_off: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("while reading response header from upstream"))
-            .collect();
-        assert!(
-            !cut_off.is_empty() && cut_off.iter().all(|l| l.contains(&rig.addrs[paused])),
-            "{log}"
+        assert_ne!(
+            r.status,
+            502,
+            "a webhook to the paused instance was cut off: {}",
+            rig.nginx.error_log()
         );
-        let replay = rig.replay(&p);
-        let r = deliver(&rig.nginx, &replay.delivery);
-        rig.accept(replay, r);
+        rig.accept(p, r);
     }
     let mut c = rig.db();
     for t in &cut {

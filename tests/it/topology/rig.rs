@@ -152,18 +152,6 @@ impl Rig {
         }
     }
 
-    /// Gitea's "Replay" of `p`'s webhook: the same body, a new delivery id.
-    pub fn replay(&self, p: &Pending) -> Pending {
-        Pending {
-            repo: p.repo.clone(),
-            number: p.number,
-            delivery: Delivery {
-                id: uuid::Uuid::new_v4().to_string(),
-                ..p.delivery.clone()
-            },
-        }
-    }
-
     /// Records nginx's answer to `p`'s webhook, which must be 202 with a
     /// task; the task, expected to succeed.
     pub fn accept(&mut self, p: Pending, r: RawReply) -> String {
