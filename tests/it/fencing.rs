@@ -119,3 +119,44 @@ fn a_paused_instances_late_write_is_refused_by_the_fencing_token() {
     );
     drop(b);
 }
+
+/// A repository whose holder died moves when the lease runs out, not at the
+/// next sweep: a process that found it held looks again at its expiry.
+/// Sweeps here are a minute apart.
+#[test]
+fn a_dead_instances_repository_moves_when_its_lease_runs_out() {
+    let mut a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_LEASE_TTL_SECS", "3")
+        .env("CODEX_BRIDGE_LEASE_HEARTBEAT_SECS", "1")
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    let mut c = connect(&a.db_url);
+    let first = a.task_comment(
+        "move-1",
+        601,
+        "@ccbot slow work [sleep:30000]",
+        "widgets",
+        1,
+    );
+    wait_task_state(&a.db_url, &first, "running", LONG);
+    let held = lease_row(&mut c).expect("A holds the repository's lease");
+    // B gets work in the same repository and finds it held.
+    let b = a.another_instance();
+    let second = b.task_comment("move-2", 602, "@ccbot quick", "widgets", 2);
+    b.wait_repo_passes("default:acme/widgets", "busy_elsewhere");
+    a.kill9();
+    let killed = std::time::Instant::now();
+    wait_until("B to take the lease over", LONG, || {
+        lease_row(&mut c).is_some_and(|l| l.owner != held.owner)
+    });
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs(3 + 3),
+        "the lease moved {took:?} after its holder died (lease time 3 s)"
+    );
+    wait_task_state(&a.db_url, &second, "succeeded", LONG);
+}

@@ -373,6 +373,7 @@ async fn schedule_pass(
             let Some(lease) = acquire(&deps, &repo_key, &owner, ttl).await? else {
                 outcome.status = RepoActorStatus::BusyElsewhere;
                 outcome.lease = None;
+                outcome.wake_at = when_free(&deps, &repo_key).await.or(outcome.wake_at);
                 return Ok(outcome);
             };
             outcome.lease = Some(lease);
@@ -405,6 +406,7 @@ async fn schedule_pass(
     let Some(lease) = lease else {
         outcome.status = RepoActorStatus::BusyElsewhere;
         outcome.lease = None;
+        outcome.wake_at = when_free(&deps, &repo_key).await.or(outcome.wake_at);
         return Ok(outcome);
     };
     let fence = lease.fence();
@@ -520,6 +522,23 @@ async fn record_prepared(deps: &Arc<ActorDeps>, task: &Task, head: Option<String
     if let Err(e) = recorded {
         tracing::warn!(task.id = %task.task_id, error = %e, "could not record the prepared worktree; this task sets no commit status");
     }
+}
+
+/// When to look again at a repository another process holds: a moment
+/// after its lease runs out, if it is not renewed (a holder that died frees
+/// it then, not at the next sweep). `None` when that time has passed by
+/// this process's clock already (a clock behind the database's): the sweep
+/// looks again, and a timer never spins.
+async fn when_free(deps: &Arc<ActorDeps>, repo_key: &RepoKey) -> Option<String> {
+    let key = repo_key.clone();
+    let lease = deps
+        .store
+        .read(move |c| leases::find(c, &key))
+        .await
+        .ok()??;
+    let expires = chrono::DateTime::parse_from_rfc3339(&lease.expires_at).ok()?;
+    let at = expires.with_timezone(&chrono::Utc) + chrono::Duration::milliseconds(100);
+    (at > chrono::Utc::now()).then(|| crate::store::format_time(at))
 }
 
 async fn acquire(
