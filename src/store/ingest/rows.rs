@@ -341,7 +341,8 @@ impl BatchRows {
         // would otherwise wait on each other's inserts (a deadlock
         // PostgreSQL breaks only after a second, failing one batch).
         self.repos.sort_by(|a, b| a.repo_key.cmp(&b.repo_key));
-        self.sessions.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        self.sessions
+            .sort_by(|a, b| a.session_key.cmp(&b.session_key));
         // Repositories first: a concurrent first sighting (another writer)
         // inserts nothing here, and only real registrations are audited.
         let mut registered: Vec<RepoKey> = Vec::new();
