@@ -307,36 +307,8 @@ pub async fn run(
     // wake the actors here as this process's own commits do.
     let woken = registry.clone();
     store.listen(move |signal| {
-        use crate::actors::registry::{AbortTask, ApprovalDecided, Notify, RunCommands};
-        use crate::store::signals::Signal;
-        let Some(registry) = &woken else { return };
-        match signal {
-            Signal::Repo { repo_key } => registry.do_send(Notify { repo_key }),
-            Signal::Session {
-                session_key,
-                repo_key,
-            } => registry.do_send(RunCommands {
-                session_key,
-                repo_key,
-            }),
-            Signal::Approval {
-                session_key,
-                repo_key,
-                task_id,
-            } => registry.do_send(ApprovalDecided {
-                session_key,
-                repo_key,
-                task_id,
-            }),
-            Signal::Abort {
-                session_key,
-                repo_key,
-                task_id,
-            } => registry.do_send(AbortTask {
-                session_key,
-                repo_key,
-                task_id,
-            }),
+        if let Some(registry) = &woken {
+            crate::actors::registry::wake_for(registry, signal);
         }
     })?;
     let normalizer = Normalizer {

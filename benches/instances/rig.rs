@@ -5,11 +5,10 @@
 use crate::common::Folders;
 use actix::prelude::*;
 use anyhow::{anyhow, bail, Context as _, Result};
-use codex_bridge::actors::registry::{AbortTask, ApprovalDecided, Notify, Registry, RunCommands};
+use codex_bridge::actors::registry::{wake_for, Registry};
 use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::ScriptedAgent;
 use codex_bridge::forge::scripted::ScriptedForge;
-use codex_bridge::store::signals::Signal;
 use codex_bridge::store::{Store, StoreSettings};
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use std::path::PathBuf;
@@ -98,7 +97,7 @@ impl Instance {
                         return;
                     }
                     let registry = Registry::new(deps.clone()).start();
-                    if let Err(e) = deps.store.listen(wake(registry)) {
+                    if let Err(e) = deps.store.listen(move |signal| wake_for(&registry, signal)) {
                         eprintln!("an instance cannot listen for the others' signals: {e}");
                     }
                 });
@@ -148,39 +147,6 @@ impl Drop for Instance {
         if let Err(e) = self.stop() {
             eprintln!("{e:#}");
         }
-    }
-}
-
-/// What the server's listener does with another process's signal (the
-/// mapping `app::run` installs inline, which the crate does not export).
-fn wake(registry: Addr<Registry>) -> impl Fn(Signal) + Send + 'static {
-    move |signal| match signal {
-        Signal::Repo { repo_key } => registry.do_send(Notify { repo_key }),
-        Signal::Session {
-            session_key,
-            repo_key,
-        } => registry.do_send(RunCommands {
-            session_key,
-            repo_key,
-        }),
-        Signal::Approval {
-            session_key,
-            repo_key,
-            task_id,
-        } => registry.do_send(ApprovalDecided {
-            session_key,
-            repo_key,
-            task_id,
-        }),
-        Signal::Abort {
-            session_key,
-            repo_key,
-            task_id,
-        } => registry.do_send(AbortTask {
-            session_key,
-            repo_key,
-            task_id,
-        }),
     }
 }
 

@@ -12,6 +12,7 @@ use super::session::{Drain, SessionActor, StopIfIdle};
 use super::ActorDeps;
 use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::queue;
+use crate::store::signals::Signal;
 use crate::store::{commands, leases, worktrees};
 use actix::prelude::*;
 use std::collections::HashMap;
@@ -23,6 +24,40 @@ struct Child<A: Actor, H> {
     addr: Addr<A>,
     health: Arc<Mutex<H>>,
     backlog: Arc<AtomicI64>,
+}
+
+/// Wakes the actors another process's `signal` concerns (committed work on
+/// the same PostgreSQL), as this process's own commits wake them: what the
+/// store's listener does with each signal it hears.
+pub fn wake_for(registry: &Addr<Registry>, signal: Signal) {
+    match signal {
+        Signal::Repo { repo_key } => registry.do_send(Notify { repo_key }),
+        Signal::Session {
+            session_key,
+            repo_key,
+        } => registry.do_send(RunCommands {
+            session_key,
+            repo_key,
+        }),
+        Signal::Approval {
+            session_key,
+            repo_key,
+            task_id,
+        } => registry.do_send(ApprovalDecided {
+            session_key,
+            repo_key,
+            task_id,
+        }),
+        Signal::Abort {
+            session_key,
+            repo_key,
+            task_id,
+        } => registry.do_send(AbortTask {
+            session_key,
+            repo_key,
+            task_id,
+        }),
+    }
 }
 
 pub struct Registry {
