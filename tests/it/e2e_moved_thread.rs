@@ -30,14 +30,7 @@ fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation
     l.app.kill9();
     let second_app = l.app.another_instance();
     let asked_before = l.model().requests().len();
-    l.script_reply(l.issue, "Each run now gets its own temp dir.");
-    let follow_up = l.comment("bob", l.issue, FOLLOW_UP);
-    wait_task_state(
-        &l.app.db_url,
-        &follow_up,
-        "succeeded",
-        Duration::from_secs(120),
-    );
+    let follow_up = follow_up(&l);
 
     // The follow-up ran on a new thread in the second home, as the
     // session's next generation, once.
@@ -95,14 +88,7 @@ fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
         second_app.get("/readyz", None).json["codex"]["state"] == "ok"
     });
     assert!(ready, "the second instance's Codex never became ready");
-    l.script_reply(l.issue, "Each run now gets its own temp dir.");
-    let follow_up = l.comment("bob", l.issue, FOLLOW_UP);
-    wait_task_state(
-        &l.app.db_url,
-        &follow_up,
-        "succeeded",
-        Duration::from_secs(120),
-    );
+    let follow_up = follow_up(&l);
     assert_eq!(attempt_owner(&mut c, &follow_up), holder);
     assert_eq!(
         session_thread(&mut c, &session),
@@ -129,6 +115,14 @@ fn first_exchange() -> (Loop, String) {
     l.wait(&first, "succeeded");
     l.wait_receipts(&first);
     (l, first)
+}
+
+/// The follow-up comment, answered; its task.
+fn follow_up(l: &Loop) -> String {
+    l.script_reply(l.issue, "Each run now gets its own temp dir.");
+    let task = l.comment("bob", l.issue, FOLLOW_UP);
+    wait_task_state(&l.app.db_url, &task, "succeeded", Duration::from_secs(120));
+    task
 }
 
 /// The process that ran the task's (only) attempt.
