@@ -44,6 +44,7 @@ impl TaskDrive {
             ThreadPlan::Rebuild { old, .. } => self.conversation_of(old).await?,
             _ => (Vec::new(), None),
         };
+        let carried_over = history.len();
         let thread = self
             .deps
             .runtime
@@ -61,7 +62,7 @@ impl TaskDrive {
                 },
                 cwd: cwd.clone(),
                 terms: terms.clone(),
-                history: history.clone(),
+                history,
             })
             .await;
         let thread = match thread {
@@ -101,7 +102,6 @@ impl TaskDrive {
         let limits = self.deps.settings.workflow_limits();
         let as_owner = self.answers_for_owner;
         let version = self.snap.state_version;
-        let carried_over = history.len();
         let written = self
             .deps
             .store
