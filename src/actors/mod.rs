@@ -288,6 +288,18 @@ pub trait Workspaces: Send + Sync + 'static {
         let _ = id;
         self.path_for(owner, name)
     }
+    /// Blocking: an empty folder of the session's own, made if missing, for
+    /// a turn that needs nothing of the repository (see
+    /// [`WorkspaceManager::scratch_for`]).
+    fn scratch_for(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        let _ = id;
+        self.path_for(owner, name)
+    }
     /// Blocking: what the session's worktree holds now (`None`: it has
     /// none), recorded when a turn ends.
     fn tree_state(
@@ -372,6 +384,15 @@ impl Workspaces for WorkspaceManager {
         base: Option<&str>,
     ) -> Result<Option<String>, WorkspaceError> {
         WorkspaceManager::base_instructions(self, owner, name, base)
+    }
+
+    fn scratch_for(
+        &self,
+        owner: &str,
+        name: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        WorkspaceManager::scratch_for(self, owner, name, id)
     }
 }
 

@@ -57,6 +57,7 @@ pub fn wake_for(registry: &Addr<Registry>, signal: Signal) {
             repo_key,
             task_id,
         }),
+        Signal::Sweep => registry.do_send(Sweep),
     }
 }
 
@@ -293,6 +294,20 @@ impl Handler<AgentChanged> for Registry {
         for repo_key in &known {
             self.wake_repo(repo_key, ctx);
         }
+        self.sweep(ctx);
+    }
+}
+
+/// Work may wait in any repository: look at the store now, as the timer
+/// does.
+#[derive(Message, Debug, Clone, Copy)]
+#[rtype(result = "()")]
+pub struct Sweep;
+
+impl Handler<Sweep> for Registry {
+    type Result = ();
+
+    fn handle(&mut self, _: Sweep, ctx: &mut Self::Context) {
         self.sweep(ctx);
     }
 }

@@ -431,7 +431,11 @@ impl CatchupWorker {
                     comment.id = comment_id,
                     "catch-up: a mentioning comment whose webhook never arrived is now a task"
                 );
-                // After the commit, as the webhook does.
+                // After the commit, as the webhook does: the process that
+                // holds the repository may be another one.
+                self.store.signal(crate::store::signals::Signal::Repo {
+                    repo_key: repo.repo_key.clone(),
+                });
                 if let Some(registry) = &self.registry {
                     registry.do_send(Notify {
                         repo_key: repo.repo_key.clone(),

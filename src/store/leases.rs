@@ -252,16 +252,21 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
 /// holder exists whose work a write could overwrite.
 ///
 /// It runs first in every transaction a holder writes under its lease. On
-/// PostgreSQL it keeps a share lock on the lease row until that transaction
-/// ends, so a takeover (an update of that row) waits for it, or, if the
-/// takeover committed first, this check sees the new holder and refuses:
-/// every write of the transaction, inserts included, is covered by one check.
+/// PostgreSQL it keeps a key-share lock on the lease row until that
+/// transaction ends, so a takeover (which locks the row `FOR UPDATE` and
+/// gives it a new lease id) cannot commit meanwhile, or, if the takeover
+/// committed first, this check sees the new holder and refuses: every write
+/// of the transaction, inserts included, is covered by one check. The
+/// holder's own renewals and release change no key, so they never wait for
+/// its writes (nor its writes for them): two writer threads of one process,
+/// each with a batch of writes and renewals over several repositories,
+/// cannot deadlock on the lease rows.
 /// SQLite has one writer at a time, so nothing can move the lease between
 /// the check and the commit.
 pub fn check(conn: &mut DbConn, fence: &Fence) -> Result<(), StoreError> {
     let found: Option<i64> = match conn {
         DbConn::Sqlite(c) => current(fence).first(c).optional()?,
-        DbConn::Pg(c) => current(fence).for_share().first(c).optional()?,
+        DbConn::Pg(c) => current(fence).for_key_share().first(c).optional()?,
     };
     match found {
         Some(_) => Ok(()),

@@ -258,10 +258,19 @@ impl Store {
             return Ok(());
         };
         let changes = self.inner.changes.clone();
-        signals::listen(url.clone(), self.inner.origin.clone(), move |signal| {
-            changes.send_modify(|n| *n = n.wrapping_add(1));
-            on(signal);
-        })
+        // The listener ends with the store: a process (or a test) that
+        // drops its store keeps no thread reconnecting to a database it
+        // no longer uses.
+        let store = Arc::downgrade(&self.inner);
+        signals::listen(
+            url.clone(),
+            self.inner.origin.clone(),
+            move || store.strong_count() > 0,
+            move |signal| {
+                changes.send_modify(|n| *n = n.wrapping_add(1));
+                on(signal);
+            },
+        )
     }
 
     /// A receiver that sees a new value after each transaction this process

@@ -67,6 +67,9 @@ pub enum Signal {
         repo_key: RepoKey,
         task_id: TaskId,
     },
+    /// Work may wait anywhere (the deployment's pause was lifted): each
+    /// process sweeps the store as its registry does on a timer.
+    Sweep,
 }
 
 /// A signal as it travels: who sent it, so a process skips its own.
@@ -147,24 +150,30 @@ fn notify_loop(url: &str, origin: &str, rx: &Receiver<Signal>) {
 pub(super) fn listen(
     url: String,
     origin: String,
+    wanted: impl Fn() -> bool + Send + 'static,
     on: impl Fn(Signal) + Send + 'static,
 ) -> Result<(), StoreError> {
     std::thread::Builder::new()
         .name("pg-listener".into())
-        .spawn(move || loop {
-            match listening(&url) {
-                Ok(mut conn) => {
-                    tracing::info!(
-                        channel = CHANNEL,
-                        "listening for other server processes' signals"
-                    );
-                    if let Err(e) = receive(&mut conn, &origin, &on) {
-                        tracing::warn!(error = %e, "listener lost its connection; reconnecting");
+        .spawn(move || {
+            while wanted() {
+                match listening(&url) {
+                    Ok(mut conn) => {
+                        tracing::info!(
+                            channel = CHANNEL,
+                            "listening for other server processes' signals"
+                        );
+                        match receive(&mut conn, &origin, &wanted, &on) {
+                            Ok(()) => return,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "listener lost its connection; reconnecting")
+                            }
+                        }
                     }
+                    Err(e) => tracing::warn!(error = %e, "listener cannot connect; retrying"),
                 }
-                Err(e) => tracing::warn!(error = %e, "listener cannot connect; retrying"),
+                std::thread::sleep(RECONNECT);
             }
-            std::thread::sleep(RECONNECT);
         })
         .map_err(|e| StoreError::Unavailable(format!("cannot start the listener thread: {e}")))?;
     Ok(())
@@ -177,10 +186,16 @@ fn listening(url: &str) -> Result<PgConnection, StoreError> {
     Ok(conn)
 }
 
-/// Hands on every signal that arrives until the connection fails.
-fn receive(conn: &mut PgConnection, origin: &str, on: &impl Fn(Signal)) -> Result<(), StoreError> {
+/// Hands on every signal that arrives until the connection fails (`Err`)
+/// or nobody wants them any more (`Ok`).
+fn receive(
+    conn: &mut PgConnection,
+    origin: &str,
+    wanted: &impl Fn() -> bool,
+    on: &impl Fn(Signal),
+) -> Result<(), StoreError> {
     let mut idle = Duration::ZERO;
-    loop {
+    while wanted() {
         let mut any = false;
         for note in conn.notifications_iter() {
             let note = note?;
@@ -200,4 +215,5 @@ fn receive(conn: &mut PgConnection, origin: &str, on: &impl Fn(Signal)) -> Resul
         }
         std::thread::sleep(POLL);
     }
+    Ok(())
 }

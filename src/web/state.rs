@@ -33,3 +33,29 @@ pub struct AppState {
     /// an agent runtime).
     pub circuit: crate::agent::circuit::Circuit,
 }
+
+impl AppState {
+    /// After a commit that gives a repository work to schedule (a task
+    /// queued, enabled, resumed): this process's actor and every other
+    /// process on the same database hear of it. The one that holds, or can
+    /// take, the repository acts at once; the sweep is only the safety net.
+    pub fn wake_repo(&self, repo_key: &crate::domain::RepoKey) {
+        self.store.signal(crate::store::signals::Signal::Repo {
+            repo_key: repo_key.clone(),
+        });
+        if let Some(registry) = &self.registry {
+            registry.do_send(crate::actors::registry::Notify {
+                repo_key: repo_key.clone(),
+            });
+        }
+    }
+
+    /// After a commit that may give every repository work (the deployment's
+    /// pause lifted): every process sweeps the store at once.
+    pub fn wake_everything(&self) {
+        self.store.signal(crate::store::signals::Signal::Sweep);
+        if let Some(registry) = &self.registry {
+            registry.do_send(crate::actors::registry::Sweep);
+        }
+    }
+}

@@ -27,6 +27,9 @@ use std::path::{Path, PathBuf};
 
 /// Under the root, beside the instances' folders.
 const WORKTREES_DIR: &str = ".worktrees";
+/// Empty folders for turns that need no files of the repository (see
+/// [`WorkspaceManager::scratch_for`]).
+const SCRATCH_DIR: &str = ".scratch";
 
 /// Where a retired worktree's uncommitted work is kept.
 const RETIRED_REFS: &str = "refs/codex-bridge/retired";
@@ -65,6 +68,43 @@ impl WorkspaceManager {
         }
         self.under_root(owner, repo, |root| {
             root.join(WORKTREES_DIR)
+                .join(&self.instance_id)
+                .join(owner)
+                .join(repo)
+                .join(id.dir_name())
+        })
+    }
+
+    /// An empty folder of the session's own, made if missing, for a turn
+    /// that needs nothing of the repository but must run somewhere: the
+    /// reply-retry turn of a task whose worktree is in another process's
+    /// workspace root (it only posts text its prompt carries). Removed with
+    /// the session's worktree.
+    pub fn scratch_for(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        let path = self.scratch_path(owner, repo, id)?;
+        std::fs::create_dir_all(&path).map_err(|source| WorkspaceError::Io {
+            what: "cannot make the session's scratch folder",
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    fn scratch_path(
+        &self,
+        owner: &str,
+        repo: &str,
+        id: WorktreeId,
+    ) -> Result<PathBuf, WorkspaceError> {
+        // Named as the worktree is, so the same checks hold.
+        self.worktree_path(owner, repo, id)?;
+        self.under_root(owner, repo, |root| {
+            root.join(SCRATCH_DIR)
                 .join(&self.instance_id)
                 .join(owner)
                 .join(repo)
@@ -190,6 +230,16 @@ impl WorkspaceManager {
         id: WorktreeId,
     ) -> Result<Retired, WorkspaceError> {
         let path = self.worktree_path(owner, repo, id)?;
+        let scratch = self.scratch_path(owner, repo, id)?;
+        if let Err(source) = std::fs::remove_dir_all(&scratch) {
+            if source.kind() != std::io::ErrorKind::NotFound {
+                return Err(WorkspaceError::Io {
+                    what: "cannot remove the session's scratch folder",
+                    path: scratch,
+                    source,
+                });
+            }
+        }
         let clone = self.path_for(owner, repo)?;
         let remote = RemoteUrl::local_only();
         let main = self.worktree_at(owner, repo, &remote, clone.clone());

@@ -16,6 +16,7 @@ use std::time::Duration;
 const ASKED: &str = "@ccbot why does the parser test flake?";
 const ANSWERED: &str = "The parser test races on a shared temp dir.";
 const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
+const LOST: &str = "Each run now gets its own temp dir, posted again.";
 
 #[test]
 fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation_elsewhere() {
@@ -99,6 +100,55 @@ fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
         count_where(&mut c, "audit_events", "action = 'thread.rebuilt'"),
         0
     );
+    drop(second_app);
+}
+
+#[test]
+fn e2e_a_reply_retry_after_the_threads_instance_died_runs_on_a_new_thread_elsewhere() {
+    let (mut l, _) = first_exchange();
+    let mut c = connect(&l.app.db_url);
+    let session = format!("default:acme/widgets:issue:{}", l.issue);
+    let before = session_thread(&mut c, &session);
+
+    // The follow-up's turn ends with a final it did not post; the first
+    // process is checking Gitea for it (the check hangs) when it dies.
+    l.script_silent(LOST);
+    l.script_reply(l.issue, LOST);
+    l.sim().delay_next_matching(
+        1000,
+        Some("GET"),
+        &format!("/api/v1/repos/acme/widgets/issues/{}/comments", l.issue),
+        Duration::from_secs(120),
+    );
+    let task = l.comment("bob", l.issue, FOLLOW_UP);
+    wait_task_state(
+        &l.app.db_url,
+        &task,
+        "verifying_reply",
+        Duration::from_secs(120),
+    );
+    l.app.kill9();
+    l.sim().clear_faults();
+    let second_app = l.app.another_instance();
+
+    // The second process finds the reply missing and runs the one
+    // reply-retry turn on a thread of its own home: the task's thread is
+    // in the dead one's.
+    wait_task_state(&l.app.db_url, &task, "succeeded", Duration::from_secs(120));
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task}"));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(replies[0]["body"].as_str().unwrap().contains(LOST));
+    assert_eq!(
+        count_where(
+            &mut c,
+            "audit_events",
+            &format!("action = 'turn.start_intent' AND task_id = '{task}' AND metadata LIKE '%reply_retry%'")
+        ),
+        1
+    );
+    // The session keeps its thread: the next ordinary turn goes on with
+    // the conversation from what the bridge stored.
+    assert_eq!(session_thread(&mut c, &session), before);
     drop(second_app);
 }
 

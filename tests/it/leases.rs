@@ -267,6 +267,42 @@ fn a_takeover_passes_over_a_lease_its_holder_is_writing_under_postgres() {
         .is_err());
 }
 
+/// Two writer threads of one holder, each a transaction of writes (checked
+/// under their repositories' leases) and renewals of other leases, never
+/// wait for each other on the lease rows, so they cannot deadlock: a
+/// renewal changes no key, and a check locks only against key changes.
+#[test]
+fn a_holders_writes_and_renewals_never_wait_for_each_other_postgres() {
+    let db = PgDb::create();
+    let mut one = connect(&db.url);
+    let x = fenced_repo(&mut one);
+    exec(&mut one, "INSERT INTO repositories (repo_key, instance_id, owner, name, status, registered_at, updated_at, version) VALUES ('default:acme/g', 'default', 'acme', 'g', 'active', 't', 't', 1)").unwrap();
+    let y = codex_bridge::domain::RepoKey::parse("default:acme/g").unwrap();
+    let ttl = Duration::from_secs(60);
+    let held = |c: &mut DbConn, key| {
+        c.write_transaction(|c| leases::acquire(c, key, "A", ttl))
+            .unwrap()
+            .unwrap()
+    };
+    let (lx, ly) = (held(&mut one, &x), held(&mut one, &y));
+    let mut two = connect(&db.url);
+    for c in [&mut one, &mut two] {
+        // A wait is a failure here, reported at once.
+        exec(c, "SET lock_timeout = '2s'").unwrap();
+        exec(c, "BEGIN").unwrap();
+    }
+    leases::check(&mut one, &lx.fence()).unwrap();
+    leases::check(&mut two, &ly.fence()).unwrap();
+    assert!(leases::renew(&mut one, &y, &ly.lease_id, ttl)
+        .expect("renewing Y waited for the write checked under it")
+        .is_some());
+    assert!(leases::renew(&mut two, &x, &lx.lease_id, ttl)
+        .expect("renewing X waited for the write checked under it")
+        .is_some());
+    exec(&mut one, "COMMIT").unwrap();
+    exec(&mut two, "COMMIT").unwrap();
+}
+
 /// A session left in a transaction (a process paused mid-write) is ended by
 /// PostgreSQL, and its locks with it, within the bridge's bound.
 #[test]

@@ -58,6 +58,32 @@ fn a_signal_reaches_the_other_processes_and_not_its_sender_postgres() {
 }
 
 #[test]
+fn a_listener_ends_with_its_store_postgres() {
+    let db = PgDb::create();
+    let mut c = connect(&db.url);
+    let listening = |c: &mut codex_bridge::store::DbConn| {
+        count_where(
+            c,
+            "pg_stat_activity",
+            "datname = current_database() AND query LIKE 'LISTEN%'",
+        )
+    };
+    let s = store(&db.url);
+    s.listen(|_| {}).unwrap();
+    wait_until("the listener to connect", Duration::from_secs(20), || {
+        listening(&mut c) == 1
+    });
+    // A dropped store leaves no thread behind holding a connection (and
+    // reconnecting to a database the process no longer uses).
+    drop(s);
+    wait_until(
+        "the listener's connection to close",
+        Duration::from_secs(10),
+        || listening(&mut c) == 0,
+    );
+}
+
+#[test]
 fn an_approval_decided_through_another_process_reaches_the_waiting_turn_postgres() {
     const LONG: Duration = Duration::from_secs(60);
     let a = TestApp::builder()
@@ -88,4 +114,33 @@ fn an_approval_decided_through_another_process_reaches_the_waiting_turn_postgres
     assert_eq!(r.status, 200, "{:?}", r.json);
     // A's session, waiting on that approval, goes on at once.
     wait_task_state(&a.db_url, &task, "succeeded", Duration::from_secs(15));
+}
+
+/// A pause an operator lifts through one process starts the queued work at
+/// once in the process that can run it: the second process here takes
+/// webhooks and admin requests but runs no turns, and the first one sweeps
+/// only once a minute.
+#[test]
+fn a_pause_lifted_through_another_process_starts_the_queued_work_at_once_postgres() {
+    const SOON: Duration = Duration::from_secs(15);
+    let a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    let b = a.another_instance_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "none"));
+    let control = |app: &TestApp, path: &str, id: &str| {
+        let r = app.admin_post(
+            &format!("/api/gitea-workflow/control/{path}"),
+            &json!({"requestId": id, "reason": "maintenance"}),
+        );
+        assert_eq!(r.status, 200, "{path}: {:?}", r.json);
+    };
+    control(&a, "pause", "pause-1");
+    let paused = a.task_comment("lift-1", 811, "@ccbot first", "widgets", 3);
+    a.wait_repo_passes("default:acme/widgets", "paused");
+    control(&b, "resume", "resume-1");
+    wait_task_state(&a.db_url, &paused, "succeeded", SOON);
 }

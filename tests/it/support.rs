@@ -253,7 +253,8 @@ pub fn wait_task_state(db_url: &str, task_id: &str, state: &str, timeout: Durati
     let history =
         codex_bridge::store::tasks::history(&mut conn, &task_id.parse().unwrap()).unwrap();
     let path: Vec<String> = history.iter().map(|t| t.to_state.to_string()).collect();
-    panic!("task {task_id} did not reach {state}; its history: {path:?}");
+    let why = history.last().map(|t| serde_json::to_string(t).unwrap());
+    panic!("task {task_id} did not reach {state}; its history: {path:?}; the last step: {why:?}");
 }
 
 /// An actix-web server on 127.0.0.1:0 in its own thread and actix system, for

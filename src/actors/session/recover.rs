@@ -4,6 +4,7 @@
 
 use super::decide::{Event, Finding};
 use super::drive::{DriveError, TaskDrive};
+use super::threads::{reach, Reach};
 use crate::agent::TurnLookup;
 use crate::domain::OperationId;
 use crate::store::audit::{self, Audit};
@@ -22,6 +23,25 @@ impl TaskDrive {
             self.audit_lookup("no_thread", None, None).await?;
             return Ok(Event::History(Finding::NoThread));
         };
+        let here = self.deps.runtime.home();
+        if let Reach::Elsewhere { home, .. } = reach(
+            &thread,
+            self.session_thread.as_deref(),
+            self.thread_home.as_deref(),
+            here.as_deref(),
+        ) {
+            // Its history is in another process's Codex home: what happened
+            // cannot be read here, so it is not guessed either.
+            let why = format!(
+                "thread {thread} lives in Codex home {home} of another server process, so its history cannot be read here; reconcile the task from what Gitea shows"
+            );
+            self.turn.thread_id = Some(thread);
+            self.audit_lookup(finding_code(Finding::Unreadable), None, Some(why.clone()))
+                .await?;
+            tracing::warn!(task.id = %self.task.task_id, error = %why, "turn looked up in the thread's history");
+            self.detail = Some(why);
+            return Ok(Event::History(Finding::Unreadable));
+        }
         let deadline = Instant::now() + self.deps.settings.history_wait;
         let lookup = loop {
             match self

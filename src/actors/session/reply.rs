@@ -6,6 +6,7 @@
 use super::decide::{Event, FallbackOutcome, Start, Verdict};
 use super::drive::{fallback_status, DriveError, TaskDrive};
 use super::prompt::{reply_retry_prompt, strip_markers};
+use super::threads::{reach, Reach};
 use crate::agent::{AgentError, ThreadRequest, TurnRequest};
 use crate::domain::command::Command;
 use crate::domain::states::{CommentKind, CommentStatus};
@@ -130,27 +131,73 @@ impl TaskDrive {
             return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
         };
         let marker = reply_marker(&self.task.task_id, entry.operation_id.as_str());
-        self.turn.thread_id = Some(thread.clone());
         // The thread may not be loaded in this app-server (a restart since the
         // task's turn): it is opened with the repository's policy as it is now.
+        // A thread in another process's Codex home cannot be opened here; the
+        // retry asks only to post the text its prompt carries, so a new
+        // thread does it as well.
+        let on = reach(
+            &thread,
+            self.session_thread.as_deref(),
+            self.thread_home.as_deref(),
+            self.deps.runtime.home().as_deref(),
+        );
+        // A worktree prepared by another process is not here; the retry
+        // needs none of it, only a folder to run in.
+        let cwd = match (&on, self.repo_names.clone()) {
+            (Reach::Elsewhere { .. }, Some((owner, name))) if !cwd.is_dir() => {
+                let workspaces = self.deps.workspaces.clone();
+                let id = crate::workspace::WorktreeId::of(&self.task.session_key);
+                match tokio::task::spawn_blocking(move || workspaces.scratch_for(&owner, &name, id))
+                    .await
+                {
+                    Ok(Ok(scratch)) => scratch,
+                    Ok(Err(e)) => {
+                        self.retry_failure = Some(e.to_string());
+                        return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
+                    }
+                    Err(e) => {
+                        self.retry_failure = Some(format!("the scratch folder was not made: {e}"));
+                        return Ok(Event::Started(Start::NotAdmitted { retryable: false }));
+                    }
+                }
+            }
+            _ => cwd,
+        };
+        let resume = match &on {
+            Reach::Here(id) => Some(id.clone()),
+            Reach::Elsewhere { thread, home } => {
+                tracing::info!(
+                    task.id = %self.task.task_id,
+                    thread.id = %thread,
+                    thread.home = %home,
+                    "the reply-retry turn runs on a new thread: the task's thread lives in another Codex home"
+                );
+                None
+            }
+        };
         let opened = self
             .deps
             .runtime
             .ensure_thread(ThreadRequest {
                 session_key: self.task.session_key.clone(),
-                thread_id: Some(thread.clone()),
+                thread_id: resume,
                 fork_from: None,
                 cwd: cwd.clone(),
                 terms: self.stored_terms(&policy),
                 history: Vec::new(),
             })
             .await;
-        if let Err(e) = opened {
-            self.retry_failure = Some(e.to_string());
-            return Ok(Event::Started(Start::NotAdmitted {
-                retryable: !matches!(e, AgentError::Refused(_)),
-            }));
-        }
+        let thread = match opened {
+            Ok(t) => t,
+            Err(e) => {
+                self.retry_failure = Some(e.to_string());
+                return Ok(Event::Started(Start::NotAdmitted {
+                    retryable: !matches!(e, AgentError::Refused(_)),
+                }));
+            }
+        };
+        self.turn.thread_id = Some(thread.clone());
         let prompt = reply_retry_prompt(&self.task, &text, &marker);
         self.sending(&prompt);
         let started = self

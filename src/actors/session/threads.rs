@@ -76,6 +76,36 @@ pub fn plan(
     }
 }
 
+/// Whether a thread a task's turn ran on can be opened in this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    /// Open it here (a thread that is not there after all fails to open,
+    /// and the task says so).
+    Here(String),
+    /// It lives in another process's Codex home: its history cannot be read
+    /// here, and a turn that only acts on what the task's turn produced
+    /// (the reply retry: post this final text again) runs on a new thread.
+    Elsewhere { thread: String, home: String },
+}
+
+/// Where `thread` can be reached, given the session's stored thread and its
+/// home. Only the session's own thread has a known home; any other is
+/// taken to be here.
+pub fn reach(
+    thread: &str,
+    stored: Option<&str>,
+    stored_home: Option<&str>,
+    here: Option<&str>,
+) -> Reach {
+    match (stored, stored_home, here) {
+        (Some(s), Some(there), Some(here)) if s == thread && there != here => Reach::Elsewhere {
+            thread: thread.into(),
+            home: there.into(),
+        },
+        _ => Reach::Here(thread.into()),
+    }
+}
+
 /// The newest of `stored` (oldest first) that fit in `budget` bytes, oldest
 /// first: what a rebuilt thread is given.
 pub fn fit(stored: &[StoredExchange], budget: usize) -> Vec<Exchange> {
@@ -117,6 +147,30 @@ mod tests {
             ThreadPlan::Resume("t1".into())
         );
         assert_eq!(plan(None, None, None, T, Some("h")), ThreadPlan::Start);
+    }
+
+    #[test]
+    fn a_thread_is_reached_here_unless_its_home_is_known_to_be_another() {
+        assert_eq!(
+            reach("t1", Some("t1"), Some("home-a"), Some("home-b")),
+            Reach::Elsewhere {
+                thread: "t1".into(),
+                home: "home-a".into()
+            }
+        );
+        assert_eq!(
+            reach("t1", Some("t1"), Some("home-a"), Some("home-a")),
+            Reach::Here("t1".into())
+        );
+        // Not the session's thread: its home is unknown.
+        assert_eq!(
+            reach("t0", Some("t1"), Some("home-a"), Some("home-b")),
+            Reach::Here("t0".into())
+        );
+        assert_eq!(
+            reach("t1", Some("t1"), None, Some("home-b")),
+            Reach::Here("t1".into())
+        );
     }
 
     fn trust() -> impl Strategy<Value = ThreadTrust> {

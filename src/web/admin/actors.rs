@@ -3,7 +3,7 @@
 
 use super::ControlBody;
 use crate::actors::health::RegistryHealth;
-use crate::actors::registry::{AbortTask, Notify, RunCommands, Snapshot};
+use crate::actors::registry::{AbortTask, RunCommands, Snapshot};
 use crate::domain::{RepoKey, TaskId};
 use crate::store::audit::AuditView;
 use crate::store::control;
@@ -68,14 +68,6 @@ pub(super) fn decode_key(raw: &str) -> String {
         .replace("%3a", ":")
 }
 
-fn notify(state: &AppState, repo_key: &RepoKey) {
-    if let Some(registry) = &state.registry {
-        registry.do_send(Notify {
-            repo_key: repo_key.clone(),
-        });
-    }
-}
-
 async fn set_repo(
     state: web::Data<AppState>,
     key: String,
@@ -90,7 +82,7 @@ async fn set_repo(
         .store
         .write(move |c| control::set_repository_enabled(c, &req, &k, enabled))
         .await?;
-    notify(&state, &repo_key);
+    state.wake_repo(&repo_key);
     Ok(HttpResponse::Ok().json(event))
 }
 
@@ -110,7 +102,7 @@ pub async fn resume_session(
         .store
         .write(move |c| crate::store::storm::resume(c, &req, &key))
         .await?;
-    notify(&state, session.repo());
+    state.wake_repo(session.repo());
     Ok(HttpResponse::Ok().json(event))
 }
 
@@ -151,21 +143,14 @@ async fn after_task_control(
             task_id: task.task_id.clone(),
         });
     }
-    state.store.signal(Signal::Repo {
-        repo_key: task.repo_key.clone(),
-    });
-    if let Some(registry) = &state.registry {
-        if abort {
-            registry.do_send(AbortTask {
-                session_key: task.session_key.clone(),
-                repo_key: task.repo_key.clone(),
-                task_id: task.task_id.clone(),
-            });
-        }
-        registry.do_send(Notify {
-            repo_key: task.repo_key,
+    if let (true, Some(registry)) = (abort, &state.registry) {
+        registry.do_send(AbortTask {
+            session_key: task.session_key.clone(),
+            repo_key: task.repo_key.clone(),
+            task_id: task.task_id.clone(),
         });
     }
+    state.wake_repo(&task.repo_key);
     Ok(())
 }
 

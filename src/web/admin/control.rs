@@ -34,5 +34,9 @@ async fn set(
         .store
         .write(move |c| control::set_paused(c, &req, paused))
         .await?;
+    if !paused {
+        // Queued work everywhere may start now, in every process.
+        state.wake_everything();
+    }
     Ok(HttpResponse::Ok().json(event))
 }

@@ -3,7 +3,6 @@
 //! workflow, answer its gate on the owner's behalf.
 
 use super::ControlBody;
-use crate::actors::registry::Notify;
 use crate::domain::{GateId, ResourceKey, WorkflowId};
 use crate::store::workflows::admin::{self, GateAnswer, WorkflowFilter};
 use crate::web::auth::Admin;
@@ -142,10 +141,8 @@ async fn wake(state: &AppState, id: &WorkflowId) -> Result<(), ApiError> {
         .store
         .read(move |c| crate::store::workflows::find(c, &key))
         .await?;
-    if let (Some(w), Some(registry)) = (found, &state.registry) {
-        registry.do_send(Notify {
-            repo_key: w.session_key.repo().clone(),
-        });
+    if let Some(w) = found {
+        state.wake_repo(w.session_key.repo());
     }
     Ok(())
 }

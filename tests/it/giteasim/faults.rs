@@ -141,6 +141,11 @@ impl GiteaSim {
         self.push_fault(n, on, FaultKind::Delay(delay));
     }
 
+    /// Every 500 and delay still waiting to be injected is dropped.
+    pub fn clear_faults(&self) {
+        self.sim.faults.lock().unwrap().list.clear();
+    }
+
     /// The next `n` API comment creations answer 201 with a comment that is
     /// never stored (absent from listings and GET, no webhook).
     pub fn drop_next_comments(&self, n: usize) {
