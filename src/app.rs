@@ -24,10 +24,15 @@ fn gitea_client(config: &Config) -> Option<crate::gitea::GiteaClient> {
     }
 }
 
-/// The actor tree (`None`: intake only), whether its agent runtime can run
-/// turns now, and how it is signed in (Codex only).
+/// The actor tree (`None`: intake only) with its lease holder name and the
+/// id of its runtime's Codex home (if it has one), whether its agent
+/// runtime can run turns now, and how it is signed in (Codex only).
 type Actors = (
-    Option<(actix::Addr<crate::actors::registry::Registry>, String)>,
+    Option<(
+        actix::Addr<crate::actors::registry::Registry>,
+        String,
+        Option<String>,
+    )>,
     crate::agent::Availability,
     Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
@@ -151,6 +156,7 @@ fn start_actors(
     settings.draining = draining.clone();
     settings.circuit = circuit.clone();
     let owner = settings.owner.clone();
+    let home = runtime.home();
     let deps = Arc::new(ActorDeps {
         store: store.clone(),
         runtime,
@@ -158,7 +164,11 @@ fn start_actors(
         workspaces: Arc::new(workspaces),
         settings,
     });
-    Ok((Some((Registry::new(deps).start(), owner)), agent, account))
+    Ok((
+        Some((Registry::new(deps).start(), owner, home)),
+        agent,
+        account,
+    ))
 }
 
 /// Starts the catch-up of comments whose webhook never arrived, unless
@@ -301,8 +311,9 @@ pub async fn run(
         &server_id,
         &drain_requested,
     )?;
-    let registry = actors.as_ref().map(|(r, _)| r.clone());
-    let beating = heartbeat.start(registry.clone());
+    let registry = actors.as_ref().map(|(r, ..)| r.clone());
+    let home = actors.as_ref().and_then(|(_, _, home)| home.clone());
+    let beating = heartbeat.start(registry.clone(), home);
     // Work other processes on the same PostgreSQL committed: their signals
     // wake the actors here as this process's own commits do.
     let woken = registry.clone();
@@ -388,7 +399,7 @@ pub async fn run(
         tracing::info!("shutdown requested: draining, then stopping");
         // Webhooks are still taken while the turns under way finish.
         draining.begin();
-        if let Some((registry, owner)) = &actors {
+        if let Some((registry, owner, _)) = &actors {
             let drained = crate::actors::drain::drain(
                 &live_state.store,
                 registry,

@@ -30,6 +30,10 @@ pub struct InstanceHeartbeat {
     /// no actors to report. Set by [`InstanceHeartbeat::start`], as the
     /// actors start after the process registered.
     registry: Option<actix::Addr<Registry>>,
+    /// The id of the Codex home the process runs its threads in, reported
+    /// once (and again if its row had to be written anew); set by
+    /// [`InstanceHeartbeat::start`].
+    codex_home: Option<String>,
 }
 
 /// The running heartbeat; [`Beating::stop`] ends it and says the process stopped.
@@ -50,6 +54,7 @@ impl InstanceHeartbeat {
             interval: Duration::from_secs(config.lease_heartbeat_secs),
             drain_requested: DrainRequested::default(),
             registry: None,
+            codex_home: None,
         }
     }
 
@@ -74,9 +79,15 @@ impl InstanceHeartbeat {
         }
     }
 
-    /// Beats in the background, writing `registry`'s tree with each beat.
-    pub fn start(mut self, registry: Option<actix::Addr<Registry>>) -> Beating {
+    /// Beats in the background, writing `registry`'s tree with each beat,
+    /// after saying which Codex home (`codex_home`) its threads live in.
+    pub fn start(
+        mut self,
+        registry: Option<actix::Addr<Registry>>,
+        codex_home: Option<String>,
+    ) -> Beating {
         self.registry = registry;
+        self.codex_home = codex_home;
         let beating = self.clone();
         Beating {
             task: actix::spawn(async move { beating.run().await }),
@@ -90,14 +101,38 @@ impl InstanceHeartbeat {
         let mut ticks = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
+        let mut home_reported = self.report_home().await;
         loop {
             ticks.tick().await;
-            self.beat().await;
+            if self.beat().await || !home_reported {
+                home_reported = self.report_home().await;
+            }
+        }
+    }
+
+    /// Writes the Codex home's id into the process's row; `true` once it is
+    /// there (or there is none to write).
+    async fn report_home(&self) -> bool {
+        let Some(home) = self.codex_home.clone() else {
+            return true;
+        };
+        let id = self.server_id.clone();
+        match self
+            .store
+            .write(move |c| instances::report_codex_home(c, &id, &home))
+            .await
+        {
+            Ok(written) => written,
+            Err(e) => {
+                tracing::warn!(server_id = %self.server_id, error = %e, "Codex home not reported; the next heartbeat tries again");
+                false
+            }
         }
     }
 
     /// One heartbeat; a store error leaves the last drain answer as it was.
-    async fn beat(&self) {
+    /// `true`: the process's row had to be written anew.
+    async fn beat(&self) -> bool {
         let actors = self.actors().await;
         let (id, instance) = (self.server_id.clone(), self.instance_id.clone());
         let beat = self
@@ -113,9 +148,11 @@ impl InstanceHeartbeat {
                     tracing::info!(server_id = %self.server_id, "an operator asked this server to drain");
                 }
                 self.drain_requested.set(beat.draining);
+                beat.registered_again
             }
             Err(e) => {
-                tracing::warn!(server_id = %self.server_id, error = %e, "heartbeat not stored")
+                tracing::warn!(server_id = %self.server_id, error = %e, "heartbeat not stored");
+                false
             }
         }
     }

@@ -30,6 +30,7 @@ struct Row {
     draining: bool,
     drain_requested_at: Option<String>,
     stopped_at: Option<String>,
+    codex_home: Option<String>,
 }
 
 /// A server process as the admin API shows it, with what it holds now.
@@ -50,6 +51,10 @@ pub struct InstanceView {
     pub draining: bool,
     pub drain_requested_at: Option<String>,
     pub stopped_at: Option<String>,
+    /// The id of the Codex home its threads live in (`None`: no Codex, or
+    /// not reported yet). Sessions whose threads live there go on there
+    /// while it serves.
+    pub codex_home: Option<String>,
 }
 
 impl InstanceView {
@@ -65,6 +70,7 @@ impl InstanceView {
             draining: row.draining,
             drain_requested_at: row.drain_requested_at,
             stopped_at: row.stopped_at,
+            codex_home: row.codex_home,
         }
     }
 
@@ -185,6 +191,43 @@ pub fn heartbeat(
             })
         }
     }
+}
+
+/// Records the id of the Codex home the process runs its threads in, so
+/// that a session whose thread lives there can be sent to it. `false`: the
+/// process has no row (the next heartbeat registers it; report again then).
+pub fn report_codex_home(
+    conn: &mut DbConn,
+    server_id: &str,
+    home: &str,
+) -> Result<bool, StoreError> {
+    let n = with_conn!(conn, |c| diesel::update(
+        server_instances::table.find(server_id)
+    )
+    .set(server_instances::codex_home.eq(home))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+/// Whether another process than `except` that serves (it beat after
+/// `since`, has not stopped and is not draining) runs its threads in the
+/// Codex home `home`.
+pub fn home_served_elsewhere(
+    conn: &mut DbConn,
+    home: &str,
+    except: &str,
+    since: &str,
+) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| server_instances::table
+        .filter(server_instances::codex_home.eq(home))
+        .filter(server_instances::server_id.ne(except))
+        .filter(server_instances::stopped_at.is_null())
+        .filter(server_instances::draining.eq(false))
+        .filter(server_instances::drain_requested_at.is_null())
+        .filter(server_instances::heartbeat_at.gt(since))
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
 }
 
 /// The process stopped cleanly. `false`: it has no row. Its actor tree goes:

@@ -247,6 +247,7 @@ diesel::table! {
         stopped_at -> Nullable<Text>,
         actors -> Nullable<Text>,
         actors_at -> Nullable<Text>,
+        codex_home -> Nullable<Text>,
     }
 }
 

@@ -152,6 +152,75 @@ fn e2e_a_reply_retry_after_the_threads_instance_died_runs_on_a_new_thread_elsewh
     drop(second_app);
 }
 
+#[test]
+fn e2e_a_follow_up_goes_to_the_process_whose_home_holds_its_thread_not_to_the_last_holder() {
+    let (mut l, _) = first_exchange();
+    let mut c = connect(&l.app.db_url);
+    let session = format!("default:acme/widgets:issue:{}", l.issue);
+    let before = session_thread(&mut c, &session);
+
+    // The first process dies; the second one takes the repository, for
+    // another Issue, and is its last holder from then on.
+    l.app.kill9();
+    let second_app = l.app.another_instance();
+    let other = l
+        .sim()
+        .create_issue("acme", "widgets", "Another", "Look at this too", "bob");
+    l.script_reply(other, "Looked at it.");
+    let elsewhere = l.comment("bob", other, "@ccbot look at this one");
+    wait_task_state(
+        &l.app.db_url,
+        &elsewhere,
+        "succeeded",
+        Duration::from_secs(120),
+    );
+
+    // The first process comes back on its Codex home, where the first
+    // Issue's thread lives, and says so.
+    l.app.start_again();
+    let first_id = server_id(&l.app);
+    wait_until(
+        "the first process's Codex home to be reported",
+        Duration::from_secs(60),
+        || {
+            l.app.get("/readyz", None).json["codex"]["state"] == "ok"
+                && second_app.admin_get("/api/gitea-workflow/instances").json["instances"]
+                    .as_array()
+                    .is_some_and(|all| {
+                        all.iter().any(|i| {
+                            i["serverId"] == first_id.as_str() && i["codexHome"].is_string()
+                        })
+                    })
+        },
+    );
+
+    // The follow-up reaches the repository's last holder, which leaves it
+    // to the process whose home holds the thread: resumed there, not rebuilt.
+    second_app.point_webhook_here();
+    let follow_up = follow_up(&l);
+    assert_eq!(attempt_owner(&mut c, &follow_up), first_id);
+    assert_eq!(
+        session_thread(&mut c, &session),
+        before,
+        "the same thread, resumed"
+    );
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'thread.rebuilt'"),
+        0
+    );
+    drop(second_app);
+}
+
+/// The `serverId` of the process `app` runs now.
+fn server_id(app: &crate::testapp::TestApp) -> String {
+    let tree = app.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.status, 200, "{:?}", tree.json);
+    tree.json["registry"]["serverId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// One process on PostgreSQL (short leases) that has answered the first
 /// comment; the loop and that comment's task.
 fn first_exchange() -> (Loop, String) {

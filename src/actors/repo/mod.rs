@@ -20,11 +20,12 @@ use crate::store::leases::{self, Fence, Lease};
 use crate::store::models::Task;
 use crate::store::tasks::TransitionOutcome;
 use crate::store::{
-    attempts, control, format_time, now, queue, statuses, storm, worktrees, StoreError,
+    attempts, control, format_time, instances, now, queue, sessions, statuses, storm, worktrees,
+    StoreError,
 };
 use crate::workspace::{Checkout, Disposition, RepoSpec, SessionTree, WorkspaceError, WorktreeId};
 use actix::prelude::*;
-use plan::{decide, Plan, Snapshot, AFFINITY_GRACE};
+use plan::{affinity, decide, Affinity, Plan, Snapshot, AFFINITY_GRACE};
 pub(super) use retire::retention_cutoff;
 use retire::retire;
 use std::collections::HashSet;
@@ -237,6 +238,7 @@ async fn schedule_pass(
     let retire_before = retention_cutoff(&deps);
     let storm_limit = deps.settings.session_turns_per_minute;
     let (who, lease_ttl) = (owner.clone(), ttl);
+    let here = deps.runtime.home();
     let (paused, repo, (holding, next, due), today, retirable, (storming, yield_until)) = store
         .read(move |c| {
             let holding = queue::holding_tasks(c, &key)?;
@@ -269,8 +271,10 @@ async fn schedule_pass(
                 (true, Some(before)) => worktrees::retirable(c, Some(&key), before)?,
                 _ => Vec::new(),
             };
-            // A new task waits a moment for the serving process that held
-            // the repository last (until when, by the shared clock).
+            // A new task waits a moment for the serving process where its
+            // session goes on best: the one whose Codex home holds its
+            // thread, else the one that held the repository last (until
+            // when, by the shared clock).
             let yield_until = match &next {
                 Some(t) => {
                     let clock = crate::store::shared_clock(c)?;
@@ -281,14 +285,28 @@ async fn schedule_pass(
                                 + chrono::Duration::milliseconds(AFFINITY_GRACE.as_millis() as i64)
                         })
                         .filter(|until| *until > clock);
-                    match until {
-                        Some(until)
-                            if leases::previous_holder_serves(c, &key, &who, clock, lease_ttl)? =>
-                        {
-                            Some(crate::store::format_time(until))
+                    let elsewhere = match until {
+                        None => false,
+                        Some(_) => {
+                            let session_home = sessions::session(c, &t.session_key)?
+                                .and_then(|s| s.thread_id.and(s.thread_home));
+                            match affinity(session_home.as_deref(), here.as_deref()) {
+                                Affinity::Here => false,
+                                Affinity::Home(home) => {
+                                    let since = crate::store::format_time(
+                                        clock
+                                            - chrono::Duration::from_std(lease_ttl)
+                                                .unwrap_or_else(|_| chrono::Duration::seconds(60)),
+                                    );
+                                    instances::home_served_elsewhere(c, &home, &who, &since)?
+                                }
+                                Affinity::PreviousHolder => {
+                                    leases::previous_holder_serves(c, &key, &who, clock, lease_ttl)?
+                                }
+                            }
                         }
-                        _ => None,
-                    }
+                    };
+                    until.filter(|_| elsewhere).map(crate::store::format_time)
                 }
                 None => None,
             };

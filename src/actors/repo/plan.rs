@@ -37,10 +37,33 @@ pub(super) struct Snapshot {
     pub(super) day_spent: bool,
     /// A session's worktree outlived `worktree_retention_hours`.
     pub(super) retire: bool,
-    /// Another process that still serves held the repository last (its
-    /// sessions' threads live in its Codex home), and the next task is
-    /// younger than [`AFFINITY_GRACE`]: that process gets the first go.
+    /// Another process that still serves is where the next task's session
+    /// goes on best ([`affinity`]), and the task is younger than
+    /// [`AFFINITY_GRACE`]: that process gets the first go.
     pub(super) yield_to_previous: bool,
+}
+
+/// Which other process, if any, the next task's session is better off in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Affinity {
+    /// None: its thread lives in this process's Codex home.
+    Here,
+    /// The one whose Codex home holds its thread: there the thread is
+    /// resumed, anywhere else it is rebuilt from what the bridge stored.
+    Home(String),
+    /// It has no thread (or none whose home is known): the one that held
+    /// the repository last, whose clone and worktrees are warm.
+    PreviousHolder,
+}
+
+/// Where the next task's session goes on best, from the home its thread
+/// lives in (as the session stored it) and this process's home.
+pub(super) fn affinity(session_home: Option<&str>, here: Option<&str>) -> Affinity {
+    match session_home {
+        Some(home) if Some(home) == here => Affinity::Here,
+        Some(home) => Affinity::Home(home.to_owned()),
+        None => Affinity::PreviousHolder,
+    }
 }
 
 /// How long a new task waits for the process that held its repository last,

@@ -314,7 +314,8 @@ impl TestApp {
         app
     }
 
-    fn point_webhook_here(&self) {
+    /// The Gitea simulator delivers its webhooks to this instance from now on.
+    pub fn point_webhook_here(&self) {
         if let Some(sim) = &self.peers.gitea {
             sim.set_webhook(&self.url("/api/gitea/webhook"), SECRET);
         }

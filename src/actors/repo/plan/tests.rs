@@ -1,4 +1,4 @@
-use super::{decide, Plan, Snapshot};
+use super::{affinity, decide, Affinity, Plan, Snapshot};
 use crate::actors::health::RepoActorStatus;
 use crate::domain::states::RepoStatus;
 use crate::lifecycle::TaskState;
@@ -23,6 +23,21 @@ fn due() -> Snapshot {
         retire: false,
         yield_to_previous: false,
     }
+}
+
+#[test]
+fn a_session_goes_on_where_its_thread_lives_else_where_the_repository_was_held() {
+    assert_eq!(affinity(Some("home-a"), Some("home-a")), Affinity::Here);
+    assert_eq!(
+        affinity(Some("home-a"), Some("home-b")),
+        Affinity::Home("home-a".into())
+    );
+    // This process cannot say its home: the thread's is another's.
+    assert_eq!(
+        affinity(Some("home-a"), None),
+        Affinity::Home("home-a".into())
+    );
+    assert_eq!(affinity(None, Some("home-b")), Affinity::PreviousHolder);
 }
 
 #[test]

@@ -1,0 +1,1 @@
+ALTER TABLE server_instances DROP COLUMN codex_home;
