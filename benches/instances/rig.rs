@@ -9,6 +9,7 @@ use codex_bridge::actors::registry::{wake_for, Registry};
 use codex_bridge::actors::{ActorDeps, ActorSettings};
 use codex_bridge::agent::scripted::ScriptedAgent;
 use codex_bridge::forge::scripted::ScriptedForge;
+use codex_bridge::jobs::instances::InstanceHeartbeat;
 use codex_bridge::store::{Store, StoreSettings};
 use diesel::{Connection, PgConnection, RunQueryDsl};
 use std::path::PathBuf;
@@ -96,7 +97,19 @@ impl Instance {
                         System::current().stop();
                         return;
                     }
+                    // Registered and beating as a server process is, so
+                    // the others see it serve (the affinity rule reads it).
+                    let heartbeat = InstanceHeartbeat::new(
+                        &deps.store,
+                        &deps.settings.owner,
+                        "default",
+                        deps.settings.heartbeat,
+                    );
+                    heartbeat.register().await;
                     let registry = Registry::new(deps.clone()).start();
+                    // Beats on this system until it stops (as in a crash,
+                    // the beats just end: no "stopped" is written).
+                    let _beating = heartbeat.start(Some(registry.clone()), None);
                     if let Err(e) = deps.store.listen(move |signal| wake_for(&registry, signal)) {
                         eprintln!("an instance cannot listen for the others' signals: {e}");
                     }

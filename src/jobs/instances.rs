@@ -47,11 +47,28 @@ impl InstanceHeartbeat {
     /// (`ActorSettings::heartbeat`), which is configured whatever the agent
     /// runtime, `none` included.
     pub fn from_config(store: &Store, config: &Config) -> InstanceHeartbeat {
+        InstanceHeartbeat::new(
+            store,
+            &ActorSettings::new_server_id(&config.instance_id),
+            &config.instance_id,
+            Duration::from_secs(config.lease_heartbeat_secs),
+        )
+    }
+
+    /// A process named `server_id` serving `instance_id`, beating every
+    /// `interval` (a process whose actors are not configured from a
+    /// [`Config`], as in a benchmark's several instances in one process).
+    pub fn new(
+        store: &Store,
+        server_id: &str,
+        instance_id: &str,
+        interval: Duration,
+    ) -> InstanceHeartbeat {
         InstanceHeartbeat {
             store: store.clone(),
-            server_id: ActorSettings::new_server_id(&config.instance_id),
-            instance_id: config.instance_id.clone(),
-            interval: Duration::from_secs(config.lease_heartbeat_secs),
+            server_id: server_id.to_owned(),
+            instance_id: instance_id.to_owned(),
+            interval,
             drain_requested: DrainRequested::default(),
             registry: None,
             codex_home: None,
