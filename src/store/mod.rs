@@ -39,6 +39,7 @@ pub mod repositories;
 pub mod retention;
 pub mod sessions;
 pub mod signals;
+pub mod signins;
 pub mod sqlite_heap;
 pub mod stats;
 pub mod statuses;

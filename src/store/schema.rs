@@ -276,6 +276,13 @@ diesel::table! {
 }
 
 diesel::table! {
+    signed_out (signin_id) {
+        signin_id -> Text,
+        expires_at -> Int8,
+    }
+}
+
+diesel::table! {
     task_heads (task_id) {
         task_id -> Text,
         sha -> Text,
@@ -505,6 +512,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     result_deliveries,
     server_instances,
     sessions,
+    signed_out,
     task_heads,
     task_transitions,
     tasks,

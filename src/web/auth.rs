@@ -10,9 +10,15 @@
 //! token. So sessions survive a restart, work on every instance that shares
 //! the token, and changing the token signs everybody out — what an operator
 //! expects from "rotate the admin token". The expiry inside the signed value
-//! is checked here, not left to the browser. Signing out revokes the id in
-//! this process (until it would have expired) and clears the cookie in the
-//! browser. The cookie is `HttpOnly`, `SameSite=Strict`, `Path=/`, and `Secure`
+//! is checked here, not left to the browser. Signing out records the
+//! sign-in's id in the store (`store::signins`) until the cookie would have
+//! expired, and clears the cookie in the browser: every process on the
+//! database refuses that cookie from then on, after a restart too. So each
+//! cookie request reads the store once; when it cannot be read the cookie is
+//! refused (401 for the API, the sign-in form for the page) rather than
+//! taken on trust. The id is a random UUID, useless without the signing
+//! key, so the store holds nothing secret. The cookie is `HttpOnly`,
+//! `SameSite=Strict`, `Path=/`, and `Secure`
 //! when the request came over TLS (as a proxy in `trusted_proxies` reports it
 //! with `X-Forwarded-Proto: https`; the binary itself speaks plain HTTP).
 //!
@@ -25,17 +31,16 @@
 //!
 //! A missing or wrong credential is a 401 that says nothing more.
 
+use crate::store::{signins, Store, StoreError};
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
 use actix_web::dev::Payload;
 use actix_web::http::{header, Method};
 use actix_web::{web, FromRequest, HttpRequest};
 use cookie::{Cookie, CookieJar, Key};
+use futures_util::future::{ready, FutureExt, LocalBoxFuture};
 use secrecy::{ExposeSecret, SecretString};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
-use std::future::{ready, Ready};
-use std::sync::Mutex;
 use uuid::Uuid;
 
 /// Name of the web view's session cookie.
@@ -90,11 +95,10 @@ impl Claim {
     }
 }
 
-/// Issues and checks the signed session cookies of this process.
+/// Issues and checks the signed session cookies; which sign-ins were signed
+/// out is the store's to say (see [`signed_in`]).
 pub struct Sessions {
     key: Key,
-    /// Signed-out ids → their expiry (unix seconds); pruned as they expire.
-    revoked: Mutex<HashMap<Uuid, i64>>,
 }
 
 impl Sessions {
@@ -110,7 +114,6 @@ impl Sessions {
             .into();
         Sessions {
             key: Key::derive_from(&master),
-            revoked: Mutex::new(HashMap::new()),
         }
     }
 
@@ -127,31 +130,51 @@ impl Sessions {
         jar
     }
 
-    /// The claim of a cookie signed under this admin token, unexpired and not
-    /// revoked.
+    /// The claim of a cookie signed under this admin token and unexpired.
+    /// Only the signature and the expiry: whether it was signed out since is
+    /// for [`signed_in`] to check.
     pub fn verify(&self, cookie: &Cookie<'_>, now: i64) -> Option<Claim> {
         let verified = CookieJar::new()
             .signed(&self.key)
             .verify(cookie.clone().into_owned())?;
         let claim = Claim::decode(verified.value())?;
-        if claim.expires <= now {
-            return None;
-        }
-        let revoked = self
-            .revoked
-            .lock()
-            .map(|r| r.contains_key(&claim.id))
-            .unwrap_or(true);
-        (!revoked).then_some(claim)
+        (claim.expires > now).then_some(claim)
     }
 
-    /// Signs a cookie out in this process.
-    pub fn revoke(&self, cookie: &Cookie<'_>, now: i64) {
-        if let Some(claim) = self.verify(cookie, now) {
-            if let Ok(mut r) = self.revoked.lock() {
-                r.retain(|_, e| *e > now);
-                r.insert(claim.id, claim.expires);
-            }
+    /// Signs a cookie out for every process on the database, until it would
+    /// have expired; resolves once that is committed. A cookie that is not
+    /// valid anyway needs nothing recorded.
+    pub async fn revoke(
+        &self,
+        store: &Store,
+        cookie: &Cookie<'_>,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let Some(claim) = self.verify(cookie, now) else {
+            return Ok(());
+        };
+        store
+            .write(move |c| signins::sign_out(c, &claim.id, claim.expires, now))
+            .await
+    }
+}
+
+/// Whether the sign-in of a verified cookie still holds: nobody signed it out
+/// through any process on the database. A store that cannot be read says no:
+/// a sign-out it may hold must not be ignored.
+pub async fn signed_in(store: &Store, claim: Claim) -> bool {
+    match store
+        .read(move |c| signins::is_signed_out(c, &claim.id))
+        .await
+    {
+        Ok(signed_out) => !signed_out,
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "cannot read the admin sign-outs from the store, so the admin session cookie \
+                 is refused until it can: check the database (the Bearer token still works)"
+            );
+            false
         }
     }
 }
@@ -197,7 +220,20 @@ fn cross_site() -> ApiError {
     }
 }
 
-fn check(req: &HttpRequest) -> Result<Admin, ApiError> {
+/// What a request presents, as far as it can be judged without the store.
+enum Presented {
+    /// The admin token: nothing more to check.
+    Token,
+    /// A cookie with a valid signature and expiry; whether it was signed out
+    /// is still to be read from the store.
+    Cookie {
+        state: web::Data<AppState>,
+        claim: Claim,
+        same_origin: bool,
+    },
+}
+
+fn check(req: &HttpRequest) -> Result<Presented, ApiError> {
     let Some(state) = req.app_data::<web::Data<AppState>>() else {
         return Err(ApiError::Unauthorized);
     };
@@ -211,35 +247,61 @@ fn check(req: &HttpRequest) -> Result<Admin, ApiError> {
             })
             .map(str::trim);
         return match presented {
-            Some(token) if is_admin_token(state, token) => Ok(Admin),
+            Some(token) if is_admin_token(state, token) => Ok(Presented::Token),
             _ => Err(ApiError::Unauthorized),
         };
     }
     let cookie = req.cookie(COOKIE).ok_or(ApiError::Unauthorized)?;
-    state
+    let claim = state
         .sessions
         .verify(&cookie, unix_now())
         .ok_or(ApiError::Unauthorized)?;
     let safe = [Method::GET, Method::HEAD, Method::OPTIONS].contains(req.method());
-    if !safe && !same_origin(req) {
-        return Err(cross_site());
-    }
-    Ok(Admin)
+    Ok(Presented::Cookie {
+        state: state.clone(),
+        claim,
+        same_origin: safe || same_origin(req),
+    })
 }
 
 impl FromRequest for Admin {
     type Error = ApiError;
-    type Future = Ready<Result<Admin, ApiError>>;
+    type Future = LocalBoxFuture<'static, Result<Admin, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        ready(check(req))
+        match check(req) {
+            Err(e) => ready(Err(e)).boxed_local(),
+            Ok(Presented::Token) => ready(Ok(Admin)).boxed_local(),
+            Ok(Presented::Cookie {
+                state,
+                claim,
+                same_origin,
+            }) => async move {
+                // A signed-out cookie is a wrong credential (401) before it
+                // is a cross-site one (403).
+                if !signed_in(&state.store, claim).await {
+                    return Err(ApiError::Unauthorized);
+                }
+                if !same_origin {
+                    return Err(cross_site());
+                }
+                Ok(Admin)
+            }
+            .boxed_local(),
+        }
     }
 }
 
-/// Whether the request carries a valid session cookie (for the page itself).
-pub fn has_session(req: &HttpRequest, state: &AppState) -> bool {
-    req.cookie(COOKIE)
-        .is_some_and(|c| state.sessions.verify(&c, unix_now()).is_some())
+/// Whether the request carries a valid session cookie that was not signed
+/// out (for the page itself).
+pub async fn has_session(req: &HttpRequest, state: &AppState) -> bool {
+    let Some(claim) = req
+        .cookie(COOKIE)
+        .and_then(|c| state.sessions.verify(&c, unix_now()))
+    else {
+        return false;
+    };
+    signed_in(&state.store, claim).await
 }
 
 /// The same-origin check for the sign-in and sign-out forms, which carry
@@ -278,7 +340,7 @@ mod tests {
     }
 
     #[test]
-    fn cookies_are_signed_expire_and_can_be_revoked() {
+    fn cookies_are_signed_and_expire() {
         let s = sessions("admin-token-0123456789");
         let now = 1_800_000_000;
         let c = issued(&s, now);
@@ -294,8 +356,6 @@ mod tests {
             !c.value().contains("admin-token"),
             "the token is not in the cookie"
         );
-        s.revoke(&c, now);
-        assert!(s.verify(&c, now + 1).is_none(), "signed out");
         assert!(s.verify(&issued(&s, now), now).is_some());
     }
 

@@ -601,3 +601,97 @@ fn every_instance_shows_the_actors_of_the_others_in_the_api_and_the_page() {
         .await;
     });
 }
+
+// ------------------------------------------------------------------ signing out
+
+/// Signs in to `s`'s web view over plain HTTP, as its form does; the value
+/// of the session cookie.
+fn cookie_of_sign_in(s: &TestApp) -> String {
+    let r = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&s.url("/admin/login"))
+        .set("Origin", &s.base)
+        .send_form(&[("token", ADMIN_TOKEN)])
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    let set = r.header("set-cookie").unwrap().to_owned();
+    set.split(';')
+        .next()
+        .and_then(|c| c.strip_prefix("cb_admin="))
+        .unwrap()
+        .to_owned()
+}
+
+/// What `s` answers an admin read made with the session cookie alone.
+fn read_with_cookie(s: &TestApp, cookie: &str) -> u16 {
+    match ureq::get(&s.url("/api/gitea-workflow/actors"))
+        .set("Cookie", &format!("cb_admin={cookie}"))
+        .call()
+    {
+        Ok(r) => r.status(),
+        Err(ureq::Error::Status(code, _)) => code,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Whether `s`'s page shows the app (not the sign-in form) to the cookie.
+fn page_signed_in(s: &TestApp, cookie: &str) -> bool {
+    let page = ureq::get(&s.url("/admin"))
+        .set("Cookie", &format!("cb_admin={cookie}"))
+        .call()
+        .unwrap()
+        .into_string()
+        .unwrap();
+    !page.contains(r#"action="/admin/login""#)
+}
+
+fn sign_out(s: &TestApp, cookie: &str) {
+    let r = ureq::AgentBuilder::new()
+        .redirects(0)
+        .build()
+        .post(&s.url("/admin/logout"))
+        .set("Origin", &s.base)
+        .set("Cookie", &format!("cb_admin={cookie}"))
+        .call()
+        .unwrap();
+    assert_eq!(r.status(), 303);
+}
+
+/// A sign-out through one process holds on every process of the database at
+/// once, and on the one that took it after it restarts; other sign-ins stay.
+fn a_sign_out_holds_everywhere(db: Db) {
+    let mut first = TestApp::start(db);
+    // SQLite has one process; a restart is what it can show.
+    let other = matches!(db, Db::Postgres).then(|| first.another_instance());
+    let cookie = cookie_of_sign_in(&first);
+    let kept = cookie_of_sign_in(&first);
+    for s in std::iter::once(&first).chain(other.as_ref()) {
+        assert_eq!(read_with_cookie(s, &cookie), 200, "{}", s.base);
+        assert!(page_signed_in(s, &cookie), "{}", s.base);
+    }
+    sign_out(&first, &cookie);
+    for s in std::iter::once(&first).chain(other.as_ref()) {
+        assert_eq!(read_with_cookie(s, &cookie), 401, "{}", s.base);
+        assert!(!page_signed_in(s, &cookie), "{}", s.base);
+        assert_eq!(read_with_cookie(s, &kept), 200, "{}", s.base);
+    }
+    first.stop();
+    first.start_again();
+    assert_eq!(read_with_cookie(&first, &cookie), 401, "after a restart");
+    assert!(!page_signed_in(&first, &cookie), "after a restart");
+    assert_eq!(read_with_cookie(&first, &kept), 200);
+    // Signing out again (another tab, a retry) is no error.
+    sign_out(&first, &cookie);
+    assert_eq!(read_with_cookie(&first, &cookie), 401);
+}
+
+#[test]
+fn a_sign_out_holds_everywhere_sqlite() {
+    a_sign_out_holds_everywhere(Db::Sqlite);
+}
+
+#[test]
+fn a_sign_out_holds_everywhere_postgres() {
+    a_sign_out_holds_everywhere(Db::Postgres);
+}

@@ -54,7 +54,7 @@ fn login_page(status: actix_web::http::StatusCode, message: &str) -> HttpRespons
 
 /// `GET /admin`: the app when signed in, else the sign-in form.
 async fn page(req: HttpRequest, state: web::Data<AppState>) -> HttpResponse {
-    if auth::has_session(&req, &state) {
+    if auth::has_session(&req, &state).await {
         html(
             actix_web::http::StatusCode::OK,
             APP_HTML
@@ -135,11 +135,18 @@ async fn login(
     Ok(resp.finish())
 }
 
-/// `POST /admin/logout`: revokes the session and clears the cookie.
+/// `POST /admin/logout`: signs the session out for every process on the
+/// database and clears the cookie. When the store cannot record that, the
+/// answer is a 503 and the cookie stays: clearing it in this browser alone
+/// would look like a sign-out while a copy of the cookie still worked.
 async fn logout(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     auth::require_same_origin(&req)?;
     if let Some(c) = req.cookie(COOKIE) {
-        state.sessions.revoke(&c, auth::unix_now());
+        state
+            .sessions
+            .revoke(&state.store, &c, auth::unix_now())
+            .await?;
+        tracing::info!("admin signed out of the web view");
     }
     Ok(HttpResponse::SeeOther()
         .insert_header((header::LOCATION, "/admin"))
