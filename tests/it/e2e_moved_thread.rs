@@ -90,16 +90,7 @@ fn e2e_a_follow_up_that_reaches_another_instance_runs_where_its_thread_lives() {
     });
     assert!(ready, "the second instance's Codex never became ready");
     let follow_up = follow_up(&l);
-    assert_eq!(attempt_owner(&mut c, &follow_up), holder);
-    assert_eq!(
-        session_thread(&mut c, &session),
-        before,
-        "the same thread, resumed"
-    );
-    assert_eq!(
-        count_where(&mut c, "audit_events", "action = 'thread.rebuilt'"),
-        0
-    );
+    resumed_by(&mut c, &follow_up, &holder, &session, &before);
     drop(second_app);
 }
 
@@ -198,17 +189,29 @@ fn e2e_a_follow_up_goes_to_the_process_whose_home_holds_its_thread_not_to_the_la
     // to the process whose home holds the thread: resumed there, not rebuilt.
     second_app.point_webhook_here();
     let follow_up = follow_up(&l);
-    assert_eq!(attempt_owner(&mut c, &follow_up), first_id);
+    resumed_by(&mut c, &follow_up, &first_id, &session, &before);
+    drop(second_app);
+}
+
+/// The task ran on `owner`, on the session's thread as it was (`before`),
+/// and no thread was rebuilt.
+fn resumed_by(
+    c: &mut codex_bridge::store::DbConn,
+    task: &str,
+    owner: &str,
+    session: &str,
+    before: &(String, Option<String>, i64),
+) {
+    assert_eq!(attempt_owner(c, task), owner);
     assert_eq!(
-        session_thread(&mut c, &session),
+        &session_thread(c, session),
         before,
         "the same thread, resumed"
     );
     assert_eq!(
-        count_where(&mut c, "audit_events", "action = 'thread.rebuilt'"),
+        count_where(c, "audit_events", "action = 'thread.rebuilt'"),
         0
     );
-    drop(second_app);
 }
 
 /// The `serverId` of the process `app` runs now.

@@ -96,7 +96,9 @@ fn a_paused_instances_late_write_is_refused_by_the_fencing_token() {
         a.logs().contains("lease moved on from token 1")
     });
     // Nothing of A's late result landed: the task is where B left it, its
-    // turn was never recorded as ended, and the lease is still B's.
+    // turn was never recorded as ended, and A's old holding never came
+    // back (B gives the repository back once its task waits for an
+    // operator, and A may then take it anew: a new token).
     let now = codex_bridge::store::tasks::find(&mut c, &task.parse().unwrap())
         .unwrap()
         .unwrap();
@@ -113,9 +115,15 @@ fn a_paused_instances_late_write_is_refused_by_the_fencing_token() {
         0
     );
     let after = lease_row(&mut c).unwrap();
-    assert_eq!(
-        (after.owner.as_str(), after.fence),
-        (taken.owner.as_str(), 2)
+    assert!(
+        after.fence >= taken.fence,
+        "the lease went back to token {} (B took token {})",
+        after.fence,
+        taken.fence
+    );
+    assert!(
+        after.owner == taken.owner || after.fence > taken.fence,
+        "A holds the lease under B's token: {after:?}"
     );
     drop(b);
 }

@@ -86,13 +86,7 @@ fn a_listener_ends_with_its_store_postgres() {
 #[test]
 fn an_approval_decided_through_another_process_reaches_the_waiting_turn_postgres() {
     const LONG: Duration = Duration::from_secs(60);
-    let a = TestApp::builder()
-        .git_sim()
-        .scripted()
-        .postgres()
-        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
-        .start();
-    a.git().create_repo("acme", "widgets");
+    let a = slow_sweeping_app();
     let task = a.task_comment(
         "signal-approve",
         801,
@@ -123,13 +117,7 @@ fn an_approval_decided_through_another_process_reaches_the_waiting_turn_postgres
 #[test]
 fn a_pause_lifted_through_another_process_starts_the_queued_work_at_once_postgres() {
     const SOON: Duration = Duration::from_secs(15);
-    let a = TestApp::builder()
-        .git_sim()
-        .scripted()
-        .postgres()
-        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
-        .start();
-    a.git().create_repo("acme", "widgets");
+    let a = slow_sweeping_app();
     let b = a.another_instance_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "none"));
     let control = |app: &TestApp, path: &str, id: &str| {
         let r = app.admin_post(
@@ -143,4 +131,17 @@ fn a_pause_lifted_through_another_process_starts_the_queued_work_at_once_postgre
     a.wait_repo_passes("default:acme/widgets", "paused");
     control(&b, "resume", "resume-1");
     wait_task_state(&a.db_url, &paused, "succeeded", SOON);
+}
+
+/// A process on PostgreSQL (scripted runtime, acme/widgets) whose registry
+/// sweeps once a minute: what it does sooner, a signal made it do.
+fn slow_sweeping_app() -> TestApp {
+    let a = TestApp::builder()
+        .git_sim()
+        .scripted()
+        .postgres()
+        .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "60000")
+        .start();
+    a.git().create_repo("acme", "widgets");
+    a
 }
