@@ -411,6 +411,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    workers (worker_id) {
+        worker_id -> Text,
+        name -> Text,
+        token_hash -> Text,
+        repositories -> Text,
+        created_at -> Text,
+        revoked_at -> Nullable<Text>,
+        last_seen_at -> Nullable<Text>,
+        version -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     workflow_gates (id) {
         id -> Int8,
         gate_id -> Text,
@@ -521,6 +534,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     turn_token_usage,
     turns,
     webhook_deliveries,
+    workers,
     workflow_gates,
     workflow_results,
     workflows,

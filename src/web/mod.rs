@@ -1,7 +1,8 @@
 //! The admin API, its live event stream, the operators' web
-//! view at `/admin`, and health endpoints. Handlers read through `store/` and
-//! answer JSON in camelCase; every admin route needs the Bearer token or the
-//! web view's session cookie (web/auth.rs).
+//! view at `/admin`, health endpoints, and the API remote workers call.
+//! Handlers read through `store/` and answer JSON in camelCase; every admin
+//! route needs the Bearer token or the web view's session cookie
+//! (web/auth.rs), every worker route a worker's own token (web/worker/).
 
 pub mod admin;
 pub mod auth;
@@ -15,6 +16,7 @@ pub mod refusals;
 pub mod span;
 pub mod state;
 pub mod ui;
+pub mod worker;
 
 use actix_web::web;
 
@@ -23,4 +25,5 @@ pub fn config(cfg: &mut web::ServiceConfig) {
     metrics::config(cfg);
     admin::config(cfg);
     ui::config(cfg);
+    worker::config(cfg);
 }

@@ -16,6 +16,7 @@ const ROUTES: &[&str] = &[
     "/api/gitea-workflow/approvals",
     "/api/gitea-workflow/repos/default:acme%2Fwidgets/hook",
     "/api/gitea-workflow/events",
+    "/api/gitea-workflow/workers",
 ];
 
 #[test]
@@ -33,6 +34,8 @@ fn every_admin_route_needs_the_bearer_token_and_health_does_not() {
         "/api/gitea-workflow/control/pause",
         "/api/gitea-workflow/control/resume",
         "/api/gitea-workflow/tasks/task-x/clear-workspace",
+        "/api/gitea-workflow/workers",
+        "/api/gitea-workflow/workers/wrk-x/revoke",
     ] {
         let r = ureq::post(&s.url(route)).send_json(json!({"requestId": "r", "reason": "x"}));
         assert_eq!(

@@ -11,6 +11,7 @@ pub(crate) mod overview;
 pub(crate) mod stats;
 mod tasks;
 mod transcripts;
+mod workers;
 mod workflows;
 
 use crate::domain::TaskId;
@@ -95,6 +96,12 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route(
                 "/instances/{server_id}/drain",
                 web::post().to(instances::drain),
+            )
+            .route("/workers", web::post().to(workers::create))
+            .route("/workers", web::get().to(workers::list))
+            .route(
+                "/workers/{worker_id}/revoke",
+                web::post().to(workers::revoke),
             )
             .route("/events", web::get().to(super::live::events)),
     );

@@ -1,0 +1,667 @@
+//! Remote workers: the machines that run `codex-bridge worker` and lease
+//! tasks over the worker API. An operator registers one (a name and the
+//! repositories it may work on) and gets its token, once; the worker presents
+//! that token with every request; revoking the worker refuses the token from
+//! then on.
+//!
+//! The token never reaches a row: only its SHA-256 is stored, and the audit
+//! log names the worker, never the token nor its hash. The token is 32 random
+//! bytes, so a plain hash is enough: nobody can guess it, and the stored hash
+//! does not lead back to it.
+
+use super::audit::{self, Audit, AuditView};
+use super::control::{self, ControlRequest};
+use super::schema::workers;
+use super::{sha256_hex, shared_now, DbConn, StoreError};
+use crate::domain::keys::is_gitea_name;
+use crate::with_conn;
+use diesel::prelude::*;
+use secrecy::{ExposeSecret, SecretString};
+use serde::Serialize;
+use std::fmt;
+
+/// How a worker's token begins: it tells an operator (and a secret scanner)
+/// what a leaked string is.
+const TOKEN_PREFIX: &str = "cbw_";
+/// How a worker's id begins.
+const ID_PREFIX: &str = "wrk-";
+/// The longest worker name, in characters.
+const NAME_MAX: usize = 100;
+/// The longest version a heartbeat may report, in bytes.
+const VERSION_MAX: usize = 100;
+/// The most repositories one worker may be given.
+const REPOSITORIES_MAX: usize = 1000;
+
+/// Input that cannot be taken as it is: the caller's to correct (an HTTP
+/// caller gets a 400 with `code`). A store caller that lets it through gets
+/// it as [`StoreError::Refused`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Invalid {
+    /// Stable snake_case.
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl From<Invalid> for StoreError {
+    fn from(e: Invalid) -> Self {
+        StoreError::Refused {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
+
+/// A short excerpt of what a caller sent, for an error message.
+fn excerpt(text: &str) -> String {
+    let short: String = text.chars().take(120).collect();
+    format!("{short:?}")
+}
+
+/// `wrk-<32 hex>`: one registered worker. Attempts it runs will name it as
+/// their owner (`worker:<workerId>`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct WorkerId(String);
+
+impl WorkerId {
+    /// A new id, time-ordered (UUID v7) like the bridge's other ids.
+    fn mint() -> WorkerId {
+        WorkerId(format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().simple()))
+    }
+
+    /// The id a text names, if it has the shape of one (`None`: it names no
+    /// worker).
+    pub fn parse(text: &str) -> Option<WorkerId> {
+        let hex = text.strip_prefix(ID_PREFIX)?;
+        let ok = hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| WorkerId(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for WorkerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What an operator calls a worker: any text of 1 to 100 characters without
+/// control characters, trimmed. Names need not be unique; the id is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct WorkerName(String);
+
+impl WorkerName {
+    pub fn parse(text: &str) -> Result<WorkerName, Invalid> {
+        let name = text.trim();
+        let count = name.chars().count();
+        if count == 0 || count > NAME_MAX || name.chars().any(char::is_control) {
+            return Err(Invalid {
+                code: "invalid_worker_name",
+                message: format!(
+                    "name must be 1 to {NAME_MAX} characters without control characters (got {})",
+                    excerpt(text)
+                ),
+            });
+        }
+        Ok(WorkerName(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A repository a worker may work on: `owner/name` as Gitea names them, folded
+/// to lower case (Gitea compares them without regard to case, as the
+/// repository keys do).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct RepoName(String);
+
+impl RepoName {
+    /// Exactly one `/` between two Gitea names: no empty part, no `.` or
+    /// `..`, no other separator, so the text can never point elsewhere once
+    /// it becomes part of a key or a path.
+    pub fn parse(text: &str) -> Result<RepoName, Invalid> {
+        let valid = text
+            .split_once('/')
+            .is_some_and(|(owner, name)| is_gitea_name(owner) && is_gitea_name(name));
+        if !valid {
+            return Err(Invalid {
+                code: "invalid_repositories",
+                message: format!(
+                    "repository {} is not owner/name: two Gitea names (letters, digits, '-', '_', \
+                     '.'; not '.' or '..') joined by one '/'",
+                    excerpt(text)
+                ),
+            });
+        }
+        Ok(RepoName(text.to_ascii_lowercase()))
+    }
+
+    /// Every repository of a request: at least one, at most 1000; each
+    /// valid. The same repository spelt twice counts once; the list comes
+    /// back sorted.
+    pub fn parse_list(texts: &[String]) -> Result<Vec<RepoName>, Invalid> {
+        if texts.is_empty() || texts.len() > REPOSITORIES_MAX {
+            return Err(Invalid {
+                code: "invalid_repositories",
+                message: format!(
+                    "repositories must list 1 to {REPOSITORIES_MAX} repositories as \"owner/name\" \
+                     (got {})",
+                    texts.len()
+                ),
+            });
+        }
+        let mut repos = texts
+            .iter()
+            .map(|t| RepoName::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        repos.sort();
+        repos.dedup();
+        Ok(repos)
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What a worker says it runs (its build's version): 1 to 100 bytes of
+/// printable ASCII, trimmed. Shown to operators, never interpreted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct WorkerVersion(String);
+
+impl WorkerVersion {
+    pub fn parse(text: &str) -> Result<WorkerVersion, Invalid> {
+        let version = text.trim();
+        if version.is_empty()
+            || version.len() > VERSION_MAX
+            || !version.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+        {
+            return Err(Invalid {
+                code: "invalid_version",
+                message: format!(
+                    "version must be 1 to {VERSION_MAX} printable ASCII characters (got {})",
+                    excerpt(text)
+                ),
+            });
+        }
+        Ok(WorkerVersion(version.to_owned()))
+    }
+}
+
+/// A worker's bearer token: `cbw_` and the 64 hex digits of 32 random bytes.
+/// Shown once when the worker is created; the store keeps only its hash.
+/// `Debug` shows no part of it.
+#[derive(Clone)]
+pub struct WorkerToken(SecretString);
+
+impl WorkerToken {
+    fn mint() -> WorkerToken {
+        use sha2::{Digest, Sha256};
+        // uuid's v4 generator is the crate's one source of randomness (a
+        // CSPRNG seeded from the operating system). Each v4 UUID carries 122
+        // random bits; three of them, hashed, give 32 bytes with all 256 bits
+        // unpredictable.
+        let mut h = Sha256::new();
+        for _ in 0..3 {
+            h.update(uuid::Uuid::new_v4().as_bytes());
+        }
+        WorkerToken(SecretString::from(format!(
+            "{TOKEN_PREFIX}{}",
+            hex::encode(h.finalize())
+        )))
+    }
+
+    /// What a request presented, if it has a token's shape (`None`: it cannot
+    /// be any worker's token, and the store need not be asked).
+    pub fn from_presented(text: &str) -> Option<WorkerToken> {
+        let hex = text.strip_prefix(TOKEN_PREFIX)?;
+        let ok = hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        ok.then(|| WorkerToken(SecretString::from(text)))
+    }
+
+    /// The token itself: only for the one answer that shows it.
+    pub fn expose(&self) -> &str {
+        self.0.expose_secret()
+    }
+
+    /// What the store keeps and looks the token up by.
+    fn hash(&self) -> String {
+        sha256_hex(self.0.expose_secret().as_bytes())
+    }
+}
+
+impl fmt::Debug for WorkerToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WorkerToken([redacted])")
+    }
+}
+
+/// A worker as its row holds it (all but the token's hash).
+#[derive(Queryable, Selectable, Debug, Clone)]
+#[diesel(table_name = workers)]
+struct Row {
+    worker_id: String,
+    name: String,
+    repositories: String,
+    created_at: String,
+    revoked_at: Option<String>,
+    last_seen_at: Option<String>,
+    version: Option<String>,
+}
+
+impl Row {
+    fn repositories(&self) -> Result<Vec<RepoName>, StoreError> {
+        let texts: Vec<String> = serde_json::from_str(&self.repositories).map_err(|e| {
+            StoreError::Query(format!(
+                "worker {}: its repositories are not a JSON array of strings ({e}); revoke it \
+                 and register it again",
+                self.worker_id
+            ))
+        })?;
+        // Written by `create`, which checked them: taken as they are.
+        Ok(texts.into_iter().map(RepoName).collect())
+    }
+
+    fn view(self) -> Result<WorkerView, StoreError> {
+        Ok(WorkerView {
+            repositories: self.repositories()?,
+            worker_id: WorkerId(self.worker_id),
+            name: WorkerName(self.name),
+            created_at: self.created_at,
+            revoked_at: self.revoked_at,
+            last_seen_at: self.last_seen_at,
+            version: self.version,
+        })
+    }
+}
+
+/// A worker as the admin API shows it. Never its token, nor the token's hash.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerView {
+    pub worker_id: WorkerId,
+    pub name: WorkerName,
+    pub repositories: Vec<RepoName>,
+    pub created_at: String,
+    /// Set once the worker was revoked: its token is refused from then on.
+    pub revoked_at: Option<String>,
+    /// When it last sent a heartbeat (`None`: never).
+    pub last_seen_at: Option<String>,
+    /// The version its last heartbeat reported.
+    pub version: Option<String>,
+}
+
+/// A worker that presented a valid token, not revoked: who is asking, and
+/// what it may work on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worker {
+    pub worker_id: WorkerId,
+    pub name: WorkerName,
+    pub repositories: Vec<RepoName>,
+}
+
+/// A worker just registered, with its token: the one time the token is seen.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub worker: WorkerView,
+    pub token: WorkerToken,
+    /// The `worker.created` audit event.
+    pub event: AuditView,
+}
+
+/// Registers a worker and mints its token. Idempotent on the `requestId`
+/// as every control is, except that the answer cannot be repeated: the token
+/// is not kept, so it cannot be shown twice. A repeated `requestId` mints
+/// nothing and is refused with `request_replayed`, naming the worker the
+/// first request created (revoke it and register another if its token was
+/// lost); the same `requestId` with another name or other repositories is a
+/// `request_id_conflict`.
+pub fn create(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    name: &WorkerName,
+    repositories: &[RepoName],
+) -> Result<Created, StoreError> {
+    const ACTION: &str = "worker.created";
+    let target = serde_json::json!({ "name": name, "repositories": repositories }).to_string();
+    let mut minted = None;
+    let event = control::idempotent(conn, req, ACTION, &target, |conn| {
+        let worker_id = WorkerId::mint();
+        let token = WorkerToken::mint();
+        let at = shared_now(conn)?;
+        let repos_text = serde_json::to_string(repositories)
+            .map_err(|e| StoreError::Query(format!("cannot write the repositories: {e}")))?;
+        with_conn!(conn, |c| diesel::insert_into(workers::table)
+            .values((
+                workers::worker_id.eq(worker_id.as_str()),
+                workers::name.eq(name.as_str()),
+                workers::token_hash.eq(token.hash()),
+                workers::repositories.eq(&repos_text),
+                workers::created_at.eq(&at),
+            ))
+            .execute(c))?;
+        let event = audit::record(
+            conn,
+            &Audit::new(ACTION, &req.actor).meta(serde_json::json!({
+                "requestId": req.request_id,
+                "reason": req.reason,
+                "workerId": worker_id,
+                "name": name,
+                "repositories": repositories,
+            })),
+        )?;
+        minted = Some((
+            WorkerView {
+                worker_id,
+                name: name.clone(),
+                repositories: repositories.to_vec(),
+                created_at: at,
+                revoked_at: None,
+                last_seen_at: None,
+                version: None,
+            },
+            token,
+        ));
+        Ok(event)
+    })?;
+    match minted {
+        Some((worker, token)) => Ok(Created {
+            worker,
+            token,
+            event,
+        }),
+        None => {
+            let first = event
+                .metadata
+                .get("workerId")
+                .and_then(|v| v.as_str())
+                .unwrap_or("(unknown)");
+            Err(StoreError::Refused {
+                code: "request_replayed",
+                message: format!(
+                    "requestId {} already created worker {first}; its token was shown once and \
+                     cannot be shown again: use that token, or revoke the worker and create \
+                     another with a new requestId",
+                    req.request_id
+                ),
+            })
+        }
+    }
+}
+
+/// Every worker ever registered, revoked ones included, oldest first.
+pub fn list(conn: &mut DbConn) -> Result<Vec<WorkerView>, StoreError> {
+    let rows: Vec<Row> = with_conn!(conn, |c| workers::table
+        .select(Row::as_select())
+        .order((workers::created_at.asc(), workers::worker_id.asc()))
+        .load(c))?;
+    rows.into_iter().map(Row::view).collect()
+}
+
+/// One worker, revoked or not.
+pub fn find(conn: &mut DbConn, worker_id: &WorkerId) -> Result<Option<WorkerView>, StoreError> {
+    let row: Option<Row> = with_conn!(conn, |c| workers::table
+        .find(worker_id.as_str())
+        .select(Row::as_select())
+        .first(c)
+        .optional())?;
+    row.map(Row::view).transpose()
+}
+
+/// Revokes a worker: its token is refused from then on. Idempotent on the
+/// `requestId`; revoking a worker already revoked (under another
+/// `requestId`) keeps the first revocation's time and is audited again with
+/// `wasRevoked`. An unknown worker is `NotFound` and records nothing.
+pub fn revoke(
+    conn: &mut DbConn,
+    req: &ControlRequest,
+    worker_id: &WorkerId,
+) -> Result<AuditView, StoreError> {
+    const ACTION: &str = "worker.revoked";
+    control::idempotent(conn, req, ACTION, worker_id.as_str(), |conn| {
+        let before = find(conn, worker_id)?
+            .ok_or_else(|| StoreError::NotFound(format!("worker {worker_id}")))?;
+        let revoked_at = match &before.revoked_at {
+            Some(at) => at.clone(),
+            None => {
+                let at = shared_now(conn)?;
+                with_conn!(conn, |c| diesel::update(
+                    workers::table
+                        .find(worker_id.as_str())
+                        .filter(workers::revoked_at.is_null())
+                )
+                .set(workers::revoked_at.eq(&at))
+                .execute(c))?;
+                at
+            }
+        };
+        audit::record(
+            conn,
+            &Audit::new(ACTION, &req.actor).meta(serde_json::json!({
+                "requestId": req.request_id,
+                "reason": req.reason,
+                "workerId": worker_id,
+                "name": before.name,
+                "wasRevoked": before.revoked_at.is_some(),
+                "revokedAt": revoked_at,
+            })),
+        )
+    })
+}
+
+/// The worker a token belongs to, unless it was revoked. Looked up by the
+/// token's hash, the only form the store knows it in.
+pub fn authenticate(conn: &mut DbConn, token: &WorkerToken) -> Result<Option<Worker>, StoreError> {
+    let hash = token.hash();
+    let row: Option<Row> = with_conn!(conn, |c| workers::table
+        .filter(workers::token_hash.eq(&hash))
+        .filter(workers::revoked_at.is_null())
+        .select(Row::as_select())
+        .first(c)
+        .optional())?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some(Worker {
+        repositories: row.repositories()?,
+        worker_id: WorkerId(row.worker_id),
+        name: WorkerName(row.name),
+    }))
+}
+
+/// Records a heartbeat: the worker was seen now, running `version`. The time
+/// is the clock leases are judged by (the database's on PostgreSQL), so that
+/// later judgements of whether a worker still runs compare like with like.
+/// `false`: no such worker, or it was revoked meanwhile (its request is then
+/// refused like any revoked worker's).
+pub fn seen(
+    conn: &mut DbConn,
+    worker_id: &WorkerId,
+    version: &WorkerVersion,
+) -> Result<bool, StoreError> {
+    let at = shared_now(conn)?;
+    let n = with_conn!(conn, |c| diesel::update(
+        workers::table
+            .find(worker_id.as_str())
+            .filter(workers::revoked_at.is_null())
+    )
+    .set((
+        workers::last_seen_at.eq(&at),
+        workers::version.eq(version.0.as_str()),
+    ))
+    .execute(c))?;
+    Ok(n == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DatabaseUrl;
+    use crate::store::{run_migrations, ConnSettings};
+
+    fn db(dir: &tempfile::TempDir) -> DbConn {
+        let mut c = DbConn::establish(&ConnSettings {
+            url: DatabaseUrl::Sqlite(dir.path().join("db.sqlite")),
+            sqlite_busy_timeout: std::time::Duration::from_secs(5),
+            read_only: false,
+        })
+        .unwrap();
+        run_migrations(&mut c).unwrap();
+        c
+    }
+
+    fn request(id: &str) -> ControlRequest {
+        ControlRequest {
+            request_id: id.into(),
+            reason: "a build machine".into(),
+            actor: "admin:alice".into(),
+        }
+    }
+
+    fn repos(texts: &[&str]) -> Vec<RepoName> {
+        let texts: Vec<String> = texts.iter().map(|t| t.to_string()).collect();
+        RepoName::parse_list(&texts).unwrap()
+    }
+
+    #[test]
+    fn repositories_are_owner_slash_name_folded_and_nothing_else() {
+        assert_eq!(
+            repos(&["ACME/Widgets", "acme/widgets", "a.b/c-d_e"])
+                .iter()
+                .map(RepoName::as_str)
+                .collect::<Vec<_>>(),
+            ["a.b/c-d_e", "acme/widgets"]
+        );
+        for bad in [
+            "",
+            "acme",
+            "/widgets",
+            "acme/",
+            "../x",
+            "x/..",
+            "./x",
+            "a/b/c",
+            "acme//widgets",
+            "acme\\widgets",
+            "acme/wid gets",
+            "acme/wid%2Fgets",
+            " acme/widgets",
+        ] {
+            let e = RepoName::parse(bad).unwrap_err();
+            assert_eq!(e.code, "invalid_repositories", "{bad:?}");
+        }
+        assert_eq!(
+            RepoName::parse_list(&[]).unwrap_err().code,
+            "invalid_repositories"
+        );
+        let many: Vec<String> = (0..=REPOSITORIES_MAX).map(|i| format!("a/r{i}")).collect();
+        assert!(RepoName::parse_list(&many).is_err());
+    }
+
+    #[test]
+    fn names_versions_ids_and_tokens_have_their_shapes() {
+        assert_eq!(WorkerName::parse("  build-1 ").unwrap().as_str(), "build-1");
+        for bad in ["", "   ", "a\nb", &"x".repeat(NAME_MAX + 1)] {
+            assert_eq!(
+                WorkerName::parse(bad).unwrap_err().code,
+                "invalid_worker_name"
+            );
+        }
+        assert!(WorkerName::parse(&"é".repeat(NAME_MAX)).is_ok());
+        assert!(WorkerVersion::parse("0.1.0 (abc123)").is_ok());
+        for bad in ["", "1\n2", &"9".repeat(VERSION_MAX + 1)] {
+            assert_eq!(
+                WorkerVersion::parse(bad).unwrap_err().code,
+                "invalid_version"
+            );
+        }
+
+        let id = WorkerId::mint();
+        assert_eq!(WorkerId::parse(id.as_str()), Some(id));
+        for bad in [
+            "",
+            "wrk-",
+            "wrk-XYZ",
+            "task-0123456789abcdef0123456789abcdef",
+        ] {
+            assert_eq!(WorkerId::parse(bad), None, "{bad}");
+        }
+
+        let token = WorkerToken::mint();
+        assert_ne!(token.expose(), WorkerToken::mint().expose());
+        assert_eq!(token.expose().len(), TOKEN_PREFIX.len() + 64);
+        let presented = WorkerToken::from_presented(token.expose()).unwrap();
+        assert_eq!(presented.hash(), token.hash());
+        assert!(!format!("{token:?}").contains(&token.expose()[4..]));
+        for bad in ["", "cbw_", "Bearer x", &token.expose().to_uppercase()] {
+            assert!(WorkerToken::from_presented(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_worker_is_created_once_authenticated_by_its_token_and_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = db(&dir);
+        let name = WorkerName::parse("build-1").unwrap();
+        let created = create(&mut c, &request("r1"), &name, &repos(&["acme/widgets"])).unwrap();
+        assert_eq!(created.event.action, "worker.created");
+        let text = serde_json::to_string(&created.event).unwrap();
+        assert!(!text.contains(created.token.expose()) && !text.contains(&created.token.hash()));
+
+        // The same requestId mints nothing; with another body it conflicts.
+        let again = create(&mut c, &request("r1"), &name, &repos(&["acme/widgets"])).unwrap_err();
+        assert!(
+            matches!(&again, StoreError::Refused { code: "request_replayed", message }
+                if message.contains(created.worker.worker_id.as_str())),
+            "{again:?}"
+        );
+        let other = create(&mut c, &request("r1"), &name, &repos(&["acme/other"])).unwrap_err();
+        assert!(matches!(
+            other,
+            StoreError::Refused {
+                code: "request_id_conflict",
+                ..
+            }
+        ));
+        assert_eq!(list(&mut c).unwrap(), vec![created.worker.clone()]);
+
+        let worker = authenticate(&mut c, &created.token).unwrap().unwrap();
+        assert_eq!(worker.worker_id, created.worker.worker_id);
+        assert_eq!(worker.repositories, created.worker.repositories);
+        assert_eq!(authenticate(&mut c, &WorkerToken::mint()).unwrap(), None);
+
+        let version = WorkerVersion::parse("1.2.3").unwrap();
+        assert!(seen(&mut c, &worker.worker_id, &version).unwrap());
+        let listed = find(&mut c, &worker.worker_id).unwrap().unwrap();
+        assert!(listed.last_seen_at.is_some());
+        assert_eq!(listed.version.as_deref(), Some("1.2.3"));
+
+        let first = revoke(&mut c, &request("r2"), &worker.worker_id).unwrap();
+        assert_eq!(first.metadata["wasRevoked"], false);
+        assert_eq!(
+            revoke(&mut c, &request("r2"), &worker.worker_id)
+                .unwrap()
+                .event_id,
+            first.event_id
+        );
+        let later = revoke(&mut c, &request("r3"), &worker.worker_id).unwrap();
+        assert_eq!(later.metadata["wasRevoked"], true);
+        assert_eq!(later.metadata["revokedAt"], first.metadata["revokedAt"]);
+        assert_eq!(authenticate(&mut c, &created.token).unwrap(), None);
+        assert!(!seen(&mut c, &worker.worker_id, &version).unwrap());
+        let unknown = WorkerId::mint();
+        assert!(matches!(
+            revoke(&mut c, &request("r4"), &unknown),
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}

@@ -1,0 +1,76 @@
+//! `/api/gitea-workflow/workers`: the remote workers an operator registered.
+//! `POST` registers one and answers its token, the one time it is shown;
+//! `GET` lists them (never a token); `POST /workers/{workerId}/revoke`
+//! refuses a worker's token from then on and answers the audit event, like
+//! every control.
+
+use super::ControlBody;
+use crate::store::workers::{self, RepoName, WorkerId, WorkerName};
+use crate::web::auth::Admin;
+use crate::web::error::ApiError;
+use crate::web::state::AppState;
+use actix_web::{web, HttpResponse};
+use serde::Deserialize;
+
+/// `{"name", "repositories": ["owner/name", ...], "requestId", "reason"}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateBody {
+    name: Option<String>,
+    repositories: Option<Vec<String>>,
+    #[serde(flatten)]
+    control: ControlBody,
+}
+
+/// 201 `{"workerId", "token", "worker", "event"}`. A repeated `requestId`
+/// mints nothing: 409 `request_replayed`, naming the worker the first
+/// request created (its token cannot be shown again).
+pub async fn create(
+    _: Admin,
+    state: web::Data<AppState>,
+    body: web::Json<CreateBody>,
+) -> Result<HttpResponse, ApiError> {
+    let body = body.into_inner();
+    let req = body.control.into_request()?;
+    let name = WorkerName::parse(body.name.as_deref().unwrap_or_default())?;
+    let repositories = RepoName::parse_list(&body.repositories.unwrap_or_default())?;
+    let created = state
+        .store
+        .write(move |c| workers::create(c, &req, &name, &repositories))
+        .await?;
+    Ok(HttpResponse::Created().json(serde_json::json!({
+        "workerId": created.worker.worker_id,
+        "token": created.token.expose(),
+        "worker": created.worker,
+        "event": created.event,
+    })))
+}
+
+/// `{"workers": [Worker]}`, revoked ones included.
+pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    let workers = state.store.read(workers::list).await?;
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "workers": workers })))
+}
+
+/// Answers with the audit event; an unknown worker is a 404 and records
+/// nothing.
+pub async fn revoke(
+    _: Admin,
+    state: web::Data<AppState>,
+    path: web::Path<String>,
+    body: web::Json<ControlBody>,
+) -> Result<HttpResponse, ApiError> {
+    let req = body.into_inner().into_request()?;
+    let text = path.into_inner();
+    let worker_id = WorkerId::parse(&text).ok_or_else(|| {
+        let shown: String = text.chars().take(100).collect();
+        ApiError::NotFound(format!(
+            "worker {shown:?} (a worker id is wrk-<32 hex digits>)"
+        ))
+    })?;
+    let event = state
+        .store
+        .write(move |c| workers::revoke(c, &req, &worker_id))
+        .await?;
+    Ok(HttpResponse::Ok().json(event))
+}

@@ -1,0 +1,29 @@
+//! `/api/worker/v1/*`: the API remote workers (`codex-bridge worker`) call.
+//! Every route takes a worker's own bearer token ([`WorkerAuth`]), never the
+//! admin token; what a worker may do is bounded by the repositories an
+//! operator gave it.
+
+mod auth;
+mod heartbeat;
+
+pub use auth::WorkerAuth;
+
+use crate::store::workers::Invalid;
+use crate::web::error::ApiError;
+use actix_web::web;
+
+pub fn config(cfg: &mut web::ServiceConfig) {
+    cfg.service(web::scope("/api/worker/v1").route("/heartbeat", web::post().to(heartbeat::beat)));
+}
+
+/// A worker's name, repositories or version as sent cannot be taken: the
+/// caller's to correct, so a 400 with the check's code (the admin routes
+/// that register workers answer it alike).
+impl From<Invalid> for ApiError {
+    fn from(e: Invalid) -> Self {
+        ApiError::BadRequest {
+            code: e.code,
+            message: e.message,
+        }
+    }
+}
