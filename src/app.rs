@@ -302,6 +302,7 @@ pub async fn run(
         config.breaker_failures,
         config.breaker_open_secs,
     ));
+    let worker_calls = crate::agent::remote::CallHub::default();
     let (actors, agent, account) = start_actors(
         &config,
         &store,
@@ -353,6 +354,7 @@ pub async fn run(
         live: crate::web::live::Hub::default(),
         refusals: crate::web::refusals::Refusals::default(),
         circuit,
+        worker_calls,
     });
     state.refusals.keep_flushing(state.store.clone());
     let metrics_server = match &state.config.metrics_listen {

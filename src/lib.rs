@@ -34,4 +34,5 @@ pub mod store;
 pub mod telemetry;
 pub mod web;
 pub mod webhook;
+pub mod worker_api;
 pub mod workspace;

@@ -8,6 +8,7 @@
 pub mod account;
 mod availability;
 pub mod circuit;
+pub mod remote;
 pub mod scripted;
 pub mod transcript;
 

@@ -18,7 +18,7 @@
 use super::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
 pub use super::states::ThreadTrust;
 use crate::domain::workflow::children::Authority;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What Gitea says about a pull request, as far as trust goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub enum Subject {
 }
 
 /// Who posts the task's final answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplyPath {
     /// The agent, through the Gitea MCP server; the bridge verifies it.
@@ -61,7 +61,7 @@ impl ReplyPath {
 }
 
 /// Where the repository's instructions to the agent (`AGENTS.md`) come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InstructionsSource {
     /// Codex loads them from its working directory, the checked-out tree.
@@ -72,7 +72,7 @@ pub enum InstructionsSource {
 }
 
 /// What a thread runs under.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutionPolicy {
     pub trust: ThreadTrust,

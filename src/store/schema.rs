@@ -411,6 +411,19 @@ diesel::table! {
 }
 
 diesel::table! {
+    worker_leases (repository) {
+        repository -> Text,
+        lease_id -> Text,
+        worker_id -> Text,
+        fence -> Int8,
+        acquired_at -> Text,
+        renewed_at -> Text,
+        expires_at -> Text,
+        released_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     workers (worker_id) {
         worker_id -> Text,
         name -> Text,
@@ -503,6 +516,7 @@ diesel::table! {
 diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
 diesel::joinable!(sessions -> repositories (repo_key));
+diesel::joinable!(worker_leases -> workers (worker_id));
 diesel::joinable!(workflows -> sessions (session_key));
 diesel::joinable!(worktrees -> repositories (repo_key));
 diesel::joinable!(worktrees -> sessions (session_key));
@@ -534,6 +548,7 @@ diesel::allow_tables_to_appear_in_same_query!(
     turn_token_usage,
     turns,
     webhook_deliveries,
+    worker_leases,
     workers,
     workflow_gates,
     workflow_results,

@@ -234,7 +234,7 @@ impl WorkerToken {
     }
 
     /// What the store keeps and looks the token up by.
-    fn hash(&self) -> String {
+    pub(super) fn hash(&self) -> String {
         sha256_hex(self.0.expose_secret().as_bytes())
     }
 }
@@ -441,6 +441,8 @@ pub fn revoke(
                 )
                 .set(workers::revoked_at.eq(&at))
                 .execute(c))?;
+                // Its leases end with it: calls under them fail closed.
+                super::worker_leases::end_all_of(conn, worker_id, &at)?;
                 at
             }
         };

@@ -32,6 +32,9 @@ pub struct AppState {
     /// The circuit breaker the actors report to (closed for good without
     /// an agent runtime).
     pub circuit: crate::agent::circuit::Circuit,
+    /// The agent calls waiting for remote workers (`agent_runtime =
+    /// "remote"`; empty otherwise), shared with the runtime that makes them.
+    pub worker_calls: crate::agent::remote::CallHub,
 }
 
 impl AppState {

@@ -39,6 +39,9 @@ const FLOORS: &[(&str, u8)] = &[
     ("forge", 1),
     ("metrics", 1),
     ("readiness", 1),
+    // The worker protocol: serde messages only, shared by the server's
+    // worker API, the remote runtime and the worker.
+    ("worker_api", 1),
 ];
 
 /// Modules that speak a protocol and report: they may import only the bottom floor.

@@ -102,6 +102,7 @@ mod transcripts;
 mod walkthrough;
 mod walvfs;
 mod webhook;
+mod worker_leases;
 mod workers;
 mod workflow_tools;
 mod workflows_store;

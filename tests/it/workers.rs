@@ -2,7 +2,7 @@
 //! SQLite and PostgreSQL: an operator registers a worker and sees its token
 //! once; the token is kept nowhere (not in a row, the audit log, a list or
 //! the logs); the worker authenticates its heartbeat with it; revoking the
-//! worker refuses the token; a repeated `requestId` mints no second worker;
+//! worker refuses the token (403 `worker_revoked`); a repeated `requestId` mints no second worker;
 //! bad input is a 400 with a code, a missing credential a 401.
 
 use crate::support::*;
@@ -187,7 +187,10 @@ fn workers_are_registered_authenticated_and_revoked(db: Db) {
         revoked.json["eventId"],
         "a repeated requestId answers the first event"
     );
-    assert_eq!(heartbeat(&s, &token).status, 401);
+    // A revoked worker is told so, to stop rather than retry.
+    let refused = heartbeat(&s, &token);
+    assert_eq!(refused.status, 403, "{:?}", refused.json);
+    assert_eq!(refused.json["code"], "worker_revoked");
     let after = &s.admin_get(WORKERS).json["workers"][0];
     assert_eq!(after["revokedAt"], revoked.json["metadata"]["revokedAt"]);
     assert!(after["revokedAt"].is_string(), "{after}");

@@ -68,9 +68,15 @@ pub async fn revoke(
             "worker {shown:?} (a worker id is wrk-<32 hex digits>)"
         ))
     })?;
+    let revoked = worker_id.clone();
     let event = state
         .store
-        .write(move |c| workers::revoke(c, &req, &worker_id))
+        .write(move |c| workers::revoke(c, &req, &revoked))
         .await?;
+    // The store ended its leases; the calls they took fail closed now
+    // rather than when they time out.
+    state
+        .worker_calls
+        .end_worker(worker_id.as_str(), "an operator revoked the worker");
     Ok(HttpResponse::Ok().json(event))
 }

@@ -1,10 +1,14 @@
 //! Worker authentication: `Authorization: Bearer <worker token>`, looked up
 //! by its hash in the store (`store::workers::authenticate`). A missing,
-//! malformed, unknown or revoked token is a 401 that says nothing more. A
+//! malformed or unknown token is a 401 that says nothing more. The token of
+//! a revoked worker is a 403 `worker_revoked`: whoever presents it proves
+//! they hold it, so saying so tells them nothing new, and the worker must
+//! learn to stop rather than retry. A
 //! store that cannot be read refuses too (503, so the worker retries rather
 //! than taking itself for revoked): a revocation it may hold must not be
 //! ignored. The token is never logged, nor put in an error.
 
+use crate::store::worker_leases;
 use crate::store::workers::{self, Worker, WorkerToken};
 use crate::web::error::ApiError;
 use crate::web::state::AppState;
@@ -41,13 +45,28 @@ impl FromRequest for WorkerAuth {
             return ready(Err(ApiError::Unauthorized)).boxed_local();
         };
         async move {
+            let presented = token.clone();
             match state
                 .store
-                .read(move |c| workers::authenticate(c, &token))
+                .read(move |c| workers::authenticate(c, &presented))
                 .await
             {
                 Ok(Some(worker)) => Ok(WorkerAuth(worker)),
-                Ok(None) => Err(ApiError::Unauthorized),
+                Ok(None) => {
+                    let revoked = state
+                        .store
+                        .read(move |c| worker_leases::is_revoked_token(c, &token))
+                        .await;
+                    match revoked {
+                        Ok(true) => Err(ApiError::Forbidden {
+                            code: "worker_revoked",
+                            message: "an operator revoked this worker: it takes no more work; \
+                                      stop it, or register a new worker for this machine"
+                                .into(),
+                        }),
+                        _ => Err(ApiError::Unauthorized),
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(
                         error = %e,

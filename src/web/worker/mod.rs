@@ -5,6 +5,7 @@
 
 mod auth;
 mod heartbeat;
+mod leases;
 
 pub use auth::WorkerAuth;
 
@@ -13,7 +14,16 @@ use crate::web::error::ApiError;
 use actix_web::web;
 
 pub fn config(cfg: &mut web::ServiceConfig) {
-    cfg.service(web::scope("/api/worker/v1").route("/heartbeat", web::post().to(heartbeat::beat)));
+    cfg.service(
+        web::scope(crate::worker_api::API_PREFIX)
+            .route("/heartbeat", web::post().to(heartbeat::beat))
+            .route("/leases", web::post().to(leases::lease))
+            .route("/leases/{leaseId}/renew", web::post().to(leases::renew))
+            .route("/leases/{leaseId}/release", web::post().to(leases::release))
+            .route("/leases/{leaseId}/calls", web::get().to(leases::calls))
+            .route("/leases/{leaseId}/answers", web::post().to(leases::answers))
+            .route("/leases/{leaseId}/events", web::post().to(leases::events)),
+    );
 }
 
 /// A worker's name, repositories or version as sent cannot be taken: the

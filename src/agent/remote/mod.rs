@@ -1,0 +1,10 @@
+//! The remote runtime: the agent runtime's calls handed to remote workers
+//! (`codex-bridge worker`) over the worker API. The session actors keep all
+//! their logic (admission, the ledger, history lookup, reply verification);
+//! a worker that holds a repository's lease is only the runtime behind
+//! them, running each call on its own Codex.
+
+pub mod convert;
+pub mod hub;
+
+pub use hub::CallHub;
