@@ -37,6 +37,41 @@ type Actors = (
     Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
 
+/// How long a remote runtime call waits for a worker's answer.
+const REMOTE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The workspace manager of `workspace_root`, with the bot's token.
+fn workspace_names(config: &Config) -> anyhow::Result<crate::workspace::WorkspaceManager> {
+    let mut workspaces = crate::workspace::WorkspaceManager::new(
+        config.workspace_root.clone(),
+        config.instance_id.clone(),
+        config.gitea_token.clone(),
+    );
+    if let Some(url) = &config.gitea_url {
+        workspaces = workspaces
+            .with_gitea_url(url)
+            .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
+    }
+    Ok(workspaces)
+}
+
+/// What checks replies on Gitea: the Gitea forge, or (not configured) one
+/// that says why the scheduler holds every task.
+fn gitea_verifier(config: &Config) -> Arc<dyn crate::forge::Forge> {
+    match gitea_client(config) {
+        Some(client) => Arc::new(crate::gitea::GiteaForge::new(
+            client,
+            &config.bot_login,
+            crate::gitea::TriggerPolicy::from_config(config),
+        )),
+        None => Arc::new(crate::gitea::ForgeNotConfigured {
+            reason: crate::readiness::gitea_not_configured(config)
+                .map(|b| format!("{}; {}", b.message, b.action))
+                .unwrap_or_default(),
+        }),
+    }
+}
+
 /// The configured agent runtime: its turns, the forge that checks its
 /// replies, whether it can run now, and how it is signed in (Codex only).
 type Runtime = (
@@ -50,22 +85,34 @@ type Runtime = (
 /// only); for Codex also its keeper, which starts the app-server now and
 /// publishes whether turns can run (a Codex that cannot run never stops the
 /// server: tasks wait `queued` until it can).
+/// The handles the actors share with the rest of the process.
+struct Shared<'a> {
+    draining: &'a crate::actors::drain::Draining,
+    circuit: &'a crate::agent::circuit::Circuit,
+    drain_requested: &'a crate::actors::drain::DrainRequested,
+    /// The calls a remote runtime hands to workers (the worker API serves them).
+    worker_calls: &'a crate::agent::remote::CallHub,
+}
+
 fn start_actors(
     config: &Config,
     store: &Store,
     secrets: &crate::config::ServerSecrets,
-    draining: &crate::actors::drain::Draining,
-    circuit: &crate::agent::circuit::Circuit,
     server_id: &str,
-    drain_requested: &crate::actors::drain::DrainRequested,
+    shared: Shared<'_>,
 ) -> anyhow::Result<Actors> {
+    let Shared {
+        draining,
+        circuit,
+        drain_requested,
+        worker_calls,
+    } = shared;
     use crate::actors::{registry::Registry, ActorDeps};
     use crate::agent::account::AccountControl;
     use crate::agent::scripted::ScriptedAgent;
     use crate::agent::Availability;
     use crate::config::AgentRuntimeKind;
     use crate::forge::scripted::ScriptedForge;
-    use crate::forge::Forge;
     use actix::Actor;
 
     let (runtime, verifier, agent, account): Runtime = match config.agent_runtime {
@@ -83,21 +130,36 @@ fn start_actors(
             let codex = CodexAgent::new(codex_settings(config)?, notices);
             let (status, agent) = Availability::channel();
             actix::spawn(codex.clone().keep_available(status));
-            let verifier: Arc<dyn Forge> = match gitea_client(config) {
-                Some(client) => Arc::new(crate::gitea::GiteaForge::new(
-                    client,
-                    &config.bot_login,
-                    crate::gitea::TriggerPolicy::from_config(config),
-                )),
-                // The scheduler holds every task (see `hold` below), and says why.
-                None => Arc::new(crate::gitea::ForgeNotConfigured {
-                    reason: crate::readiness::gitea_not_configured(config)
-                        .map(|b| format!("{}; {}", b.message, b.action))
-                        .unwrap_or_default(),
-                }),
-            };
+            let verifier = gitea_verifier(config);
             let account: Arc<dyn AccountControl> = Arc::new(codex.clone());
             (Arc::new(codex), verifier, agent, Some(account))
+        }
+        AgentRuntimeKind::Remote => {
+            tracing::info!(
+                "agent_runtime = remote: registered workers run the turns; a repository's work \
+                 waits until a worker given it leases it"
+            );
+            // Made now, so that the root every folder is named under is
+            // its canonical path from the first call on.
+            std::fs::create_dir_all(&config.workspace_root).with_context(|| {
+                format!(
+                    "cannot create workspace_root {}",
+                    config.workspace_root.display()
+                )
+            })?;
+            let root = workspace_names(config)?
+                .root()
+                .map_err(|e| anyhow::anyhow!("config key `workspace_root`: {e}"))?;
+            (
+                Arc::new(crate::agent::remote::RemoteAgent::new(
+                    worker_calls.clone(),
+                    root,
+                    REMOTE_CALL_TIMEOUT,
+                )),
+                gitea_verifier(config),
+                Availability::always(),
+                None,
+            )
         }
         AgentRuntimeKind::Scripted => {
             tracing::warn!(
@@ -117,16 +179,19 @@ fn start_actors(
             )
         }
     };
-    let mut workspaces = crate::workspace::WorkspaceManager::new(
-        config.workspace_root.clone(),
-        config.instance_id.clone(),
-        config.gitea_token.clone(),
-    );
-    if let Some(url) = &config.gitea_url {
-        workspaces = workspaces
-            .with_gitea_url(url)
-            .map_err(|e| anyhow::anyhow!("config key `gitea_url`: {e}"))?;
-    }
+    let workspaces: Arc<dyn crate::actors::Workspaces> = match config.agent_runtime {
+        // The worker clones with its own token under its own root; the
+        // server only names the folders.
+        AgentRuntimeKind::Remote => {
+            Arc::new(crate::actors::remote_workspaces::RemoteWorkspaces::new(
+                worker_calls.clone(),
+                workspace_names(config)?,
+                config.instance_id.clone(),
+                crate::workspace::DEFAULT_TIMEOUT,
+            ))
+        }
+        _ => Arc::new(workspace_names(config)?),
+    };
     if let Some(client) = gitea_client(config) {
         let statuses = crate::jobs::statuses::StatusWorker {
             store: store.clone(),
@@ -161,7 +226,7 @@ fn start_actors(
         store: store.clone(),
         runtime,
         verifier,
-        workspaces: Arc::new(workspaces),
+        workspaces,
         settings,
     });
     Ok((
@@ -307,10 +372,13 @@ pub async fn run(
         &config,
         &store,
         &secrets,
-        &draining,
-        &circuit,
         &server_id,
-        &drain_requested,
+        Shared {
+            draining: &draining,
+            circuit: &circuit,
+            drain_requested: &drain_requested,
+            worker_calls: &worker_calls,
+        },
     )?;
     let registry = actors.as_ref().map(|(r, ..)| r.clone());
     let home = actors.as_ref().and_then(|(_, _, home)| home.clone());

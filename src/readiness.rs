@@ -39,7 +39,8 @@ pub fn blockers(config: &Config) -> Vec<Blocker> {
                 .into(),
             action: "set agent_runtime = \"codex\" (the default) to run them".into(),
         }),
-        AgentRuntimeKind::Codex => {}
+        // The server verifies replies on Gitea whoever runs the turn.
+        AgentRuntimeKind::Codex | AgentRuntimeKind::Remote => {}
     }
     if let Some(blocker) = gitea_not_configured(config) {
         out.push(blocker);
@@ -264,7 +265,9 @@ pub fn readiness(config: &Config, store_ok: bool, status: &RuntimeStatus) -> Rea
             };
             (codex, Dependency::fine(State::NotRequired))
         }
-        AgentRuntimeKind::Scripted | AgentRuntimeKind::Codex => runtime_dependencies(status),
+        AgentRuntimeKind::Scripted | AgentRuntimeKind::Codex | AgentRuntimeKind::Remote => {
+            runtime_dependencies(status)
+        }
     };
     let degraded = [&gitea, &codex, &codex_account]
         .iter()

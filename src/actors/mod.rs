@@ -12,6 +12,7 @@ pub mod gate;
 pub mod health;
 pub mod redact;
 pub mod registry;
+pub mod remote_workspaces;
 pub mod repo;
 pub mod session;
 pub mod timing;

@@ -313,12 +313,17 @@ pub enum AgentRuntimeKind {
     Codex,
     /// Plays directives from the instruction text; no model. For tests.
     Scripted,
+    /// Remote workers (`codex-bridge worker`) run the turns: the server
+    /// keeps the sessions' logic and hands each runtime call to the worker
+    /// holding the repository's lease.
+    Remote,
 }
 
-words!(AgentRuntimeKind, "expected none, codex or scripted", {
+words!(AgentRuntimeKind, "expected none, codex, scripted or remote", {
     None => "none",
     Codex => "codex",
     Scripted => "scripted",
+    Remote => "remote",
 });
 
 /// `receipt_mode`: how a queued task is acknowledged on Gitea.

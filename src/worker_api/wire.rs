@@ -124,6 +124,30 @@ pub enum CallBody {
         text: String,
     },
     Reset,
+    /// The session's worktree made ready for its next turn, under the
+    /// worker's own `workspace_root`, cloned with the worker's own token.
+    #[serde(rename_all = "camelCase")]
+    PrepareSession {
+        /// The server's `instance_id`: the first folder under the root, so
+        /// both ends name one layout.
+        instance: String,
+        owner: String,
+        name: String,
+        clone_url: Option<String>,
+        checkout: Checkout,
+        worktree: Worktree,
+        /// What the session's last turn left, to check the worktree against.
+        recorded: Option<Tree>,
+    },
+    /// An empty folder of the session's own, for a turn that needs nothing
+    /// of the repository.
+    #[serde(rename_all = "camelCase")]
+    Scratch {
+        instance: String,
+        owner: String,
+        name: String,
+        worktree: Worktree,
+    },
     #[serde(rename_all = "camelCase")]
     LookupTurn {
         thread_id: String,
@@ -144,9 +168,41 @@ impl CallBody {
             CallBody::DecideApproval { .. } => "decide_approval",
             CallBody::AnswerTool { .. } => "answer_tool",
             CallBody::Reset => "reset",
+            CallBody::PrepareSession { .. } => "prepare_session",
+            CallBody::Scratch { .. } => "scratch",
             CallBody::LookupTurn { .. } => "lookup_turn",
         }
     }
+}
+
+/// What a task needs checked out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Checkout {
+    DefaultBranch {
+        name: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    PullRequest {
+        number: i64,
+        head_ref: String,
+    },
+}
+
+/// Which session's worktree: the resource's kind (`issue`, `pull`) and
+/// number, and a delegated child's number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Worktree {
+    pub kind: String,
+    pub number: i64,
+    pub child: Option<i64>,
+}
+
+/// A worktree's state: its head commit and its tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tree {
+    pub head: String,
+    pub tree: String,
 }
 
 /// `POST /leases/{leaseId}/answers`: how a call went on the worker.
@@ -164,10 +220,26 @@ pub struct Answer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum Outcome {
-    Ok { value: Value },
-    Unavailable { message: String },
-    Uncertain { message: String },
-    Refused { message: String },
+    Ok {
+        value: Value,
+    },
+    Unavailable {
+        message: String,
+    },
+    Uncertain {
+        message: String,
+    },
+    Refused {
+        message: String,
+    },
+    /// A workspace call failed: `disposition` (`cannot_name`,
+    /// `needs_operator`, `transient`, `permanent`) says where the task
+    /// goes, `code` is the worker's error code.
+    WorkspaceFailed {
+        disposition: String,
+        code: String,
+        message: String,
+    },
 }
 
 /// What a call that succeeded gives back.
@@ -185,6 +257,9 @@ pub enum Value {
     Done,
     /// `lookup_turn`.
     Lookup { lookup: Lookup },
+    /// `prepare_session`, `scratch`: the folder relative to the workspace
+    /// root, and the commit checked out.
+    Workspace { cwd: String, head: Option<String> },
 }
 
 /// What the thread's history says about one operation.
@@ -399,6 +474,35 @@ mod tests {
                 text: "no".into(),
             },
             CallBody::Reset,
+            CallBody::PrepareSession {
+                instance: "default".into(),
+                owner: "acme".into(),
+                name: "widgets".into(),
+                clone_url: Some("http://gitea/acme/widgets.git".into()),
+                checkout: Checkout::PullRequest {
+                    number: 3,
+                    head_ref: "pr-3".into(),
+                },
+                worktree: Worktree {
+                    kind: "pull".into(),
+                    number: 3,
+                    child: None,
+                },
+                recorded: Some(Tree {
+                    head: "h".into(),
+                    tree: "t".into(),
+                }),
+            },
+            CallBody::Scratch {
+                instance: "default".into(),
+                owner: "acme".into(),
+                name: "widgets".into(),
+                worktree: Worktree {
+                    kind: "issue".into(),
+                    number: 1,
+                    child: Some(2),
+                },
+            },
             CallBody::LookupTurn {
                 thread_id: "t1".into(),
                 operation_id: "op-1".into(),
@@ -455,6 +559,17 @@ mod tests {
             },
             Outcome::Refused {
                 message: "m".into(),
+            },
+            Outcome::WorkspaceFailed {
+                disposition: "needs_operator".into(),
+                code: "workspace_dirty".into(),
+                message: "m".into(),
+            },
+            Outcome::Ok {
+                value: Value::Workspace {
+                    cwd: "worktrees/default/acme/widgets/issue-1".into(),
+                    head: None,
+                },
             },
         ] {
             round_trip(&Answer {

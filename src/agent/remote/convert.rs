@@ -61,7 +61,9 @@ pub fn outcome_to_result(o: Outcome) -> Result<Value, AgentError> {
         Outcome::Ok { value } => Ok(value),
         Outcome::Unavailable { message } => Err(AgentError::Unavailable(message)),
         Outcome::Uncertain { message } => Err(AgentError::Uncertain(message)),
-        Outcome::Refused { message } => Err(AgentError::Refused(message)),
+        Outcome::Refused { message } | Outcome::WorkspaceFailed { message, .. } => {
+            Err(AgentError::Refused(message))
+        }
     }
 }
 

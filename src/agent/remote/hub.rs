@@ -269,8 +269,16 @@ impl CallHub {
     /// uncertain, and the turns it streams end (their sessions look them
     /// up, or reconcile them). How many calls it had.
     pub fn end_lease(&self, lease_id: &str, why: &str) -> usize {
-        let mut s = self.lock();
-        end_lease_locked(&mut s, lease_id, why)
+        let n = end_lease_locked(&mut self.lock(), lease_id, why);
+        // Polls held open under it look again, and learn it ended.
+        self.arrived.notify_waiters();
+        n
+    }
+
+    /// The ids of the turn streams open now.
+    #[cfg(test)]
+    pub fn stream_ids(&self) -> Vec<String> {
+        self.lock().streams.keys().cloned().collect()
     }
 
     /// Ends every lease of a worker (revoked).
@@ -282,10 +290,13 @@ impl CallHub {
             .filter(|(_, w)| w.as_str() == worker_id)
             .map(|(l, _)| l.clone())
             .collect();
-        leases
+        let n = leases
             .iter()
             .map(|l| end_lease_locked(&mut s, l, why))
-            .sum()
+            .sum();
+        drop(s);
+        self.arrived.notify_waiters();
+        n
     }
 }
 

@@ -4,7 +4,9 @@
 //! a worker that holds a repository's lease is only the runtime behind
 //! them, running each call on its own Codex.
 
+mod agent;
 pub mod convert;
 pub mod hub;
 
+pub use agent::{make_ref, parse_ref, relative_cwd, RemoteAgent};
 pub use hub::CallHub;

@@ -1,0 +1,407 @@
+//! [`RemoteAgent`]: the agent runtime whose calls run on remote workers.
+//!
+//! Routing needs no table that a restart would lose: the thread ids (and the
+//! approval and tool keys) it hands the session carry the repository they
+//! belong to (`remote:<owner>/<name>:<id>`), so any later call on them goes
+//! to whichever worker holds that repository's lease then. Working folders
+//! travel relative to the workspace root: the server names them as its own
+//! workspaces would, and the worker finds the same layout under its own
+//! `workspace_root`.
+
+use super::convert;
+use super::hub::{lost, CallHub};
+use crate::agent::{
+    Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ToolAnswer, TurnEvent,
+    TurnLookup, TurnRequest, TurnStarted,
+};
+use crate::worker_api::{CallBody, Value};
+use futures_util::future::BoxFuture;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How a reference to something on a worker begins.
+const REF_PREFIX: &str = "remote:";
+
+/// `remote:<repository>:<id>`: an id on a worker, with the repository whose
+/// lease routes calls on it.
+pub fn make_ref(repository: &str, id: &str) -> String {
+    format!("{REF_PREFIX}{repository}:{id}")
+}
+
+/// The repository and the worker's own id a reference names (`None`: it is
+/// no reference of this runtime's).
+pub fn parse_ref(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix(REF_PREFIX)?;
+    let (repository, id) = rest.split_once(':')?;
+    let (owner, name) = repository.split_once('/')?;
+    (!owner.is_empty() && !name.is_empty() && !name.contains('/') && !id.is_empty())
+        .then_some((repository, id))
+}
+
+/// `cwd` relative to the workspace root (`None`: it is not under it, and
+/// the worker could not find it).
+pub fn relative_cwd(root: &Path, cwd: &Path) -> Option<String> {
+    let rel = cwd.strip_prefix(root).ok()?;
+    let plain = rel.components().count() > 0
+        && rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    plain.then(|| rel.to_string_lossy().into_owned())
+}
+
+fn not_ours(what: &str, text: &str) -> AgentError {
+    let shown: String = text.chars().take(100).collect();
+    AgentError::Refused(format!(
+        "{what} {shown:?} was not opened by the remote runtime (it belongs to another agent \
+         runtime); the session must open its thread again"
+    ))
+}
+
+/// The runtime; cheap to clone.
+#[derive(Clone)]
+pub struct RemoteAgent {
+    hub: CallHub,
+    /// The server's `workspace_root`, resolved: working folders are sent
+    /// relative to it.
+    root: PathBuf,
+    /// How long a call waits for a worker's answer before it is given up
+    /// (unavailable if no worker took it, uncertain if one did).
+    timeout: Duration,
+}
+
+impl RemoteAgent {
+    pub fn new(hub: CallHub, root: PathBuf, timeout: Duration) -> RemoteAgent {
+        RemoteAgent { hub, root, timeout }
+    }
+
+    fn cwd(&self, cwd: &Path) -> Result<String, AgentError> {
+        relative_cwd(&self.root, cwd).ok_or_else(|| {
+            AgentError::Refused(format!(
+                "working folder {} is not under workspace_root {}; a remote worker cannot find it",
+                cwd.display(),
+                self.root.display()
+            ))
+        })
+    }
+
+    /// Sends a call and waits for its answer (or gives it up).
+    fn call(
+        &self,
+        repository: String,
+        body: CallBody,
+    ) -> BoxFuture<'static, Result<Value, AgentError>> {
+        let hub = self.hub.clone();
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let kind = body.kind();
+            let sub = hub.submit(&repository, body);
+            answer(&hub, sub.call_id, sub.answer, timeout, kind).await
+        })
+    }
+
+    /// Sends a call that starts a turn, and opens its event stream.
+    fn start(
+        &self,
+        repository: String,
+        body: CallBody,
+    ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let hub = self.hub.clone();
+        let timeout = self.timeout;
+        Box::pin(async move {
+            let kind = body.kind();
+            let (sub, events) = hub.submit_turn(&repository, body);
+            let value = answer(&hub, sub.call_id, sub.answer, timeout, kind).await?;
+            let Value::Turn { turn_id } = value else {
+                return Err(convert::unexpected(kind, &value));
+            };
+            Ok(TurnStarted {
+                turn_id,
+                events: event_stream(repository, events),
+            })
+        })
+    }
+}
+
+/// The answer to `call_id`, as the runtime's result.
+async fn answer(
+    hub: &CallHub,
+    call_id: String,
+    rx: tokio::sync::oneshot::Receiver<crate::worker_api::Outcome>,
+    timeout: Duration,
+    kind: &str,
+) -> Result<Value, AgentError> {
+    match tokio::time::timeout(timeout, rx).await {
+        Ok(Ok(outcome)) => convert::outcome_to_result(outcome),
+        Ok(Err(_)) | Err(_) => match hub.abandon(&call_id) {
+            Some(state) => Err(lost(
+                &state,
+                &format!("no answer to {kind} within {} s", timeout.as_secs()),
+            )),
+            None => Err(AgentError::Uncertain(format!(
+                "the answer to {kind} was lost in this server process"
+            ))),
+        },
+    }
+}
+
+/// A turn's events, with the keys of its requests made routable.
+fn event_stream(
+    repository: String,
+    rx: mpsc::UnboundedReceiver<TurnEvent>,
+) -> futures_util::stream::BoxStream<'static, TurnEvent> {
+    use futures_util::StreamExt;
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let e = rx.recv().await?;
+        Some((e, rx))
+    })
+    .map(move |e| match e {
+        TurnEvent::ApprovalRequested {
+            seq,
+            key,
+            kind,
+            detail,
+        } => TurnEvent::ApprovalRequested {
+            seq,
+            key: make_ref(&repository, &key),
+            kind,
+            detail,
+        },
+        TurnEvent::ToolRequested {
+            seq,
+            key,
+            tool,
+            arguments,
+        } => TurnEvent::ToolRequested {
+            seq,
+            key: make_ref(&repository, &key),
+            tool,
+            arguments,
+        },
+        other => other,
+    })
+    .boxed()
+}
+
+fn done(v: Value, kind: &str) -> Result<(), AgentError> {
+    match v {
+        Value::Done => Ok(()),
+        other => Err(convert::unexpected(kind, &other)),
+    }
+}
+
+impl Agent for RemoteAgent {
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let repo = req.session_key.repo();
+        let repository = format!("{}/{}", repo.owner(), repo.name()).to_ascii_lowercase();
+        let prepared = (|| {
+            let thread_id = match &req.thread_id {
+                Some(t) => Some(
+                    parse_ref(t)
+                        .ok_or_else(|| not_ours("thread", t))?
+                        .1
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            let fork_from = match &req.fork_from {
+                Some(t) => Some(
+                    parse_ref(t)
+                        .ok_or_else(|| not_ours("thread", t))?
+                        .1
+                        .to_owned(),
+                ),
+                None => None,
+            };
+            Ok::<_, AgentError>(CallBody::EnsureThread {
+                session_key: req.session_key.to_string(),
+                thread_id,
+                fork_from,
+                cwd: self.cwd(&req.cwd)?,
+                terms: convert::terms_to_wire(&req.terms),
+                history: convert::exchanges_to_wire(&req.history),
+            })
+        })();
+        let body = match prepared {
+            Ok(b) => b,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let call = self.call(repository.clone(), body);
+        Box::pin(async move {
+            match call.await? {
+                Value::Thread { thread_id } => Ok(make_ref(&repository, &thread_id)),
+                other => Err(convert::unexpected("ensure_thread", &other)),
+            }
+        })
+    }
+
+    fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let body = (|| {
+            let (repository, thread) =
+                parse_ref(&req.thread_id).ok_or_else(|| not_ours("thread", &req.thread_id))?;
+            Ok::<_, AgentError>((
+                repository.to_owned(),
+                CallBody::StartTurn {
+                    thread_id: thread.to_owned(),
+                    operation_id: req.operation_id.to_string(),
+                    text: req.text.clone(),
+                    cwd: self.cwd(&req.cwd)?,
+                    terms: convert::terms_to_wire(&req.terms),
+                },
+            ))
+        })();
+        match body {
+            Ok((repository, body)) => self.start(repository, body),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn start_review(
+        &self,
+        req: ReviewRequest,
+    ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        let body = (|| {
+            let (repository, thread) =
+                parse_ref(&req.thread_id).ok_or_else(|| not_ours("thread", &req.thread_id))?;
+            Ok::<_, AgentError>((
+                repository.to_owned(),
+                CallBody::StartReview {
+                    thread_id: thread.to_owned(),
+                    base_branch: req.base_branch.clone(),
+                    cwd: self.cwd(&req.cwd)?,
+                    terms: convert::terms_to_wire(&req.terms),
+                },
+            ))
+        })();
+        match body {
+            Ok((repository, body)) => self.start(repository, body),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    fn interrupt(
+        &self,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let Some((repository, thread)) = parse_ref(thread_id) else {
+            let e = not_ours("thread", thread_id);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            CallBody::Interrupt {
+                thread_id: thread.to_owned(),
+                turn_id: turn_id.to_owned(),
+            },
+        );
+        Box::pin(async move { done(call.await?, "interrupt") })
+    }
+
+    fn steer_turn(&self, req: SteerRequest) -> BoxFuture<'static, Result<String, AgentError>> {
+        let Some((repository, thread)) = parse_ref(&req.thread_id) else {
+            let e = not_ours("thread", &req.thread_id);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            CallBody::SteerTurn {
+                thread_id: thread.to_owned(),
+                expected_turn_id: req.expected_turn_id.clone(),
+                operation_id: req.operation_id.to_string(),
+                text: req.text.clone(),
+            },
+        );
+        Box::pin(async move {
+            match call.await? {
+                Value::Turn { turn_id } => Ok(turn_id),
+                other => Err(convert::unexpected("steer_turn", &other)),
+            }
+        })
+    }
+
+    fn revert_thread(
+        &self,
+        thread_id: &str,
+        before_turn_id: &str,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let Some((repository, thread)) = parse_ref(thread_id) else {
+            let e = not_ours("thread", thread_id);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            CallBody::RevertThread {
+                thread_id: thread.to_owned(),
+                before_turn_id: before_turn_id.to_owned(),
+            },
+        );
+        Box::pin(async move { done(call.await?, "revert_thread") })
+    }
+
+    fn decide_approval(
+        &self,
+        key: &str,
+        accept: bool,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let Some((repository, key)) = parse_ref(key) else {
+            let e = not_ours("approval", key);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            CallBody::DecideApproval {
+                key: key.to_owned(),
+                accept,
+            },
+        );
+        Box::pin(async move { done(call.await?, "decide_approval") })
+    }
+
+    fn answer_tool(
+        &self,
+        key: &str,
+        answer: ToolAnswer,
+    ) -> BoxFuture<'static, Result<(), AgentError>> {
+        let Some((repository, key)) = parse_ref(key) else {
+            let e = not_ours("tool call", key);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            convert::tool_answer_body(key, &answer),
+        );
+        Box::pin(async move { done(call.await?, "answer_tool") })
+    }
+
+    fn lookup_turn(
+        &self,
+        thread_id: &str,
+        operation_id: &str,
+    ) -> BoxFuture<'static, Result<TurnLookup, AgentError>> {
+        let Some((repository, thread)) = parse_ref(thread_id) else {
+            let e = not_ours("thread", thread_id);
+            return Box::pin(async move { Err(e) });
+        };
+        let call = self.call(
+            repository.to_owned(),
+            CallBody::LookupTurn {
+                thread_id: thread.to_owned(),
+                operation_id: operation_id.to_owned(),
+            },
+        );
+        Box::pin(async move {
+            match call.await? {
+                Value::Lookup { lookup } => Ok(convert::lookup_from_wire(lookup)),
+                other => Err(convert::unexpected("lookup_turn", &other)),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
