@@ -34,5 +34,6 @@ pub mod store;
 pub mod telemetry;
 pub mod web;
 pub mod webhook;
+pub mod worker;
 pub mod worker_api;
 pub mod workspace;

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
         Command::Codex { command } => cli::codex::codex_command(&config, command),
         Command::Doctor(a) => cli::doctor::run(&config, &a),
         Command::Audit { command } => cli::audit::run(&config, command),
+        Command::Worker(a) => cli::worker(config, a),
         Command::Gitea {
             command: GiteaCommand::Hook(a),
         } => cli::hook::run(&config, &a),

@@ -59,11 +59,34 @@ pub enum Command {
         #[command(subcommand)]
         command: audit::AuditCommand,
     },
+    /// Run a remote worker: lease the repositories an operator gave this
+    /// worker on the server, and run their turns on this machine's Codex, in
+    /// its own workspaces (config keys codex_bin, codex_home,
+    /// workspace_root, gitea_url, gitea_token to clone, gitea_mcp_* and
+    /// gitea_mcp_token for the agent's comments, journal_url).
+    Worker(WorkerArgs),
     /// Set Gitea up for the bridge.
     Gitea {
         #[command(subcommand)]
         command: GiteaCommand,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct WorkerArgs {
+    /// The server's base URL, e.g. https://bridge.example.com.
+    #[arg(long, value_name = "URL")]
+    pub server: String,
+    /// A file holding the worker's token (shown once when an operator
+    /// registered the worker). Read, never logged.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
+}
+
+/// `codex-bridge worker`: runs until the worker is revoked or stopped.
+pub fn worker(config: Config, args: WorkerArgs) -> anyhow::Result<()> {
+    let token = crate::worker::read_token(&args.token_file)?;
+    actix_web::rt::System::new().block_on(crate::worker::run(config, args.server, token))
 }
 
 #[derive(Debug, Subcommand)]

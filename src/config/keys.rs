@@ -314,6 +314,11 @@ pub const KEYS: &[(&str, &str)] = &[
          Gitea's API does not mark (a list; JSON array in the environment)",
     ),
     (
+        "journal_url",
+        "a remote worker's journal and outbox, sqlite://PATH (default \
+         sqlite://./data/worker-journal.db); read only by `codex-bridge worker`",
+    ),
+    (
         "public_url",
         "the external base URL of this server, e.g. https://bridge.example.com, for links to a \
          task's admin page from the commit statuses of pull requests (unset: no links)",

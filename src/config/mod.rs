@@ -171,6 +171,10 @@ pub struct Config {
     /// The external base URL of this server (no trailing `/`), for links
     /// to it in what the bridge writes into Gitea; `None`: no links.
     pub public_url: Option<String>,
+    /// The SQLite file of a remote worker's journal and outbox
+    /// (`journal_url`, default `sqlite://./data/worker-journal.db`): read
+    /// only by `codex-bridge worker`.
+    pub journal_path: PathBuf,
     /// Whether an untrusted pull request (from a fork, or whose head
     /// commit's author lacks `trigger_permission`) runs with the
     /// repository's own policy and tools anyway.

@@ -159,6 +159,8 @@ pub(super) struct Raw {
     pub repositories: Option<BTreeMap<String, RawRepo>>,
     #[serde(deserialize_with = "text")]
     pub public_url: Option<String>,
+    #[serde(deserialize_with = "text")]
+    pub journal_url: Option<String>,
     #[serde(deserialize_with = "flag")]
     pub trust_fork_prs: Option<bool>,
     #[serde(deserialize_with = "secret")]

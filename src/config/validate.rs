@@ -313,8 +313,23 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         None => TrustedProxies::default(),
     };
     let public_url = raw.public_url.map(|u| public_url(&u)).transpose()?;
+    let journal_path = match DatabaseUrl::parse(
+        &raw.journal_url
+            .unwrap_or_else(|| "sqlite://./data/worker-journal.db".into()),
+    )
+    .map_err(|p| invalid("journal_url", p))?
+    {
+        DatabaseUrl::Sqlite(path) => path,
+        _ => {
+            return Err(invalid(
+                "journal_url",
+                "the worker's journal is a local SQLite file: sqlite://PATH",
+            ))
+        }
+    };
 
     Ok(Config {
+        journal_path,
         listen,
         database_url,
         webhook_secret,

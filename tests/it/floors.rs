@@ -21,6 +21,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("main", 9),
     ("cli", 8),
     ("app", 7),
+    // `codex-bridge worker`: a program of its own beside the server.
+    ("worker", 7),
     ("web", 6),
     ("webhook", 6),
     ("telemetry", 1),
