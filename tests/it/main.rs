@@ -47,6 +47,7 @@ mod e2e_mcp;
 mod e2e_moved_thread;
 mod e2e_races;
 mod e2e_review;
+mod e2e_worker;
 mod e2e_workflow;
 mod e2e_workflow_control;
 mod e2e_workflow_fence;

@@ -1,0 +1,170 @@
+//! A remote worker end to end: the server runs `agent_runtime = "remote"`
+//! and runs no turn itself; a `codex-bridge worker` process (its own Codex
+//! home, workspace root and journal) leases the repository, clones it with
+//! its own token, runs the turn on the real `codex app-server` against the
+//! fake model, and the reply its agent posts through gitea-mcp lands in the
+//! Gitea simulator, where the server verifies it. Revoking the worker ends
+//! its lease and stops it.
+
+use crate::codexhome::codex_bin;
+use crate::e2e::Loop;
+use crate::support::*;
+use crate::testapp::*;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A worker process, killed on drop; its output goes to a file.
+struct WorkerProc {
+    child: Child,
+    log: PathBuf,
+    id: String,
+    _dir: tempfile::TempDir,
+}
+
+impl WorkerProc {
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Registers a worker given `acme/widgets` and starts its process.
+fn start_worker(l: &Loop) -> WorkerProc {
+    let created = l.app.admin_post(
+        "/api/gitea-workflow/workers",
+        &json!({
+            "name": "build-1",
+            "repositories": ["acme/widgets"],
+            "requestId": "register-build-1",
+            "reason": "runs the turns",
+        }),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.json);
+    let token = created.json["token"].as_str().unwrap();
+    let id = created.json["workerId"].as_str().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let log = dir.path().join("worker.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let path = |p: PathBuf| p.to_str().unwrap().to_owned();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", path(dir.path().to_path_buf()))
+        .arg("worker")
+        .arg("--server")
+        .arg(&l.app.base)
+        .arg("--token-file")
+        .arg(&token_file)
+        .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
+        .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
+        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.path().join("ws")))
+        .env("CODEX_BRIDGE_STATE_DIR", path(dir.path().join("state")))
+        .env(
+            "CODEX_BRIDGE_JOURNAL_URL",
+            format!("sqlite://{}", dir.path().join("journal.db").display()),
+        )
+        .env("CODEX_BRIDGE_GITEA_URL", l.sim().base_url())
+        .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
+        .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
+        .env("CODEX_BRIDGE_WORKFLOWS", "false")
+        .env("CODEX_BRIDGE_GITEA_MCP_COMMAND", gitea_mcp_bin())
+        .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
+        .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
+        .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
+        .env("CODEX_BRIDGE_LOG_FILTER", "info")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    let child = cmd.spawn().unwrap();
+    WorkerProc {
+        child,
+        log,
+        id,
+        _dir: dir,
+    }
+}
+
+fn remote() -> Loop {
+    Loop::start_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"))
+}
+
+fn leases_held(l: &Loop) -> i64 {
+    count_where(&mut l.app.db(), "worker_leases", "released_at IS NULL")
+}
+
+#[test]
+fn e2e_worker_a_turn_on_a_remote_worker_posts_its_verified_reply() {
+    let l = remote();
+    let worker = start_worker(&l);
+    l.script_reply(
+        l.issue,
+        "Fixed on the worker: the parser test raced on a temp dir.",
+    );
+    let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_task_state(&l.app.db_url, &task, "succeeded", Duration::from_secs(120))
+    }));
+    if let Err(panic) = waited {
+        eprintln!("worker log:\n{}", worker.logs());
+        eprintln!("server log:\n{}", l.app.logs());
+        std::panic::resume_unwind(panic);
+    }
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(replies[0]["body"]
+        .as_str()
+        .unwrap()
+        .contains("Fixed on the worker"));
+    let d = l.detail(&task);
+    let thread = d["task"]["threadId"].as_str().unwrap();
+    assert!(
+        thread.starts_with("remote:acme/widgets:"),
+        "the thread lives on the worker: {thread}"
+    );
+    // The worker cloned into its own root; the server cloned nothing.
+    let server_ws = l.app.dir().join("ws");
+    assert!(
+        !server_ws.join("default").exists(),
+        "the server cloned the repository itself"
+    );
+    assert!(leases_held(&l) == 1);
+    assert!(
+        !worker.logs().contains(GITEA_TOKEN),
+        "a token reached the worker's log"
+    );
+}
+
+#[test]
+fn e2e_worker_a_revoked_worker_loses_its_lease_and_stops() {
+    let l = remote();
+    let mut worker = start_worker(&l);
+    l.app
+        .wait_for("the worker's lease", || leases_held(&l) == 1);
+    let revoked = l.app.admin_post(
+        &format!("/api/gitea-workflow/workers/{}/revoke", worker.id),
+        &json!({"requestId": "revoke-build-1", "reason": "machine retired"}),
+    );
+    assert_eq!(revoked.status, 200, "{:?}", revoked.json);
+    assert_eq!(leases_held(&l), 0);
+    let mut status = None;
+    wait_until("the worker to stop", Duration::from_secs(60), || {
+        status = worker.child.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(!status.unwrap().success());
+    assert!(
+        worker.logs().contains("revoked"),
+        "the worker says why it stopped: {}",
+        worker.logs()
+    );
+}
