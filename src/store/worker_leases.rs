@@ -319,6 +319,20 @@ pub fn held_by(conn: &mut DbConn, worker_id: &WorkerId) -> Result<Vec<WorkerLeas
         .load(c))?)
 }
 
+/// Every lease held now, by any worker, by repository (for the admin view:
+/// one read for the whole list).
+pub fn held(conn: &mut DbConn) -> Result<Vec<WorkerLease>, StoreError> {
+    let at = format_time(shared_clock(conn)?);
+    Ok(with_conn!(conn, |c| worker_leases::table
+        .inner_join(workers::table)
+        .filter(workers::revoked_at.is_null())
+        .filter(worker_leases::released_at.is_null())
+        .filter(worker_leases::expires_at.gt(&at))
+        .order(worker_leases::repository.asc())
+        .select(WorkerLease::as_select())
+        .load(c))?)
+}
+
 /// Whether `token` is the token of a worker that was revoked: such a worker
 /// is told so (and stops), where an unknown token learns nothing.
 pub fn is_revoked_token(conn: &mut DbConn, token: &WorkerToken) -> Result<bool, StoreError> {

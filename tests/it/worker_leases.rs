@@ -67,6 +67,17 @@ fn leases_are_scoped_fenced_and_end_with_revocation(db: Db) {
     assert_eq!(granted.json["repository"], "acme/widgets");
     assert_eq!(granted.json["fence"], 1);
     let lease_id = granted.json["leaseId"].as_str().unwrap().to_owned();
+    // The admin list shows who holds what.
+    let listed = s.admin_get(WORKERS);
+    let a_row = listed.json["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["workerId"] == a_id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(a_row["leases"][0]["repository"], "acme/widgets");
+    assert_eq!(a_row["leases"][0]["leaseId"], lease_id.as_str());
     let busy = lease(&s, &b, "acme/widgets");
     assert_eq!(busy.status, 409);
     assert_eq!(busy.json["code"], "lease_held");
@@ -116,6 +127,19 @@ fn leases_are_scoped_fenced_and_end_with_revocation(db: Db) {
     let taken = lease(&s, &b, "acme/widgets");
     assert_eq!(taken.status, 200, "{:?}", taken.json);
     assert_eq!(taken.json["fence"], 2);
+    let after = s.admin_get(WORKERS);
+    let a_after = after.json["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["workerId"] == a_id.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(
+        a_after["leases"],
+        json!([]),
+        "a revoked worker holds nothing"
+    );
     let b_lease = taken.json["leaseId"].as_str().unwrap().to_owned();
     let released = post(
         &s,

@@ -5,6 +5,7 @@
 //! every control.
 
 use super::ControlBody;
+use crate::store::worker_leases;
 use crate::store::workers::{self, RepoName, WorkerId, WorkerName};
 use crate::web::auth::Admin;
 use crate::web::error::ApiError;
@@ -46,10 +47,27 @@ pub async fn create(
     })))
 }
 
-/// `{"workers": [Worker]}`, revoked ones included.
+/// `{"workers": [Worker]}`, revoked ones included; each with the
+/// `leases` it holds now (`[{repository, leaseId, fence, expiresAt, ...}]`).
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    let workers = state.store.read(workers::list).await?;
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "workers": workers })))
+    let (workers, leases) = state
+        .store
+        .read(|c| Ok((workers::list(c)?, worker_leases::held(c)?)))
+        .await?;
+    let mut shown = Vec::with_capacity(workers.len());
+    for w in workers {
+        let mut v = serde_json::to_value(&w).map_err(|e| {
+            tracing::error!(error = %e, "a worker cannot be shown as JSON");
+            ApiError::Unavailable
+        })?;
+        let held: Vec<_> = leases
+            .iter()
+            .filter(|l| l.worker_id == w.worker_id.as_str())
+            .collect();
+        v["leases"] = serde_json::json!(held);
+        shown.push(v);
+    }
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "workers": shown })))
 }
 
 /// Answers with the audit event; an unknown worker is a 404 and records
