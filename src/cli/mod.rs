@@ -81,11 +81,24 @@ pub struct WorkerArgs {
     /// registered the worker). Read, never logged.
     #[arg(long, value_name = "FILE")]
     pub token_file: PathBuf,
+    /// Before starting: mark the turns this worker's journal holds as
+    /// uncertain settled, once their tasks were reconciled on the server.
+    /// Runs nothing again.
+    #[arg(long, requires = "confirm_no_active_turn")]
+    pub settle_uncertain: bool,
+    /// Confirms that no Codex turn of this worker still runs (its processes,
+    /// threads and files were checked).
+    #[arg(long)]
+    pub confirm_no_active_turn: bool,
 }
 
 /// `codex-bridge worker`: runs until the worker is revoked or stopped.
 pub fn worker(config: Config, args: WorkerArgs) -> anyhow::Result<()> {
     let token = crate::worker::read_token(&args.token_file)?;
+    if args.settle_uncertain {
+        let n = crate::worker::settle_uncertain(&config)?;
+        println!("settled {n} uncertain turn(s) in the worker's journal");
+    }
     actix_web::rt::System::new().block_on(crate::worker::run(config, args.server, token))
 }
 

@@ -67,6 +67,9 @@ pub enum TurnState {
     Completed,
     Failed,
     Interrupted,
+    /// An operator settled it (the task reconciled on the server, no turn
+    /// active on this machine): it no longer holds the worker.
+    Settled,
 }
 
 impl TurnState {
@@ -76,6 +79,7 @@ impl TurnState {
             TurnState::Completed => "completed",
             TurnState::Failed => "failed",
             TurnState::Interrupted => "interrupted",
+            TurnState::Settled => "settled",
         }
     }
 }
@@ -276,6 +280,17 @@ impl Journal {
         })
     }
 
+    /// Marks every uncertain turn settled by an operator; how many.
+    pub fn settle_uncertain(&self) -> anyhow::Result<usize> {
+        self.with(|c| {
+            diesel::sql_query("UPDATE turns SET state = ?, ended_at = ? WHERE state = ?")
+                .bind::<Text, _>(TurnState::Settled.as_str())
+                .bind::<Text, _>(now())
+                .bind::<Text, _>(TurnState::Started.as_str())
+                .execute(c)
+        })
+    }
+
     /// The turns sent to Codex whose end this journal never saw.
     pub fn uncertain(&self) -> anyhow::Result<Vec<Uncertain>> {
         let rows: Vec<Uncertain> = self.with(|c| {
@@ -325,5 +340,7 @@ mod tests {
         assert_eq!(uncertain[0].operation_id, "op1");
         assert_eq!(uncertain[0].turn_id.as_deref(), Some("u1"));
         assert!(is_uncertain("started") && !is_uncertain("completed"));
+        assert_eq!(j.settle_uncertain().unwrap(), 1);
+        assert!(j.uncertain().unwrap().is_empty());
     }
 }

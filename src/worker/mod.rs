@@ -62,6 +62,22 @@ struct Worker {
     stop: Arc<Stop>,
 }
 
+/// Marks the journal's uncertain turns settled (the operator reconciled
+/// their tasks on the server and saw no turn still running here); says how
+/// many. Runs nothing.
+pub fn settle_uncertain(config: &Config) -> anyhow::Result<usize> {
+    let journal = Journal::open(&config.journal_path)?;
+    let uncertain = journal.uncertain()?;
+    for u in &uncertain {
+        tracing::warn!(
+            repository = %u.repository,
+            operation.id = %u.operation_id,
+            "an operator settled an uncertain turn of this worker"
+        );
+    }
+    journal.settle_uncertain()
+}
+
 /// Runs the worker until it is revoked (or its token is refused).
 pub async fn run(config: Config, server: String, token: SecretString) -> anyhow::Result<()> {
     let journal = Journal::open(&config.journal_path)?;
@@ -132,6 +148,14 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
         for repo in repositories {
             tokio::spawn(worker.clone().lease_loop(repo));
         }
+    } else {
+        tracing::warn!(
+            uncertain = uncertain.len(),
+            "holding: no lease is taken until an operator reconciles the tasks on the server \
+             (codex-bridge reconcile TASK ATTEMPT failed|succeeded --confirm-no-active-turn), \
+             checks that no Codex turn still runs here, and restarts this worker with \
+             --settle-uncertain --confirm-no-active-turn"
+        );
     }
     let beat = worker.clone();
     tokio::spawn(async move {

@@ -4,10 +4,12 @@
 //! its own token, runs the turn on the real `codex app-server` against the
 //! fake model, and the reply its agent posts through gitea-mcp lands in the
 //! Gitea simulator, where the server verifies it. Revoking the worker ends
-//! its lease and stops it.
+//! its lease and stops it. A worker killed mid-turn finds the turn in its
+//! journal after its restart, declares it uncertain and takes no new work.
 
 use crate::codexhome::codex_bin;
 use crate::e2e::Loop;
+use crate::fakemodel::Step;
 use crate::support::*;
 use crate::testapp::*;
 use serde_json::json;
@@ -51,27 +53,54 @@ fn start_worker(l: &Loop) -> WorkerProc {
     let token = created.json["token"].as_str().unwrap();
     let id = created.json["workerId"].as_str().unwrap().to_owned();
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
     let log = dir.path().join("worker.log");
-    let out = std::fs::File::create(&log).unwrap();
+    let child = spawn_worker(l, dir.path(), &log, &[]);
+    WorkerProc {
+        child,
+        log,
+        id,
+        _dir: dir,
+    }
+}
+
+impl WorkerProc {
+    /// Kills the process (SIGKILL) and starts it again on the same folder:
+    /// the same token, workspace root and journal; a new log.
+    fn restart(&mut self, l: &Loop, log_name: &str) {
+        self.restart_with(l, log_name, &[]);
+    }
+
+    /// As [`WorkerProc::restart`], with more arguments.
+    fn restart_with(&mut self, l: &Loop, log_name: &str, args: &[&str]) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log = self._dir.path().join(log_name);
+        self.child = spawn_worker(l, self._dir.path(), &self.log, args);
+    }
+}
+
+/// The worker process on `dir` (its token file, `ws/`, `journal.db`).
+fn spawn_worker(l: &Loop, dir: &std::path::Path, log: &std::path::Path, args: &[&str]) -> Child {
+    let out = std::fs::File::create(log).unwrap();
     let path = |p: PathBuf| p.to_str().unwrap().to_owned();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", path(dir.path().to_path_buf()))
+        .env("HOME", path(dir.to_path_buf()))
         .arg("worker")
         .arg("--server")
         .arg(&l.app.base)
         .arg("--token-file")
-        .arg(&token_file)
+        .arg(dir.join("token"))
+        .args(args)
         .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
         .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
-        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.path().join("ws")))
-        .env("CODEX_BRIDGE_STATE_DIR", path(dir.path().join("state")))
+        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws")))
+        .env("CODEX_BRIDGE_STATE_DIR", path(dir.join("state")))
         .env(
             "CODEX_BRIDGE_JOURNAL_URL",
-            format!("sqlite://{}", dir.path().join("journal.db").display()),
+            format!("sqlite://{}", dir.join("journal.db").display()),
         )
         .env("CODEX_BRIDGE_GITEA_URL", l.sim().base_url())
         .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
@@ -85,13 +114,7 @@ fn start_worker(l: &Loop) -> WorkerProc {
         .stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
         .stderr(out);
-    let child = cmd.spawn().unwrap();
-    WorkerProc {
-        child,
-        log,
-        id,
-        _dir: dir,
-    }
+    cmd.spawn().unwrap()
 }
 
 fn remote() -> Loop {
@@ -167,4 +190,55 @@ fn e2e_worker_a_revoked_worker_loses_its_lease_and_stops() {
         "the worker says why it stopped: {}",
         worker.logs()
     );
+}
+
+#[test]
+fn e2e_worker_killed_mid_turn_it_declares_the_turn_uncertain_and_takes_no_new_work() {
+    let l = remote();
+    let mut worker = start_worker(&l);
+    l.model().push(Step::Hang);
+    let _task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    wait_until(
+        "the turn to reach the model",
+        Duration::from_secs(90),
+        || !l.model().requests().is_empty(),
+    );
+    worker.restart(&l, "worker-2.log");
+    // Either it holds, or it leases: whichever it does, it says so.
+    wait_until(
+        "the restarted worker to hold or lease",
+        Duration::from_secs(60),
+        || {
+            let logs = worker.logs();
+            logs.contains("no lease is taken") || logs.contains("lease taken")
+        },
+    );
+    let logs = worker.logs();
+    assert!(
+        logs.contains("has no recorded end"),
+        "the worker declares the lost turn uncertain: {logs}"
+    );
+    assert!(
+        !logs.contains("lease taken"),
+        "an uncertain worker takes no new lease: {logs}"
+    );
+    assert_eq!(
+        l.model().requests().len(),
+        1,
+        "the turn was never sent to the model again"
+    );
+
+    // Settled by the operator, it works again: it leases the repository.
+    worker.restart_with(
+        &l,
+        "worker-3.log",
+        &["--settle-uncertain", "--confirm-no-active-turn"],
+    );
+    wait_until(
+        "the settled worker to lease",
+        Duration::from_secs(60),
+        || worker.logs().contains("lease taken"),
+    );
+    assert!(worker.logs().contains("settled 1 uncertain turn"));
+    assert_eq!(l.model().requests().len(), 1, "settling runs nothing");
 }
