@@ -242,3 +242,61 @@ fn e2e_worker_killed_mid_turn_it_declares_the_turn_uncertain_and_takes_no_new_wo
     assert!(worker.logs().contains("settled 1 uncertain turn"));
     assert_eq!(l.model().requests().len(), 1, "settling runs nothing");
 }
+
+/// `/stop` reaches a turn running on the worker: the server's session
+/// interrupts it through the worker's Codex, and the task ends aborted.
+#[test]
+fn e2e_worker_stop_reaches_a_turn_running_on_the_worker() {
+    let l = remote();
+    let worker = start_worker(&l);
+    l.model().push(Step::Hang);
+    let running = l.comment("bob", l.issue, "@ccbot a long job");
+    l.wait(&running, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    let stop = l.comment("bob", l.issue, "@ccbot /stop");
+    l.wait(&stop, "succeeded");
+    l.wait(&running, "aborted");
+    assert!(
+        worker.logs().contains("lease taken"),
+        "the turn ran on the worker: {}",
+        worker.logs()
+    );
+}
+
+/// A command the worker's Codex wants to run waits for approval on the
+/// server; `/approve` reaches the worker and the command runs there, in the
+/// worker's own worktree.
+#[test]
+fn e2e_worker_an_approval_is_decided_on_the_server_and_runs_on_the_worker() {
+    let l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote")
+            .env("CODEX_BRIDGE_APPROVAL_POLICY", "untrusted")
+            .env("CODEX_BRIDGE_SANDBOX", "workspace-write")
+    });
+    let worker = start_worker(&l);
+    l.model()
+        .push(Step::Reply(vec![crate::fakemodel::Item::shell(
+            "touch approved.txt",
+        )]));
+    l.script_reply(l.issue, "Touched it.");
+    let task = l.comment("bob", l.issue, "@ccbot touch a file");
+    l.wait(&task, "awaiting_approval");
+    let pending = l.app.admin_get("/api/gitea-workflow/approvals").json["approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    let approval = pending[0]["approvalId"].as_str().unwrap().to_owned();
+    let granted = l.comment("bob", l.issue, &format!("@ccbot /approve {approval}"));
+    l.wait(&granted, "succeeded");
+    l.wait(&task, "succeeded");
+    let file = worker._dir.path().join(format!(
+        "ws/.worktrees/default/acme/widgets/issue-{}/approved.txt",
+        l.issue
+    ));
+    assert!(file.exists(), "the approved command ran on the worker");
+    assert!(
+        !l.app.dir().join("ws/.worktrees").exists(),
+        "nothing ran in the server's workspaces"
+    );
+}
