@@ -344,6 +344,7 @@ impl Worker {
 
     /// Sends a turn's events as they come, each journalled first.
     async fn pump(&self, lease_id: &str, mut pump: Pump) {
+        let mut place = 0;
         while let Some(event) = pump.events.next().await {
             let wire = crate::agent::remote::convert::to_wire(event);
             let ends = wire.ends_turn();
@@ -352,8 +353,10 @@ impl Worker {
             }
             let batch = EventBatch {
                 stream: pump.stream.clone(),
+                first: place,
                 events: vec![wire],
             };
+            place += 1;
             match serde_json::to_string(&batch) {
                 Ok(body) => self.owe(lease_id, Kind::Events, body).await,
                 Err(e) => tracing::error!(error = %e, "cannot write an event batch"),

@@ -289,13 +289,16 @@ pub enum Lookup {
 }
 
 /// `POST /leases/{leaseId}/events`: events of the turn the `start_turn` (or
-/// `start_review`) call `stream` started, in order. A batch sent again
-/// (after a lost answer or a restart) is harmless: the server keeps the
-/// events whose `seq` it has not passed yet.
+/// `start_review`) call `stream` started, in order. `first` is the place of
+/// the batch's first event in the stream (from 0): a batch sent again
+/// (after a lost answer or a restart) is harmless, as the server keeps
+/// only the events past those it has. Places, not `seq`s: one
+/// notification may make several events with the same `seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventBatch {
     pub stream: String,
+    pub first: u64,
     pub events: Vec<Event>,
 }
 
@@ -631,6 +634,7 @@ mod tests {
         );
         let json = round_trip(&EventBatch {
             stream: "c1".into(),
+            first: 0,
             events,
         });
         assert_eq!(json["events"][1]["clientId"], "op");

@@ -300,3 +300,46 @@ fn e2e_worker_an_approval_is_decided_on_the_server_and_runs_on_the_worker() {
         "nothing ran in the server's workspaces"
     );
 }
+
+/// `/steer` joins the turn running on the worker: `turn/steer` reaches the
+/// worker's Codex, the model sees the text inside the same turn, and the
+/// steer ends `succeeded` into that turn.
+#[test]
+fn e2e_worker_a_steer_joins_the_turn_running_on_the_worker() {
+    let l = remote();
+    let _worker = start_worker(&l);
+    l.model()
+        .push(Step::shell("echo looked").delayed(Duration::from_secs(4)));
+    l.script_reply(l.issue, "Fixed the parser and the changelog.");
+    let running = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&running, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    let steer = l.comment("bob", l.issue, "@ccbot /steer also update the changelog");
+    l.wait(&steer, "succeeded");
+    l.wait(&running, "succeeded");
+    let s = l.detail(&steer);
+    assert_eq!(s["task"]["steeredInto"], running.as_str(), "{s}");
+    assert_eq!(s["ledger"][0]["status"], "sent", "{s}");
+    let requests = l.model().requests();
+    assert!(
+        requests
+            .iter()
+            .skip(1)
+            .any(|r| crate::fakemodel::user_texts(r)
+                .iter()
+                .any(|t| t.contains("also update the changelog"))),
+        "the model saw the steer inside the turn"
+    );
+}
+
+/// The main loop with the server on PostgreSQL.
+#[test]
+fn e2e_worker_a_turn_on_a_remote_worker_with_the_server_on_postgres() {
+    let l = Loop::start_with(|b| b.postgres().env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"));
+    let _worker = start_worker(&l);
+    l.script_reply(l.issue, "Fixed on the worker, state in PostgreSQL.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    l.wait(&task, "succeeded");
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+}

@@ -58,8 +58,9 @@ struct Pending {
 
 struct Stream {
     lease_id: String,
-    /// The last `seq` forwarded: a batch sent again adds nothing twice.
-    last_seq: i64,
+    /// How many of the stream's events were forwarded: a batch sent again
+    /// adds nothing twice.
+    taken: u64,
     tx: mpsc::UnboundedSender<TurnEvent>,
 }
 
@@ -119,7 +120,7 @@ impl CallHub {
                 call_id.clone(),
                 Stream {
                     lease_id: String::new(),
-                    last_seq: i64::MIN,
+                    taken: 0,
                     tx,
                 },
             );
@@ -227,27 +228,30 @@ impl CallHub {
     }
 
     /// Events of the turn call `stream` started, as the worker under
-    /// `lease_id` sent them: those past the last forwarded go on, once; the
-    /// stream closes after the event that ends the turn.
+    /// `lease_id` sent them, the first at place `first` of the stream: those
+    /// past the ones forwarded go on, once; the stream closes after the
+    /// event that ends the turn. A batch that leaves a gap is refused: the
+    /// worker sends its outbox in order, so a gap is a lost batch.
     pub fn events(
         &self,
         lease_id: &str,
         stream: &str,
+        first: u64,
         events: Vec<Event>,
     ) -> Result<(), Unmatched> {
         let mut s = self.lock();
         let Some(st) = s.streams.get_mut(stream) else {
             return Err(Unmatched::UnknownCall);
         };
-        if st.lease_id != lease_id {
+        if st.lease_id != lease_id || first > st.taken {
             return Err(Unmatched::UnknownCall);
         }
         let mut ended = false;
-        for e in events {
-            if e.seq() <= st.last_seq {
+        for (i, e) in events.into_iter().enumerate() {
+            if first + i as u64 != st.taken {
                 continue;
             }
-            st.last_seq = e.seq();
+            st.taken += 1;
             ended = e.ends_turn();
             if let Some(event) = convert::from_wire(e) {
                 // A receiver dropped: the session stopped listening (it

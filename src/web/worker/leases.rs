@@ -220,7 +220,7 @@ pub async fn events(
     let batch = body.into_inner();
     state
         .worker_calls
-        .events(&lease_id, &batch.stream, batch.events)
+        .events(&lease_id, &batch.stream, batch.first, batch.events)
         .map_err(|_| unknown_call(&batch.stream))?;
     Ok(HttpResponse::NoContent().finish())
 }

@@ -125,6 +125,7 @@ async fn calls_reach_the_worker_of_their_repository_and_answers_come_back() {
     hub.events(
         "l1",
         &stream,
+        0,
         vec![
             Event::ApprovalRequested {
                 seq: 1,

@@ -78,7 +78,7 @@ async fn events_flow_in_order_once_and_the_stream_ends_with_the_turn() {
     );
     // Nobody took the call yet: no lease may post its events.
     assert_eq!(
-        hub.events("l1", &sub.call_id, vec![Event::Idle { seq: 1 }]),
+        hub.events("l1", &sub.call_id, 0, vec![Event::Idle { seq: 1 }]),
         Err(Unmatched::UnknownCall)
     );
     hub.take("acme/widgets", "l1", "w1");
@@ -92,19 +92,27 @@ async fn events_flow_in_order_once_and_the_stream_ends_with_the_turn() {
         },
     )
     .unwrap();
+    // One notification makes a transcript item and the delivery, with one
+    // `seq`: both are events of their own.
     let batch = vec![
+        Event::Other { seq: 1 },
         Event::Delivered {
             seq: 1,
             client_id: Some("op".into()),
         },
-        Event::Other { seq: 2 },
     ];
-    hub.events("l1", &sub.call_id, batch.clone()).unwrap();
+    hub.events("l1", &sub.call_id, 0, batch.clone()).unwrap();
     // Sent again after a lost answer: nothing twice.
-    hub.events("l1", &sub.call_id, batch).unwrap();
+    hub.events("l1", &sub.call_id, 0, batch).unwrap();
+    // A batch past a gap is refused: a batch before it was lost.
+    assert_eq!(
+        hub.events("l1", &sub.call_id, 5, vec![Event::Idle { seq: 9 }]),
+        Err(Unmatched::UnknownCall)
+    );
     hub.events(
         "l1",
         &sub.call_id,
+        2,
         vec![Event::Completed {
             seq: 3,
             final_text: Some("done".into()),
@@ -129,7 +137,7 @@ async fn events_flow_in_order_once_and_the_stream_ends_with_the_turn() {
         ]
     );
     assert_eq!(
-        hub.events("l1", &sub.call_id, vec![Event::Idle { seq: 4 }]),
+        hub.events("l1", &sub.call_id, 3, vec![Event::Idle { seq: 4 }]),
         Err(Unmatched::UnknownCall)
     );
 }
