@@ -22,6 +22,8 @@ struct WorkerProc {
     child: Child,
     log: PathBuf,
     id: String,
+    /// Its bearer token: it must never reach a log.
+    token: String,
     _dir: tempfile::TempDir,
 }
 
@@ -60,6 +62,7 @@ fn start_worker(l: &Loop) -> WorkerProc {
         child,
         log,
         id,
+        token: token.to_owned(),
         _dir: dir,
     }
 }
@@ -161,10 +164,16 @@ fn e2e_worker_a_turn_on_a_remote_worker_posts_its_verified_reply() {
         "the server cloned the repository itself"
     );
     assert!(leases_held(&l) == 1);
-    assert!(
-        !worker.logs().contains(GITEA_TOKEN),
-        "a token reached the worker's log"
-    );
+    for secret in [GITEA_TOKEN, worker.token.as_str()] {
+        assert!(
+            !worker.logs().contains(secret),
+            "a token reached the worker's log"
+        );
+        assert!(
+            !l.app.logs().contains(secret),
+            "a token reached the server's log"
+        );
+    }
 }
 
 #[test]
