@@ -15,7 +15,8 @@
 //!
 //! Environment: `BENCH_SECONDS` (measured phase, default 10), `BENCH_WARMUP_SECONDS`
 //! (default 2), `BENCH_CONNECTIONS` (default 64), `BENCH_OUTSIDE=0` (skip the outside
-//! generator). Arguments that do not start with `-` select scenarios by substring
+//! generator), `BENCH_WRITER_THREADS` and `BENCH_BATCH_MAX` (the server's `writer_threads`
+//! and, in the group-commit scenarios, `writer_batch_max`). Arguments that do not start with `-` select scenarios by substring
 //! (`scripts/bench sqlite`).
 //!
 //! After the in-process generator, `hmac-only`, `sqlite-group` and `postgres-group` (those
@@ -1493,6 +1494,12 @@ impl Server {
             .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "0");
         if let Some(n) = scenario.batch_max() {
             cmd.env("CODEX_BRIDGE_WRITER_BATCH_MAX", n.to_string());
+        }
+        if let (None, Ok(n)) = (scenario.batch_max(), std::env::var("BENCH_BATCH_MAX")) {
+            cmd.env("CODEX_BRIDGE_WRITER_BATCH_MAX", n);
+        }
+        if let Ok(n) = std::env::var("BENCH_WRITER_THREADS") {
+            cmd.env("CODEX_BRIDGE_WRITER_THREADS", n);
         }
         Server::spawn(scenario.name(), cmd, Some(dir))
     }
