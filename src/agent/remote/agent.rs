@@ -378,6 +378,26 @@ impl Agent for RemoteAgent {
         Box::pin(async move { done(call.await?, "answer_tool") })
     }
 
+    /// An interrupt that was never confirmed ends the app-server that runs
+    /// the turn: every worker leasing a repository is told to reset its
+    /// Codex, as a local runtime resets its one process. Best effort: a
+    /// worker that does not answer is left to its own lease.
+    fn reset(&self) -> BoxFuture<'static, ()> {
+        let calls: Vec<_> = self
+            .hub
+            .leased_repositories()
+            .into_iter()
+            .map(|repo| (repo.clone(), self.call(repo, CallBody::Reset)))
+            .collect();
+        Box::pin(async move {
+            for (repo, call) in calls {
+                if let Err(e) = call.await {
+                    tracing::warn!(repository = %repo, error = %e, "a remote worker did not confirm its reset");
+                }
+            }
+        })
+    }
+
     fn lookup_turn(
         &self,
         thread_id: &str,

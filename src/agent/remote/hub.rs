@@ -70,8 +70,8 @@ struct State {
     queued: HashMap<String, VecDeque<(String, CallBody)>>,
     pending: HashMap<String, Pending>,
     streams: HashMap<String, Stream>,
-    /// The worker each lease that took calls belongs to.
-    lease_workers: HashMap<String, String>,
+    /// The worker and the repository of each lease that polled, until it ends.
+    lease_workers: HashMap<String, (String, String)>,
 }
 
 /// The hub; cheap to clone.
@@ -149,8 +149,13 @@ impl CallHub {
     /// repository took and never answered are lost with it.
     pub fn take(&self, repository: &str, lease_id: &str, worker_id: &str) -> Vec<Call> {
         let mut s = self.lock();
+        // A repository's newer lease replaces its older one.
         s.lease_workers
-            .insert(lease_id.to_owned(), worker_id.to_owned());
+            .retain(|l, (_, r)| r != repository || l == lease_id);
+        s.lease_workers.insert(
+            lease_id.to_owned(),
+            (worker_id.to_owned(), repository.to_owned()),
+        );
         let stale: Vec<String> = s
             .pending
             .iter()
@@ -285,13 +290,27 @@ impl CallHub {
         self.lock().streams.keys().cloned().collect()
     }
 
+    /// The repositories whose lease polled and has not ended: where a
+    /// runtime-wide call (reset) must go.
+    pub fn leased_repositories(&self) -> Vec<String> {
+        let mut repos: Vec<String> = self
+            .lock()
+            .lease_workers
+            .values()
+            .map(|(_, r)| r.clone())
+            .collect();
+        repos.sort();
+        repos.dedup();
+        repos
+    }
+
     /// Ends every lease of a worker (revoked).
     pub fn end_worker(&self, worker_id: &str, why: &str) -> usize {
         let mut s = self.lock();
         let leases: Vec<String> = s
             .lease_workers
             .iter()
-            .filter(|(_, w)| w.as_str() == worker_id)
+            .filter(|(_, (w, _))| w.as_str() == worker_id)
             .map(|(l, _)| l.clone())
             .collect();
         let n = leases

@@ -206,3 +206,19 @@ async fn a_call_nobody_takes_is_unavailable_and_one_taken_but_unanswered_uncerta
         "{foreign:?}"
     );
 }
+
+#[tokio::test]
+async fn a_reset_reaches_every_worker_leasing_a_repository() {
+    let hub = CallHub::default();
+    let remote = agent(&hub, Duration::from_secs(30));
+    // Nobody leases anything: nothing to reset, nothing waits.
+    remote.reset().await;
+    assert!(hub.take("acme/widgets", "l1", "w1").is_empty());
+    let ((), body) = tokio::join!(
+        remote.reset(),
+        serve_one(&hub, "acme/widgets", |_| Outcome::Ok { value: Value::Done })
+    );
+    assert_eq!(body, CallBody::Reset);
+    hub.end_lease("l1", "released");
+    assert!(hub.leased_repositories().is_empty());
+}
