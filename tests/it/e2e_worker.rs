@@ -6,6 +6,8 @@
 //! Gitea simulator, where the server verifies it. Revoking the worker ends
 //! its lease and stops it. A worker killed mid-turn finds the turn in its
 //! journal after its restart, declares it uncertain and takes no new work.
+//! `/stop`, `/steer` and `/approve` reach a turn on the worker, and a
+//! server restart while the worker runs a turn loses nothing.
 
 use crate::codexhome::codex_bin;
 use crate::e2e::Loop;
@@ -351,4 +353,51 @@ fn e2e_worker_a_turn_on_a_remote_worker_with_the_server_on_postgres() {
     l.wait(&task, "succeeded");
     let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
     assert_eq!(replies.len(), 1, "{replies:?}");
+}
+
+/// The server restarts while a worker's turn runs: the worker keeps its
+/// lease, its turn goes on, and the task ends with the turn's reply
+/// verified, never run twice.
+#[test]
+fn e2e_worker_a_server_restart_while_the_worker_runs_a_turn_loses_nothing() {
+    // The worker must find the restarted server where it was: a port the
+    // system picked now, kept across the restart.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut l = Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote")
+            .env("CODEX_BRIDGE_LISTEN", &format!("127.0.0.1:{port}"))
+    });
+    let worker = start_worker(&l);
+    let gate = crate::fakemodel::Gate::new();
+    l.model().push(Step::shell("echo looked").gated(&gate));
+    l.script_reply(l.issue, "Fixed across a server restart.");
+    let running = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&running, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    l.app.start_again();
+    gate.open();
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_task_state(
+            &l.app.db_url,
+            &running,
+            "succeeded",
+            Duration::from_secs(120),
+        )
+    }));
+    if let Err(panic) = waited {
+        eprintln!("task: {}", l.detail(&running));
+        eprintln!("worker log:\n{}", worker.logs());
+        eprintln!("server log:\n{}", l.app.logs());
+        std::panic::resume_unwind(panic);
+    }
+    // Found again through the worker (its history), never started twice.
+    let actions = crate::e2e::actions(&l.detail(&running));
+    let starts = actions.iter().filter(|a| *a == "turn.start_intent").count();
+    assert_eq!(starts, 1, "{actions:?}");
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={running} turn="));
+    assert_eq!(replies.len(), 1, "one reply, the turn's: {replies:?}");
 }
