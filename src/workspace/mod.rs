@@ -363,13 +363,13 @@ impl WorkspaceManager {
         })
     }
 
-    /// `workspace_root` made absolute, canonical when it exists.
     /// `workspace_root` as every path under it is named: absolute, and
     /// canonical once it exists. A remote runtime sends folders relative to it.
     pub fn root(&self) -> Result<PathBuf, WorkspaceError> {
         self.resolved_root()
     }
 
+    /// `workspace_root` made absolute, canonical when it exists.
     fn resolved_root(&self) -> Result<PathBuf, WorkspaceError> {
         let io = |source| WorkspaceError::Io {
             what: "could not resolve workspace_root",
