@@ -85,6 +85,44 @@ impl RemoteAgent {
         })
     }
 
+    /// The repository whose worker runs calls on `reference` (a thread,
+    /// approval or tool key this runtime handed out) and the worker's own id
+    /// in it, with `body` built from that id.
+    fn route(
+        &self,
+        what: &str,
+        reference: &str,
+        body: impl FnOnce(&str) -> Result<CallBody, AgentError>,
+    ) -> Result<(String, CallBody), AgentError> {
+        let (repository, id) = parse_ref(reference).ok_or_else(|| not_ours(what, reference))?;
+        Ok((repository.to_owned(), body(id)?))
+    }
+
+    /// [`Self::call`] on `reference` (see [`Self::route`]).
+    fn call_on(
+        &self,
+        what: &str,
+        reference: &str,
+        body: impl FnOnce(&str) -> Result<CallBody, AgentError>,
+    ) -> BoxFuture<'static, Result<Value, AgentError>> {
+        match self.route(what, reference, body) {
+            Ok((repository, body)) => self.call(repository, body),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
+    /// [`Self::start`] on the thread `reference` (see [`Self::route`]).
+    fn start_on(
+        &self,
+        reference: &str,
+        body: impl FnOnce(&str) -> Result<CallBody, AgentError>,
+    ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
+        match self.route("thread", reference, body) {
+            Ok((repository, body)) => self.start(repository, body),
+            Err(e) => Box::pin(async move { Err(e) }),
+        }
+    }
+
     /// Sends a call and waits for its answer (or gives it up).
     fn call(
         &self,
@@ -240,47 +278,29 @@ impl Agent for RemoteAgent {
     }
 
     fn start_turn(&self, req: TurnRequest) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
-        let body = (|| {
-            let (repository, thread) =
-                parse_ref(&req.thread_id).ok_or_else(|| not_ours("thread", &req.thread_id))?;
-            Ok::<_, AgentError>((
-                repository.to_owned(),
-                CallBody::StartTurn {
-                    thread_id: thread.to_owned(),
-                    operation_id: req.operation_id.to_string(),
-                    text: req.text.clone(),
-                    cwd: self.cwd(&req.cwd)?,
-                    terms: convert::terms_to_wire(&req.terms),
-                },
-            ))
-        })();
-        match body {
-            Ok((repository, body)) => self.start(repository, body),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        self.start_on(&req.thread_id, |thread| {
+            Ok(CallBody::StartTurn {
+                thread_id: thread.to_owned(),
+                operation_id: req.operation_id.to_string(),
+                text: req.text.clone(),
+                cwd: self.cwd(&req.cwd)?,
+                terms: convert::terms_to_wire(&req.terms),
+            })
+        })
     }
 
     fn start_review(
         &self,
         req: ReviewRequest,
     ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
-        let body = (|| {
-            let (repository, thread) =
-                parse_ref(&req.thread_id).ok_or_else(|| not_ours("thread", &req.thread_id))?;
-            Ok::<_, AgentError>((
-                repository.to_owned(),
-                CallBody::StartReview {
-                    thread_id: thread.to_owned(),
-                    base_branch: req.base_branch.clone(),
-                    cwd: self.cwd(&req.cwd)?,
-                    terms: convert::terms_to_wire(&req.terms),
-                },
-            ))
-        })();
-        match body {
-            Ok((repository, body)) => self.start(repository, body),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
+        self.start_on(&req.thread_id, |thread| {
+            Ok(CallBody::StartReview {
+                thread_id: thread.to_owned(),
+                base_branch: req.base_branch.clone(),
+                cwd: self.cwd(&req.cwd)?,
+                terms: convert::terms_to_wire(&req.terms),
+            })
+        })
     }
 
     fn interrupt(
@@ -288,34 +308,24 @@ impl Agent for RemoteAgent {
         thread_id: &str,
         turn_id: &str,
     ) -> BoxFuture<'static, Result<(), AgentError>> {
-        let Some((repository, thread)) = parse_ref(thread_id) else {
-            let e = not_ours("thread", thread_id);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            CallBody::Interrupt {
+        let call = self.call_on("thread", thread_id, |thread| {
+            Ok(CallBody::Interrupt {
                 thread_id: thread.to_owned(),
                 turn_id: turn_id.to_owned(),
-            },
-        );
+            })
+        });
         Box::pin(async move { done(call.await?, "interrupt") })
     }
 
     fn steer_turn(&self, req: SteerRequest) -> BoxFuture<'static, Result<String, AgentError>> {
-        let Some((repository, thread)) = parse_ref(&req.thread_id) else {
-            let e = not_ours("thread", &req.thread_id);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            CallBody::SteerTurn {
+        let call = self.call_on("thread", &req.thread_id, |thread| {
+            Ok(CallBody::SteerTurn {
                 thread_id: thread.to_owned(),
                 expected_turn_id: req.expected_turn_id.clone(),
                 operation_id: req.operation_id.to_string(),
                 text: req.text.clone(),
-            },
-        );
+            })
+        });
         Box::pin(async move {
             match call.await? {
                 Value::Turn { turn_id } => Ok(turn_id),
@@ -329,17 +339,12 @@ impl Agent for RemoteAgent {
         thread_id: &str,
         before_turn_id: &str,
     ) -> BoxFuture<'static, Result<(), AgentError>> {
-        let Some((repository, thread)) = parse_ref(thread_id) else {
-            let e = not_ours("thread", thread_id);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            CallBody::RevertThread {
+        let call = self.call_on("thread", thread_id, |thread| {
+            Ok(CallBody::RevertThread {
                 thread_id: thread.to_owned(),
                 before_turn_id: before_turn_id.to_owned(),
-            },
-        );
+            })
+        });
         Box::pin(async move { done(call.await?, "revert_thread") })
     }
 
@@ -348,17 +353,12 @@ impl Agent for RemoteAgent {
         key: &str,
         accept: bool,
     ) -> BoxFuture<'static, Result<(), AgentError>> {
-        let Some((repository, key)) = parse_ref(key) else {
-            let e = not_ours("approval", key);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            CallBody::DecideApproval {
+        let call = self.call_on("approval", key, |key| {
+            Ok(CallBody::DecideApproval {
                 key: key.to_owned(),
                 accept,
-            },
-        );
+            })
+        });
         Box::pin(async move { done(call.await?, "decide_approval") })
     }
 
@@ -367,14 +367,9 @@ impl Agent for RemoteAgent {
         key: &str,
         answer: ToolAnswer,
     ) -> BoxFuture<'static, Result<(), AgentError>> {
-        let Some((repository, key)) = parse_ref(key) else {
-            let e = not_ours("tool call", key);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            convert::tool_answer_body(key, &answer),
-        );
+        let call = self.call_on("tool call", key, |key| {
+            Ok(convert::tool_answer_body(key, &answer))
+        });
         Box::pin(async move { done(call.await?, "answer_tool") })
     }
 
@@ -403,17 +398,12 @@ impl Agent for RemoteAgent {
         thread_id: &str,
         operation_id: &str,
     ) -> BoxFuture<'static, Result<TurnLookup, AgentError>> {
-        let Some((repository, thread)) = parse_ref(thread_id) else {
-            let e = not_ours("thread", thread_id);
-            return Box::pin(async move { Err(e) });
-        };
-        let call = self.call(
-            repository.to_owned(),
-            CallBody::LookupTurn {
+        let call = self.call_on("thread", thread_id, |thread| {
+            Ok(CallBody::LookupTurn {
                 thread_id: thread.to_owned(),
                 operation_id: operation_id.to_owned(),
-            },
-        );
+            })
+        });
         Box::pin(async move {
             match call.await? {
                 Value::Lookup { lookup } => Ok(convert::lookup_from_wire(lookup)),
