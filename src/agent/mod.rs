@@ -18,7 +18,8 @@ pub use availability::{
 
 use crate::domain::states::CapacityDenial;
 use crate::domain::trust::ExecutionPolicy;
-use crate::domain::{OperationId, ResourceKey};
+use crate::domain::{OperationId, ResourceKey, TaskId};
+use crate::store::workers::WorkerId;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
@@ -71,6 +72,16 @@ pub struct TurnRequest {
     pub text: String,
     pub cwd: PathBuf,
     pub terms: ThreadTerms,
+    /// The task's attempt the turn belongs to (`None`: no attempt, as in a
+    /// runtime's own tests): a remote worker keeps it with the turn.
+    pub attempt: Option<AttemptRef>,
+}
+
+/// One execution attempt of a task: the identity an operator reconciles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRef {
+    pub task_id: TaskId,
+    pub attempt_id: String,
 }
 
 /// Codex's own review of the checked-out head (`review/start`), run as a
@@ -82,6 +93,7 @@ pub struct ReviewRequest {
     pub base_branch: String,
     pub cwd: PathBuf,
     pub terms: ThreadTerms,
+    pub attempt: Option<AttemptRef>,
 }
 
 /// More input for a turn that is running (`turn/steer`): it joins that turn
@@ -185,6 +197,9 @@ pub struct ToolAnswer {
 pub struct TurnStarted {
     pub turn_id: String,
     pub events: BoxStream<'static, TurnEvent>,
+    /// The remote worker that took the turn (`None`: this process's own
+    /// runtime runs it).
+    pub runner: Option<WorkerId>,
 }
 
 /// What the thread's history says about one operation (our client message id).

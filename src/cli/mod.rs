@@ -43,7 +43,10 @@ pub enum Command {
         command: ApprovalsCommand,
     },
     /// Settle a task in `needs_reconciliation` by an explicit decision about one attempt.
-    /// Never re-runs anything; it records the verdict and an audit event.
+    /// Never re-runs anything; it records the verdict and an audit event. On a
+    /// remote worker's machine, with --server and --token-file (and the
+    /// worker's config, for journal_url): the attempt its journal holds as
+    /// uncertain, on the server and in the journal at once.
     Reconcile(ReconcileArgs),
     /// Sign the running server's Codex in or out, or show its account.
     Codex {
@@ -193,6 +196,15 @@ pub struct ReconcileArgs {
     /// Who is deciding (audited as admin:<operator>).
     #[arg(long, env = "USER", default_value = "cli")]
     pub operator: String,
+    /// On a worker: the server's base URL (as `codex-bridge worker --server`).
+    /// The server is told through the worker API; the worker's journal
+    /// (journal_url) is settled too.
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    pub server: Option<String>,
+    /// On a worker: the worker's token file (as `codex-bridge worker
+    /// --token-file`).
+    #[arg(long, value_name = "FILE", requires = "server")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// Opens a direct connection for a one-off command, refusing a database whose
@@ -313,6 +325,9 @@ pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
             args.attempt_id
         );
     }
+    if let (Some(server), Some(token_file)) = (&args.server, &args.token_file) {
+        return reconcile_on_worker(config, server, token_file, &args);
+    }
     let verdict = match args.verdict {
         VerdictArg::Failed => Verdict::Failed,
         VerdictArg::Succeeded => Verdict::Succeeded,
@@ -332,6 +347,41 @@ pub fn reconcile(config: &Config, args: ReconcileArgs) -> anyhow::Result<()> {
         })
         .map_err(|e: StoreError| anyhow::anyhow!("{e}"))?;
     println!("{}", serde_json::to_string_pretty(&event)?);
+    Ok(())
+}
+
+/// `reconcile` on a worker's machine: through the worker API, then the
+/// worker's journal.
+fn reconcile_on_worker(
+    config: &Config,
+    server: &str,
+    token_file: &std::path::Path,
+    args: &ReconcileArgs,
+) -> anyhow::Result<()> {
+    let token = crate::worker::read_token(token_file)?;
+    let settle = crate::worker::reconcile::Settle {
+        task_id: args.task_id.to_string(),
+        attempt_id: args.attempt_id.clone(),
+        verdict: match args.verdict {
+            VerdictArg::Failed => "failed",
+            VerdictArg::Succeeded => "succeeded",
+        }
+        .to_owned(),
+        operator: args.operator.clone(),
+        reason: args.reason.clone(),
+    };
+    let done = crate::worker::reconcile::reconcile(config, server, token, &settle)?;
+    match &done.event {
+        Some(event) => println!("{}", serde_json::to_string_pretty(event)?),
+        None => println!(
+            "the server had already reconciled attempt {} of task {}",
+            args.attempt_id, args.task_id
+        ),
+    }
+    println!(
+        "settled {} uncertain turn(s) of attempt {} in the worker's journal",
+        done.turns, args.attempt_id
+    );
     Ok(())
 }
 

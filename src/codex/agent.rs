@@ -228,6 +228,7 @@ impl CodexAgent {
         Ok(TurnStarted {
             turn_id: turn_of(answer),
             events,
+            runner: None,
         })
     }
 }

@@ -152,6 +152,7 @@ impl Runtime {
                 text,
                 cwd,
                 terms,
+                ..
             } => {
                 let op = OperationId::parse(&operation_id).map_err(|e| refused(e.to_string()))?;
                 let req = TurnRequest {
@@ -160,6 +161,7 @@ impl Runtime {
                     text,
                     cwd: under_root(&self.root, &cwd)?,
                     terms: convert::terms_from_wire(terms),
+                    attempt: None,
                 };
                 // Journalled before Codex hears of it: after a crash, a turn
                 // that may have run is known, and never sent again.
@@ -174,12 +176,14 @@ impl Runtime {
                 base_branch,
                 cwd,
                 terms,
+                ..
             } => {
                 let req = ReviewRequest {
                     thread_id: thread_id.clone(),
                     base_branch,
                     cwd: under_root(&self.root, &cwd)?,
                     terms: convert::terms_from_wire(terms),
+                    attempt: None,
                 };
                 self.journal
                     .turn_sent(call_id, repository, &thread_id, "review")
@@ -206,7 +210,13 @@ impl Runtime {
                     })
                     .await
                     .map_err(err)?;
-                Ok((Value::Turn { turn_id }, None))
+                Ok((
+                    Value::Turn {
+                        turn_id,
+                        worker_id: None,
+                    },
+                    None,
+                ))
             }
             CallBody::RevertThread {
                 thread_id,
@@ -319,7 +329,10 @@ impl Runtime {
                     tracing::error!(error = %e, "the journal did not take a turn's id");
                 }
                 Ok((
-                    Value::Turn { turn_id: t.turn_id },
+                    Value::Turn {
+                        turn_id: t.turn_id,
+                        worker_id: None,
+                    },
                     Some(Pump {
                         stream: call_id.to_owned(),
                         events: t.events,

@@ -3,7 +3,8 @@
 //! Authorization header and nowhere else: not a URL, a log line or an error.
 
 use crate::worker_api::{
-    Answer, CallBatch, EventBatch, LeaseGrant, LeaseRequest, Refusal, API_PREFIX, PROTOCOL_VERSION,
+    Answer, CallBatch, EventBatch, LeaseGrant, LeaseRequest, ReconcileRequest, Refusal, API_PREFIX,
+    PROTOCOL_VERSION,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -156,5 +157,11 @@ impl ServerClient {
     pub fn events(&self, lease_id: &str, batch: &EventBatch) -> Result<(), ClientError> {
         self.send::<serde_json::Value>("POST", &format!("/leases/{lease_id}/events"), Some(batch))
             .map(|_| ())
+    }
+
+    /// Settles an uncertain attempt on the server; its audit event.
+    pub fn reconcile(&self, req: &ReconcileRequest) -> Result<serde_json::Value, ClientError> {
+        self.send("POST", "/reconcile", Some(req))?
+            .ok_or_else(|| ClientError::Transport("an empty answer to a reconcile".into()))
     }
 }

@@ -33,6 +33,11 @@ CREATE TABLE IF NOT EXISTS turns (
     started_at   TEXT NOT NULL,
     ended_at     TEXT
 );
+CREATE TABLE IF NOT EXISTS turn_attempts (
+    stream     TEXT PRIMARY KEY NOT NULL,
+    task_id    TEXT NOT NULL,
+    attempt_id TEXT NOT NULL
+);
 ";
 
 /// What the outbox holds: which request it is.
@@ -73,7 +78,7 @@ pub enum TurnState {
 }
 
 impl TurnState {
-    fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             TurnState::Started => "started",
             TurnState::Completed => "completed",
@@ -111,6 +116,21 @@ pub struct Uncertain {
     pub operation_id: String,
     #[diesel(sql_type = Nullable<Text>)]
     pub turn_id: Option<String>,
+    /// The server's task and attempt the turn belongs to (`None`: sent by
+    /// a server that did not name them).
+    #[diesel(sql_type = Nullable<Text>)]
+    pub task_id: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub attempt_id: Option<String>,
+}
+
+/// A journalled turn of one attempt, and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct AttemptTurn {
+    #[diesel(sql_type = Text)]
+    pub stream: String,
+    #[diesel(sql_type = Text)]
+    pub state: String,
 }
 
 #[derive(QueryableByName)]
@@ -245,6 +265,61 @@ impl Journal {
         })
     }
 
+    /// The turn of call `stream` belongs to the server's `attempt_id` of
+    /// `task_id`: written before the call runs, so that a turn found
+    /// uncertain later names the attempt an operator reconciles.
+    pub fn turn_attempt(
+        &self,
+        stream: &str,
+        task_id: &str,
+        attempt_id: &str,
+    ) -> anyhow::Result<()> {
+        self.with(|c| {
+            diesel::sql_query(
+                "INSERT OR IGNORE INTO turn_attempts (stream, task_id, attempt_id) VALUES (?, ?, ?)",
+            )
+            .bind::<Text, _>(stream)
+            .bind::<Text, _>(task_id)
+            .bind::<Text, _>(attempt_id)
+            .execute(c)
+            .map(|_| ())
+        })
+    }
+
+    /// The turns this journal holds of one attempt, oldest first.
+    pub fn attempt_turns(
+        &self,
+        task_id: &str,
+        attempt_id: &str,
+    ) -> anyhow::Result<Vec<AttemptTurn>> {
+        self.with(|c| {
+            diesel::sql_query(
+                "SELECT t.stream, t.state FROM turns t JOIN turn_attempts a ON a.stream = t.stream \
+                 WHERE a.task_id = ? AND a.attempt_id = ? ORDER BY t.started_at",
+            )
+            .bind::<Text, _>(task_id)
+            .bind::<Text, _>(attempt_id)
+            .load(c)
+        })
+    }
+
+    /// Marks the uncertain turns of one attempt settled by an operator; how
+    /// many.
+    pub fn settle_attempt(&self, task_id: &str, attempt_id: &str) -> anyhow::Result<usize> {
+        self.with(|c| {
+            diesel::sql_query(
+                "UPDATE turns SET state = ?, ended_at = ? WHERE state = ? AND stream IN \
+                 (SELECT stream FROM turn_attempts WHERE task_id = ? AND attempt_id = ?)",
+            )
+            .bind::<Text, _>(TurnState::Settled.as_str())
+            .bind::<Text, _>(now())
+            .bind::<Text, _>(TurnState::Started.as_str())
+            .bind::<Text, _>(task_id)
+            .bind::<Text, _>(attempt_id)
+            .execute(c)
+        })
+    }
+
     /// Codex accepted the turn (`turn_id`), or refused it (`None`: nothing ran).
     pub fn turn_answered(&self, stream: &str, turn_id: Option<&str>) -> anyhow::Result<()> {
         self.with(|c| match turn_id {
@@ -295,8 +370,9 @@ impl Journal {
     pub fn uncertain(&self) -> anyhow::Result<Vec<Uncertain>> {
         let rows: Vec<Uncertain> = self.with(|c| {
             diesel::sql_query(
-                "SELECT stream, repository, operation_id, turn_id FROM turns WHERE state = ? \
-                 ORDER BY started_at",
+                "SELECT t.stream, t.repository, t.operation_id, t.turn_id, a.task_id, \
+                 a.attempt_id FROM turns t LEFT JOIN turn_attempts a ON a.stream = t.stream \
+                 WHERE t.state = ? ORDER BY t.started_at",
             )
             .bind::<Text, _>(TurnState::Started.as_str())
             .load(c)
@@ -342,5 +418,63 @@ mod tests {
         assert!(is_uncertain("started") && !is_uncertain("completed"));
         assert_eq!(j.settle_uncertain().unwrap(), 1);
         assert!(j.uncertain().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_uncertain_turn_names_its_attempt_and_settles_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("worker-journal.db");
+        {
+            let j = Journal::open(&path).unwrap();
+            j.turn_attempt("s1", "task-a", "att-a").unwrap();
+            j.turn_sent("s1", "acme/w", "t1", "op1").unwrap();
+            j.turn_attempt("s2", "task-b", "att-b").unwrap();
+            j.turn_sent("s2", "acme/w", "t2", "op2").unwrap();
+            // A turn of a server that names no attempt.
+            j.turn_sent("s3", "acme/w", "t3", "op3").unwrap();
+            j.turn_attempt("s4", "task-c", "att-c").unwrap();
+            j.turn_sent("s4", "acme/w", "t4", "op4").unwrap();
+            j.turn_ended("s4", TurnState::Completed, Some("done"))
+                .unwrap();
+        }
+        let j = Journal::open(&path).unwrap();
+        let named: Vec<_> = j
+            .uncertain()
+            .unwrap()
+            .into_iter()
+            .map(|u| (u.stream, u.task_id, u.attempt_id))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("s1".into(), Some("task-a".into()), Some("att-a".into())),
+                ("s2".into(), Some("task-b".into()), Some("att-b".into())),
+                ("s3".into(), None, None),
+            ]
+        );
+        let states = |t, a| -> Vec<String> {
+            j.attempt_turns(t, a)
+                .unwrap()
+                .into_iter()
+                .map(|t| t.state)
+                .collect()
+        };
+        assert_eq!(states("task-c", "att-c"), ["completed"]);
+        assert!(states("task-a", "att-b").is_empty());
+        assert_eq!(j.settle_attempt("task-a", "att-a").unwrap(), 1);
+        assert_eq!(states("task-a", "att-a"), ["settled"]);
+        assert_eq!(j.settle_attempt("task-a", "att-a").unwrap(), 0);
+        assert_eq!(
+            j.settle_attempt("task-c", "att-c").unwrap(),
+            0,
+            "ended turns stay"
+        );
+        let left: Vec<_> = j
+            .uncertain()
+            .unwrap()
+            .into_iter()
+            .map(|u| u.stream)
+            .collect();
+        assert_eq!(left, ["s2", "s3"]);
     }
 }

@@ -13,9 +13,10 @@
 mod calls;
 pub mod client;
 pub mod journal;
+pub mod reconcile;
 
 use crate::config::Config;
-use crate::worker_api::{Answer, Call, EventBatch, LeaseGrant};
+use crate::worker_api::{Answer, Call, CallBody, EventBatch, LeaseGrant};
 use calls::{Pump, Runtime};
 use client::{ClientError, ServerClient};
 use futures_util::StreamExt;
@@ -31,6 +32,9 @@ const POLL_WAIT: Duration = Duration::from_secs(20);
 /// How long the worker waits before asking again after a refusal or a
 /// network failure.
 const BACKOFF: Duration = Duration::from_secs(2);
+/// How often a worker holding for uncertain turns looks at its journal
+/// again: an operator settles them from another process.
+const SETTLED_CHECK: Duration = Duration::from_secs(2);
 
 /// Reads the worker's token: the file's one line, trimmed. Never logged.
 pub fn read_token(path: &Path) -> anyhow::Result<SecretString> {
@@ -125,6 +129,8 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
             repository = %u.repository,
             operation.id = %u.operation_id,
             turn.id = u.turn_id.as_deref().unwrap_or("(none)"),
+            task.id = u.task_id.as_deref().unwrap_or("(not named)"),
+            attempt.id = u.attempt_id.as_deref().unwrap_or("(not named)"),
             "a turn this worker sent to Codex has no recorded end: it may have run. This worker \
              takes no new work until an operator settles it (the server's task is reconciled, \
              never run again)"
@@ -151,11 +157,14 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
     } else {
         tracing::warn!(
             uncertain = uncertain.len(),
-            "holding: no lease is taken until an operator reconciles the tasks on the server \
-             (codex-bridge reconcile TASK ATTEMPT failed|succeeded --confirm-no-active-turn), \
-             checks that no Codex turn still runs here, and restarts this worker with \
-             --settle-uncertain --confirm-no-active-turn"
+            "holding: no lease is taken until an operator checks that no Codex turn still runs \
+             here and settles each uncertain attempt: on this machine, `codex-bridge reconcile \
+             TASK ATTEMPT failed --confirm-no-active-turn --server URL --token-file FILE` (the \
+             server's task and this journal at once; this worker then leases again), or on the \
+             server and then a restart of this worker with --settle-uncertain \
+             --confirm-no-active-turn"
         );
+        tokio::spawn(worker.clone().hold_until_settled(repositories));
     }
     let beat = worker.clone();
     tokio::spawn(async move {
@@ -201,6 +210,26 @@ impl Worker {
 
     fn stopping(&self) -> bool {
         self.stop.borrow().is_some()
+    }
+
+    /// Leases the repositories once the journal has no uncertain turn left
+    /// (an operator settled them from another process).
+    async fn hold_until_settled(self, repositories: Vec<String>) {
+        loop {
+            tokio::time::sleep(SETTLED_CHECK).await;
+            if self.stopping() {
+                return;
+            }
+            match self.journal.uncertain() {
+                Ok(left) if left.is_empty() => break,
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot read the journal's uncertain turns"),
+            }
+        }
+        tracing::info!("no uncertain turn is left in the journal: taking leases again");
+        for repo in repositories {
+            tokio::spawn(self.clone().lease_loop(repo));
+        }
     }
 
     /// Sends what the journal says is owed, oldest first.
@@ -325,6 +354,22 @@ impl Worker {
     async fn execute(self, repository: String, call: Call) {
         let kind = call.body.kind();
         tracing::debug!(call.id = %call.call_id, kind, "running a call");
+        if let CallBody::StartTurn {
+            attempt: Some(a), ..
+        }
+        | CallBody::StartReview {
+            attempt: Some(a), ..
+        } = &call.body
+        {
+            // Before the turn is journalled as sent: an uncertain turn
+            // always names the attempt an operator reconciles.
+            if let Err(e) = self
+                .journal
+                .turn_attempt(&call.call_id, &a.task_id, &a.attempt_id)
+            {
+                tracing::error!(error = %e, "the journal did not take a turn's attempt");
+            }
+        }
         let (outcome, pump) = self
             .runtime
             .run(&call.call_id, &repository, call.body)

@@ -87,6 +87,10 @@ pub enum CallBody {
         text: String,
         cwd: String,
         terms: Terms,
+        /// The server's attempt the turn belongs to: the worker journals it
+        /// with the turn, so an operator can reconcile that attempt there.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptIdentity>,
     },
     #[serde(rename_all = "camelCase")]
     StartReview {
@@ -94,6 +98,8 @@ pub enum CallBody {
         base_branch: String,
         cwd: String,
         terms: Terms,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<AttemptIdentity>,
     },
     #[serde(rename_all = "camelCase")]
     Interrupt {
@@ -175,6 +181,14 @@ impl CallBody {
     }
 }
 
+/// One execution attempt of a server task, as reconciliation names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptIdentity {
+    pub task_id: String,
+    pub attempt_id: String,
+}
+
 /// What a task needs checked out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -252,7 +266,14 @@ pub enum Value {
     /// `start_turn`, `start_review`, `steer_turn`: the turn that took it.
     /// A started turn's events follow as batches on the call's id.
     #[serde(rename_all = "camelCase")]
-    Turn { turn_id: String },
+    Turn {
+        turn_id: String,
+        /// The worker that took the call, as the server authenticated it
+        /// (set by the server on the answer it received; what a worker
+        /// writes here is replaced).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker_id: Option<String>,
+    },
     /// `interrupt`, `revert_thread`, `decide_approval`, `answer_tool`, `reset`.
     Done,
     /// `lookup_turn`.
@@ -286,6 +307,19 @@ pub enum Lookup {
     Interrupted {
         turn_id: String,
     },
+}
+
+impl Outcome {
+    /// Names `worker_id` as the worker that took a turn this outcome
+    /// answers; any other outcome stays as it is.
+    pub fn taken_by(&mut self, worker_id: &str) {
+        if let Outcome::Ok {
+            value: Value::Turn { worker_id: w, .. },
+        } = self
+        {
+            *w = Some(worker_id.to_owned());
+        }
+    }
 }
 
 /// `POST /leases/{leaseId}/events`: events of the turn the `start_turn` (or
@@ -389,6 +423,27 @@ impl Event {
     }
 }
 
+/// `POST /reconcile`: an operator on the worker's machine settles one
+/// attempt the worker's journal holds as uncertain (sent to Codex, no end
+/// recorded), having checked that no turn of it still runs there. The
+/// server moves the task out of `needs_reconciliation` as its own
+/// reconcile control does, and answers with the audit event. Never runs
+/// anything again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcileRequest {
+    pub task_id: String,
+    pub attempt_id: String,
+    /// `failed` or `succeeded`.
+    pub verdict: String,
+    /// Must be `true`: refused otherwise.
+    #[serde(default)]
+    pub confirm_no_active_turn: bool,
+    /// Who decided, on the worker's machine (audited).
+    pub operator: String,
+    pub reason: String,
+}
+
 /// The error body of every refusal: a stable snake_case `code` the worker
 /// acts on (`worker_revoked`: stop; `lease_lost`: lease again) and a message
 /// for the operator.
@@ -446,12 +501,17 @@ mod tests {
                 text: "hello".into(),
                 cwd: "x".into(),
                 terms: terms(),
+                attempt: Some(AttemptIdentity {
+                    task_id: "task-1".into(),
+                    attempt_id: "att-1".into(),
+                }),
             },
             CallBody::StartReview {
                 thread_id: "t1".into(),
                 base_branch: "main".into(),
                 cwd: "x".into(),
                 terms: terms(),
+                attempt: None,
             },
             CallBody::Interrupt {
                 thread_id: "t1".into(),
@@ -526,9 +586,55 @@ mod tests {
             text: "hi".into(),
             cwd: "x".into(),
             terms: terms(),
+            attempt: Some(AttemptIdentity {
+                task_id: "task-1".into(),
+                attempt_id: "att-1".into(),
+            }),
         });
         assert_eq!(json["operationId"], "op-1");
         assert_eq!(json["terms"]["policy"]["sandbox"], "workspace-write");
+        assert_eq!(json["attempt"]["attemptId"], "att-1");
+    }
+
+    #[test]
+    fn messages_without_the_added_fields_still_parse() {
+        // As a peer of the first protocol version sends them.
+        let mut old = serde_json::to_value(CallBody::StartTurn {
+            thread_id: "t1".into(),
+            operation_id: "op-1".into(),
+            text: "hi".into(),
+            cwd: "x".into(),
+            terms: terms(),
+            attempt: None,
+        })
+        .unwrap();
+        assert!(old.get("attempt").is_none());
+        old.as_object_mut().unwrap().remove("attempt");
+        let body: CallBody = serde_json::from_value(old).unwrap();
+        assert!(matches!(body, CallBody::StartTurn { attempt: None, .. }));
+        let answer: Answer = serde_json::from_value(serde_json::json!({
+            "callId": "c1",
+            "outcome": {"result": "ok", "value": {"type": "turn", "turnId": "u1"}},
+        }))
+        .unwrap();
+        let mut outcome = answer.outcome;
+        assert_eq!(
+            outcome,
+            Outcome::Ok {
+                value: Value::Turn {
+                    turn_id: "u1".into(),
+                    worker_id: None
+                }
+            }
+        );
+        outcome.taken_by("wrk-1");
+        assert!(matches!(
+            outcome,
+            Outcome::Ok { value: Value::Turn { worker_id: Some(ref w), .. } } if w == "wrk-1"
+        ));
+        let mut done = Outcome::Ok { value: Value::Done };
+        done.taken_by("wrk-1");
+        assert_eq!(done, Outcome::Ok { value: Value::Done });
     }
 
     #[test]
@@ -542,6 +648,7 @@ mod tests {
             Outcome::Ok {
                 value: Value::Turn {
                     turn_id: "u".into(),
+                    worker_id: Some("wrk-1".into()),
                 },
             },
             Outcome::Ok { value: Value::Done },

@@ -64,6 +64,7 @@ async fn run_turn(
             text: "touch the file, then answer".into(),
             cwd: cwd.into(),
             terms,
+            attempt: None,
         })
         .await
         .unwrap();

@@ -50,6 +50,7 @@ async fn turn(
             text: text.into(),
             cwd: cwd.into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            attempt: None,
         })
         .await
         .unwrap();
@@ -233,6 +234,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
             text: "hang".into(),
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            attempt: None,
         })
         .await
         .unwrap();
@@ -272,6 +274,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
             text: "work".into(),
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
+            attempt: None,
         })
         .await
         .unwrap();
@@ -330,6 +333,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
                 ApprovalPolicy::Untrusted,
                 Sandbox::WorkspaceWrite,
             ),
+            attempt: None,
         })
         .await
         .unwrap();

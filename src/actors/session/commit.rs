@@ -28,6 +28,8 @@ pub(super) struct CommitCtx {
     pub(super) operation_id: Option<OperationId>,
     pub(super) thread_id: Option<String>,
     pub(super) turn_id: Option<String>,
+    /// The remote worker that took the turn being admitted.
+    pub(super) runner: Option<crate::store::workers::WorkerId>,
     pub(super) final_text: Option<String>,
     /// The prompt item an admission writes first in the turn's transcript.
     pub(super) prompt: Option<TranscriptItem>,
@@ -156,6 +158,9 @@ impl CommitCtx {
                     )?;
                     if let Some(p) = &self.prompt {
                         transcripts::record_item(c, turn, 0, ItemPhase::Completed, p)?;
+                    }
+                    if let Some(worker) = &self.runner {
+                        attempts::taken_by_worker(c, &self.task_id, worker)?;
                     }
                 }
                 Effect::MarkSent => {

@@ -63,6 +63,9 @@ pub(super) struct Turn {
     /// The thread settled idle without `turn/completed`: unless something
     /// happens on it by then, the history is asked whether the turn ended.
     pub idle_deadline: Option<tokio::time::Instant>,
+    /// The remote worker that took the turn: the attempt names it once the
+    /// turn's admission is written.
+    pub runner: Option<crate::store::workers::WorkerId>,
 }
 
 /// An approval the agent asked for, until it is decided.
@@ -306,8 +309,9 @@ impl TaskDrive {
         let policy = repo
             .as_ref()
             .map(|r| deps.settings.policy_for(&r.owner, &r.name));
-        let attempt_is_ours =
-            attempt.as_ref().and_then(|a| a.owner.as_deref()) == Some(deps.settings.owner.as_str());
+        let attempt_is_ours = attempt
+            .as_ref()
+            .is_some_and(|a| a.driven_here(&deps.settings.owner, fence.as_ref()));
         let snap = Snapshot {
             state,
             state_version: task.state_version,
@@ -453,6 +457,7 @@ impl TaskDrive {
             operation_id: self.operation_id.clone(),
             thread_id: self.turn.thread_id.clone(),
             turn_id: self.turn.turn_id.clone(),
+            runner: self.turn.runner.clone(),
             final_text: self.turn.final_text.clone(),
             prompt: self.admission_prompt(d),
             last_seq: self.turn.last_seq,

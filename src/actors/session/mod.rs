@@ -13,6 +13,7 @@
 //! replayed: it is confirmed from the thread's history or marked
 //! `needs_reconciliation`.
 
+mod attempt;
 mod budget;
 mod command;
 mod commit;

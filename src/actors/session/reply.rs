@@ -209,6 +209,7 @@ impl TaskDrive {
                 text: prompt.text(),
                 cwd,
                 terms: self.stored_terms(&policy),
+                attempt: self.attempt_ref(),
             })
             .await;
         let event = self.turn_started(started, policy.turn_timeout);

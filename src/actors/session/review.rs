@@ -89,6 +89,7 @@ impl TaskDrive {
                 base_branch,
                 cwd,
                 terms,
+                attempt: self.attempt_ref(),
             })
             .await;
         Ok(self.turn_started(started, policy.turn_timeout))

@@ -203,6 +203,7 @@ impl TaskDrive {
                 text: prompt.text(),
                 cwd,
                 terms,
+                attempt: self.attempt_ref(),
             })
             .await;
         Ok(self.turn_started(started, policy.turn_timeout))
@@ -253,6 +254,7 @@ impl TaskDrive {
                     thread_id: self.turn.thread_id.take(),
                     turn_id: Some(turn.turn_id),
                     events: Some(turn.events),
+                    runner: turn.runner,
                     deadline: Some(tokio::time::Instant::now() + timeout),
                     ..Turn::default()
                 };

@@ -14,7 +14,8 @@ use crate::agent::{
     Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ToolAnswer, TurnEvent,
     TurnLookup, TurnRequest, TurnStarted,
 };
-use crate::worker_api::{CallBody, Value};
+use crate::store::workers::WorkerId;
+use crate::worker_api::{AttemptIdentity, CallBody, Value};
 use futures_util::future::BoxFuture;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -150,12 +151,13 @@ impl RemoteAgent {
             let kind = body.kind();
             let (sub, events) = hub.submit_turn(&repository, body);
             let value = answer(&hub, sub.call_id, sub.answer, timeout, kind).await?;
-            let Value::Turn { turn_id } = value else {
+            let Value::Turn { turn_id, worker_id } = value else {
                 return Err(convert::unexpected(kind, &value));
             };
             Ok(TurnStarted {
                 turn_id,
                 events: event_stream(repository, events),
+                runner: worker_id.as_deref().and_then(WorkerId::parse),
             })
         })
     }
@@ -219,6 +221,13 @@ fn event_stream(
         other => other,
     })
     .boxed()
+}
+
+fn attempt_to_wire(a: Option<&crate::agent::AttemptRef>) -> Option<AttemptIdentity> {
+    a.map(|a| AttemptIdentity {
+        task_id: a.task_id.to_string(),
+        attempt_id: a.attempt_id.clone(),
+    })
 }
 
 fn done(v: Value, kind: &str) -> Result<(), AgentError> {
@@ -285,6 +294,7 @@ impl Agent for RemoteAgent {
                 text: req.text.clone(),
                 cwd: self.cwd(&req.cwd)?,
                 terms: convert::terms_to_wire(&req.terms),
+                attempt: attempt_to_wire(req.attempt.as_ref()),
             })
         })
     }
@@ -299,6 +309,7 @@ impl Agent for RemoteAgent {
                 base_branch: req.base_branch.clone(),
                 cwd: self.cwd(&req.cwd)?,
                 terms: convert::terms_to_wire(&req.terms),
+                attempt: attempt_to_wire(req.attempt.as_ref()),
             })
         })
     }
@@ -328,7 +339,7 @@ impl Agent for RemoteAgent {
         });
         Box::pin(async move {
             match call.await? {
-                Value::Turn { turn_id } => Ok(turn_id),
+                Value::Turn { turn_id, .. } => Ok(turn_id),
                 other => Err(convert::unexpected("steer_turn", &other)),
             }
         })

@@ -321,7 +321,11 @@ impl Agent for ScriptedAgent {
                 }
             })
             .boxed();
-            Ok(TurnStarted { turn_id, events })
+            Ok(TurnStarted {
+                turn_id,
+                events,
+                runner: None,
+            })
         }
         .boxed()
     }
@@ -498,6 +502,7 @@ mod tests {
                 text: "x".into(),
                 cwd: ".".into(),
                 terms: terms(),
+                attempt: None,
             })
             .await
             .unwrap();
@@ -509,6 +514,7 @@ mod tests {
                 text: "[hang]".into(),
                 cwd: ".".into(),
                 terms: terms(),
+                attempt: None,
             })
             .await
             .unwrap();
@@ -539,6 +545,7 @@ mod tests {
                 text: "hello".into(),
                 cwd: ".".into(),
                 terms: terms(),
+                attempt: None,
             })
             .await
             .unwrap();
@@ -572,6 +579,7 @@ mod tests {
                 text: "drop it".into(),
                 cwd: ".".into(),
                 terms: terms(),
+                attempt: None,
             })
             .await
             .unwrap();

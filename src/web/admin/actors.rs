@@ -125,7 +125,7 @@ pub async fn enable_repo(
 }
 
 /// After a task control: wake its repository (and, for abort, its session).
-async fn after_task_control(
+pub(crate) async fn after_task_control(
     state: &AppState,
     task_id: &TaskId,
     abort: bool,

@@ -201,7 +201,9 @@ pub async fn answers(
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = path.into_inner();
     held(&state, &worker.worker_id, &lease_id).await?;
-    let answer = body.into_inner();
+    let mut answer = body.into_inner();
+    // The server names the worker that took a turn, as it authenticated it.
+    answer.outcome.taken_by(worker.worker_id.as_str());
     state
         .worker_calls
         .answer(&lease_id, &answer.call_id, answer.outcome)

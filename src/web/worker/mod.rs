@@ -6,6 +6,7 @@
 mod auth;
 mod heartbeat;
 mod leases;
+mod reconcile;
 
 pub use auth::WorkerAuth;
 
@@ -22,7 +23,8 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/leases/{leaseId}/release", web::post().to(leases::release))
             .route("/leases/{leaseId}/calls", web::get().to(leases::calls))
             .route("/leases/{leaseId}/answers", web::post().to(leases::answers))
-            .route("/leases/{leaseId}/events", web::post().to(leases::events)),
+            .route("/leases/{leaseId}/events", web::post().to(leases::events))
+            .route("/reconcile", web::post().to(reconcile::reconcile)),
     );
 }
 

@@ -7,6 +7,9 @@ use crate::worker_api::{Event, Outcome};
 use futures_util::StreamExt;
 use proptest::prelude::*;
 
+/// A registered worker's id, as the server names the one that took a call.
+const WORKER: &str = "wrk-0123456789abcdef0123456789abcdef";
+
 fn terms() -> ThreadTerms {
     let repo = RepoPolicy {
         approval_policy: ApprovalPolicy::OnRequest,
@@ -99,27 +102,48 @@ async fn calls_reach_the_worker_of_their_repository_and_answers_come_back() {
         "{body:?}"
     );
 
+    let task = crate::domain::TaskId::mint();
     let start = remote.start_turn(TurnRequest {
         thread_id: thread.clone(),
         operation_id: OperationId::mint(),
         text: "hello".into(),
         cwd: PathBuf::from("/srv/ws/worktrees/default/acme/widgets/issue-7"),
         terms: terms(),
+        attempt: Some(crate::agent::AttemptRef {
+            task_id: task.clone(),
+            attempt_id: "att-1".into(),
+        }),
     });
     let (started, body) = tokio::join!(
         start,
         serve_one(&hub, "acme/widgets", |_| Outcome::Ok {
             value: Value::Turn {
-                turn_id: "u-1".into()
+                turn_id: "u-1".into(),
+                worker_id: Some(WORKER.into()),
             }
         })
     );
-    let CallBody::StartTurn { thread_id, .. } = &body else {
+    let CallBody::StartTurn {
+        thread_id, attempt, ..
+    } = &body
+    else {
         panic!("{body:?}")
     };
     assert_eq!(thread_id, "t-1", "the worker gets its own id");
+    assert_eq!(
+        attempt
+            .as_ref()
+            .map(|a| (a.task_id.as_str(), a.attempt_id.as_str())),
+        Some((task.as_str(), "att-1")),
+        "the attempt crosses the wire with the turn"
+    );
     let mut started = started.unwrap();
     assert_eq!(started.turn_id, "u-1");
+    assert_eq!(
+        started.runner.as_ref().map(|w| w.as_str()),
+        Some(WORKER),
+        "the worker that took the turn is named"
+    );
     // The stream is the call's: its events come, with routable keys.
     let (stream, _) = hub_stream_of(&hub);
     hub.events(

@@ -88,6 +88,7 @@ async fn events_flow_in_order_once_and_the_stream_ends_with_the_turn() {
         Outcome::Ok {
             value: Value::Turn {
                 turn_id: "u".into(),
+                worker_id: None,
             },
         },
     )
