@@ -299,4 +299,5 @@ fn a_superseded_run_ends_aborted_superseded() {
     assert_eq!(d.code, Some(Code::TurnInterrupted));
 }
 
+mod progress;
 mod properties;
