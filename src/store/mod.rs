@@ -50,6 +50,7 @@ pub mod transcripts;
 pub mod turns;
 pub mod views;
 pub mod walvfs;
+pub mod worker_calls;
 pub mod worker_leases;
 pub mod workers;
 pub mod workflows;

@@ -411,6 +411,33 @@ diesel::table! {
 }
 
 diesel::table! {
+    worker_call_events (call_id, place) {
+        call_id -> Text,
+        place -> Int8,
+        event -> Text,
+        ends_turn -> Bool,
+    }
+}
+
+diesel::table! {
+    worker_calls (call_id) {
+        call_id -> Text,
+        repository -> Text,
+        caller -> Text,
+        kind -> Text,
+        body -> Text,
+        stream -> Bool,
+        state -> Text,
+        lease_id -> Nullable<Text>,
+        outcome -> Nullable<Text>,
+        created_at -> Text,
+        deadline_at -> Text,
+        delivered_at -> Nullable<Text>,
+        answered_at -> Nullable<Text>,
+    }
+}
+
+diesel::table! {
     worker_leases (repository) {
         repository -> Text,
         lease_id -> Text,
@@ -516,6 +543,7 @@ diesel::table! {
 diesel::joinable!(catchup_cursors -> repositories (repo_key));
 diesel::joinable!(leases -> repositories (repo_key));
 diesel::joinable!(sessions -> repositories (repo_key));
+diesel::joinable!(worker_call_events -> worker_calls (call_id));
 diesel::joinable!(worker_leases -> workers (worker_id));
 diesel::joinable!(workflows -> sessions (session_key));
 diesel::joinable!(worktrees -> repositories (repo_key));
@@ -548,6 +576,8 @@ diesel::allow_tables_to_appear_in_same_query!(
     turn_token_usage,
     turns,
     webhook_deliveries,
+    worker_call_events,
+    worker_calls,
     worker_leases,
     workers,
     workflow_gates,

@@ -103,6 +103,7 @@ mod transcripts;
 mod walkthrough;
 mod walvfs;
 mod webhook;
+mod worker_calls;
 mod worker_leases;
 mod workers;
 mod workflow_tools;

@@ -1,0 +1,2 @@
+DROP TABLE worker_call_events;
+DROP TABLE worker_calls;
