@@ -91,7 +91,7 @@ struct Shared<'a> {
     circuit: &'a crate::agent::circuit::Circuit,
     drain_requested: &'a crate::actors::drain::DrainRequested,
     /// The calls a remote runtime hands to workers (the worker API serves them).
-    worker_calls: &'a crate::agent::remote::CallHub,
+    worker_calls: &'a crate::actors::worker_calls::WorkerCalls,
 }
 
 fn start_actors(
@@ -152,7 +152,7 @@ fn start_actors(
                 .map_err(|e| anyhow::anyhow!("config key `workspace_root`: {e}"))?;
             (
                 Arc::new(crate::agent::remote::RemoteAgent::new(
-                    worker_calls.clone(),
+                    Arc::new(worker_calls.clone()),
                     root,
                     REMOTE_CALL_TIMEOUT,
                 )),
@@ -184,7 +184,7 @@ fn start_actors(
         // server only names the folders.
         AgentRuntimeKind::Remote => {
             Arc::new(crate::actors::remote_workspaces::RemoteWorkspaces::new(
-                worker_calls.clone(),
+                Arc::new(worker_calls.clone()),
                 workspace_names(config)?,
                 config.instance_id.clone(),
                 crate::workspace::DEFAULT_TIMEOUT,
@@ -367,7 +367,17 @@ pub async fn run(
         config.breaker_failures,
         config.breaker_open_secs,
     ));
-    let worker_calls = crate::agent::remote::CallHub::default();
+    // Calls to remote workers live in the store: a worker may poll any
+    // process of the deployment, whichever process's session waits.
+    let worker_calls = crate::actors::worker_calls::WorkerCalls::new(
+        store.clone(),
+        &server_id,
+        crate::actors::worker_calls::WorkerCalls::caller_window(
+            std::time::Duration::from_secs(config.lease_ttl_secs),
+            std::time::Duration::from_secs(config.lease_heartbeat_secs),
+        ),
+    );
+    actix::spawn(worker_calls.clone().keep_sweeping());
     let (actors, agent, account) = start_actors(
         &config,
         &store,
@@ -386,7 +396,9 @@ pub async fn run(
     // Work other processes on the same PostgreSQL committed: their signals
     // wake the actors here as this process's own commits do.
     let woken = registry.clone();
+    let calls_woken = worker_calls.clone();
     store.listen(move |signal| {
+        calls_woken.on_signal(&signal);
         if let Some(registry) = &woken {
             crate::actors::registry::wake_for(registry, signal);
         }

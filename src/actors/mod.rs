@@ -16,6 +16,7 @@ pub mod remote_workspaces;
 pub mod repo;
 pub mod session;
 pub mod timing;
+pub mod worker_calls;
 
 use crate::agent::Agent;
 use crate::config::Config;

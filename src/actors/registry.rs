@@ -58,6 +58,8 @@ pub fn wake_for(registry: &Addr<Registry>, signal: Signal) {
             task_id,
         }),
         Signal::Sweep => registry.do_send(Sweep),
+        // Remote workers' calls: the worker-call route wakes their waiters.
+        Signal::WorkerCall { .. } | Signal::WorkerQueue { .. } | Signal::WorkerLeaseEnded => {}
     }
 }
 

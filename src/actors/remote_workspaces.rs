@@ -6,15 +6,16 @@
 //! so the session's turns name the folder the worker prepared.
 
 use super::{Ready, Workspaces};
-use crate::agent::remote::CallHub;
+use crate::agent::remote::hub::CallRoute;
 use crate::domain::worktree::{TreeState, WorktreeId};
 use crate::worker_api::{self as wire, CallBody, Outcome, Value};
 use crate::workspace::{Checkout, RepoSpec, SessionTree, WorkspaceError, WorkspaceManager};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub struct RemoteWorkspaces {
-    hub: CallHub,
+    calls: Arc<dyn CallRoute>,
     /// Names folders (never touches them): the server's own layout.
     names: WorkspaceManager,
     instance: String,
@@ -23,13 +24,13 @@ pub struct RemoteWorkspaces {
 
 impl RemoteWorkspaces {
     pub fn new(
-        hub: CallHub,
+        calls: Arc<dyn CallRoute>,
         names: WorkspaceManager,
         instance: String,
         timeout: Duration,
     ) -> RemoteWorkspaces {
         RemoteWorkspaces {
-            hub,
+            calls,
             names,
             instance,
             timeout,
@@ -45,20 +46,12 @@ impl RemoteWorkspaces {
         };
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| unfinished(format!("no runtime to wait on the worker: {e}")))?;
-        let kind = body.kind();
-        let sub = self.hub.submit(&repo.to_ascii_lowercase(), body);
-        let answered = handle.block_on(tokio::time::timeout(self.timeout, sub.answer));
-        let outcome = match answered {
-            Ok(Ok(o)) => o,
-            _ => {
-                self.hub.abandon(&sub.call_id);
-                return Err(unfinished(format!(
-                    "no remote worker answered {kind} within {} s; check that a worker given \
-                     this repository runs and reaches the server",
-                    self.timeout.as_secs()
-                )));
-            }
-        };
+        let answered =
+            handle.block_on(
+                self.calls
+                    .call(&repo.to_ascii_lowercase(), body, false, self.timeout),
+            );
+        let outcome = answered.map_err(|e| unfinished(e.to_string()))?.outcome;
         match outcome {
             Outcome::Ok { value } => Ok(value),
             Outcome::WorkspaceFailed {

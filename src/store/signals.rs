@@ -70,6 +70,15 @@ pub enum Signal {
     /// Work may wait anywhere (the deployment's pause was lifted): each
     /// process sweeps the store as its registry does on a timer.
     Sweep,
+    /// A remote worker's call was answered, got events, or was lost with
+    /// its lease: the process waiting for it looks again.
+    WorkerCall { call_id: String },
+    /// A call was queued for the repository: a poll of the worker leasing
+    /// it, held open on any process, looks again.
+    WorkerQueue { repository: String },
+    /// A worker's leases ended (it was revoked): every process's waiting
+    /// calls look again.
+    WorkerLeaseEnded,
 }
 
 /// A signal as it travels: who sent it, so a process skips its own.

@@ -34,7 +34,7 @@ pub struct AppState {
     pub circuit: crate::agent::circuit::Circuit,
     /// The agent calls waiting for remote workers (`agent_runtime =
     /// "remote"`; empty otherwise), shared with the runtime that makes them.
-    pub worker_calls: crate::agent::remote::CallHub,
+    pub worker_calls: crate::actors::worker_calls::WorkerCalls,
 }
 
 impl AppState {

@@ -9,17 +9,18 @@
 //! `workspace_root`.
 
 use super::convert;
-use super::hub::{lost, CallHub};
+use super::hub::CallRoute;
 use crate::agent::{
     Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ToolAnswer, TurnEvent,
     TurnLookup, TurnRequest, TurnStarted,
 };
 use crate::store::workers::WorkerId;
-use crate::worker_api::{AttemptIdentity, CallBody, Value};
+use crate::worker_api::{AttemptIdentity, CallBody, Event, Value};
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// How a reference to something on a worker begins.
 const REF_PREFIX: &str = "remote:";
@@ -62,7 +63,7 @@ fn not_ours(what: &str, text: &str) -> AgentError {
 /// The runtime; cheap to clone.
 #[derive(Clone)]
 pub struct RemoteAgent {
-    hub: CallHub,
+    calls: Arc<dyn CallRoute>,
     /// The server's `workspace_root`, resolved: working folders are sent
     /// relative to it.
     root: PathBuf,
@@ -72,8 +73,12 @@ pub struct RemoteAgent {
 }
 
 impl RemoteAgent {
-    pub fn new(hub: CallHub, root: PathBuf, timeout: Duration) -> RemoteAgent {
-        RemoteAgent { hub, root, timeout }
+    pub fn new(calls: Arc<dyn CallRoute>, root: PathBuf, timeout: Duration) -> RemoteAgent {
+        RemoteAgent {
+            calls,
+            root,
+            timeout,
+        }
     }
 
     fn cwd(&self, cwd: &Path) -> Result<String, AgentError> {
@@ -130,30 +135,27 @@ impl RemoteAgent {
         repository: String,
         body: CallBody,
     ) -> BoxFuture<'static, Result<Value, AgentError>> {
-        let hub = self.hub.clone();
-        let timeout = self.timeout;
-        Box::pin(async move {
-            let kind = body.kind();
-            let sub = hub.submit(&repository, body);
-            answer(&hub, sub.call_id, sub.answer, timeout, kind).await
-        })
+        let answered = self.calls.call(&repository, body, false, self.timeout);
+        Box::pin(async move { convert::outcome_to_result(answered.await?.outcome) })
     }
 
-    /// Sends a call that starts a turn, and opens its event stream.
+    /// Sends a call that starts a turn, and follows its events.
     fn start(
         &self,
         repository: String,
         body: CallBody,
     ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
-        let hub = self.hub.clone();
-        let timeout = self.timeout;
+        let kind = body.kind();
+        let answered = self.calls.call(&repository, body, true, self.timeout);
         Box::pin(async move {
-            let kind = body.kind();
-            let (sub, events) = hub.submit_turn(&repository, body);
-            let value = answer(&hub, sub.call_id, sub.answer, timeout, kind).await?;
+            let answered = answered.await?;
+            let value = convert::outcome_to_result(answered.outcome)?;
             let Value::Turn { turn_id, worker_id } = value else {
                 return Err(convert::unexpected(kind, &value));
             };
+            let events = answered
+                .events
+                .unwrap_or_else(|| Box::pin(futures_util::stream::empty()));
             Ok(TurnStarted {
                 turn_id,
                 events: event_stream(repository, events),
@@ -163,64 +165,40 @@ impl RemoteAgent {
     }
 }
 
-/// The answer to `call_id`, as the runtime's result.
-async fn answer(
-    hub: &CallHub,
-    call_id: String,
-    rx: tokio::sync::oneshot::Receiver<crate::worker_api::Outcome>,
-    timeout: Duration,
-    kind: &str,
-) -> Result<Value, AgentError> {
-    match tokio::time::timeout(timeout, rx).await {
-        Ok(Ok(outcome)) => convert::outcome_to_result(outcome),
-        Ok(Err(_)) | Err(_) => match hub.abandon(&call_id) {
-            Some(state) => Err(lost(
-                &state,
-                &format!("no answer to {kind} within {} s", timeout.as_secs()),
-            )),
-            None => Err(AgentError::Uncertain(format!(
-                "the answer to {kind} was lost in this server process"
-            ))),
-        },
-    }
-}
-
 /// A turn's events, with the keys of its requests made routable.
 fn event_stream(
     repository: String,
-    rx: mpsc::UnboundedReceiver<TurnEvent>,
-) -> futures_util::stream::BoxStream<'static, TurnEvent> {
+    events: BoxStream<'static, Event>,
+) -> BoxStream<'static, TurnEvent> {
     use futures_util::StreamExt;
-    futures_util::stream::unfold(rx, |mut rx| async move {
-        let e = rx.recv().await?;
-        Some((e, rx))
-    })
-    .map(move |e| match e {
-        TurnEvent::ApprovalRequested {
-            seq,
-            key,
-            kind,
-            detail,
-        } => TurnEvent::ApprovalRequested {
-            seq,
-            key: make_ref(&repository, &key),
-            kind,
-            detail,
-        },
-        TurnEvent::ToolRequested {
-            seq,
-            key,
-            tool,
-            arguments,
-        } => TurnEvent::ToolRequested {
-            seq,
-            key: make_ref(&repository, &key),
-            tool,
-            arguments,
-        },
-        other => other,
-    })
-    .boxed()
+    events
+        .filter_map(|e| futures_util::future::ready(convert::from_wire(e)))
+        .map(move |e| match e {
+            TurnEvent::ApprovalRequested {
+                seq,
+                key,
+                kind,
+                detail,
+            } => TurnEvent::ApprovalRequested {
+                seq,
+                key: make_ref(&repository, &key),
+                kind,
+                detail,
+            },
+            TurnEvent::ToolRequested {
+                seq,
+                key,
+                tool,
+                arguments,
+            } => TurnEvent::ToolRequested {
+                seq,
+                key: make_ref(&repository, &key),
+                tool,
+                arguments,
+            },
+            other => other,
+        })
+        .boxed()
 }
 
 fn attempt_to_wire(a: Option<&crate::agent::AttemptRef>) -> Option<AttemptIdentity> {
@@ -389,13 +367,15 @@ impl Agent for RemoteAgent {
     /// Codex, as a local runtime resets its one process. Best effort: a
     /// worker that does not answer is left to its own lease.
     fn reset(&self) -> BoxFuture<'static, ()> {
-        let calls: Vec<_> = self
-            .hub
-            .leased_repositories()
-            .into_iter()
-            .map(|repo| (repo.clone(), self.call(repo, CallBody::Reset)))
-            .collect();
+        let this = self.clone();
         Box::pin(async move {
+            let calls: Vec<_> = this
+                .calls
+                .leased_repositories()
+                .await
+                .into_iter()
+                .map(|repo| (repo.clone(), this.call(repo, CallBody::Reset)))
+                .collect();
             for (repo, call) in calls {
                 if let Err(e) = call.await {
                     tracing::warn!(repository = %repo, error = %e, "a remote worker did not confirm its reset");

@@ -1,24 +1,22 @@
-//! The calls waiting for remote workers, in this server process: the
-//! [`RemoteAgent`](super::RemoteAgent) submits a call for a repository, the
-//! worker holding that repository's lease takes it with its next poll and
-//! answers it; a started turn's events flow back on the call's stream.
-//!
-//! The hub judges nothing about leases: the worker API checks every poll,
-//! answer and event batch against the store's lease first, and hands the
-//! hub only the lease it found held. What the hub keeps is which lease each
-//! call was handed to, so that when a lease ends (moved, revoked, its
-//! worker gone) the calls it took fail closed: a call handed out may have
-//! reached Codex, so its caller learns it is uncertain, never that it can
-//! be sent again.
+//! How the remote runtime's calls reach the workers, as the runtime sees
+//! it: [`CallRoute`] hands a call to whichever worker holds its repository's
+//! lease and waits for the answer (and, for a call that starts a turn, the
+//! turn's events). The route the server uses keeps the calls in the store,
+//! so a worker may poll any server process of the deployment
+//! (`actors::worker_calls`); this module holds what needs no store: what a
+//! lost call means, and the wake-ups that let a waiting caller or poll look
+//! again at once instead of at its next poll.
 
-use super::convert;
-use crate::agent::{AgentError, TurnEvent};
-use crate::worker_api::{Call, CallBody, Event, Outcome};
-use std::collections::{HashMap, VecDeque};
+use crate::agent::AgentError;
+use crate::worker_api::{CallBody, Event, Outcome};
+use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{mpsc, oneshot, Notify};
+use std::time::Duration;
+use tokio::sync::watch;
 
-/// Where a call stands.
+/// Where a call stands, for its caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallState {
     /// Waiting for a worker to take it: nothing reached any runtime.
@@ -42,336 +40,118 @@ pub fn lost(state: &CallState, why: &str) -> AgentError {
     }
 }
 
-/// Why an answer or an event batch is not taken.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Unmatched {
-    /// No call (or stream) of that id waits for this lease: it was answered,
-    /// abandoned, or handed to another lease.
-    UnknownCall,
+/// A call's answer; for a call that starts a turn, the turn's events too,
+/// in order, each once, ending after the event that ends the turn (or
+/// earlier, when the lease it runs under ends).
+pub struct Answered {
+    pub outcome: Outcome,
+    pub events: Option<BoxStream<'static, Event>>,
 }
 
-struct Pending {
-    repository: String,
-    state: CallState,
-    reply: oneshot::Sender<Outcome>,
-}
-
-struct Stream {
-    lease_id: String,
-    /// How many of the stream's events were forwarded: a batch sent again
-    /// adds nothing twice.
-    taken: u64,
-    tx: mpsc::UnboundedSender<TurnEvent>,
-}
-
-#[derive(Default)]
-struct State {
-    next_id: u64,
-    queued: HashMap<String, VecDeque<(String, CallBody)>>,
-    pending: HashMap<String, Pending>,
-    streams: HashMap<String, Stream>,
-    /// The worker and the repository of each lease that polled, until it ends.
-    lease_workers: HashMap<String, (String, String)>,
-}
-
-/// The hub; cheap to clone.
-#[derive(Clone, Default)]
-pub struct CallHub {
-    state: Arc<Mutex<State>>,
-    /// Wakes the polls waiting for calls (any repository: a poll looks
-    /// again, and waits again if nothing is its own).
-    arrived: Arc<Notify>,
-}
-
-/// A call submitted: its id, and where its answer comes.
-pub struct Submitted {
-    pub call_id: String,
-    pub answer: oneshot::Receiver<Outcome>,
-}
-
-impl CallHub {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock left plain maps behind: still usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Queues a call for whichever worker holds `repository`'s lease.
-    pub fn submit(&self, repository: &str, body: CallBody) -> Submitted {
-        let (reply, answer) = oneshot::channel();
-        let call_id = queue(&mut self.lock(), repository, body, reply);
-        self.arrived.notify_waiters();
-        Submitted { call_id, answer }
-    }
-
-    /// Queues a call that starts a turn, with the turn's event stream open
-    /// before any worker can take it: events posted for the call come out of
-    /// the receiver, in order, each once.
-    pub fn submit_turn(
+/// Where the remote runtime sends its calls.
+pub trait CallRoute: Send + Sync {
+    /// Hands `body` to the worker holding `repository`'s lease and waits up
+    /// to `timeout` for its answer; `stream`: the call starts a turn, whose
+    /// events come with the answer. An error says the call was lost:
+    /// unavailable if no worker took it, uncertain if one did.
+    fn call(
         &self,
         repository: &str,
         body: CallBody,
-    ) -> (Submitted, mpsc::UnboundedReceiver<TurnEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let (reply, answer) = oneshot::channel();
-        let call_id = {
-            let mut s = self.lock();
-            let call_id = queue(&mut s, repository, body, reply);
-            s.streams.insert(
-                call_id.clone(),
-                Stream {
-                    lease_id: String::new(),
-                    taken: 0,
-                    tx,
-                },
-            );
-            call_id
-        };
-        self.arrived.notify_waiters();
-        (Submitted { call_id, answer }, rx)
+        stream: bool,
+        timeout: Duration,
+    ) -> BoxFuture<'static, Result<Answered, AgentError>>;
+
+    /// The repositories a worker leases now: where a runtime-wide call
+    /// (reset) must go.
+    fn leased_repositories(&self) -> BoxFuture<'static, Vec<String>>;
+}
+
+/// Wake-ups within this process, by key (a call, a repository), plus one
+/// for everything. A wake-up is a hint to look at the store again: whoever
+/// waits also looks on a timer, so one that is missed (or sent by a
+/// process whose signal was lost) only delays.
+#[derive(Clone, Default)]
+pub struct Wakeups {
+    keys: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
+    all: Arc<watch::Sender<u64>>,
+}
+
+impl Wakeups {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<u64>>> {
+        // A panic while holding the lock left a plain map behind: still usable.
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Stops waiting for a call: gone from the queue if no worker took it.
-    /// Where it stood, or `None` if it was already answered.
-    pub fn abandon(&self, call_id: &str) -> Option<CallState> {
-        let mut s = self.lock();
-        let pending = s.pending.remove(call_id)?;
-        if let Some(q) = s.queued.get_mut(&pending.repository) {
-            q.retain(|(id, _)| id != call_id);
-        }
-        if pending.state == CallState::Queued {
-            s.streams.remove(call_id);
-        }
-        Some(pending.state)
-    }
-
-    /// Hands the calls waiting for `repository` to `lease_id` (held by
-    /// `worker_id`, as the store just said). Calls an earlier lease of the
-    /// repository took and never answered are lost with it.
-    pub fn take(&self, repository: &str, lease_id: &str, worker_id: &str) -> Vec<Call> {
-        let mut s = self.lock();
-        // A repository's newer lease replaces its older one.
-        s.lease_workers
-            .retain(|l, (_, r)| r != repository || l == lease_id);
-        s.lease_workers.insert(
-            lease_id.to_owned(),
-            (worker_id.to_owned(), repository.to_owned()),
-        );
-        let stale: Vec<String> = s
-            .pending
-            .iter()
-            .filter(|(_, p)| {
-                p.repository == repository
-                    && matches!(&p.state, CallState::Delivered { lease_id: l } if l != lease_id)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in stale {
-            fail(
-                &mut s,
-                &id,
-                "the repository's lease moved to another worker",
-            );
-        }
-        let queued: Vec<(String, CallBody)> = s
-            .queued
-            .get_mut(repository)
-            .map(|q| q.drain(..).collect())
-            .unwrap_or_default();
-        let mut calls = Vec::with_capacity(queued.len());
-        for (call_id, body) in queued {
-            if let Some(p) = s.pending.get_mut(&call_id) {
-                p.state = CallState::Delivered {
-                    lease_id: lease_id.to_owned(),
-                };
-            }
-            if let Some(stream) = s.streams.get_mut(&call_id) {
-                stream.lease_id = lease_id.to_owned();
-            }
-            calls.push(Call {
-                call_id,
-                lease_id: lease_id.to_owned(),
-                body,
-            });
-        }
-        calls
-    }
-
-    /// Waits until a call may have arrived (or `wait` ran out).
-    pub async fn wait(&self, repository: &str, wait: std::time::Duration) {
-        let notified = self.arrived.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let empty = self
+    /// A waiter on `key`: made before the first look at the store, so a
+    /// wake-up between that look and the wait is not missed.
+    pub fn waiter(&self, key: &str) -> Waiter {
+        let rx = self
             .lock()
-            .queued
-            .get(repository)
-            .is_none_or(VecDeque::is_empty);
-        if empty {
-            let _ = tokio::time::timeout(wait, notified).await;
+            .entry(key.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Waiter {
+            key: key.to_owned(),
+            rx,
+            all: self.all.subscribe(),
+            wakeups: self.clone(),
         }
     }
 
-    /// The answer to a call `lease_id` took.
-    pub fn answer(&self, lease_id: &str, call_id: &str, outcome: Outcome) -> Result<(), Unmatched> {
-        let mut s = self.lock();
-        let mine = s.pending.get(call_id).is_some_and(
-            |p| matches!(&p.state, CallState::Delivered { lease_id: l } if l == lease_id),
-        );
-        if !mine {
-            return Err(Unmatched::UnknownCall);
+    /// Wakes whoever waits on `key`.
+    pub fn wake(&self, key: &str) {
+        if let Some(tx) = self.lock().get(key) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
         }
-        let Some(p) = s.pending.remove(call_id) else {
-            return Err(Unmatched::UnknownCall);
-        };
-        let failed = !matches!(outcome, Outcome::Ok { .. });
-        // The caller may have stopped waiting: nothing to tell it then.
-        let _ = p.reply.send(outcome);
-        if failed {
-            s.streams.remove(call_id);
-        }
-        Ok(())
     }
 
-    /// Events of the turn call `stream` started, as the worker under
-    /// `lease_id` sent them, the first at place `first` of the stream: those
-    /// past the ones forwarded go on, once; the stream closes after the
-    /// event that ends the turn. A batch that leaves a gap is refused: the
-    /// worker sends its outbox in order, so a gap is a lost batch.
-    pub fn events(
-        &self,
-        lease_id: &str,
-        stream: &str,
-        first: u64,
-        events: Vec<Event>,
-    ) -> Result<(), Unmatched> {
-        let mut s = self.lock();
-        let Some(st) = s.streams.get_mut(stream) else {
-            return Err(Unmatched::UnknownCall);
-        };
-        if st.lease_id != lease_id || first > st.taken {
-            return Err(Unmatched::UnknownCall);
-        }
-        let mut ended = false;
-        for (i, e) in events.into_iter().enumerate() {
-            if first + i as u64 != st.taken {
-                continue;
-            }
-            st.taken += 1;
-            ended = e.ends_turn();
-            if let Some(event) = convert::from_wire(e) {
-                // A receiver dropped: the session stopped listening (it
-                // finds the turn again by lookup); the events are not lost
-                // to the worker's journal.
-                let _ = st.tx.send(event);
-            }
-            if ended {
-                break;
-            }
-        }
-        if ended {
-            s.streams.remove(stream);
-        }
-        Ok(())
-    }
-
-    /// Ends a lease: the calls it took and never answered fail as
-    /// uncertain, and the turns it streams end (their sessions look them
-    /// up, or reconcile them). How many calls it had.
-    pub fn end_lease(&self, lease_id: &str, why: &str) -> usize {
-        let n = end_lease_locked(&mut self.lock(), lease_id, why);
-        // Polls held open under it look again, and learn it ended.
-        self.arrived.notify_waiters();
-        n
-    }
-
-    /// The ids of the turn streams open now.
-    #[cfg(test)]
-    pub fn stream_ids(&self) -> Vec<String> {
-        self.lock().streams.keys().cloned().collect()
-    }
-
-    /// The repositories whose lease polled and has not ended: where a
-    /// runtime-wide call (reset) must go.
-    pub fn leased_repositories(&self) -> Vec<String> {
-        let mut repos: Vec<String> = self
-            .lock()
-            .lease_workers
-            .values()
-            .map(|(_, r)| r.clone())
-            .collect();
-        repos.sort();
-        repos.dedup();
-        repos
-    }
-
-    /// Ends every lease of a worker (revoked).
-    pub fn end_worker(&self, worker_id: &str, why: &str) -> usize {
-        let mut s = self.lock();
-        let leases: Vec<String> = s
-            .lease_workers
-            .iter()
-            .filter(|(_, (w, _))| w.as_str() == worker_id)
-            .map(|(l, _)| l.clone())
-            .collect();
-        let n = leases
-            .iter()
-            .map(|l| end_lease_locked(&mut s, l, why))
-            .sum();
-        drop(s);
-        self.arrived.notify_waiters();
-        n
+    /// Wakes every waiter.
+    pub fn wake_all(&self) {
+        self.all.send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
-fn queue(
-    s: &mut State,
-    repository: &str,
-    body: CallBody,
-    reply: oneshot::Sender<Outcome>,
-) -> String {
-    s.next_id += 1;
-    let call_id = format!("call-{}-{}", std::process::id(), s.next_id);
-    s.queued
-        .entry(repository.to_owned())
-        .or_default()
-        .push_back((call_id.clone(), body));
-    s.pending.insert(
-        call_id.clone(),
-        Pending {
-            repository: repository.to_owned(),
-            state: CallState::Queued,
-            reply,
-        },
-    );
-    call_id
+/// One wait on a key (see [`Wakeups::waiter`]).
+pub struct Waiter {
+    key: String,
+    rx: watch::Receiver<u64>,
+    all: watch::Receiver<u64>,
+    wakeups: Wakeups,
 }
 
-fn end_lease_locked(s: &mut State, lease_id: &str, why: &str) -> usize {
-    let ids: Vec<String> = s
-        .pending
-        .iter()
-        .filter(|(_, p)| matches!(&p.state, CallState::Delivered { lease_id: l } if l == lease_id))
-        .map(|(id, _)| id.clone())
-        .collect();
-    for id in &ids {
-        fail(s, id, why);
+impl Waiter {
+    /// Takes the wake-ups so far as seen: call it before each look at the
+    /// store, so that [`Waiter::wait`] returns at once for any that comes
+    /// after the look.
+    pub fn seen(&mut self) {
+        self.rx.borrow_and_update();
+        self.all.borrow_and_update();
     }
-    s.streams.retain(|_, st| st.lease_id != lease_id);
-    s.lease_workers.remove(lease_id);
-    ids.len()
+
+    /// Waits for a wake-up not yet seen, or `at_most`.
+    pub async fn wait(&mut self, at_most: Duration) {
+        let _ = tokio::time::timeout(at_most, async {
+            tokio::select! {
+                _ = self.rx.changed() => {}
+                _ = self.all.changed() => {}
+            }
+        })
+        .await;
+    }
 }
 
-/// Answers a lost call with what its state means.
-fn fail(s: &mut State, call_id: &str, why: &str) {
-    if let Some(p) = s.pending.remove(call_id) {
-        let outcome = match lost(&p.state, why) {
-            AgentError::Unavailable(message) => Outcome::Unavailable { message },
-            AgentError::Uncertain(message) => Outcome::Uncertain { message },
-            AgentError::Refused(message) => Outcome::Refused { message },
-        };
-        let _ = p.reply.send(outcome);
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut keys = self.wakeups.lock();
+        // The last waiter on a key takes its channel with it.
+        if keys
+            .get(&self.key)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            keys.remove(&self.key);
+        }
     }
-    s.streams.remove(call_id);
 }
 
 #[cfg(test)]

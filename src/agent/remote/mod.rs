@@ -9,4 +9,4 @@ pub mod convert;
 pub mod hub;
 
 pub use agent::{make_ref, parse_ref, relative_cwd, RemoteAgent};
-pub use hub::CallHub;
+pub use hub::{Answered, CallRoute};

@@ -12,9 +12,12 @@
 //!
 //! Each is checked against the store's lease first: a lease that ended
 //! (expired, taken over, released, its worker revoked) is refused with
-//! `lease_lost`, and the calls it took fail closed at once.
+//! `lease_lost`, and the calls it took fail closed at once. The calls live
+//! in the store, so any server process answers these routes, whichever
+//! process queued a call and waits for its answer.
 
 use super::WorkerAuth;
+use crate::actors::worker_calls::LOOK_EVERY;
 use crate::store::worker_leases::{self, WorkerLease};
 use crate::store::workers::{RepoName, WorkerId};
 use crate::web::error::ApiError;
@@ -71,11 +74,18 @@ async fn held(
     {
         Some(lease) => Ok(lease),
         None => {
-            state
-                .worker_calls
-                .end_lease(lease_id, "the worker's lease ended");
+            end_lease(state, lease_id, "the worker's lease ended").await;
             Err(lease_lost(lease_id))
         }
+    }
+}
+
+/// Fails the calls a lease that ended took (they are already refused to
+/// it: a store that cannot take this now leaves them to their callers,
+/// who find the lease ended themselves).
+async fn end_lease(state: &AppState, lease_id: &str, why: &str) {
+    if let Err(e) = state.worker_calls.end_lease(lease_id, why).await {
+        tracing::warn!(lease.id = %lease_id, error = %e, "cannot mark the calls of an ended lease lost; their callers find out themselves");
     }
 }
 
@@ -137,9 +147,7 @@ pub async fn renew(
     {
         Some(lease) => Ok(HttpResponse::Ok().json(grant(lease))),
         None => {
-            state
-                .worker_calls
-                .end_lease(&lease_id, "the worker's lease ended");
+            end_lease(&state, &lease_id, "the worker's lease ended").await;
             Err(lease_lost(&lease_id))
         }
     }
@@ -156,9 +164,7 @@ pub async fn release(
         .store
         .write(move |c| worker_leases::release(c, &w, &l))
         .await?;
-    state
-        .worker_calls
-        .end_lease(&lease_id, "the worker gave its lease back");
+    end_lease(&state, &lease_id, "the worker gave its lease back").await;
     Ok(HttpResponse::NoContent().finish())
 }
 
@@ -177,19 +183,20 @@ pub async fn calls(
     let lease_id = path.into_inner();
     let wait = Duration::from_millis(query.wait_ms.unwrap_or(0).min(MAX_POLL_WAIT_MS));
     let until = Instant::now() + wait;
+    let mut waiter = None;
     loop {
         // Checked again after every wait: a lease revoked meanwhile takes
         // no call.
         let lease = held(&state, &worker.worker_id, &lease_id).await?;
-        let calls =
-            state
-                .worker_calls
-                .take(&lease.repository, &lease_id, worker.worker_id.as_str());
+        let waiter =
+            waiter.get_or_insert_with(|| state.worker_calls.repository_waiter(&lease.repository));
+        waiter.seen();
+        let calls = state.worker_calls.take(&lease).await?;
         let left = until.saturating_duration_since(Instant::now());
         if !calls.is_empty() || left.is_zero() {
             return Ok(HttpResponse::Ok().json(crate::worker_api::CallBatch { calls }));
         }
-        state.worker_calls.wait(&lease.repository, left).await;
+        waiter.wait(left.min(LOOK_EVERY)).await;
     }
 }
 
@@ -207,6 +214,7 @@ pub async fn answers(
     state
         .worker_calls
         .answer(&lease_id, &answer.call_id, answer.outcome)
+        .await?
         .map_err(|_| unknown_call(&answer.call_id))?;
     Ok(HttpResponse::NoContent().finish())
 }
@@ -223,6 +231,7 @@ pub async fn events(
     state
         .worker_calls
         .events(&lease_id, &batch.stream, batch.first, batch.events)
+        .await?
         .map_err(|_| unknown_call(&batch.stream))?;
     Ok(HttpResponse::NoContent().finish())
 }

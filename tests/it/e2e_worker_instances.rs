@@ -1,0 +1,203 @@
+//! Remote workers behind several server instances on one PostgreSQL: a
+//! worker may poll any instance. Instance A runs the repository's sessions
+//! (`agent_runtime = "remote"`); instance B runs none (`none`: it takes
+//! webhooks and serves the worker API). The worker holding the
+//! repository's lease polls B only; a second worker given the same
+//! repository polls A and never gets it. A mention's turn, whose session
+//! runs on A, reaches the worker through B, runs on the real `codex
+//! app-server` against the fake model, and its reply lands in the Gitea
+//! simulator and is verified by A: once, the model asked for one turn only.
+
+use crate::codexhome::codex_bin;
+use crate::e2e::Loop;
+use crate::support::*;
+use crate::testapp::*;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A worker process, killed on drop; its output goes to a file.
+struct WorkerProc {
+    child: Child,
+    log: PathBuf,
+    id: String,
+    _dir: tempfile::TempDir,
+}
+
+impl WorkerProc {
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for WorkerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Registers a worker `name` given `acme/widgets` (through `admin`, any
+/// instance) and starts its process against the instance at `server`.
+fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> WorkerProc {
+    let created = admin.admin_post(
+        "/api/gitea-workflow/workers",
+        &json!({
+            "name": name,
+            "repositories": ["acme/widgets"],
+            "requestId": format!("register-{name}"),
+            "reason": "runs the turns",
+        }),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.json);
+    let token = created.json["token"].as_str().unwrap();
+    let id = created.json["workerId"].as_str().unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
+    let log = dir.path().join("worker.log");
+    let child = spawn_worker(l, server, dir.path(), &log);
+    WorkerProc {
+        child,
+        log,
+        id,
+        _dir: dir,
+    }
+}
+
+fn spawn_worker(l: &Loop, server: &str, dir: &Path, log: &Path) -> Child {
+    let out = std::fs::File::create(log).unwrap();
+    let path = |p: PathBuf| p.to_str().unwrap().to_owned();
+    Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", path(dir.to_path_buf()))
+        .arg("worker")
+        .arg("--server")
+        .arg(server)
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
+        .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
+        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws")))
+        .env("CODEX_BRIDGE_STATE_DIR", path(dir.join("state")))
+        .env(
+            "CODEX_BRIDGE_JOURNAL_URL",
+            format!("sqlite://{}", dir.join("journal.db").display()),
+        )
+        .env("CODEX_BRIDGE_GITEA_URL", l.sim().base_url())
+        .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
+        .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
+        .env("CODEX_BRIDGE_WORKFLOWS", "false")
+        .env("CODEX_BRIDGE_GITEA_MCP_COMMAND", gitea_mcp_bin())
+        .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
+        .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
+        .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
+        .env("CODEX_BRIDGE_LOG_FILTER", "info")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap()
+}
+
+fn lease_holder(l: &Loop) -> Option<String> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        worker_id: String,
+    }
+    use diesel::RunQueryDsl;
+    let mut c = l.app.db();
+    let rows: Vec<Row> = codex_bridge::with_conn!(&mut c, |c| diesel::sql_query(
+        "SELECT worker_id FROM worker_leases WHERE repository = 'acme/widgets' AND released_at IS NULL"
+    )
+    .load(c))
+    .unwrap();
+    rows.into_iter().next().map(|r| r.worker_id)
+}
+
+/// The `serverId` of the process `app` runs now.
+fn server_id(app: &TestApp) -> String {
+    let tree = app.admin_get("/api/gitea-workflow/actors");
+    assert_eq!(tree.status, 200, "{:?}", tree.json);
+    tree.json["registry"]["serverId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_worker_polling_another(
+) {
+    let l = Loop::start_with(|b| b.postgres().env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"));
+    let b = l
+        .app
+        .another_instance_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "none"));
+    let a_id = server_id(&l.app);
+
+    let polling_b = start_worker(&l, &b, "build-b", &b.base);
+    wait_until(
+        "the worker polling B to lease the repository",
+        Duration::from_secs(60),
+        || lease_holder(&l).as_deref() == Some(polling_b.id.as_str()),
+    );
+    // Given the same repository, polling A: it never gets the lease.
+    let polling_a = start_worker(&l, &l.app, "build-a", &l.app.base);
+    wait_until(
+        "the second worker to register",
+        Duration::from_secs(60),
+        || polling_a.logs().contains("worker registered with the server"),
+    );
+
+    l.script_reply(l.issue, "Fixed through another instance.");
+    // The webhook reaches B (the instance started last); A runs the turn.
+    let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_task_state(&l.app.db_url, &task, "succeeded", Duration::from_secs(120))
+    }));
+    if let Err(panic) = waited {
+        eprintln!("task: {}", l.detail(&task));
+        eprintln!("worker polling B:\n{}", polling_b.logs());
+        eprintln!("worker polling A:\n{}", polling_a.logs());
+        eprintln!("instance A:\n{}", l.app.logs());
+        eprintln!("instance B:\n{}", b.logs());
+        std::panic::resume_unwind(panic);
+    }
+
+    let mut c = l.app.db();
+    // A held the repository: its session ran the turn.
+    assert_eq!(
+        count_where(
+            &mut c,
+            "leases",
+            &format!("owner = '{a_id}' AND repo_key = 'default:acme/widgets'")
+        ),
+        1
+    );
+    // Once: one turn started, the model asked for that turn only (its
+    // comment tool call and its final), one reply.
+    let actions = crate::e2e::actions(&l.detail(&task));
+    let starts = actions.iter().filter(|a| *a == "turn.start_intent").count();
+    assert_eq!(starts, 1, "{actions:?}");
+    assert_eq!(l.model().requests().len(), 2);
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert!(replies[0]["body"]
+        .as_str()
+        .unwrap()
+        .contains("Fixed through another instance"));
+    assert_eq!(lease_holder(&l).as_deref(), Some(polling_b.id.as_str()));
+    assert!(
+        !polling_a.logs().contains("lease taken"),
+        "only one worker holds the repository: {}",
+        polling_a.logs()
+    );
+    // What was answered is not kept: the caller deletes it.
+    wait_until(
+        "the answered calls to leave the store",
+        Duration::from_secs(30),
+        || count(&mut l.app.db(), "worker_calls") == 0,
+    );
+    assert_eq!(count(&mut c, "worker_call_events"), 0);
+}
