@@ -505,6 +505,7 @@ pub fn seen(
 }
 
 pub mod reconcile;
+pub mod status;
 
 #[cfg(test)]
 mod tests;

@@ -142,7 +142,7 @@ fn rustix_is_root() -> bool {
         .unwrap_or(false)
 }
 
-async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
+pub(crate) async fn save_screenshot(c: &Client, name: &str) -> PathBuf {
     let png = c.screenshot().await.unwrap();
     let path = screenshot_dir().join(format!("{name}.png"));
     std::fs::write(&path, png).unwrap();

@@ -88,17 +88,27 @@ impl WorkerProc {
 /// The worker process on `dir` (its token file, `ws/`, `journal.db`).
 fn spawn_worker(l: &Loop, dir: &std::path::Path, log: &std::path::Path, args: &[&str]) -> Child {
     let out = std::fs::File::create(log).unwrap();
+    let mut cmd = worker_command(l, dir, "worker", args);
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    cmd.spawn().unwrap()
+}
+
+/// `codex-bridge <command> --server URL --token-file FILE <args>` with the
+/// worker's configuration on `dir`.
+fn worker_command(l: &Loop, dir: &std::path::Path, command: &str, args: &[&str]) -> Command {
     let path = |p: PathBuf| p.to_str().unwrap().to_owned();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", path(dir.to_path_buf()))
-        .arg("worker")
+        .arg(command)
+        .args(args)
         .arg("--server")
         .arg(&l.app.base)
         .arg("--token-file")
         .arg(dir.join("token"))
-        .args(args)
         .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
         .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
         .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws")))
@@ -115,11 +125,8 @@ fn spawn_worker(l: &Loop, dir: &std::path::Path, log: &std::path::Path, args: &[
         .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
         .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
         .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
-        .env("CODEX_BRIDGE_LOG_FILTER", "info")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out);
-    cmd.spawn().unwrap()
+        .env("CODEX_BRIDGE_LOG_FILTER", "info");
+    cmd
 }
 
 fn remote() -> Loop {
@@ -400,4 +407,157 @@ fn e2e_worker_a_server_restart_while_the_worker_runs_a_turn_loses_nothing() {
     assert_eq!(starts, 1, "{actions:?}");
     let replies = l.bot_comments(l.issue, &format!("codex-bridge task={running} turn="));
     assert_eq!(replies.len(), 1, "one reply, the turn's: {replies:?}");
+}
+
+/// `codex-bridge reconcile <args>` on the worker's machine, with its
+/// configuration: its output.
+fn reconcile_on_worker(l: &Loop, worker: &WorkerProc, args: &[&str]) -> std::process::Output {
+    worker_command(l, worker._dir.path(), "reconcile", args)
+        .output()
+        .unwrap()
+}
+
+fn said(o: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A worker killed mid-turn holds; the task it ran becomes uncertain on
+/// the server (an abort nobody can confirm). Its operator reconciles that
+/// attempt on the worker's machine: the server's task ends `failed`,
+/// audited under the worker's name, the journal settles it, and the same
+/// worker process, still running, leases again. Nothing runs twice.
+#[test]
+fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
+    let l = remote();
+    let mut worker = start_worker(&l);
+    l.model().push(Step::Hang);
+    let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    wait_until(
+        "the turn to reach the model",
+        Duration::from_secs(90),
+        || !l.model().requests().is_empty(),
+    );
+    // The attempt names the worker that took its turn.
+    let owner = format!("worker:{}", worker.id);
+    let mut attempt = serde_json::Value::Null;
+    wait_until(
+        "the attempt to name its worker",
+        Duration::from_secs(60),
+        || {
+            attempt = l.detail(&task)["attempts"][0].clone();
+            attempt["owner"] == owner.as_str()
+        },
+    );
+    let attempt_id = attempt["attemptId"].as_str().unwrap().to_owned();
+
+    worker.restart(&l, "worker-2.log");
+    wait_until(
+        "the restarted worker to hold",
+        Duration::from_secs(60),
+        || worker.logs().contains("no lease is taken"),
+    );
+    assert!(
+        worker.logs().contains(&attempt_id),
+        "the held worker names the attempt to reconcile: {}",
+        worker.logs()
+    );
+    // No worker leases the repository now: the abort is never confirmed.
+    let aborted = l.app.admin_post(
+        &format!("/api/gitea-workflow/tasks/{task}/abort"),
+        &json!({"requestId": "abort-lost-worker", "reason": "its worker died"}),
+    );
+    assert_eq!(aborted.status, 200, "{:?}", aborted.json);
+    l.wait(&task, "needs_reconciliation");
+    let held = l.app.admin_get("/api/gitea-workflow/workers");
+    assert_eq!(
+        held.json["workers"][0]["health"], "uncertain",
+        "{:?}",
+        held.json
+    );
+    assert_eq!(
+        held.json["workers"][0]["uncertainTasks"][0]["attemptId"],
+        attempt_id.as_str()
+    );
+
+    let o = reconcile_on_worker(&l, &worker, &[&task, &attempt_id, "failed"]);
+    assert!(!o.status.success());
+    assert!(
+        said(&o).contains("--confirm-no-active-turn"),
+        "{}",
+        said(&o)
+    );
+    let o = reconcile_on_worker(
+        &l,
+        &worker,
+        &[&task, "att-unknown", "failed", "--confirm-no-active-turn"],
+    );
+    assert!(!o.status.success());
+    assert!(
+        said(&o).contains("holds no turn") && said(&o).contains(&attempt_id),
+        "names the attempt it does hold: {}",
+        said(&o)
+    );
+    assert_eq!(l.detail(&task)["task"]["state"], "needs_reconciliation");
+
+    let o = reconcile_on_worker(
+        &l,
+        &worker,
+        &[
+            &task,
+            &attempt_id,
+            "failed",
+            "--confirm-no-active-turn",
+            "--reason",
+            "no codex process left",
+            "--operator",
+            "alice",
+        ],
+    );
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(said(&o).contains("task.reconciled"), "{}", said(&o));
+    assert!(
+        said(&o).contains("settled 1 uncertain turn"),
+        "{}",
+        said(&o)
+    );
+    let d = l.detail(&task);
+    assert_eq!(d["task"]["state"], "failed");
+    assert_eq!(d["task"]["errorCode"], "reconciled_failed");
+    let audit = d["audit"].as_array().unwrap();
+    let reconciled = audit
+        .iter()
+        .find(|e| e["action"] == "task.reconciled")
+        .unwrap();
+    assert_eq!(reconciled["actor"], owner.as_str());
+
+    // The same process, never restarted, takes its lease again.
+    wait_until(
+        "the held worker to lease again",
+        Duration::from_secs(60),
+        || worker.logs().contains("lease taken"),
+    );
+    assert!(worker.logs().contains("no uncertain turn is left"));
+    // Asking again changes nothing: the server answers as it did the first time.
+    let o = reconcile_on_worker(
+        &l,
+        &worker,
+        &[&task, &attempt_id, "failed", "--confirm-no-active-turn"],
+    );
+    assert!(o.status.success(), "{}", said(&o));
+    assert!(
+        said(&o).contains("settled 0 uncertain turn"),
+        "{}",
+        said(&o)
+    );
+    assert_eq!(
+        l.model().requests().len(),
+        1,
+        "the turn was never sent to the model again"
+    );
+    let ok = l.app.admin_get("/api/gitea-workflow/workers");
+    assert_eq!(ok.json["workers"][0]["health"], "ok", "{:?}", ok.json);
 }

@@ -10,6 +10,7 @@ mod browser;
 mod browser_charts;
 mod browser_codex;
 mod browser_transcript;
+mod browser_workers;
 mod browser_workflows;
 mod catchup;
 mod children_actors;

@@ -28,8 +28,6 @@ pub enum Refusal {
     RepositoryNotAllowed,
     /// Already settled by a reconciliation (here or from the admin API).
     AlreadyReconciled(String),
-    /// The attempt ended otherwise: there is nothing uncertain to settle.
-    Ended(String),
 }
 
 impl Refusal {
@@ -56,28 +54,22 @@ impl Refusal {
                      the server no longer waits for it"
                 ),
             ),
-            Refusal::Ended(outcome) => (
-                "not_uncertain",
-                format!(
-                    "attempt {attempt_id} of task {task_id} ended ({outcome}): it is not \
-                     uncertain, and there is nothing to reconcile"
-                ),
-            ),
         };
         StoreError::Refused { code, message }
     }
 }
 
 /// Whether `worker` may settle `attempt` of a task on `repo`: a pure check
-/// of who owns the attempt and what it may work on.
+/// of who owns the attempt and what it may work on. Whether the task is
+/// uncertain, and this its latest attempt, the reconcile itself checks (an
+/// attempt that made its task uncertain has ended, with that reason).
 pub fn may_reconcile(worker: &Worker, repo: &RepoKey, attempt: &Attempt) -> Result<(), Refusal> {
-    if attempt.status != "active" {
-        let outcome = attempt.outcome.clone().unwrap_or_else(|| "ended".into());
-        return Err(if outcome.starts_with("reconciled_") {
-            Refusal::AlreadyReconciled(outcome)
-        } else {
-            Refusal::Ended(outcome)
-        });
+    if let Some(outcome) = attempt
+        .outcome
+        .as_deref()
+        .filter(|o| o.starts_with("reconciled_"))
+    {
+        return Err(Refusal::AlreadyReconciled(outcome.to_owned()));
     }
     match attempt.owned_by() {
         Some(AttemptOwner::Worker(w)) if w != worker.worker_id => {

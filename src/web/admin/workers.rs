@@ -47,12 +47,14 @@ pub async fn create(
     })))
 }
 
-/// `{"workers": [Worker]}`, revoked ones included; each with the
+/// `{"workers": [Worker]}`, revoked ones included; each with its `health`
+/// (`ok`, `never_seen`, `offline`, `uncertain`, `revoked`), the
+/// `uncertainTasks` that wait on it (`[{taskId, attemptId}]`) and the
 /// `leases` it holds now (`[{repository, leaseId, fence, expiresAt, ...}]`).
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let (workers, leases) = state
         .store
-        .read(|c| Ok((workers::list(c)?, worker_leases::held(c)?)))
+        .read(|c| Ok((workers::status::list(c)?, worker_leases::held(c)?)))
         .await?;
     let mut shown = Vec::with_capacity(workers.len());
     for w in workers {
@@ -62,7 +64,7 @@ pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, 
         })?;
         let held: Vec<_> = leases
             .iter()
-            .filter(|l| l.worker_id == w.worker_id.as_str())
+            .filter(|l| l.worker_id == w.worker.worker_id.as_str())
             .collect();
         v["leases"] = serde_json::json!(held);
         shown.push(v);

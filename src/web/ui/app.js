@@ -472,7 +472,7 @@ function route() {
   else if (path === "tasks") current = { view: "tasks", arg: query || "" };
   else if (path.startsWith("workflow/")) current = { view: "workflow", arg: decodeURIComponent(path.slice(9)) };
   else if (path === "workflows") current = { view: "workflows", arg: query || "" };
-  else if (["overview", "actors", "attention"].includes(path)) current = { view: path, arg: null };
+  else if (["overview", "actors", "attention", "workers"].includes(path)) current = { view: path, arg: null };
   else current = { view: "overview", arg: null };
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.view === current.view ||
@@ -491,6 +491,7 @@ function render() {
     case "workflows": return renderWorkflows(current.arg);
     case "workflow": return renderWorkflow(current.arg);
     case "attention": return renderAttention();
+    case "workers": return renderWorkers();
     default: return renderOverview();
   }
 }

@@ -22,6 +22,7 @@ const CODEX_JS: &str = include_str!("codex.js");
 const REPOS_JS: &str = include_str!("repos.js");
 const CHARTS_JS: &str = include_str!("charts.js");
 const WORKFLOWS_JS: &str = include_str!("workflows.js");
+const WORKERS_JS: &str = include_str!("workers.js");
 
 /// Only our own files: no inline script, nothing from elsewhere, no framing.
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
@@ -81,6 +82,7 @@ async fn asset(path: web::Path<String>) -> HttpResponse {
         "repos.js" => (REPOS_JS, "text/javascript; charset=utf-8"),
         "charts.js" => (CHARTS_JS, "text/javascript; charset=utf-8"),
         "workflows.js" => (WORKFLOWS_JS, "text/javascript; charset=utf-8"),
+        "workers.js" => (WORKERS_JS, "text/javascript; charset=utf-8"),
         _ => return HttpResponse::NotFound().finish(),
     };
     HttpResponse::Ok()
