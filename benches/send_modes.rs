@@ -133,6 +133,7 @@ impl Agent for Timed {
             Ok(TurnStarted {
                 turn_id: started.turn_id,
                 events,
+                runner: started.runner,
             })
         }
         .boxed()
