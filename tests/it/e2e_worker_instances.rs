@@ -18,16 +18,30 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A worker process, killed on drop; its output goes to a file.
-struct WorkerProc {
+pub struct WorkerProc {
     child: Child,
     log: PathBuf,
-    id: String,
-    _dir: tempfile::TempDir,
+    pub id: String,
+    dir: tempfile::TempDir,
 }
 
 impl WorkerProc {
-    fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Its journal (`journal.db` in its folder).
+    pub fn journal(&self) -> PathBuf {
+        self.dir.path().join("journal.db")
+    }
+
+    /// Kills the process (SIGKILL) and starts it again on the same folder
+    /// (token, workspace root, journal) against `server`, logging anew.
+    pub fn restart(&mut self, l: &Loop, server: &str, log_name: &str) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.log = self.dir.path().join(log_name);
+        self.child = spawn_worker(l, server, self.dir.path(), &self.log);
     }
 }
 
@@ -40,7 +54,7 @@ impl Drop for WorkerProc {
 
 /// Registers a worker `name` given `acme/widgets` (through `admin`, any
 /// instance) and starts its process against the instance at `server`.
-fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> WorkerProc {
+pub fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> WorkerProc {
     let created = admin.admin_post(
         "/api/gitea-workflow/workers",
         &json!({
@@ -61,7 +75,7 @@ fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> WorkerPr
         child,
         log,
         id,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -128,8 +142,8 @@ fn server_id(app: &TestApp) -> String {
 }
 
 #[test]
-fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_worker_polling_another(
-) {
+fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_worker_polling_another()
+{
     let l = Loop::start_with(|b| b.postgres().env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"));
     let b = l
         .app
@@ -147,7 +161,11 @@ fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_work
     wait_until(
         "the second worker to register",
         Duration::from_secs(60),
-        || polling_a.logs().contains("worker registered with the server"),
+        || {
+            polling_a
+                .logs()
+                .contains("worker registered with the server")
+        },
     );
 
     l.script_reply(l.issue, "Fixed through another instance.");

@@ -53,7 +53,15 @@ fn lease(c: &mut DbConn) -> worker_leases::WorkerLease {
 fn queue(c: &mut DbConn, caller: &str, stream: bool) -> CallId {
     let id = CallId::mint();
     c.write_transaction(|c| {
-        calls::insert(c, &id, REPO, caller, &lookup(), stream, Duration::from_secs(60))
+        calls::insert(
+            c,
+            &id,
+            REPO,
+            caller,
+            &lookup(),
+            stream,
+            Duration::from_secs(60),
+        )
     })
     .unwrap();
     id
@@ -155,10 +163,7 @@ fn rules(mut a: DbConn, mut b: DbConn) {
             }
         ]
     );
-    assert_eq!(
-        count_where(&mut a, "worker_call_events", "ends_turn"),
-        1
-    );
+    assert_eq!(count_where(&mut a, "worker_call_events", "ends_turn"), 1);
 
     // A call delivered under a lease that ends is lost, uncertain; its
     // late answer is refused.
@@ -181,7 +186,8 @@ fn rules(mut a: DbConn, mut b: DbConn) {
     // Given up while queued: gone, never taken.
     let dropped = queue(&mut a, "server-a", false);
     assert!(matches!(
-        a.write_transaction(|c| calls::give_up(c, &dropped)).unwrap(),
+        a.write_transaction(|c| calls::give_up(c, &dropped))
+            .unwrap(),
         Some(Err(codex_bridge::agent::remote::hub::CallState::Queued))
     ));
     assert!(calls::find(&mut a, &dropped).unwrap().is_none());
@@ -190,9 +196,7 @@ fn rules(mut a: DbConn, mut b: DbConn) {
     // living.
     let now = codex_bridge::store::now();
     instances::heartbeat(&mut a, "server-a", "default", "test", None).unwrap();
-    let swept = a
-        .write_transaction(|c| calls::sweep(c, &now))
-        .unwrap();
+    let swept = a.write_transaction(|c| calls::sweep(c, &now)).unwrap();
     assert_eq!(swept, 1);
     assert!(calls::find(&mut a, &orphan).unwrap().is_none());
     assert!(calls::find(&mut a, &turn).unwrap().is_some());

@@ -1,0 +1,138 @@
+//! A turn's final that reaches the server late, while the worker's lease
+//! still holds: the worker is killed with the final in its journal's
+//! outbox, or the network between worker and server is cut while Codex
+//! runs and healed. Either way the server takes that turn's final when it
+//! arrives, verifies the reply the turn posted, and never runs the model
+//! again. The worker reaches the server through a proxy the test controls.
+
+use crate::cutproxy::CutProxy;
+use crate::e2e::Loop;
+use crate::e2e_worker_instances::start_worker;
+use crate::fakemodel::{Gate, Step};
+use crate::support::*;
+use diesel::{Connection, RunQueryDsl};
+use std::path::Path;
+use std::time::Duration;
+
+/// How the wire writes the event that ends a turn.
+const FINAL: &str = "\"event\":\"completed\"";
+
+fn remote() -> Loop {
+    Loop::start_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"))
+}
+
+/// How many rows of the worker's journal match (0 while it is busy).
+fn journal_count(journal: &Path, sql: &str) -> i64 {
+    #[derive(diesel::QueryableByName)]
+    struct N {
+        #[diesel(sql_type = diesel::sql_types::BigInt)]
+        n: i64,
+    }
+    let Ok(mut c) = diesel::SqliteConnection::establish(journal.to_str().unwrap()) else {
+        return 0;
+    };
+    diesel::sql_query(sql)
+        .get_result::<N>(&mut c)
+        .map(|r| r.n)
+        .unwrap_or(0)
+}
+
+/// Waits for the task to succeed; on failure, says what the worker and
+/// the server said.
+fn wait_succeeded(l: &Loop, task: &str, logs: impl Fn() -> String) {
+    let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_task_state(&l.app.db_url, task, "succeeded", Duration::from_secs(120))
+    }));
+    if let Err(panic) = waited {
+        eprintln!("task: {}", l.detail(task));
+        eprintln!("worker log:\n{}", logs());
+        eprintln!("server log:\n{}", l.app.logs());
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// One turn started, one reply: nothing ran twice.
+fn ran_once(l: &Loop, task: &str, model_requests: usize) {
+    let actions = crate::e2e::actions(&l.detail(task));
+    let starts = actions.iter().filter(|a| *a == "turn.start_intent").count();
+    assert_eq!(starts, 1, "{actions:?}");
+    assert_eq!(l.model().requests().len(), model_requests);
+    let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
+    assert_eq!(replies.len(), 1, "{replies:?}");
+}
+
+#[test]
+fn e2e_worker_late_final_a_worker_killed_with_its_final_unsent_sends_it_after_its_restart() {
+    let l = remote();
+    let proxy = CutProxy::start(&l.app.base);
+    // The request that carries the turn's end never reaches the server.
+    proxy.hold(FINAL);
+    let mut worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    l.script_reply(l.issue, "Fixed; the final came late.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the flaky parser test");
+    let journal = worker.journal();
+    wait_until(
+        "the turn's final to wait in the worker's outbox",
+        Duration::from_secs(120),
+        || {
+            journal_count(&journal, "SELECT COUNT(*) AS n FROM turns WHERE state = 'completed'")
+                == 1
+                && journal_count(
+                    &journal,
+                    &format!(
+                        "SELECT COUNT(*) AS n FROM outbox WHERE sent_at IS NULL AND body LIKE '%{FINAL}%'"
+                    ),
+                ) == 1
+        },
+    );
+    assert_eq!(
+        task_state(&mut l.app.db(), &task).as_deref(),
+        Some("running"),
+        "the server has not heard the end"
+    );
+    worker.restart(&l, &proxy.base, "worker-2.log");
+    proxy.heal();
+    wait_succeeded(&l, &task, || worker.logs());
+    // The comment tool call and the final: one turn's two requests.
+    ran_once(&l, &task, 2);
+    assert!(
+        !worker.logs().contains("has no recorded end"),
+        "the journal held the turn's end: {}",
+        worker.logs()
+    );
+}
+
+#[test]
+fn e2e_worker_late_final_a_cut_while_codex_runs_is_healed_and_the_turn_ends_once() {
+    let l = remote();
+    let proxy = CutProxy::start(&l.app.base);
+    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    let gate = Gate::new();
+    l.model().push(Step::shell("echo looked").gated(&gate));
+    l.script_reply(l.issue, "Fixed across a cut.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    proxy.cut();
+    gate.open();
+    // Codex finishes the turn on the worker, its reply posted, while the
+    // server hears nothing from the worker.
+    wait_until(
+        "the reply to be posted during the cut",
+        Duration::from_secs(60),
+        || {
+            l.model().requests().len() == 3
+                && !l
+                    .bot_comments(l.issue, &format!("codex-bridge task={task} turn="))
+                    .is_empty()
+        },
+    );
+    assert_eq!(
+        task_state(&mut l.app.db(), &task).as_deref(),
+        Some("running")
+    );
+    proxy.heal();
+    wait_succeeded(&l, &task, || worker.logs());
+    // The shell step, the comment tool call and the final.
+    ran_once(&l, &task, 3);
+}
