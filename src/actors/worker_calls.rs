@@ -93,6 +93,10 @@ impl WorkerCalls {
     /// Hands the calls waiting for `lease`'s repository to it (see
     /// `store::worker_calls::claim`).
     pub async fn take(&self, lease: &WorkerLease) -> Result<Vec<Call>, StoreError> {
+        let l = lease.clone();
+        if !self.store.read(move |c| calls::claim_due(c, &l)).await? {
+            return Ok(Vec::new());
+        }
         let since = self.alive_since().await?;
         let lease = lease.clone();
         let claimed = self

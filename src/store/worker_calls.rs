@@ -20,7 +20,7 @@
 use super::schema::{server_instances, worker_call_events, worker_calls, worker_leases, workers};
 use super::worker_leases::{Holding, WorkerLease};
 use super::{format_time, shared_clock, DbConn, StoreError};
-use crate::agent::remote::hub::{lost, CallState};
+use crate::agent::remote::hub::CallState;
 use crate::with_conn;
 use crate::worker_api::{Call, CallBody, Event, Outcome};
 use diesel::prelude::*;
@@ -171,106 +171,6 @@ impl WorkerCall {
     }
 }
 
-/// Whether a poll under a lease of the call's repository may take it: it
-/// waits for a worker, its deadline (by the shared clock, `at`) is ahead,
-/// and its caller still runs. A caller that died or gave up waits for
-/// nothing: its session is recovered from the store, and the call must
-/// not run.
-pub fn claimable(call: &WorkerCall, repository: &str, at: &str, caller_alive: bool) -> bool {
-    call.phase == Phase::Queued
-        && call.repository == repository
-        && call.deadline_at.as_str() > at
-        && caller_alive
-}
-
-/// Whether the worker under `lease_id` may answer the call: only the lease
-/// it was delivered under, and only once.
-pub fn may_answer(call: &WorkerCall, lease_id: &str) -> bool {
-    call.phase == Phase::Delivered && call.lease_id.as_deref() == Some(lease_id)
-}
-
-/// Whether the turn the call started still takes events from `lease_id`: a
-/// stream of the lease it was delivered under, not failed, not lost.
-pub fn stream_open(call: &WorkerCall, lease_id: &str) -> bool {
-    call.stream
-        && call.lease_id.as_deref() == Some(lease_id)
-        && match call.phase {
-            Phase::Delivered => true,
-            Phase::Answered => matches!(call.outcome, Some(Outcome::Ok { .. })),
-            Phase::Queued | Phase::Lost => false,
-        }
-}
-
-/// Which events of a batch to add to a stream that holds `have` events
-/// (`ended`: the last of them ended the turn), the batch's first event
-/// being at place `first`: those past the ones held, up to the event that
-/// ends the turn. A batch sent again adds nothing; one that leaves a gap is
-/// refused (the worker sends in order, so a gap is a lost batch), and so is
-/// anything new after the turn ended.
-pub fn place(
-    have: u64,
-    ended: bool,
-    first: u64,
-    events: &[Event],
-) -> Result<std::ops::Range<usize>, Unmatched> {
-    if first > have {
-        return Err(Unmatched::UnknownCall);
-    }
-    let skip = usize::try_from(have - first).unwrap_or(usize::MAX);
-    if skip >= events.len() {
-        return Ok(events.len()..events.len());
-    }
-    if ended {
-        return Err(Unmatched::UnknownCall);
-    }
-    let end = events[skip..]
-        .iter()
-        .position(Event::ends_turn)
-        .map_or(events.len(), |i| skip + i + 1);
-    Ok(skip..end)
-}
-
-/// What a caller waiting for its call learns from it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
-    /// No answer yet; wait on.
-    Pending,
-    /// Answered, or lost: the outcome.
-    Settled(Outcome),
-}
-
-/// The caller's reading of its call, given whether the lease it was
-/// delivered under is still held (`None`: the row is gone). A call
-/// delivered under a lease that ended is uncertain at once: it may have
-/// reached Codex, and no answer can come under that lease any more.
-pub fn watch_verdict(call: Option<&WorkerCall>, lease_held: bool) -> Verdict {
-    let Some(call) = call else {
-        return Verdict::Settled(lost_outcome(
-            &CallState::Delivered {
-                lease_id: String::new(),
-            },
-            "the call is no longer in the store",
-        ));
-    };
-    match (call.phase, &call.outcome) {
-        (Phase::Answered | Phase::Lost, Some(o)) => Verdict::Settled(o.clone()),
-        (Phase::Delivered, _) if !lease_held => Verdict::Settled(lost_outcome(
-            &call.state(),
-            "the worker's lease ended before it answered",
-        )),
-        (Phase::Answered | Phase::Lost, None) => Verdict::Settled(lost_outcome(
-            &call.state(),
-            "its answer was stored without an outcome",
-        )),
-        _ => Verdict::Pending,
-    }
-}
-
-/// What a lost call means to its caller, as an answer.
-pub fn lost_outcome(state: &CallState, why: &str) -> Outcome {
-    crate::agent::remote::convert::error_to_wire(lost(state, why))
-}
-
 fn expiry(conn: &mut DbConn, ttl: Duration) -> Result<(String, String), StoreError> {
     let at = shared_clock(conn)?;
     let ttl = chrono::Duration::from_std(ttl).unwrap_or_else(|_| chrono::Duration::seconds(120));
@@ -368,6 +268,24 @@ fn callers_alive(conn: &mut DbConn, since: &str) -> Result<HashSet<String>, Stor
         .select(server_instances::server_id)
         .load(c))?;
     Ok(ids.into_iter().collect())
+}
+
+/// Whether a poll under `lease` has anything to do: calls queued for its
+/// repository, or calls an earlier lease of it took and never answered. A
+/// read, so that idle polls write nothing.
+pub fn claim_due(conn: &mut DbConn, lease: &WorkerLease) -> Result<bool, StoreError> {
+    let n: i64 = with_conn!(conn, |c| worker_calls::table
+        .filter(worker_calls::repository.eq(&lease.repository))
+        .filter(
+            worker_calls::state
+                .eq(Phase::Queued.as_str())
+                .or(worker_calls::state
+                    .eq(Phase::Delivered.as_str())
+                    .and(worker_calls::lease_id.ne(&lease.lease_id)))
+        )
+        .count()
+        .get_result(c))?;
+    Ok(n > 0)
 }
 
 /// What a poll under a lease took, and the calls it found lost.
@@ -695,6 +613,9 @@ pub fn sweep(conn: &mut DbConn, callers_alive_since: &str) -> Result<usize, Stor
     }
     Ok(n)
 }
+
+mod rules;
+pub use rules::*;
 
 #[cfg(test)]
 mod tests;
