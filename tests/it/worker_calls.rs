@@ -27,15 +27,15 @@ fn done() -> Outcome {
     Outcome::Ok { value: Value::Done }
 }
 
-fn lease(c: &mut DbConn) -> worker_leases::WorkerLease {
+fn lease_for(c: &mut DbConn, name: &str) -> worker_leases::WorkerLease {
     let created = workers::create(
         c,
         &ControlRequest {
-            request_id: "register".into(),
+            request_id: format!("register-{name}"),
             reason: "test".into(),
             actor: "admin:alice".into(),
         },
-        &WorkerName::parse("build-1").unwrap(),
+        &WorkerName::parse(name).unwrap(),
         &RepoName::parse_list(&[REPO.to_owned()]).unwrap(),
     )
     .unwrap();
@@ -72,7 +72,7 @@ fn rules(mut a: DbConn, mut b: DbConn) {
     for server in ["server-a", "server-b"] {
         instances::register(&mut a, server, "default", "test").unwrap();
     }
-    let lease = lease(&mut a);
+    let lease = lease_for(&mut a, "build-1");
     let alive_since = "2000-01-01T00:00:00.000000Z";
 
     // Queued on A (and one by a process that does not beat), taken on B,
@@ -191,6 +191,25 @@ fn rules(mut a: DbConn, mut b: DbConn) {
         Some(Err(codex_bridge::agent::remote::hub::CallState::Queued))
     ));
     assert!(calls::find(&mut a, &dropped).unwrap().is_none());
+
+    // A lease that moves to another worker loses the calls the old one
+    // took and never answered.
+    let moved = queue(&mut a, "server-a", false);
+    b.write_transaction(|c| calls::claim(c, &lease, alive_since))
+        .unwrap();
+    let w = workers::WorkerId::parse(&lease.worker_id).unwrap();
+    assert!(worker_leases::release(&mut a, &w, &lease.lease_id).unwrap());
+    let next = lease_for(&mut a, "build-2");
+    assert_ne!(next.lease_id, lease.lease_id);
+    let claimed = b
+        .write_transaction(|c| calls::claim(c, &next, alive_since))
+        .unwrap();
+    assert!(claimed.calls.is_empty());
+    assert_eq!(claimed.lost, vec![moved.clone()]);
+    assert!(matches!(
+        calls::watch(&mut a, &moved).unwrap(),
+        Verdict::Settled(Outcome::Uncertain { .. })
+    ));
 
     // The sweep deletes what the dead caller left, and nothing of the
     // living.
