@@ -107,9 +107,13 @@ fn workers_are_registered_authenticated_and_revoked(db: Db) {
     assert_eq!(list.status, 200);
     let listed = list.json["workers"].as_array().unwrap();
     assert_eq!(listed.len(), 1);
-    let mut with_leases = worker.clone();
-    with_leases["leases"] = json!([]);
-    assert_eq!(listed[0], with_leases);
+    // The list adds how the worker stands: never heard from, nothing
+    // uncertain waiting on it, no lease.
+    let mut with_status = worker.clone();
+    with_status["leases"] = json!([]);
+    with_status["health"] = json!("never_seen");
+    with_status["uncertainTasks"] = json!([]);
+    assert_eq!(listed[0], with_status);
     let text = list.json.to_string();
     assert!(!text.contains(&token) && !text.contains(&hash), "{text}");
     let mut c = s.db();
