@@ -204,20 +204,19 @@ impl WorkerVersion {
 pub struct WorkerToken(SecretString);
 
 impl WorkerToken {
-    fn mint() -> WorkerToken {
-        use sha2::{Digest, Sha256};
-        // uuid's v4 generator is the crate's one source of randomness (a
-        // CSPRNG seeded from the operating system). Each v4 UUID carries 122
-        // random bits; three of them, hashed, give 32 bytes with all 256 bits
-        // unpredictable.
-        let mut h = Sha256::new();
-        for _ in 0..3 {
-            h.update(uuid::Uuid::new_v4().as_bytes());
-        }
-        WorkerToken(SecretString::from(format!(
+    /// 32 bytes from the operating system's random source, hex-encoded.
+    fn mint() -> Result<WorkerToken, StoreError> {
+        let mut bytes = [0u8; 32];
+        getrandom::fill(&mut bytes).map_err(|e| {
+            StoreError::Query(format!(
+                "the operating system gave no random bytes for a worker token ({e}); nothing \
+                 was registered, try again"
+            ))
+        })?;
+        Ok(WorkerToken(SecretString::from(format!(
             "{TOKEN_PREFIX}{}",
-            hex::encode(h.finalize())
-        )))
+            hex::encode(bytes)
+        ))))
     }
 
     /// What a request presented, if it has a token's shape (`None`: it cannot
@@ -336,7 +335,7 @@ pub fn create(
     let mut minted = None;
     let event = control::idempotent(conn, req, ACTION, &target, |conn| {
         let worker_id = WorkerId::mint();
-        let token = WorkerToken::mint();
+        let token = WorkerToken::mint()?;
         let at = shared_now(conn)?;
         let repos_text = serde_json::to_string(repositories)
             .map_err(|e| StoreError::Query(format!("cannot write the repositories: {e}")))?;
