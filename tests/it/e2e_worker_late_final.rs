@@ -3,7 +3,10 @@
 //! outbox, or the network between worker and server is cut while Codex
 //! runs and healed. Either way the server takes that turn's final when it
 //! arrives, verifies the reply the turn posted, and never runs the model
-//! again. The worker reaches the server through a proxy the test controls.
+//! again. A cut that outlasts the lease ends the server's stream; the
+//! session then finds the turn's end in the thread's history through the
+//! worker once it is back. The worker reaches the server through a proxy
+//! the test controls.
 
 use crate::cutproxy::CutProxy;
 use crate::e2e::Loop;
@@ -134,5 +137,64 @@ fn e2e_worker_late_final_a_cut_while_codex_runs_is_healed_and_the_turn_ends_once
     proxy.heal();
     wait_succeeded(&l, &task, || worker.logs());
     // The shell step, the comment tool call and the final.
+    ran_once(&l, &task, 3);
+}
+
+/// Whether the worker's lease on the repository has run out by the
+/// store's clock (nobody renewed it).
+fn lease_expired(l: &Loop) -> bool {
+    count_where(
+        &mut l.app.db(),
+        "worker_leases",
+        &format!(
+            "repository = 'acme/widgets' AND expires_at < '{}'",
+            codex_bridge::store::now()
+        ),
+    ) == 1
+}
+
+/// A cut that outlasts the worker's lease: the server stops following the
+/// turn when the lease ends, and the session looks the turn up through the
+/// worker once it is back; the turn's end comes from its history, and the
+/// model is never asked again.
+#[test]
+fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_not_run_again() {
+    let l = remote();
+    let proxy = CutProxy::start(&l.app.base);
+    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    let gate = Gate::new();
+    l.model().push(Step::shell("echo looked").gated(&gate));
+    l.script_reply(l.issue, "Fixed across a long cut.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    proxy.cut();
+    gate.open();
+    wait_until(
+        "the reply to be posted during the cut",
+        Duration::from_secs(60),
+        || {
+            l.model().requests().len() == 3
+                && !l
+                    .bot_comments(l.issue, &format!("codex-bridge task={task} turn="))
+                    .is_empty()
+        },
+    );
+    // The lease runs out, and the server stops following the turn: the
+    // call that started it leaves the store with its stream.
+    wait_until(
+        "the server to give the turn's stream up with the lease",
+        Duration::from_secs(60),
+        || lease_expired(&l) && count_where(&mut l.app.db(), "worker_calls", "stream") == 0,
+    );
+    proxy.heal();
+    wait_succeeded(&l, &task, || worker.logs());
+    // The server lost the turn's stream with the lease: its end came from
+    // the thread's history on the worker.
+    let d = l.detail(&task);
+    let found = d["transitions"].as_array().unwrap().iter().any(|t| {
+        t["to"] == "verifying_reply" && t["reason"] == "turn completed (confirmed from history)"
+    });
+    assert!(found, "{}", d["transitions"]);
     ran_once(&l, &task, 3);
 }
