@@ -109,6 +109,7 @@ mod walvfs;
 mod webhook;
 mod worker_calls;
 mod worker_leases;
+mod worker_reconcile;
 mod workers;
 mod workflow_tools;
 mod workflows_store;
