@@ -5,7 +5,6 @@
 //! with a bad verdict, for an unknown task or attempt, another worker's
 //! attempt, or a task that is not uncertain.
 
-use crate::support::*;
 use crate::testapp::*;
 use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
@@ -126,7 +125,7 @@ fn a_worker_reconciles_only_its_own_uncertain_attempt(db: Db) {
         (r.status, r.json["code"].as_str()),
         (400, Some("invalid_verdict"))
     );
-    let r = reconcile(&s, &token, body(&TaskId::mint().to_string(), &attempt));
+    let r = reconcile(&s, &token, body(TaskId::mint().as_str(), &attempt));
     assert_eq!(r.status, 404, "{:?}", r.json);
     let r = reconcile(&s, &token, body(&uncertain, "att-unknown"));
     assert_eq!(r.status, 404, "{:?}", r.json);
