@@ -370,7 +370,7 @@ fn reconcile_on_worker(
         operator: args.operator.clone(),
         reason: args.reason.clone(),
     };
-    let done = crate::worker::reconcile::reconcile(config, server, token, &settle)?;
+    let done = crate::worker::reconcile::reconcile(&config.journal_path, server, token, &settle)?;
     match &done.event {
         Some(event) => println!("{}", serde_json::to_string_pretty(event)?),
         None => println!(

@@ -9,10 +9,10 @@
 
 use super::client::{ClientError, ServerClient};
 use super::journal::{is_uncertain, Journal, TurnState};
-use crate::config::Config;
 use crate::worker_api::ReconcileRequest;
 use anyhow::bail;
 use secrecy::SecretString;
+use std::path::Path;
 
 /// What the operator decided, about which attempt.
 #[derive(Debug, Clone)]
@@ -35,14 +35,15 @@ pub struct Settled {
     pub turns: usize,
 }
 
-/// Settles `s` on the server, then in the journal.
+/// Settles `s` on the server, then in the journal at `journal_path` (the
+/// worker's `journal_url`).
 pub fn reconcile(
-    config: &Config,
+    journal_path: &Path,
     server: &str,
     token: SecretString,
     s: &Settle,
 ) -> anyhow::Result<Settled> {
-    let journal = Journal::open(&config.journal_path)?;
+    let journal = Journal::open(journal_path)?;
     let turns = journal.attempt_turns(&s.task_id, &s.attempt_id)?;
     if turns.is_empty() {
         let held: Vec<String> = journal
@@ -57,7 +58,7 @@ pub fn reconcile(
             "this worker's journal ({}) holds no turn of attempt {} of task {}: it did not run \
              here. Uncertain turns it holds: {}. An attempt run elsewhere is reconciled on the \
              server (codex-bridge reconcile without --server, or the admin view)",
-            config.journal_path.display(),
+            journal_path.display(),
             s.attempt_id,
             s.task_id,
             if held.is_empty() {
@@ -102,4 +103,62 @@ pub fn reconcile(
         "an operator reconciled an uncertain attempt of this worker"
     );
     Ok(Settled { event, turns })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nothing listens here: a test that reaches the server fails to.
+    const NO_SERVER: &str = "http://127.0.0.1:1";
+
+    fn settle(task: &str, attempt: &str) -> Settle {
+        Settle {
+            task_id: task.into(),
+            attempt_id: attempt.into(),
+            verdict: "failed".into(),
+            operator: "alice".into(),
+            reason: "checked".into(),
+        }
+    }
+
+    fn token() -> SecretString {
+        SecretString::from("cbw_test".to_owned())
+    }
+
+    #[test]
+    fn only_an_uncertain_attempt_of_this_journal_reaches_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        {
+            let j = Journal::open(&path).unwrap();
+            j.turn_attempt("s1", "task-a", "att-a").unwrap();
+            j.turn_sent("s1", "acme/w", "t1", "op1").unwrap();
+            j.turn_attempt("s2", "task-b", "att-b").unwrap();
+            j.turn_sent("s2", "acme/w", "t2", "op2").unwrap();
+            j.turn_ended("s2", TurnState::Completed, Some("done"))
+                .unwrap();
+        }
+        let unknown = reconcile(&path, NO_SERVER, token(), &settle("task-a", "att-x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unknown.contains("holds no turn") && unknown.contains("task-a att-a"),
+            "names the attempts it does hold: {unknown}"
+        );
+        let ended = reconcile(&path, NO_SERVER, token(), &settle("task-b", "att-b"))
+            .unwrap_err()
+            .to_string();
+        assert!(ended.contains("not uncertain"), "{ended}");
+        // The server is asked first: unreachable, the journal stays.
+        let unreachable = reconcile(&path, NO_SERVER, token(), &settle("task-a", "att-a"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            unreachable.contains("journal is unchanged"),
+            "{unreachable}"
+        );
+        let j = Journal::open(&path).unwrap();
+        assert_eq!(j.uncertain().unwrap().len(), 1);
+    }
 }
