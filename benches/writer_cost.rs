@@ -72,10 +72,12 @@ fn main() -> Result<()> {
     })?;
     let spent = codex_bridge::metrics::writer::writer_totals().since(&before);
     println!(
-        "{n} deliveries in {} commits ({:.1} per commit), {:.0} WAL bytes per delivery",
+        "{n} deliveries in {} commits ({:.1} per commit), {:.0} WAL bytes per delivery, \
+         {} page-cache sweeps passed over",
         spent.transactions,
         n as f64 / spent.transactions.max(1) as f64,
-        spent.wal_bytes as f64 / n.max(1) as f64
+        spent.wal_bytes as f64 / n.max(1) as f64,
+        codex_bridge::store::pcache::sweeps_skipped()
     );
     Ok(())
 }

@@ -33,6 +33,7 @@ pub mod interrupt;
 pub mod leases;
 pub mod ledger;
 pub mod limits;
+pub mod pcache;
 pub mod queue;
 pub mod refusals;
 pub mod repositories;

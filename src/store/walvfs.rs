@@ -28,8 +28,9 @@
 //! Every other file (database, shared memory, journals) is the parent VFS's own
 //! file object, untouched.
 //!
-//! The one module of the crate with `unsafe` code: a VFS is a C interface of
-//! raw pointers, called by SQLite. Each function relies on the same two facts:
+//! One of the two modules of the crate with `unsafe` code (the other is
+//! `pcache`): a VFS is a C interface of raw pointers, called by SQLite. Each
+//! function relies on the same two facts:
 //! SQLite allocated `szOsFile` bytes for every file it opens through this VFS
 //! (our header, then the parent's file object at `REAL_OFFSET`), and it never
 //! calls a file's methods from two threads at once.
@@ -118,6 +119,9 @@ fn register() -> Result<(), String> {
         // initialises (the call below does): later it is refused and
         // SQLite stays serialized, which is only slower.
         let _ = ffi::sqlite3_config(ffi::SQLITE_CONFIG_MULTITHREAD);
+        // The page cache without its per-commit sweep (see `pcache`); like
+        // the mode above, only possible before SQLite initialises.
+        let _ = super::pcache::install();
         let parent = ffi::sqlite3_vfs_find(std::ptr::null());
         if parent.is_null() {
             return Err("SQLite has no default VFS to build on".into());

@@ -85,6 +85,7 @@ mod migrations;
 mod nginx;
 mod nginx_instances;
 mod parallel;
+mod pcache;
 mod readiness;
 mod receipts;
 mod recovery;
