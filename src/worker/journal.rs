@@ -179,6 +179,10 @@ impl Journal {
         // Durable before anything is sent: the point of the journal.
         diesel::sql_query("PRAGMA journal_mode = WAL").execute(&mut conn)?;
         diesel::sql_query("PRAGMA synchronous = FULL").execute(&mut conn)?;
+        // `codex-bridge reconcile` on this machine writes to the same file
+        // while the worker runs: a write waits for the other rather than
+        // failing at once.
+        diesel::sql_query("PRAGMA busy_timeout = 5000").execute(&mut conn)?;
         conn.batch_execute(SCHEMA)?;
         Ok(Journal {
             conn: Arc::new(Mutex::new(conn)),
