@@ -9,124 +9,16 @@
 //! `/stop`, `/steer` and `/approve` reach a turn on the worker, and a
 //! server restart while the worker runs a turn loses nothing.
 
-use crate::codexhome::codex_bin;
 use crate::e2e::Loop;
 use crate::fakemodel::Step;
 use crate::support::*;
-use crate::testapp::*;
+use crate::workerproc::{WorkerEnv, WorkerProc};
 use serde_json::json;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-/// A worker process, killed on drop; its output goes to a file.
-struct WorkerProc {
-    child: Child,
-    log: PathBuf,
-    id: String,
-    /// Its bearer token: it must never reach a log.
-    token: String,
-    _dir: tempfile::TempDir,
-}
-
-impl WorkerProc {
-    fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for WorkerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Registers a worker given `acme/widgets` and starts its process.
 fn start_worker(l: &Loop) -> WorkerProc {
-    let created = l.app.admin_post(
-        "/api/gitea-workflow/workers",
-        &json!({
-            "name": "build-1",
-            "repositories": ["acme/widgets"],
-            "requestId": "register-build-1",
-            "reason": "runs the turns",
-        }),
-    );
-    assert_eq!(created.status, 201, "{:?}", created.json);
-    let token = created.json["token"].as_str().unwrap();
-    let id = created.json["workerId"].as_str().unwrap().to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
-    let log = dir.path().join("worker.log");
-    let child = spawn_worker(l, dir.path(), &log, &[]);
-    WorkerProc {
-        child,
-        log,
-        id,
-        token: token.to_owned(),
-        _dir: dir,
-    }
-}
-
-impl WorkerProc {
-    /// Kills the process (SIGKILL) and starts it again on the same folder:
-    /// the same token, workspace root and journal; a new log.
-    fn restart(&mut self, l: &Loop, log_name: &str) {
-        self.restart_with(l, log_name, &[]);
-    }
-
-    /// As [`WorkerProc::restart`], with more arguments.
-    fn restart_with(&mut self, l: &Loop, log_name: &str, args: &[&str]) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.log = self._dir.path().join(log_name);
-        self.child = spawn_worker(l, self._dir.path(), &self.log, args);
-    }
-}
-
-/// The worker process on `dir` (its token file, `ws/`, `journal.db`).
-fn spawn_worker(l: &Loop, dir: &std::path::Path, log: &std::path::Path, args: &[&str]) -> Child {
-    let out = std::fs::File::create(log).unwrap();
-    let mut cmd = worker_command(l, dir, "worker", args);
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out);
-    cmd.spawn().unwrap()
-}
-
-/// `codex-bridge <command> --server URL --token-file FILE <args>` with the
-/// worker's configuration on `dir`.
-fn worker_command(l: &Loop, dir: &std::path::Path, command: &str, args: &[&str]) -> Command {
-    let path = |p: PathBuf| p.to_str().unwrap().to_owned();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_codex-bridge"));
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", path(dir.to_path_buf()))
-        .arg(command)
-        .args(args)
-        .arg("--server")
-        .arg(&l.app.base)
-        .arg("--token-file")
-        .arg(dir.join("token"))
-        .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
-        .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
-        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws")))
-        .env("CODEX_BRIDGE_STATE_DIR", path(dir.join("state")))
-        .env(
-            "CODEX_BRIDGE_JOURNAL_URL",
-            format!("sqlite://{}", dir.join("journal.db").display()),
-        )
-        .env("CODEX_BRIDGE_GITEA_URL", l.sim().base_url())
-        .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
-        .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
-        .env("CODEX_BRIDGE_WORKFLOWS", "false")
-        .env("CODEX_BRIDGE_GITEA_MCP_COMMAND", gitea_mcp_bin())
-        .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
-        .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
-        .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
-        .env("CODEX_BRIDGE_LOG_FILTER", "info");
-    cmd
+    WorkerProc::start(&l.app, "build-1", &["acme/widgets"], WorkerEnv::of(&l.app))
 }
 
 fn remote() -> Loop {
@@ -199,7 +91,7 @@ fn e2e_worker_a_revoked_worker_loses_its_lease_and_stops() {
     assert_eq!(leases_held(&l), 0);
     let mut status = None;
     wait_until("the worker to stop", Duration::from_secs(60), || {
-        status = worker.child.try_wait().unwrap();
+        status = worker.try_wait();
         status.is_some()
     });
     assert!(!status.unwrap().success());
@@ -221,7 +113,7 @@ fn e2e_worker_killed_mid_turn_it_declares_the_turn_uncertain_and_takes_no_new_wo
         Duration::from_secs(90),
         || !l.model().requests().is_empty(),
     );
-    worker.restart(&l, "worker-2.log");
+    worker.restart_with("worker-2.log", &[]);
     // Either it holds, or it leases: whichever it does, it says so.
     wait_until(
         "the restarted worker to hold or lease",
@@ -248,7 +140,6 @@ fn e2e_worker_killed_mid_turn_it_declares_the_turn_uncertain_and_takes_no_new_wo
 
     // Settled by the operator, it works again: it leases the repository.
     worker.restart_with(
-        &l,
         "worker-3.log",
         &["--settle-uncertain", "--confirm-no-active-turn"],
     );
@@ -308,7 +199,7 @@ fn e2e_worker_an_approval_is_decided_on_the_server_and_runs_on_the_worker() {
     let granted = l.comment("bob", l.issue, &format!("@ccbot /approve {approval}"));
     l.wait(&granted, "succeeded");
     l.wait(&task, "succeeded");
-    let file = worker._dir.path().join(format!(
+    let file = worker.dir().join(format!(
         "ws/.worktrees/default/acme/widgets/issue-{}/approved.txt",
         l.issue
     ));
@@ -411,10 +302,8 @@ fn e2e_worker_a_server_restart_while_the_worker_runs_a_turn_loses_nothing() {
 
 /// `codex-bridge reconcile <args>` on the worker's machine, with its
 /// configuration: its output.
-fn reconcile_on_worker(l: &Loop, worker: &WorkerProc, args: &[&str]) -> std::process::Output {
-    worker_command(l, worker._dir.path(), "reconcile", args)
-        .output()
-        .unwrap()
+fn reconcile_on_worker(worker: &WorkerProc, args: &[&str]) -> std::process::Output {
+    worker.command("reconcile", args).output().unwrap()
 }
 
 fn said(o: &std::process::Output) -> String {
@@ -454,7 +343,7 @@ fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
     );
     let attempt_id = attempt["attemptId"].as_str().unwrap().to_owned();
 
-    worker.restart(&l, "worker-2.log");
+    worker.restart_with("worker-2.log", &[]);
     wait_until(
         "the restarted worker to hold",
         Duration::from_secs(60),
@@ -483,7 +372,7 @@ fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
         attempt_id.as_str()
     );
 
-    let o = reconcile_on_worker(&l, &worker, &[&task, &attempt_id, "failed"]);
+    let o = reconcile_on_worker(&worker, &[&task, &attempt_id, "failed"]);
     assert!(!o.status.success());
     assert!(
         said(&o).contains("--confirm-no-active-turn"),
@@ -491,7 +380,6 @@ fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
         said(&o)
     );
     let o = reconcile_on_worker(
-        &l,
         &worker,
         &[&task, "att-unknown", "failed", "--confirm-no-active-turn"],
     );
@@ -504,7 +392,6 @@ fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
     assert_eq!(l.detail(&task)["task"]["state"], "needs_reconciliation");
 
     let o = reconcile_on_worker(
-        &l,
         &worker,
         &[
             &task,
@@ -543,7 +430,6 @@ fn e2e_worker_an_uncertain_attempt_is_reconciled_on_the_worker() {
     assert!(worker.logs().contains("no uncertain turn is left"));
     // Asking again changes nothing: the server answers as it did the first time.
     let o = reconcile_on_worker(
-        &l,
         &worker,
         &[&task, &attempt_id, "failed", "--confirm-no-active-turn"],
     );

@@ -8,111 +8,20 @@
 //! app-server` against the fake model, and its reply lands in the Gitea
 //! simulator and is verified by A: once, the model asked for one turn only.
 
-use crate::codexhome::codex_bin;
 use crate::e2e::Loop;
 use crate::support::*;
 use crate::testapp::*;
-use serde_json::json;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use crate::workerproc::{WorkerEnv, WorkerProc};
 use std::time::Duration;
-
-/// A worker process, killed on drop; its output goes to a file.
-pub struct WorkerProc {
-    child: Child,
-    log: PathBuf,
-    pub id: String,
-    dir: tempfile::TempDir,
-}
-
-impl WorkerProc {
-    pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Its journal (`journal.db` in its folder).
-    pub fn journal(&self) -> PathBuf {
-        self.dir.path().join("journal.db")
-    }
-
-    /// Kills the process (SIGKILL) and starts it again on the same folder
-    /// (token, workspace root, journal) against `server`, logging anew.
-    pub fn restart(&mut self, l: &Loop, server: &str, log_name: &str) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.log = self.dir.path().join(log_name);
-        self.child = spawn_worker(l, server, self.dir.path(), &self.log);
-    }
-}
-
-impl Drop for WorkerProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Registers a worker `name` given `acme/widgets` (through `admin`, any
 /// instance) and starts its process against the instance at `server`.
 pub fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> WorkerProc {
-    let created = admin.admin_post(
-        "/api/gitea-workflow/workers",
-        &json!({
-            "name": name,
-            "repositories": ["acme/widgets"],
-            "requestId": format!("register-{name}"),
-            "reason": "runs the turns",
-        }),
-    );
-    assert_eq!(created.status, 201, "{:?}", created.json);
-    let token = created.json["token"].as_str().unwrap();
-    let id = created.json["workerId"].as_str().unwrap().to_owned();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
-    let log = dir.path().join("worker.log");
-    let child = spawn_worker(l, server, dir.path(), &log);
-    WorkerProc {
-        child,
-        log,
-        id,
-        dir,
-    }
-}
-
-fn spawn_worker(l: &Loop, server: &str, dir: &Path, log: &Path) -> Child {
-    let out = std::fs::File::create(log).unwrap();
-    let path = |p: PathBuf| p.to_str().unwrap().to_owned();
-    Command::new(env!("CARGO_BIN_EXE_codex-bridge"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", path(dir.to_path_buf()))
-        .arg("worker")
-        .arg("--server")
-        .arg(server)
-        .arg("--token-file")
-        .arg(dir.join("token"))
-        .env("CODEX_BRIDGE_CODEX_BIN", path(codex_bin()))
-        .env("CODEX_BRIDGE_CODEX_HOME", path(l.app.codex_home()))
-        .env("CODEX_BRIDGE_WORKSPACE_ROOT", path(dir.join("ws")))
-        .env("CODEX_BRIDGE_STATE_DIR", path(dir.join("state")))
-        .env(
-            "CODEX_BRIDGE_JOURNAL_URL",
-            format!("sqlite://{}", dir.join("journal.db").display()),
-        )
-        .env("CODEX_BRIDGE_GITEA_URL", l.sim().base_url())
-        .env("CODEX_BRIDGE_GITEA_TOKEN", GITEA_TOKEN)
-        .env("CODEX_BRIDGE_BOT_LOGIN", BOT)
-        .env("CODEX_BRIDGE_WORKFLOWS", "false")
-        .env("CODEX_BRIDGE_GITEA_MCP_COMMAND", gitea_mcp_bin())
-        .env("CODEX_BRIDGE_GITEA_MCP_ARGS", "[]")
-        .env("CODEX_BRIDGE_GITEA_MCP_URL_ENV", "GITEA_URL")
-        .env("CODEX_BRIDGE_GITEA_MCP_TOKEN_ENV", "GITEA_TOKEN")
-        .env("CODEX_BRIDGE_LOG_FILTER", "info")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap()
+    let env = WorkerEnv {
+        server: server.to_owned(),
+        ..WorkerEnv::of(&l.app)
+    };
+    WorkerProc::start(admin, name, &["acme/widgets"], env)
 }
 
 fn lease_holder(l: &Loop) -> Option<String> {

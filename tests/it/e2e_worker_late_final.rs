@@ -93,7 +93,7 @@ fn e2e_worker_late_final_a_worker_killed_with_its_final_unsent_sends_it_after_it
         Some("running"),
         "the server has not heard the end"
     );
-    worker.restart(&l, &proxy.base, "worker-2.log");
+    worker.restart_with("worker-2.log", &[]);
     proxy.heal();
     wait_succeeded(&l, &task, || worker.logs());
     // The comment tool call and the final: one turn's two requests.

@@ -111,6 +111,7 @@ mod webhook;
 mod worker_calls;
 mod worker_leases;
 mod worker_reconcile;
+mod workerproc;
 mod workers;
 mod workflow_tools;
 mod workflows_store;

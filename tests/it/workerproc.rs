@@ -85,6 +85,11 @@ impl WorkerProc {
         self.dir.path()
     }
 
+    /// Its journal (`journal.db` in its folder).
+    pub fn journal(&self) -> PathBuf {
+        self.dir.path().join("journal.db")
+    }
+
     /// Kills the process (SIGKILL) and starts it again on the same folder
     /// (the same token, workspace root and journal) with `args`, logging to
     /// `log_name`.
