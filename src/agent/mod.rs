@@ -18,8 +18,8 @@ pub use availability::{
 
 use crate::domain::states::CapacityDenial;
 use crate::domain::trust::ExecutionPolicy;
+use crate::domain::worker::WorkerId;
 use crate::domain::{OperationId, ResourceKey, TaskId};
-use crate::store::workers::WorkerId;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;

@@ -22,5 +22,6 @@ pub mod retention;
 pub mod states;
 pub mod statuses;
 pub mod trust;
+pub mod worker;
 pub mod workflow;
 pub mod worktree;

@@ -14,6 +14,7 @@ use super::control::{self, ControlRequest};
 use super::schema::workers;
 use super::{sha256_hex, shared_now, DbConn, StoreError};
 use crate::domain::keys::is_gitea_name;
+pub use crate::domain::worker::WorkerId;
 use crate::with_conn;
 use diesel::prelude::*;
 use secrecy::{ExposeSecret, SecretString};
@@ -23,8 +24,6 @@ use std::fmt;
 /// How a worker's token begins: it tells an operator (and a secret scanner)
 /// what a leaked string is.
 const TOKEN_PREFIX: &str = "cbw_";
-/// How a worker's id begins.
-const ID_PREFIX: &str = "wrk-";
 /// The longest worker name, in characters.
 const NAME_MAX: usize = 100;
 /// The longest version a heartbeat may report, in bytes.
@@ -56,37 +55,6 @@ impl From<Invalid> for StoreError {
 fn excerpt(text: &str) -> String {
     let short: String = text.chars().take(120).collect();
     format!("{short:?}")
-}
-
-/// `wrk-<32 hex>`: one registered worker. Attempts it runs will name it as
-/// their owner (`worker:<workerId>`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct WorkerId(String);
-
-impl WorkerId {
-    /// A new id, time-ordered (UUID v7) like the bridge's other ids.
-    fn mint() -> WorkerId {
-        WorkerId(format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().simple()))
-    }
-
-    /// The id a text names, if it has the shape of one (`None`: it names no
-    /// worker).
-    pub fn parse(text: &str) -> Option<WorkerId> {
-        let hex = text.strip_prefix(ID_PREFIX)?;
-        let ok = hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        ok.then(|| WorkerId(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for WorkerId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// What an operator calls a worker: any text of 1 to 100 characters without
@@ -273,7 +241,7 @@ impl Row {
     fn view(self) -> Result<WorkerView, StoreError> {
         Ok(WorkerView {
             repositories: self.repositories()?,
-            worker_id: WorkerId(self.worker_id),
+            worker_id: WorkerId::stored(self.worker_id),
             name: WorkerName(self.name),
             created_at: self.created_at,
             revoked_at: self.revoked_at,
@@ -474,7 +442,7 @@ pub fn authenticate(conn: &mut DbConn, token: &WorkerToken) -> Result<Option<Wor
     };
     Ok(Some(Worker {
         repositories: row.repositories()?,
-        worker_id: WorkerId(row.worker_id),
+        worker_id: WorkerId::stored(row.worker_id),
         name: WorkerName(row.name),
     }))
 }

@@ -14,7 +14,7 @@ use crate::agent::{
     Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ToolAnswer, TurnEvent,
     TurnLookup, TurnRequest, TurnStarted,
 };
-use crate::store::workers::WorkerId;
+use crate::domain::worker::WorkerId;
 use crate::worker_api::{AttemptIdentity, CallBody, Event, Value};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
