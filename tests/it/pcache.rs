@@ -14,12 +14,27 @@
 
 use crate::support::*;
 use diesel::connection::SimpleConnection;
-use std::process::Command;
 
 /// A key that lands anywhere in the index (as the delivery ids do), so the
 /// index's pages split and rebalance out of order.
 fn key(n: u64) -> String {
     format!("{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+/// A transaction of 150 rows with keys after `n` (advanced), ended by `end`
+/// (`COMMIT` or `ROLLBACK`).
+fn transaction(n: &mut u64, end: &str) -> String {
+    let mut sql = String::from("BEGIN;");
+    for _ in 0..150 {
+        *n += 1;
+        sql.push_str(&format!(
+            "INSERT INTO t (k, v) VALUES ('{}', zeroblob(600));",
+            key(*n)
+        ));
+    }
+    sql.push_str(end);
+    sql.push(';');
+    sql
 }
 
 #[test]
@@ -39,17 +54,9 @@ fn a_store_on_the_wrapped_cache_keeps_its_data_through_rollbacks_and_shrinks_sql
     let mut committed = 0u64;
     let mut n = 0u64;
     for round in 0..60 {
-        let mut sql = String::from("BEGIN;");
-        for _ in 0..150 {
-            n += 1;
-            sql.push_str(&format!(
-                "INSERT INTO t (k, v) VALUES ('{}', zeroblob(600));",
-                key(n)
-            ));
-        }
         // Every third transaction grows the database and is rolled back.
         let rolled_back = round % 3 == 1;
-        sql.push_str(if rolled_back { "ROLLBACK;" } else { "COMMIT;" });
+        let sql = transaction(&mut n, if rolled_back { "ROLLBACK" } else { "COMMIT" });
         run(&mut c, &sql).unwrap();
         if !rolled_back {
             committed += 150;
@@ -61,42 +68,18 @@ fn a_store_on_the_wrapped_cache_keeps_its_data_through_rollbacks_and_shrinks_sql
     run(&mut c, "DELETE FROM t WHERE id % 2 = 0; VACUUM;").unwrap();
     committed -= committed / 2;
     for _ in 0..20 {
-        let mut sql = String::from("BEGIN;");
-        for _ in 0..150 {
-            n += 1;
-            sql.push_str(&format!(
-                "INSERT INTO t (k, v) VALUES ('{}', zeroblob(600));",
-                key(n)
-            ));
-        }
-        sql.push_str("COMMIT;");
-        run(&mut c, &sql).unwrap();
+        run(&mut c, &transaction(&mut n, "COMMIT")).unwrap();
         committed += 150;
     }
     drop(c);
 
     // A stock SQLite, with its own page cache, checks what was written.
-    let script = "import sqlite3, sys\n\
-                  c = sqlite3.connect(sys.argv[1])\n\
-                  print(c.execute('PRAGMA integrity_check').fetchone()[0])\n\
-                  print(c.execute('SELECT count(*) FROM t').fetchone()[0])\n\
-                  print(c.execute('SELECT count(*) FROM t WHERE length(v) = 600').fetchone()[0])\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&path)
-        .output()
-        .expect("python3 runs (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = stock_sqlite(
+        &path,
+        "print(c.execute('PRAGMA integrity_check').fetchone()[0])\n\
+         print(c.execute('SELECT count(*) FROM t').fetchone()[0])\n\
+         print(c.execute('SELECT count(*) FROM t WHERE length(v) = 600').fetchone()[0])\n",
     );
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    let lines: Vec<&str> = said.lines().collect();
-    assert_eq!(
-        lines,
-        ["ok", &committed.to_string(), &committed.to_string()],
-        "{said}"
-    );
+    let committed = committed.to_string();
+    assert_eq!(lines, ["ok", committed.as_str(), committed.as_str()]);
 }

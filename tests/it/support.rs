@@ -205,6 +205,29 @@ pub fn count(conn: &mut DbConn, table: &str) -> i64 {
         .n
 }
 
+/// What a stock SQLite (Python's, with the platform's own VFS and page cache)
+/// prints for `script` run on the database at `path` (its `sys.argv[1]`),
+/// line by line.
+pub fn stock_sqlite(path: &Path, script: &str) -> Vec<String> {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import sqlite3, sys\nc = sqlite3.connect(sys.argv[1])\n{script}"
+        ))
+        .arg(path)
+        .output()
+        .expect("python3 runs (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Counts rows matching a WHERE clause (trusted test SQL).
 pub fn count_where(conn: &mut DbConn, table: &str, clause: &str) -> i64 {
     #[derive(QueryableByName)]

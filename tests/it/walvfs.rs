@@ -7,7 +7,6 @@
 use crate::support::*;
 use codex_bridge::store::ingest;
 use codex_bridge::store::{run_migrations, walvfs};
-use std::process::Command;
 
 #[test]
 fn a_stock_sqlite_reads_the_wal_we_write_sqlite() {
@@ -45,27 +44,13 @@ fn a_stock_sqlite_reads_the_wal_we_write_sqlite() {
         "the frames are still in the WAL: {wal} bytes"
     );
 
-    let script = "import sqlite3, sys\n\
-                  c = sqlite3.connect(sys.argv[1])\n\
-                  print(c.execute('PRAGMA integrity_check').fetchone()[0])\n\
-                  print(c.execute('SELECT count(*) FROM tasks').fetchone()[0])\n\
-                  print(c.execute('SELECT count(*) FROM webhook_deliveries').fetchone()[0])\n\
-                  print(c.execute(\"SELECT count(*) FROM task_transitions WHERE to_state = 'queued'\").fetchone()[0])\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&path)
-        .output()
-        .expect("python3 runs (scripts/test installs it)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let lines = stock_sqlite(
+        &path,
+        "print(c.execute('PRAGMA integrity_check').fetchone()[0])\n\
+         print(c.execute('SELECT count(*) FROM tasks').fetchone()[0])\n\
+         print(c.execute('SELECT count(*) FROM webhook_deliveries').fetchone()[0])\n\
+         print(c.execute(\"SELECT count(*) FROM task_transitions WHERE to_state = 'queued'\").fetchone()[0])\n",
     );
-    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect();
     assert_eq!(lines, ["ok", "500", "500", "500"]);
     drop(c);
 }
