@@ -235,8 +235,48 @@ pub const TRANSITIONS: &[(TaskState, &[TaskState])] = &[
     ),
     // queued: an operator's "send now" of a held entry, only once the ledger
     // proves the operation never reached the agent.
-    (NeedsReconciliation, &[Succeeded, Failed, Queued]),
+    // verifying_reply: a worker came back with the durable final of the
+    // same attempt; its reply is verified, the model never runs again.
+    (
+        NeedsReconciliation,
+        &[Succeeded, Failed, Queued, VerifyingReply],
+    ),
 ];
+
+/// What the server does with the durable final a worker's journal holds for
+/// one attempt of a task, offered after the server stopped waiting for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LateFinal {
+    /// Take it: `needs_reconciliation → verifying_reply`, as a
+    /// compare-and-swap on this `state_version`.
+    Take { expected_version: i64 },
+    /// The task is not waiting for one: nothing changes.
+    NotUncertain(TaskState),
+    /// The final is of an attempt that is not the task's latest: nothing
+    /// changes (a stale attempt's end says nothing about the latest one).
+    AnotherAttempt,
+}
+
+/// Whether the final of `offered` is taken by a task in `state` at
+/// `state_version` whose latest attempt is `latest`. Only the attempt that
+/// made the task uncertain, and only while it is uncertain: anything else
+/// fails closed.
+pub fn late_final(
+    state: TaskState,
+    state_version: i64,
+    latest: Option<&str>,
+    offered: &str,
+) -> LateFinal {
+    if latest != Some(offered) {
+        return LateFinal::AnotherAttempt;
+    }
+    if state != NeedsReconciliation {
+        return LateFinal::NotUncertain(state);
+    }
+    LateFinal::Take {
+        expected_version: state_version,
+    }
+}
 
 /// Why a requested transition is not allowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,6 +392,8 @@ mod tests {
         assert!(check(NeedsReconciliation, Running).is_err());
         assert!(check(NeedsReconciliation, Leased).is_err());
         assert!(check(NeedsReconciliation, Queued).is_ok());
+        // A worker's durable final of the same attempt: verified, not re-run.
+        assert!(check(NeedsReconciliation, VerifyingReply).is_ok());
         assert!(check(VerifyingReply, SucceededWithRestFallback).is_ok());
         assert!(check(Received, Queued).is_ok());
         // Every state is reachable from `received`.
@@ -366,5 +408,38 @@ mod tests {
             i += 1;
         }
         assert_eq!(seen.len(), TaskState::ALL.len());
+    }
+
+    fn any_state() -> impl proptest::strategy::Strategy<Value = TaskState> {
+        proptest::sample::select(TaskState::ALL.to_vec())
+    }
+
+    proptest::proptest! {
+        /// A late final moves only an uncertain task, only for its latest
+        /// attempt, only on the version it was decided on, and only along
+        /// an edge of the table.
+        #[test]
+        fn a_late_final_is_taken_only_for_the_uncertain_latest_attempt(
+            state in any_state(),
+            version in 0i64..1000,
+            latest in proptest::option::of(proptest::sample::select(vec!["att-1", "att-2"])),
+            offered in proptest::sample::select(vec!["att-1", "att-2"]),
+        ) {
+            let d = late_final(state, version, latest, offered);
+            match d {
+                LateFinal::Take { expected_version } => {
+                    proptest::prop_assert_eq!(state, NeedsReconciliation);
+                    proptest::prop_assert_eq!(latest, Some(offered));
+                    proptest::prop_assert_eq!(expected_version, version);
+                    proptest::prop_assert!(check(state, VerifyingReply).is_ok());
+                }
+                LateFinal::NotUncertain(s) => {
+                    proptest::prop_assert_eq!(s, state);
+                    proptest::prop_assert_ne!(state, NeedsReconciliation);
+                    proptest::prop_assert_eq!(latest, Some(offered));
+                }
+                LateFinal::AnotherAttempt => proptest::prop_assert_ne!(latest, Some(offered)),
+            }
+        }
     }
 }

@@ -30,6 +30,7 @@ pub mod health;
 pub mod ingest;
 pub mod instances;
 pub mod interrupt;
+pub mod late_finals;
 pub mod leases;
 pub mod ledger;
 pub mod limits;

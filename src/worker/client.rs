@@ -3,8 +3,8 @@
 //! Authorization header and nowhere else: not a URL, a log line or an error.
 
 use crate::worker_api::{
-    Answer, CallBatch, EventBatch, LeaseGrant, LeaseRequest, ReconcileRequest, Refusal, API_PREFIX,
-    PROTOCOL_VERSION,
+    Answer, CallBatch, EventBatch, LateFinalRequest, LeaseGrant, LeaseRequest, ReconcileRequest,
+    Refusal, API_PREFIX, PROTOCOL_VERSION,
 };
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::DeserializeOwned;
@@ -157,6 +157,13 @@ impl ServerClient {
     pub fn events(&self, lease_id: &str, batch: &EventBatch) -> Result<(), ClientError> {
         self.send::<serde_json::Value>("POST", &format!("/leases/{lease_id}/events"), Some(batch))
             .map(|_| ())
+    }
+
+    /// Offers a turn's durable final the server no longer follows; the
+    /// audit event of its taking.
+    pub fn late_final(&self, req: &LateFinalRequest) -> Result<serde_json::Value, ClientError> {
+        self.send("POST", "/finals", Some(req))?
+            .ok_or_else(|| ClientError::Transport("an empty answer to a late final".into()))
     }
 
     /// Settles an uncertain attempt on the server; its audit event.

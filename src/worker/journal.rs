@@ -383,6 +383,36 @@ impl Journal {
         })?;
         Ok(rows)
     }
+
+    /// The durable final of call `stream`'s turn, with the attempt it
+    /// belongs to: `None` unless the turn completed and its attempt is
+    /// known. What the worker offers the server when it no longer follows
+    /// that turn.
+    pub fn durable_final(&self, stream: &str) -> anyhow::Result<Option<DurableFinal>> {
+        let rows: Vec<DurableFinal> = self.with(|c| {
+            diesel::sql_query(
+                "SELECT a.task_id, a.attempt_id, t.turn_id, t.final_text FROM turns t \
+                 JOIN turn_attempts a ON a.stream = t.stream WHERE t.stream = ? AND t.state = ?",
+            )
+            .bind::<Text, _>(stream)
+            .bind::<Text, _>(TurnState::Completed.as_str())
+            .load(c)
+        })?;
+        Ok(rows.into_iter().next())
+    }
+}
+
+/// A completed turn's end, and the server's attempt it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, QueryableByName)]
+pub struct DurableFinal {
+    #[diesel(sql_type = Text)]
+    pub task_id: String,
+    #[diesel(sql_type = Text)]
+    pub attempt_id: String,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub turn_id: Option<String>,
+    #[diesel(sql_type = Nullable<Text>)]
+    pub final_text: Option<String>,
 }
 
 #[cfg(test)]
@@ -415,6 +445,21 @@ mod tests {
             (owed[0].kind, owed[0].body.as_str()),
             (Kind::Events, "{\"b\":2}")
         );
+        // A completed turn with no attempt named offers no final.
+        assert_eq!(j.durable_final("s2").unwrap(), None);
+        j.turn_attempt("s2", "task-1", "att-1").unwrap();
+        let f = j.durable_final("s2").unwrap().unwrap();
+        assert_eq!(
+            (
+                f.task_id.as_str(),
+                f.attempt_id.as_str(),
+                f.final_text.as_deref()
+            ),
+            ("task-1", "att-1", Some("done"))
+        );
+        // An unended turn has no final to offer.
+        j.turn_attempt("s1", "task-1", "att-0").unwrap();
+        assert_eq!(j.durable_final("s1").unwrap(), None);
         let uncertain = j.uncertain().unwrap();
         assert_eq!(uncertain.len(), 1, "{uncertain:?}");
         assert_eq!(uncertain[0].operation_id, "op1");

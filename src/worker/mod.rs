@@ -13,6 +13,7 @@
 mod calls;
 pub mod client;
 pub mod journal;
+mod late_final;
 pub mod reconcile;
 
 use crate::config::Config;
@@ -269,6 +270,9 @@ impl Worker {
                 Err(e) => {
                     self.fail(&e);
                     tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
+                    if late_final::offers_final(kind, &e) {
+                        self.offer_final(&body).await;
+                    }
                     break;
                 }
             }

@@ -444,6 +444,25 @@ pub struct ReconcileRequest {
     pub reason: String,
 }
 
+/// `POST /finals`: the durable final of one attempt's turn, from the
+/// worker's journal, offered after the server stopped following that turn
+/// (the lease it ran under ended, so its events are refused with
+/// `lease_lost` or `unknown_call`). The server takes it only for the
+/// attempt a task in `needs_reconciliation` waits on, once; it never runs
+/// the turn again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LateFinalRequest {
+    pub task_id: String,
+    pub attempt_id: String,
+    /// Codex's id of the turn, when the journal learnt it.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// The agent's final message.
+    #[serde(default)]
+    pub final_text: Option<String>,
+}
+
 /// The error body of every refusal: a stable snake_case `code` the worker
 /// acts on (`worker_revoked`: stop; `lease_lost`: lease again) and a message
 /// for the operator.

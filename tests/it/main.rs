@@ -109,6 +109,7 @@ mod walkthrough;
 mod walvfs;
 mod webhook;
 mod worker_calls;
+mod worker_late_final;
 mod worker_leases;
 mod worker_reconcile;
 mod workerproc;

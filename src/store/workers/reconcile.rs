@@ -31,7 +31,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    fn into_error(self, task_id: &TaskId, attempt_id: &str) -> StoreError {
+    pub(crate) fn into_error(self, task_id: &TaskId, attempt_id: &str) -> StoreError {
         let (code, message) = match self {
             Refusal::AnotherWorker(owner) => (
                 "attempt_of_another_worker",

@@ -4,6 +4,7 @@
 //! operator gave it.
 
 mod auth;
+mod finals;
 mod heartbeat;
 mod leases;
 mod reconcile;
@@ -24,7 +25,8 @@ pub fn config(cfg: &mut web::ServiceConfig) {
             .route("/leases/{leaseId}/calls", web::get().to(leases::calls))
             .route("/leases/{leaseId}/answers", web::post().to(leases::answers))
             .route("/leases/{leaseId}/events", web::post().to(leases::events))
-            .route("/reconcile", web::post().to(reconcile::reconcile)),
+            .route("/reconcile", web::post().to(reconcile::reconcile))
+            .route("/finals", web::post().to(finals::offer)),
     );
 }
 
