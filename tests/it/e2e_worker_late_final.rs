@@ -5,8 +5,10 @@
 //! arrives, verifies the reply the turn posted, and never runs the model
 //! again. A cut that outlasts the lease ends the server's stream; the
 //! session then finds the turn's end in the thread's history through the
-//! worker once it is back. The worker reaches the server through a proxy
-//! the test controls.
+//! worker once it is back; one that outlasts the lookup too leaves the task
+//! in `needs_reconciliation`, and the worker, back, offers the turn's
+//! durable final, which the server takes for that same attempt. The worker
+//! reaches the server through a proxy the test controls.
 
 use crate::cutproxy::CutProxy;
 use crate::e2e::Loop;
@@ -197,4 +199,67 @@ fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_no
     });
     assert!(found, "{}", d["transitions"]);
     ran_once(&l, &task, 3);
+}
+
+/// A cut so long that the server gives the turn up altogether: the lease
+/// runs out, the history lookup finds no worker, and the task waits in
+/// `needs_reconciliation`. Healed, the worker finds its events refused
+/// (the lease they ran under ended) and offers the turn's durable final
+/// from its journal; the server takes it for the same attempt, verifies
+/// the reply the turn posted, and never asks the model again.
+#[test]
+fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_final() {
+    let l = remote();
+    let proxy = CutProxy::start(&l.app.base);
+    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    let gate = Gate::new();
+    l.model().push(Step::shell("echo looked").gated(&gate));
+    l.script_reply(l.issue, "Fixed across a cut that outlived the lease.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    proxy.cut();
+    gate.open();
+    wait_until(
+        "the reply to be posted during the cut",
+        Duration::from_secs(60),
+        || {
+            l.model().requests().len() == 3
+                && !l
+                    .bot_comments(l.issue, &format!("codex-bridge task={task} turn="))
+                    .is_empty()
+        },
+    );
+    // No worker answers the server's history lookup: the task is held.
+    let held = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_task_state(
+            &l.app.db_url,
+            &task,
+            "needs_reconciliation",
+            Duration::from_secs(300),
+        )
+    }));
+    if let Err(panic) = held {
+        eprintln!("task: {}", l.detail(&task));
+        eprintln!("server log:\n{}", l.app.logs());
+        std::panic::resume_unwind(panic);
+    }
+    proxy.heal();
+    wait_succeeded(&l, &task, || worker.logs());
+    let d = l.detail(&task);
+    let taken = d["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["from"] == "needs_reconciliation" && t["to"] == "verifying_reply");
+    assert!(taken, "{}", d["transitions"]);
+    // The shell step, the comment tool call and the final: one turn.
+    ran_once(&l, &task, 3);
+    assert!(
+        worker
+            .logs()
+            .contains("the server took the turn's late final"),
+        "{}",
+        worker.logs()
+    );
 }
