@@ -121,6 +121,11 @@ impl Deployment {
             .gitea_mcp()
             .env("CODEX_BRIDGE_SCHEDULER_SWEEP_MS", "100")
             .env("CODEX_BRIDGE_AGENT_RUNTIME", runtime_key)
+            // One commenter starts every turn here, several a minute in a
+            // session: the defaults (30 an hour, 6 a minute) would refuse or
+            // pause most of a full run.
+            .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "0")
+            .env("CODEX_BRIDGE_SESSION_TURNS_PER_MINUTE", "0")
             .start_with_gitea(sim);
         app.model()
             .set_default(Step::message("nothing scripted for this request"));
