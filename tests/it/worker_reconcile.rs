@@ -12,20 +12,7 @@ use codex_bridge::store::tasks::{self, TransitionOutcome, TransitionRequest};
 use serde_json::{json, Value};
 
 fn register(s: &TestApp, name: &str) -> (String, String) {
-    let r = s.admin_post(
-        "/api/gitea-workflow/workers",
-        &json!({
-            "name": name,
-            "repositories": ["acme/widgets"],
-            "requestId": format!("register-{name}"),
-            "reason": "a build machine",
-        }),
-    );
-    assert_eq!(r.status, 201, "{:?}", r.json);
-    (
-        r.json["workerId"].as_str().unwrap().to_owned(),
-        r.json["token"].as_str().unwrap().to_owned(),
-    )
+    crate::workerproc::register(s, name, &["acme/widgets"])
 }
 
 fn reconcile(s: &TestApp, token: &str, body: Value) -> Reply {

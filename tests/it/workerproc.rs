@@ -49,18 +49,7 @@ impl WorkerProc {
     /// Registers a worker `name` given `repositories` through `admin` (any
     /// instance) and starts its process with `env`.
     pub fn start(admin: &TestApp, name: &str, repositories: &[&str], env: WorkerEnv) -> WorkerProc {
-        let created = admin.admin_post(
-            "/api/gitea-workflow/workers",
-            &json!({
-                "name": name,
-                "repositories": repositories,
-                "requestId": format!("register-{name}"),
-                "reason": "runs the turns",
-            }),
-        );
-        assert_eq!(created.status, 201, "{:?}", created.json);
-        let token = created.json["token"].as_str().unwrap().to_owned();
-        let id = created.json["workerId"].as_str().unwrap().to_owned();
+        let (id, token) = register(admin, name, repositories);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("token"), format!("{token}\n")).unwrap();
         let log = dir.path().join("worker.log");
@@ -110,6 +99,25 @@ impl WorkerProc {
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().unwrap()
     }
+}
+
+/// Registers a worker `name` given `repositories` through `admin`'s admin
+/// API: its id and its token (shown once).
+pub fn register(admin: &TestApp, name: &str, repositories: &[&str]) -> (String, String) {
+    let created = admin.admin_post(
+        "/api/gitea-workflow/workers",
+        &json!({
+            "name": name,
+            "repositories": repositories,
+            "requestId": format!("register-{name}"),
+            "reason": "runs the turns",
+        }),
+    );
+    assert_eq!(created.status, 201, "{:?}", created.json);
+    (
+        created.json["workerId"].as_str().unwrap().to_owned(),
+        created.json["token"].as_str().unwrap().to_owned(),
+    )
 }
 
 impl Drop for WorkerProc {
