@@ -105,10 +105,11 @@ impl DbConn {
                 // autovacuum's first ANALYZE) that plan can be a sequential
                 // scan, kept while the table grows. Readers' queries are
                 // planned for their own values every time. Writing connections
-                // keep PostgreSQL's own choice: the ingest's lookups by lists of
-                // keys are planned every time anyway (`ingest::lookups`), and
-                // replanning each multi-row INSERT and each foreign-key check
-                // cost the group commit an eighth of its rate.
+                // keep PostgreSQL's own choice: the ingest rules sequential
+                // scans out of its transaction, so its lookups' generic plans
+                // use the indexes (`ingest::lookups`), and replanning each
+                // multi-row INSERT and each foreign-key check cost the group
+                // commit an eighth of its rate.
                 if settings.read_only {
                     c.batch_execute("SET plan_cache_mode = force_custom_plan;")
                         .map_err(|e| diesel::ConnectionError::BadConnection(e.to_string()))?;

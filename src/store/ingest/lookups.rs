@@ -303,6 +303,12 @@ fn each_64<'k, T>(
 /// `eq_any` afresh (its list is of any length), and the batch's five lookups
 /// were parsed and planned again at every group commit; a list of fixed length
 /// is a statement diesel keeps. Unused places repeat the first key.
+///
+/// PostgreSQL plans a kept statement for its own values five times, then
+/// settles on one generic plan made from the statistics of that moment: on a
+/// young table (before autovacuum's first ANALYZE) a sequential scan, kept
+/// while the table grows. The ingest transaction rules sequential scans out
+/// ([`super::ingest_batch_with`]), so that plan is the index's.
 #[derive(Debug, Clone, Copy)]
 struct InKeys<'a, C, const N: usize> {
     column: C,
@@ -340,30 +346,9 @@ impl<C: diesel::query_builder::QueryId, const N: usize> diesel::query_builder::Q
     const HAS_STATIC_QUERY_ID: bool = C::HAS_STATIC_QUERY_ID;
 }
 
-/// Whether a backend keeps the batch lookups as prepared statements.
-///
-/// SQLite plans a statement without looking at its values, so keeping it
-/// saves a parse and a plan per batch. PostgreSQL would, after five runs,
-/// keep one generic plan for a list of 64 keys made while the tables were
-/// small (a sequential scan) and keep scanning as they grow; unnamed
-/// statements are planned for their own keys every time.
-trait KeepsLookups {
-    const KEEPS: bool;
-}
-
-impl KeepsLookups for diesel::sqlite::Sqlite {
-    const KEEPS: bool = true;
-}
-
-impl KeepsLookups for diesel::pg::Pg {
-    const KEEPS: bool = false;
-}
-
 impl<C, DB, const N: usize> diesel::query_builder::QueryFragment<DB> for InKeys<'_, C, N>
 where
-    DB: diesel::backend::Backend
-        + diesel::sql_types::HasSqlType<diesel::sql_types::Text>
-        + KeepsLookups,
+    DB: diesel::backend::Backend + diesel::sql_types::HasSqlType<diesel::sql_types::Text>,
     C: diesel::query_builder::QueryFragment<DB>,
     str: diesel::serialize::ToSql<diesel::sql_types::Text, DB>,
 {
@@ -371,9 +356,6 @@ where
         &'b self,
         mut out: diesel::query_builder::AstPass<'_, 'b, DB>,
     ) -> diesel::QueryResult<()> {
-        if !DB::KEEPS {
-            out.unsafe_to_cache_prepared();
-        }
         self.column.walk_ast(out.reborrow())?;
         out.push_sql(" IN (");
         for (i, key) in self.keys.iter().enumerate() {
