@@ -11,14 +11,14 @@ use codex_bridge::store::{run_migrations, DbConn};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
-struct Event {
-    delivery: u8,
-    comment: u8,
-    repo: u8,
-    kind: u8,
+pub(crate) struct Event {
+    pub(crate) delivery: u8,
+    pub(crate) comment: u8,
+    pub(crate) repo: u8,
+    pub(crate) kind: u8,
 }
 
-fn request(e: &Event) -> IngestRequest {
+pub(crate) fn request(e: &Event) -> IngestRequest {
     let comment = i64::from(e.comment);
     let intent = match e.kind % 5 {
         0 | 1 => Intent::Trigger {

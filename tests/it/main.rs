@@ -74,7 +74,7 @@ mod hook_state;
 mod hostile;
 mod idle;
 mod ingest;
-mod ingest_plans;
+mod ingest_pg;
 mod instances;
 mod interrupt;
 mod leases;

@@ -17,6 +17,7 @@ mod decide;
 mod lookups;
 mod refuse;
 mod rows;
+mod unnest;
 
 use self::lookups::BatchLookups;
 use self::rows::BatchRows;

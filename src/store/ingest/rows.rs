@@ -2,6 +2,7 @@
 //! their write: new repositories and sessions row by row, everything else in
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
+use super::unnest;
 use crate::domain::command::Command;
 use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
@@ -117,8 +118,8 @@ pub(super) struct AuditRow {
 
 /// Inserts `rows` with multi-row INSERTs of fixed sizes (64 rows, then the
 /// rest by its binary digits: 32, 16, 8, 4, 2 and 1) made by `$insert`
-/// (`diesel::insert_into`, or on SQLite `diesel::insert_or_ignore_into`), and
-/// fails unless each wrote every row. diesel keeps a prepared statement only
+/// (SQLite's `diesel::insert_or_ignore_into`), and fails unless each wrote
+/// every row. diesel keeps a prepared statement only
 /// for a batch whose size is part of its type (an array); a batch of any other
 /// length is parsed and planned again at every run, which cost the
 /// group-commit writer a tenth of its time. Each statement run opens a cursor
@@ -173,53 +174,6 @@ fn refused(table: &str, rows: usize) -> diesel::result::Error {
              the delivery was stored"
         )),
     )
-}
-
-/// Writes everything after the repositories with `$insert` (see
-/// `insert_all!`), on connection `$c`.
-macro_rules! write_rows {
-    ($insert:path, $c:expr, $rows:expr) => {{
-        let c = $c;
-        let rows = $rows;
-        for session in &rows.sessions {
-            diesel::insert_into(sessions::table)
-                .values(session)
-                .on_conflict_do_nothing()
-                .execute(c)?;
-        }
-        insert_all!($insert, c, webhook_deliveries::table, &rows.deliveries);
-        insert_all!($insert, c, tasks::table, &rows.tasks);
-        insert_all!($insert, c, task_transitions::table, &rows.transitions);
-        for row in &rows.transitions {
-            crate::metrics::transition_written(row.to_state.as_str());
-        }
-        insert_all!($insert, c, outbox_entries::table, &rows.outbox);
-        // One statement per increment, not one per session (~30 a batch):
-        // diesel prepares every UPDATE afresh, and on PostgreSQL each is a
-        // round trip. Rows that existed at the batch's lookup were locked
-        // there in key order (`lookups::sessions_of`); a row created since,
-        // here or by another writer whose insert this batch waited for,
-        // is locked here, and a rare cycle with another PostgreSQL writer
-        // is one PostgreSQL detects: that transaction rolls back and the
-        // writer retries it as contended.
-        let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
-        for (session, n) in &rows.opened {
-            by_increment.entry(*n).or_default().push(session);
-        }
-        for (n, keys) in by_increment {
-            diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
-                .set(sessions::open_entries.eq(sessions::open_entries + n))
-                .execute(c)?;
-        }
-        insert_all!($insert, c, comments::table, &rows.receipts);
-        for change in &rows.changes {
-            diesel::insert_into(comment_changes::table)
-                .values(change)
-                .execute(c)?;
-        }
-        insert_all!($insert, c, audit_events::table, &rows.audits);
-        Ok::<(), diesel::result::Error>(())
-    }};
 }
 
 /// The rows the batch writes, collected while deciding.
@@ -375,9 +329,136 @@ impl BatchRows {
         // its own part: 7% of the writer's instructions. Nothing here needs
         // that undo: a failed batch rolls its whole transaction back.
         match conn {
-            DbConn::Sqlite(c) => write_rows!(diesel::insert_or_ignore_into, c, &self),
-            DbConn::Pg(c) => write_rows!(diesel::insert_into, c, &self),
+            DbConn::Sqlite(c) => self.write_sqlite(c),
+            DbConn::Pg(c) => self.write_pg(c),
         }?;
+        Ok(())
+    }
+
+    /// Everything after the repositories on SQLite: multi-row INSERTs of
+    /// fixed sizes (`insert_all!`).
+    fn write_sqlite(&self, c: &mut diesel::SqliteConnection) -> Result<(), diesel::result::Error> {
+        for session in &self.sessions {
+            diesel::insert_into(sessions::table)
+                .values(session)
+                .on_conflict_do_nothing()
+                .execute(c)?;
+        }
+        insert_all!(
+            diesel::insert_or_ignore_into,
+            c,
+            webhook_deliveries::table,
+            &self.deliveries
+        );
+        insert_all!(diesel::insert_or_ignore_into, c, tasks::table, &self.tasks);
+        insert_all!(
+            diesel::insert_or_ignore_into,
+            c,
+            task_transitions::table,
+            &self.transitions
+        );
+        for row in &self.transitions {
+            crate::metrics::transition_written(row.to_state.as_str());
+        }
+        insert_all!(
+            diesel::insert_or_ignore_into,
+            c,
+            outbox_entries::table,
+            &self.outbox
+        );
+        // One statement per increment, not one per session (~30 a batch):
+        // diesel prepares every UPDATE afresh.
+        let mut by_increment: BTreeMap<i64, Vec<&ResourceKey>> = BTreeMap::new();
+        for (session, n) in &self.opened {
+            by_increment.entry(*n).or_default().push(session);
+        }
+        for (n, keys) in by_increment {
+            diesel::update(sessions::table.filter(sessions::session_key.eq_any(keys)))
+                .set(sessions::open_entries.eq(sessions::open_entries + n))
+                .execute(c)?;
+        }
+        insert_all!(
+            diesel::insert_or_ignore_into,
+            c,
+            comments::table,
+            &self.receipts
+        );
+        for change in &self.changes {
+            diesel::insert_into(comment_changes::table)
+                .values(change)
+                .execute(c)?;
+        }
+        insert_all!(
+            diesel::insert_or_ignore_into,
+            c,
+            audit_events::table,
+            &self.audits
+        );
+        Ok(())
+    }
+
+    /// Everything after the repositories on PostgreSQL: one statement per
+    /// table (`unnest`), in the order SQLite's writes take.
+    fn write_pg(&self, c: &mut diesel::PgConnection) -> Result<(), diesel::result::Error> {
+        for session in &self.sessions {
+            diesel::insert_into(sessions::table)
+                .values(session)
+                .on_conflict_do_nothing()
+                .execute(c)?;
+        }
+        let all = |table: &str, wrote: usize, asked: usize| {
+            if wrote == asked {
+                Ok(())
+            } else {
+                Err(refused(table, asked.abs_diff(wrote)))
+            }
+        };
+        all(
+            "webhook_deliveries",
+            unnest::deliveries(c, &self.deliveries)?,
+            self.deliveries.len(),
+        )?;
+        all("tasks", unnest::tasks(c, &self.tasks)?, self.tasks.len())?;
+        all(
+            "task_transitions",
+            unnest::transitions(c, &self.transitions)?,
+            self.transitions.len(),
+        )?;
+        for row in &self.transitions {
+            crate::metrics::transition_written(row.to_state.as_str());
+        }
+        all(
+            "outbox_entries",
+            unnest::outbox(c, &self.outbox)?,
+            self.outbox.len(),
+        )?;
+        // The rows were locked at the batch's lookup, in key order
+        // (`lookups::sessions_of`); a session created since, here or by
+        // another writer whose insert this batch waited for, is locked here,
+        // and a rare cycle with another PostgreSQL writer is one PostgreSQL
+        // detects: that transaction rolls back and the writer retries it as
+        // contended.
+        let opened: Vec<(&ResourceKey, i64)> = self.opened.iter().map(|(k, n)| (k, *n)).collect();
+        all(
+            "sessions",
+            unnest::add_open_entries(c, &opened)?,
+            opened.len(),
+        )?;
+        all(
+            "comments",
+            unnest::receipts(c, &self.receipts)?,
+            self.receipts.len(),
+        )?;
+        for change in &self.changes {
+            diesel::insert_into(comment_changes::table)
+                .values(change)
+                .execute(c)?;
+        }
+        all(
+            "audit_events",
+            unnest::audits(c, &self.audits)?,
+            self.audits.len(),
+        )?;
         Ok(())
     }
 }
