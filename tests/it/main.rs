@@ -50,6 +50,7 @@ mod e2e_moved_thread;
 mod e2e_races;
 mod e2e_review;
 mod e2e_worker;
+mod e2e_worker_control;
 mod e2e_worker_instances;
 mod e2e_worker_late_final;
 mod e2e_workflow;
