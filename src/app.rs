@@ -37,9 +37,6 @@ type Actors = (
     Option<Arc<dyn crate::agent::account::AccountControl>>,
 );
 
-/// How long a remote runtime call waits for a worker's answer.
-const REMOTE_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
 /// The workspace manager of `workspace_root`, with the bot's token.
 fn workspace_names(config: &Config) -> anyhow::Result<crate::workspace::WorkspaceManager> {
     let mut workspaces = crate::workspace::WorkspaceManager::new(
@@ -154,7 +151,8 @@ fn start_actors(
                 Arc::new(crate::agent::remote::RemoteAgent::new(
                     Arc::new(worker_calls.clone()),
                     root,
-                    REMOTE_CALL_TIMEOUT,
+                    // How long a call waits for a worker's answer.
+                    std::time::Duration::from_secs(config.worker_call_timeout_secs),
                 )),
                 gitea_verifier(config),
                 Availability::always(),

@@ -428,6 +428,22 @@ impl CallRoute for WorkerCalls {
             }
         })
     }
+
+    fn holder_home(&self, repository: &str) -> BoxFuture<'static, Option<String>> {
+        let (store, repository) = (self.store.clone(), repository.to_owned());
+        Box::pin(async move {
+            let r = repository.clone();
+            match store.read(move |c| worker_leases::holder_home(c, &r)).await {
+                Ok(home) => home,
+                // Unknown: a thread is then resumed where it is asked to be,
+                // and a worker on another home refuses it.
+                Err(e) => {
+                    tracing::warn!(repository = %repository, error = %e, "cannot read which worker holds the repository");
+                    None
+                }
+            }
+        })
+    }
 }
 
 #[cfg(test)]

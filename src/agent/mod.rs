@@ -19,7 +19,7 @@ pub use availability::{
 use crate::domain::states::CapacityDenial;
 use crate::domain::trust::ExecutionPolicy;
 use crate::domain::worker::WorkerId;
-use crate::domain::{OperationId, ResourceKey, TaskId};
+use crate::domain::{OperationId, RepoKey, ResourceKey, TaskId};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::PathBuf;
@@ -52,6 +52,14 @@ pub struct ThreadRequest {
     /// home): the earlier exchanges, oldest first, added to the new
     /// thread's history before its first turn. Empty otherwise.
     pub history: Vec<Exchange>,
+    /// The Codex home the thread is to be opened in: for a resume, the one
+    /// it lives in; for a new thread, the one the session planned it in
+    /// ([`Agent::home_for`]) and records with it (`None`: not known). A
+    /// runtime whose calls may reach another home (a remote worker that
+    /// took the repository's lease meanwhile) refuses there, as
+    /// unavailable, so the session plans again rather than resume a thread
+    /// that is not there or record a home that is not the thread's.
+    pub home: Option<String>,
 }
 
 /// One earlier exchange of a conversation: what was asked, and the agent's
@@ -250,6 +258,15 @@ pub trait Agent: Send + Sync + 'static {
     /// and a stored thread is taken to be resumable here.
     fn home(&self) -> Option<String> {
         None
+    }
+    /// Where a thread of `repo`'s sessions opens now: [`Agent::home`] for a
+    /// runtime with one home; a runtime that hands a repository's calls to
+    /// whoever holds it (the remote workers) names the home of the one
+    /// that holds `repo` now. `None`: it cannot say.
+    fn home_for(&self, repo: &RepoKey) -> BoxFuture<'static, Option<String>> {
+        let _ = repo;
+        let home = self.home();
+        Box::pin(async move { home })
     }
     /// Starts or resumes the session's thread with the repository's setup;
     /// returns its id.

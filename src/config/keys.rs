@@ -319,6 +319,18 @@ pub const KEYS: &[(&str, &str)] = &[
          sqlite://./data/worker-journal.db); read only by `codex-bridge worker`",
     ),
     (
+        "worker_call_timeout_secs",
+        "agent_runtime = remote: how long a session waits for a worker to take and answer one \
+         call (a start, a history lookup, an interrupt) before it gives the call up; a call no \
+         worker took ran nowhere, one taken is uncertain (default 120)",
+    ),
+    (
+        "worker_lease_ttl_secs",
+        "agent_runtime = remote: how long a worker's lease on a repository lives without \
+         renewal; the worker renews it at a third of this, and a worker cut off longer loses \
+         the repository and the calls it took become uncertain (default 30)",
+    ),
+    (
         "public_url",
         "the external base URL of this server, e.g. https://bridge.example.com, for links to a \
          task's admin page from the commit statuses of pull requests (unset: no links)",

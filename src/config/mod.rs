@@ -132,6 +132,11 @@ pub struct Config {
     pub ignore_logins: BTreeSet<String>,
     pub lease_heartbeat_secs: u64,
     pub session_idle_secs: u64,
+    /// How long a session waits for a remote worker to take and answer one
+    /// call (`agent_runtime = "remote"`).
+    pub worker_call_timeout_secs: u64,
+    /// How long a worker's repository lease lives without renewal.
+    pub worker_lease_ttl_secs: u64,
     pub retry_backoff_secs: u64,
     pub max_attempts: i64,
     /// How much of the Issue/PR and its comments a turn's prompt carries.

@@ -82,6 +82,10 @@ pub(super) struct Raw {
     #[serde(deserialize_with = "whole")]
     pub session_idle_secs: Option<u128>,
     #[serde(deserialize_with = "whole")]
+    pub worker_call_timeout_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
+    pub worker_lease_ttl_secs: Option<u128>,
+    #[serde(deserialize_with = "whole")]
     pub retry_backoff_secs: Option<u128>,
     #[serde(deserialize_with = "whole")]
     pub max_attempts: Option<u128>,

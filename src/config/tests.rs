@@ -154,6 +154,41 @@ fn every_documented_key_is_read_from_the_environment() {
     assert!(err.contains("lease_heartbeat_secs"), "{err}");
 }
 
+#[test]
+fn the_remote_workers_call_timeout_and_lease_ttl_are_keys_with_sane_bounds() {
+    let c = Config::from_sources(None, &env(&[])).unwrap();
+    assert_eq!(
+        (c.worker_call_timeout_secs, c.worker_lease_ttl_secs),
+        (120, 30)
+    );
+    let c = Config::from_sources(
+        None,
+        &env(&[
+            ("CODEX_BRIDGE_WORKER_CALL_TIMEOUT_SECS", "15"),
+            ("CODEX_BRIDGE_WORKER_LEASE_TTL_SECS", "6"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.worker_call_timeout_secs, c.worker_lease_ttl_secs),
+        (15, 6)
+    );
+    for (key, value, range) in [
+        ("WORKER_CALL_TIMEOUT_SECS", "0", "1..=3600"),
+        ("WORKER_CALL_TIMEOUT_SECS", "86400", "1..=3600"),
+        ("WORKER_LEASE_TTL_SECS", "0", "3..=3600"),
+        ("WORKER_LEASE_TTL_SECS", "2", "3..=3600"),
+        ("WORKER_LEASE_TTL_SECS", "3601", "3..=3600"),
+    ] {
+        let name = format!("CODEX_BRIDGE_{key}");
+        let err = error(&[(name.as_str(), value)]);
+        assert!(
+            err.contains(&key.to_ascii_lowercase()) && err.contains(range),
+            "{key}={value}: {err}"
+        );
+    }
+}
+
 /// The serde struct and `KEYS` list the same keys: a key in `KEYS` that the
 /// struct lacked would be refused as unknown, and a field missing from `KEYS`
 /// would be undocumented.

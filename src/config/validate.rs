@@ -179,6 +179,25 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         ));
     }
     let session_idle_secs = number("session_idle_secs", raw.session_idle_secs, 600, 1, 604_800)?;
+    // A call waits at most an hour: longer, a session would sit on a
+    // worker that is gone rather than find the turn in its history.
+    let worker_call_timeout_secs = number(
+        "worker_call_timeout_secs",
+        raw.worker_call_timeout_secs,
+        120,
+        1,
+        3600,
+    )?;
+    // At least 3 s: the worker renews at a third of it, once a second at
+    // the most. At most an hour: past it a cut-off worker would keep its
+    // repository, and the calls it took, from every other worker that long.
+    let worker_lease_ttl_secs = number(
+        "worker_lease_ttl_secs",
+        raw.worker_lease_ttl_secs,
+        30,
+        3,
+        3600,
+    )?;
     let retry_backoff_secs = number("retry_backoff_secs", raw.retry_backoff_secs, 30, 0, 86_400)?;
     let max_attempts = number("max_attempts", raw.max_attempts, 2, 1, 10)? as i64;
     let prompt_context_bytes = number(
@@ -374,6 +393,8 @@ pub(super) fn validate(raw: Raw) -> Result<Config, ConfigError> {
         ignore_logins,
         lease_heartbeat_secs,
         session_idle_secs,
+        worker_call_timeout_secs,
+        worker_lease_ttl_secs,
         retry_backoff_secs,
         max_attempts,
         prompt_context_bytes,

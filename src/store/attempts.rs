@@ -75,8 +75,38 @@ pub fn taken_by_worker(
     task_id: &TaskId,
     worker: &WorkerId,
 ) -> Result<(), StoreError> {
-    let owner = AttemptOwner::Worker(worker.clone()).stored();
     let attempt = active_attempt(conn, task_id)?;
+    name_worker(conn, task_id, attempt, worker)
+}
+
+/// The worker `worker` was handed the call that starts the turn of
+/// `attempt_id`: from then on the turn may run there, whether or not its
+/// answer ever reaches the server, so the attempt names that worker (and
+/// only it, or an operator, may reconcile it).
+pub fn delivered_to_worker(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    attempt_id: &str,
+    worker: &WorkerId,
+) -> Result<(), StoreError> {
+    let attempt: Option<Attempt> = with_conn!(conn, |c| attempts::table
+        .filter(attempts::attempt_id.eq(attempt_id))
+        .filter(attempts::task_id.eq(task_id))
+        .select(Attempt::as_select())
+        .first(c)
+        .optional())?;
+    name_worker(conn, task_id, attempt, worker)
+}
+
+/// Names `worker` as `attempt`'s owner, audited once (a repeat changes
+/// nothing).
+fn name_worker(
+    conn: &mut DbConn,
+    task_id: &TaskId,
+    attempt: Option<Attempt>,
+    worker: &WorkerId,
+) -> Result<(), StoreError> {
+    let owner = AttemptOwner::Worker(worker.clone()).stored();
     let Some(attempt) = attempt.filter(|a| a.owner.as_deref() != Some(owner.as_str())) else {
         return Ok(());
     };

@@ -5,8 +5,8 @@
 //! verifying_reply`: the turn's end and final text are stored on the
 //! attempt's turn, and the session verifies the reply the agent posted;
 //! the model never runs again. A final of another attempt, of a task that
-//! is not uncertain, or from a worker that cannot have run the attempt
-//! changes nothing and is refused with a stable code.
+//! is not uncertain (or has ended), or from a worker that cannot have run
+//! the attempt changes nothing and is refused with a stable code.
 
 use crate::domain::TaskId;
 use crate::lifecycle::{self, LateFinal, TaskState};
@@ -83,6 +83,17 @@ pub fn take(
             attempt_id,
         ) {
             LateFinal::Take { expected_version } => expected_version,
+            // Ended for good: it never waits for a final again, and the
+            // worker may stop offering it.
+            LateFinal::NotUncertain(state) if state.is_terminal() => {
+                return Err(refused(
+                    "task_ended",
+                    format!(
+                        "task {task_id} ended `{state}`: it will never wait for this final, and \
+                         nothing changed"
+                    ),
+                ))
+            }
             LateFinal::NotUncertain(state) => {
                 return Err(refused(
                     "not_uncertain",

@@ -447,6 +447,7 @@ diesel::table! {
         renewed_at -> Text,
         expires_at -> Text,
         released_at -> Nullable<Text>,
+        codex_home -> Nullable<Text>,
     }
 }
 
@@ -460,6 +461,7 @@ diesel::table! {
         revoked_at -> Nullable<Text>,
         last_seen_at -> Nullable<Text>,
         version -> Nullable<Text>,
+        uncertain_turns -> Nullable<Int8>,
     }
 }
 

@@ -19,8 +19,10 @@
 
 use super::schema::{server_instances, worker_call_events, worker_calls, worker_leases, workers};
 use super::worker_leases::{Holding, WorkerLease};
+use super::workers::WorkerId;
 use super::{format_time, shared_clock, DbConn, StoreError};
 use crate::agent::remote::hub::CallState;
+use crate::domain::TaskId;
 use crate::with_conn;
 use crate::worker_api::{Call, CallBody, Event, Outcome};
 use diesel::prelude::*;
@@ -357,6 +359,12 @@ pub fn claim(
                 call.call_id
             ))
         })?;
+        if let Some(a) = starts_attempt(&body) {
+            if let Ok(task_id) = a.task_id.parse::<TaskId>() {
+                let worker = WorkerId::stored(lease.worker_id.clone());
+                super::attempts::delivered_to_worker(conn, &task_id, &a.attempt_id, &worker)?;
+            }
+        }
         claimed.calls.push(Call {
             call_id: call.call_id.0,
             lease_id: lease.lease_id.clone(),

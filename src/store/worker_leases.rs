@@ -12,7 +12,7 @@
 
 use super::audit::{self, Audit};
 use super::schema::{worker_leases, workers};
-use super::workers::{RepoName, Worker, WorkerId, WorkerToken};
+use super::workers::{Invalid, RepoName, Worker, WorkerId, WorkerToken};
 use super::{format_time, shared_clock, DbConn, StoreError};
 use crate::with_conn;
 use diesel::prelude::*;
@@ -305,6 +305,71 @@ pub fn end_all_of(conn: &mut DbConn, worker_id: &WorkerId, at: &str) -> Result<u
     )
     .set(worker_leases::released_at.eq(at))
     .execute(c))?)
+}
+
+/// The id of the Codex home a worker runs its threads in, as it says when
+/// it leases: 1 to 100 letters, digits, `-` or `_` (the bridge makes a
+/// UUID). A thread lives in the home that made it, so this names where a
+/// thread opened under the lease lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HomeId(String);
+
+impl HomeId {
+    pub fn parse(text: &str) -> Result<HomeId, Invalid> {
+        let ok = !text.is_empty()
+            && text.len() <= 100
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            let shown: String = text.chars().take(40).collect();
+            return Err(Invalid {
+                code: "invalid_codex_home",
+                message: format!(
+                    "codexHome must be 1 to 100 letters, digits, '-' or '_' (got {shown:?}); \
+                     run the same version of codex-bridge on the worker as on the server"
+                ),
+            });
+        }
+        Ok(HomeId(text.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Records the Codex home the worker holding `lease_id` runs its threads in
+/// (`None`: it did not say), as it leases: a worker restarted on another
+/// home renews its lease with the new one.
+pub fn set_home(
+    conn: &mut DbConn,
+    lease_id: &str,
+    home: Option<&HomeId>,
+) -> Result<(), StoreError> {
+    with_conn!(conn, |c| diesel::update(
+        worker_leases::table.filter(worker_leases::lease_id.eq(lease_id))
+    )
+    .set(worker_leases::codex_home.eq(home.map(HomeId::as_str)))
+    .execute(c))?;
+    Ok(())
+}
+
+/// The Codex home of the worker that holds `repository`'s lease now: where
+/// a thread of the repository opened now lives. `None`: nobody holds it
+/// (released, expired, its worker revoked), or its worker did not say.
+pub fn holder_home(conn: &mut DbConn, repository: &str) -> Result<Option<String>, StoreError> {
+    let at = format_time(shared_clock(conn)?);
+    let home: Option<Option<String>> = with_conn!(conn, |c| worker_leases::table
+        .inner_join(workers::table)
+        .filter(worker_leases::repository.eq(repository))
+        .filter(workers::revoked_at.is_null())
+        .filter(worker_leases::released_at.is_null())
+        .filter(worker_leases::expires_at.gt(&at))
+        .select(worker_leases::codex_home)
+        .first(c)
+        .optional())?;
+    Ok(home.flatten())
 }
 
 /// The leases a worker holds now (for the admin view).

@@ -13,8 +13,10 @@ use super::audit::{self, Audit, AuditView};
 use super::control::{self, ControlRequest};
 use super::schema::workers;
 use super::{sha256_hex, shared_now, DbConn, StoreError};
-use crate::domain::keys::is_gitea_name;
-pub use crate::domain::worker::WorkerId;
+use crate::domain::worker::excerpt;
+#[cfg(test)]
+use crate::domain::worker::REPOSITORIES_MAX;
+pub use crate::domain::worker::{Invalid, RepoName, WorkerId};
 use crate::with_conn;
 use diesel::prelude::*;
 use secrecy::{ExposeSecret, SecretString};
@@ -28,20 +30,6 @@ const TOKEN_PREFIX: &str = "cbw_";
 const NAME_MAX: usize = 100;
 /// The longest version a heartbeat may report, in bytes.
 const VERSION_MAX: usize = 100;
-/// The most repositories one worker may be given.
-const REPOSITORIES_MAX: usize = 1000;
-
-/// Input that cannot be taken as it is: the caller's to correct (an HTTP
-/// caller gets a 400 with `code`). A store caller that lets it through gets
-/// it as [`StoreError::Refused`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Invalid {
-    /// Stable snake_case.
-    pub code: &'static str,
-    pub message: String,
-}
-
 impl From<Invalid> for StoreError {
     fn from(e: Invalid) -> Self {
         StoreError::Refused {
@@ -49,12 +37,6 @@ impl From<Invalid> for StoreError {
             message: e.message,
         }
     }
-}
-
-/// A short excerpt of what a caller sent, for an error message.
-fn excerpt(text: &str) -> String {
-    let short: String = text.chars().take(120).collect();
-    format!("{short:?}")
 }
 
 /// What an operator calls a worker: any text of 1 to 100 characters without
@@ -77,62 +59,6 @@ impl WorkerName {
             });
         }
         Ok(WorkerName(name.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-/// A repository a worker may work on: `owner/name` as Gitea names them, folded
-/// to lower case (Gitea compares them without regard to case, as the
-/// repository keys do).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct RepoName(String);
-
-impl RepoName {
-    /// Exactly one `/` between two Gitea names: no empty part, no `.` or
-    /// `..`, no other separator, so the text can never point elsewhere once
-    /// it becomes part of a key or a path.
-    pub fn parse(text: &str) -> Result<RepoName, Invalid> {
-        let valid = text
-            .split_once('/')
-            .is_some_and(|(owner, name)| is_gitea_name(owner) && is_gitea_name(name));
-        if !valid {
-            return Err(Invalid {
-                code: "invalid_repositories",
-                message: format!(
-                    "repository {} is not owner/name: two Gitea names (letters, digits, '-', '_', \
-                     '.'; not '.' or '..') joined by one '/'",
-                    excerpt(text)
-                ),
-            });
-        }
-        Ok(RepoName(text.to_ascii_lowercase()))
-    }
-
-    /// Every repository of a request: at least one, at most 1000; each
-    /// valid. The same repository spelt twice counts once; the list comes
-    /// back sorted.
-    pub fn parse_list(texts: &[String]) -> Result<Vec<RepoName>, Invalid> {
-        if texts.is_empty() || texts.len() > REPOSITORIES_MAX {
-            return Err(Invalid {
-                code: "invalid_repositories",
-                message: format!(
-                    "repositories must list 1 to {REPOSITORIES_MAX} repositories as \"owner/name\" \
-                     (got {})",
-                    texts.len()
-                ),
-            });
-        }
-        let mut repos = texts
-            .iter()
-            .map(|t| RepoName::parse(t))
-            .collect::<Result<Vec<_>, _>>()?;
-        repos.sort();
-        repos.dedup();
-        Ok(repos)
     }
 
     pub fn as_str(&self) -> &str {
@@ -223,6 +149,7 @@ struct Row {
     revoked_at: Option<String>,
     last_seen_at: Option<String>,
     version: Option<String>,
+    uncertain_turns: Option<i64>,
 }
 
 impl Row {
@@ -235,7 +162,7 @@ impl Row {
             ))
         })?;
         // Written by `create`, which checked them: taken as they are.
-        Ok(texts.into_iter().map(RepoName).collect())
+        Ok(texts.into_iter().map(RepoName::stored).collect())
     }
 
     fn view(self) -> Result<WorkerView, StoreError> {
@@ -247,6 +174,7 @@ impl Row {
             revoked_at: self.revoked_at,
             last_seen_at: self.last_seen_at,
             version: self.version,
+            uncertain_turns: self.uncertain_turns,
         })
     }
 }
@@ -265,6 +193,10 @@ pub struct WorkerView {
     pub last_seen_at: Option<String>,
     /// The version its last heartbeat reported.
     pub version: Option<String>,
+    /// How many turns its last heartbeat said its journal holds as
+    /// uncertain (sent to Codex, no end recorded): the worker's own count,
+    /// beside the uncertain tasks the server knows of. `None`: never said.
+    pub uncertain_turns: Option<i64>,
 }
 
 /// A worker that presented a valid token, not revoked: who is asking, and
@@ -335,6 +267,7 @@ pub fn create(
                 revoked_at: None,
                 last_seen_at: None,
                 version: None,
+                uncertain_turns: None,
             },
             token,
         ));
@@ -447,15 +380,17 @@ pub fn authenticate(conn: &mut DbConn, token: &WorkerToken) -> Result<Option<Wor
     }))
 }
 
-/// Records a heartbeat: the worker was seen now, running `version`. The time
-/// is the clock leases are judged by (the database's on PostgreSQL), so that
-/// later judgements of whether a worker still runs compare like with like.
-/// `false`: no such worker, or it was revoked meanwhile (its request is then
-/// refused like any revoked worker's).
+/// Records a heartbeat: the worker was seen now, running `version`, its
+/// journal holding `uncertain_turns` uncertain turns (`None`: it did not
+/// say). The time is the clock leases are judged by (the database's on
+/// PostgreSQL), so that later judgements of whether a worker still runs
+/// compare like with like. `false`: no such worker, or it was revoked
+/// meanwhile (its request is then refused like any revoked worker's).
 pub fn seen(
     conn: &mut DbConn,
     worker_id: &WorkerId,
     version: &WorkerVersion,
+    uncertain_turns: Option<u32>,
 ) -> Result<bool, StoreError> {
     let at = shared_now(conn)?;
     let n = with_conn!(conn, |c| diesel::update(
@@ -466,6 +401,7 @@ pub fn seen(
     .set((
         workers::last_seen_at.eq(&at),
         workers::version.eq(version.0.as_str()),
+        workers::uncertain_turns.eq(uncertain_turns.map(i64::from)),
     ))
     .execute(c))?;
     Ok(n == 1)

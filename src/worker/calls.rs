@@ -15,6 +15,8 @@ use secrecy::SecretString;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+mod sessions;
+
 /// What a call runs against.
 #[derive(Clone)]
 pub struct Runtime {
@@ -60,6 +62,22 @@ fn relative(root: &Path, path: &Path) -> Result<String, Outcome> {
             root.display()
         ))
     })
+}
+
+/// Why a thread meant for the Codex home `wanted` is not opened on this
+/// worker, whose home is `mine` (`None`: it may be; either side unknown
+/// cannot tell). Nothing reaches Codex, so the server may plan again.
+fn other_home(wanted: Option<&str>, mine: Option<&str>) -> Option<Outcome> {
+    match (wanted, mine) {
+        (Some(wanted), Some(mine)) if wanted != mine => Some(Outcome::Unavailable {
+            message: format!(
+                "the thread is meant for Codex home {wanted}, and this worker runs Codex home \
+                 {mine} (the repository's lease moved between workers); the server plans the \
+                 session's thread again for this worker"
+            ),
+        }),
+        _ => None,
+    }
 }
 
 fn ok(value: Value) -> Outcome {
@@ -133,8 +151,12 @@ impl Runtime {
                 cwd,
                 terms,
                 history,
+                home,
             } => {
                 let key = ResourceKey::parse(&session_key).map_err(|e| refused(e.to_string()))?;
+                if let Some(elsewhere) = other_home(home.as_deref(), agent.home().as_deref()) {
+                    return Err(elsewhere);
+                }
                 let req = ThreadRequest {
                     session_key: key,
                     thread_id,
@@ -142,6 +164,7 @@ impl Runtime {
                     cwd: under_root(&self.root, &cwd)?,
                     terms: convert::terms_from_wire(terms),
                     history: convert::exchanges_from_wire(history),
+                    home,
                 };
                 let thread_id = agent.ensure_thread(req).await.map_err(err)?;
                 Ok((Value::Thread { thread_id }, None))
@@ -315,6 +338,9 @@ impl Runtime {
                     None,
                 ))
             }
+            body @ (CallBody::BaseInstructions { .. }
+            | CallBody::TreeState { .. }
+            | CallBody::RetireSession { .. }) => Ok((self.session_workspace(body).await?, None)),
         }
     }
 
@@ -371,6 +397,22 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_meant_for_another_home_is_not_opened_here() {
+        assert!(matches!(
+            other_home(Some("home-a"), Some("home-b")),
+            Some(Outcome::Unavailable { .. })
+        ));
+        for (wanted, mine) in [
+            (Some("home-a"), Some("home-a")),
+            (None, Some("home-a")),
+            (Some("home-a"), None),
+            (None, None),
+        ] {
+            assert_eq!(other_home(wanted, mine), None, "{wanted:?} {mine:?}");
+        }
+    }
 
     #[test]
     fn only_plain_folders_under_the_root_are_taken() {

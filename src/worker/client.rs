@@ -110,24 +110,47 @@ impl ServerClient {
         }
     }
 
-    /// Who the token says this worker is, and what it may work on.
-    pub fn heartbeat(&self, version: &str) -> Result<Vec<String>, ClientError> {
+    /// Tells the server this worker runs `version` and its journal holds
+    /// `uncertain_turns` uncertain turns (`None`: it could not count
+    /// them); who the token says this worker is, and what it may work on.
+    pub fn heartbeat(
+        &self,
+        version: &str,
+        uncertain_turns: Option<u32>,
+    ) -> Result<Vec<String>, ClientError> {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Beat<'a> {
+            version: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            uncertain_turns: Option<u32>,
+        }
         #[derive(serde::Deserialize)]
-        struct Beat {
+        struct Beaten {
             repositories: Vec<String>,
         }
-        let beat: Option<Beat> = self.send(
+        let beat: Option<Beaten> = self.send(
             "POST",
             "/heartbeat",
-            Some(&serde_json::json!({ "version": version })),
+            Some(&Beat {
+                version,
+                uncertain_turns,
+            }),
         )?;
         Ok(beat.map(|b| b.repositories).unwrap_or_default())
     }
 
-    pub fn lease(&self, repository: &str) -> Result<LeaseGrant, ClientError> {
+    /// Asks for `repository`'s lease, saying which Codex home this worker
+    /// runs its threads in.
+    pub fn lease(
+        &self,
+        repository: &str,
+        codex_home: Option<&str>,
+    ) -> Result<LeaseGrant, ClientError> {
         let body = LeaseRequest {
             protocol: PROTOCOL_VERSION,
             repository: repository.to_owned(),
+            codex_home: codex_home.map(str::to_owned),
         };
         self.send("POST", "/leases", Some(&body))?
             .ok_or_else(|| ClientError::Transport("an empty answer to a lease".into()))

@@ -13,6 +13,9 @@ use diesel::{Connection, SqliteConnection};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+mod finals;
+pub use finals::{OwedFinal, Standing};
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS outbox (
     id         INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -37,6 +40,14 @@ CREATE TABLE IF NOT EXISTS turn_attempts (
     stream     TEXT PRIMARY KEY NOT NULL,
     task_id    TEXT NOT NULL,
     attempt_id TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS late_finals (
+    stream     TEXT PRIMARY KEY NOT NULL,
+    standing   TEXT NOT NULL,
+    code       TEXT,
+    offers     INTEGER NOT NULL,
+    owed_at    TEXT NOT NULL,
+    offered_at TEXT
 );
 ";
 

@@ -36,6 +36,10 @@ const BACKOFF: Duration = Duration::from_secs(2);
 /// How often a worker holding for uncertain turns looks at its journal
 /// again: an operator settles them from another process.
 const SETTLED_CHECK: Duration = Duration::from_secs(2);
+/// How often the worker tells the server it is alive (the server takes it
+/// for offline after a minute without), and how often an owed final is
+/// offered again at the most.
+const HEARTBEAT: Duration = Duration::from_secs(10);
 
 /// Reads the worker's token: the file's one line, trimmed. Never logged.
 pub fn read_token(path: &Path) -> anyhow::Result<SecretString> {
@@ -65,6 +69,8 @@ struct Worker {
     runtime: Runtime,
     journal: Journal,
     stop: Arc<Stop>,
+    /// Held while an owed final is offered (see [`late_final`]).
+    offering: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// Marks the journal's uncertain turns settled (the operator reconciled
@@ -120,6 +126,7 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
         },
         journal,
         stop: Arc::new(stop),
+        offering: Arc::default(),
     };
 
     // The outbox first: what the server may be waiting for.
@@ -138,10 +145,7 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
         );
     }
     let repositories = loop {
-        match worker
-            .blocking(|c| c.heartbeat(env!("CARGO_PKG_VERSION")))
-            .await
-        {
+        match worker.heartbeat().await {
             Ok(r) => break r,
             Err(e) if e.is_fatal() => return Err(e.into()),
             Err(e) => {
@@ -170,13 +174,19 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
     let beat = worker.clone();
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(Duration::from_secs(10)).await;
-            if let Err(e) = beat
-                .blocking(|c| c.heartbeat(env!("CARGO_PKG_VERSION")))
-                .await
-            {
+            tokio::time::sleep(HEARTBEAT).await;
+            if let Err(e) = beat.heartbeat().await {
                 beat.fail(&e);
             }
+        }
+    });
+    // Apart from the heartbeat, so that a server slow to answer an offer
+    // never makes the worker look offline.
+    let offers = worker.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            offers.offer_open_finals().await;
         }
     });
     let why = loop {
@@ -199,6 +209,20 @@ impl Worker {
         tokio::task::spawn_blocking(move || f(&client))
             .await
             .map_err(|e| ClientError::Transport(format!("the request stopped: {e}")))?
+    }
+
+    /// Tells the server this worker is alive, its version and how many
+    /// uncertain turns its journal holds; what it may work on.
+    async fn heartbeat(&self) -> Result<Vec<String>, ClientError> {
+        let uncertain = match self.journal.uncertain() {
+            Ok(u) => u32::try_from(u.len()).ok(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot count the journal's uncertain turns; the heartbeat does not say");
+                None
+            }
+        };
+        self.blocking(move |c| c.heartbeat(env!("CARGO_PKG_VERSION"), uncertain))
+            .await
     }
 
     /// A fatal refusal stops the whole worker.
@@ -228,6 +252,13 @@ impl Worker {
             }
         }
         tracing::info!("no uncertain turn is left in the journal: taking leases again");
+        // Said before the first lease, so that the admin view stops showing
+        // the worker as uncertain as soon as it works again, not a
+        // heartbeat later.
+        if let Err(e) = self.heartbeat().await {
+            tracing::warn!(error = %e, "the server's heartbeat failed; the next one says it");
+            self.fail(&e);
+        }
         for repo in repositories {
             tokio::spawn(self.clone().lease_loop(repo));
         }
@@ -271,7 +302,7 @@ impl Worker {
                     self.fail(&e);
                     tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
                     if late_final::offers_final(kind, &e) {
-                        self.offer_final(&body).await;
+                        self.final_owed(&body).await;
                     }
                     break;
                 }
@@ -293,7 +324,11 @@ impl Worker {
     async fn lease_loop(self, repository: String) {
         while !self.stopping() {
             let repo = repository.clone();
-            match self.blocking(move |c| c.lease(&repo)).await {
+            let home = self.runtime.agent.home();
+            match self
+                .blocking(move |c| c.lease(&repo, home.as_deref()))
+                .await
+            {
                 Ok(grant) => {
                     tracing::info!(repository = %repository, lease.id = %grant.lease_id, fence = grant.fence, "lease taken");
                     self.serve(grant).await;

@@ -31,3 +31,15 @@ pub const API_PREFIX: &str = "/api/worker/v1";
 /// The longest a poll for calls is held open, in milliseconds: short enough
 /// that proxies in front of the server keep the request open.
 pub const MAX_POLL_WAIT_MS: u64 = 25_000;
+
+/// The largest body `POST /leases/{leaseId}/events` takes (other routes
+/// take the server's usual 64 KiB). A worker posts one event per batch and
+/// cuts a transcript item to [`MAX_ITEM_BYTES`] first, so what it sends
+/// fits: a batch the server refused would leave a gap in the turn's events
+/// that no later batch could fill.
+pub const MAX_EVENTS_BODY: usize = 2 * 1024 * 1024;
+
+/// The most JSON a transcript item's body may take on the wire; a larger
+/// one (a file change whose diffs are mostly escapes) crosses as its kind
+/// only.
+pub const MAX_ITEM_BYTES: usize = 1024 * 1024;

@@ -1,6 +1,7 @@
 //! The messages themselves. JSON, camelCase fields, tagged enums with
 //! snake_case tags, so a message names what it is.
 
+use crate::agent::transcript::{ItemStatus, TokenCounts};
 use crate::domain::states::CapacityDenial;
 use crate::domain::trust::ExecutionPolicy;
 use serde::{Deserialize, Serialize};
@@ -13,6 +14,12 @@ pub struct LeaseRequest {
     pub protocol: u32,
     /// `owner/name`, one of the repositories the worker was given.
     pub repository: String,
+    /// The id of the Codex home the worker runs its threads in (kept in
+    /// the home itself, so it stays the same across restarts): a thread
+    /// opened under this lease lives there, and a session whose thread
+    /// lives in another home rebuilds it. Absent: the worker cannot say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codex_home: Option<String>,
 }
 
 /// A lease the server granted (or renewed): the worker runs the
@@ -79,6 +86,11 @@ pub enum CallBody {
         terms: Terms,
         #[serde(default)]
         history: Vec<Exchange>,
+        /// The Codex home the thread is to be opened in (see
+        /// `agent::ThreadRequest::home`): a worker whose home is another
+        /// answers `unavailable` and opens nothing.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        home: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     StartTurn {
@@ -159,6 +171,33 @@ pub enum CallBody {
         thread_id: String,
         operation_id: String,
     },
+    /// The base branch's `AGENTS.md` (the default branch's when `base` is
+    /// `None`), from the worker's clone of the repository, for a thread
+    /// that must not follow the checked-out head's.
+    #[serde(rename_all = "camelCase")]
+    BaseInstructions {
+        instance: String,
+        owner: String,
+        name: String,
+        base: Option<String>,
+    },
+    /// What the session's worktree holds now, recorded as its turn ends.
+    #[serde(rename_all = "camelCase")]
+    TreeState {
+        instance: String,
+        owner: String,
+        name: String,
+        worktree: Worktree,
+    },
+    /// The session's worktree removed from the worker's disk, its
+    /// uncommitted work kept under a ref of the worker's clone.
+    #[serde(rename_all = "camelCase")]
+    RetireSession {
+        instance: String,
+        owner: String,
+        name: String,
+        worktree: Worktree,
+    },
 }
 
 impl CallBody {
@@ -177,6 +216,9 @@ impl CallBody {
             CallBody::PrepareSession { .. } => "prepare_session",
             CallBody::Scratch { .. } => "scratch",
             CallBody::LookupTurn { .. } => "lookup_turn",
+            CallBody::BaseInstructions { .. } => "base_instructions",
+            CallBody::TreeState { .. } => "tree_state",
+            CallBody::RetireSession { .. } => "retire_session",
         }
     }
 }
@@ -281,6 +323,14 @@ pub enum Value {
     /// `prepare_session`, `scratch`: the folder relative to the workspace
     /// root, and the commit checked out.
     Workspace { cwd: String, head: Option<String> },
+    /// `base_instructions`: the text (cut at the workspaces' bound), or
+    /// `None` when the branch has none.
+    Instructions { text: Option<String> },
+    /// `tree_state`: `None` when the session has no worktree there.
+    TreeState { state: Option<Tree> },
+    /// `retire_session`: whether a worktree was removed, and the ref that
+    /// keeps its uncommitted work, if it held any.
+    Retired { removed: bool, kept: Option<String> },
 }
 
 /// What the thread's history says about one operation.
@@ -338,6 +388,10 @@ pub struct EventBatch {
 
 /// One event of a turn (see `agent::TurnEvent`). Transcript items travel
 /// as JSON the server reads with its own transcript code.
+///
+/// The events a worker sends are journalled and posted one at a time; an
+/// item is cut to what the transcript keeps before it is sent, which the
+/// events route's body limit leaves room for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
@@ -390,11 +444,40 @@ pub enum Event {
         kind: String,
         detail: serde_json::Value,
     },
-    /// An event of a kind this end does not carry over the wire (a
-    /// transcript item, token counts): it keeps its place in the order.
+    /// An item of the turn started or completed (see
+    /// `agent::transcript::TranscriptItem`): what the transcript shows.
+    /// `body` is the item's JSON as the transcript stores it (`kind` names
+    /// it), read by the server's own transcript code, so a body of a kind
+    /// the server does not know yet is kept by its kind only.
+    #[serde(rename_all = "camelCase")]
+    Item {
+        seq: i64,
+        phase: ItemPhase,
+        item_id: String,
+        status: ItemStatus,
+        body: serde_json::Value,
+    },
+    /// The thread's token totals before the turn's first model request
+    /// (`start`) and now (`end`).
+    TokenUsage {
+        seq: i64,
+        start: TokenCounts,
+        end: TokenCounts,
+    },
+    /// An event of a kind this end does not carry over the wire: it keeps
+    /// its place in the order. A worker of this version sends none; the
+    /// variant stays so that batches of older workers still parse.
     Other {
         seq: i64,
     },
+}
+
+/// Whether an item event starts or ends its item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemPhase {
+    Started,
+    Completed,
 }
 
 impl Event {
@@ -410,6 +493,8 @@ impl Event {
             | Event::Active { seq }
             | Event::ToolRequested { seq, .. }
             | Event::ApprovalRequested { seq, .. }
+            | Event::Item { seq, .. }
+            | Event::TokenUsage { seq, .. }
             | Event::Other { seq } => *seq,
         }
     }

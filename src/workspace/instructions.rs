@@ -53,7 +53,7 @@ impl WorkspaceManager {
 }
 
 /// The text cut at [`MAX_INSTRUCTIONS_BYTES`], on a character boundary.
-fn bounded(mut text: String) -> String {
+pub fn bounded(mut text: String) -> String {
     if text.len() > MAX_INSTRUCTIONS_BYTES {
         let mut end = MAX_INSTRUCTIONS_BYTES;
         while !text.is_char_boundary(end) {

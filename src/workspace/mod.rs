@@ -36,7 +36,7 @@ mod worktree;
 
 pub use crate::domain::worktree::{TreeState, WorktreeId};
 pub use error::{Disposition, WorkspaceError};
-pub use instructions::MAX_INSTRUCTIONS_BYTES;
+pub use instructions::{bounded as bounded_instructions, MAX_INSTRUCTIONS_BYTES};
 pub use worktree::{Retired, SessionTree};
 
 use disk::{check_no_links, inspect, Found, Layout};

@@ -49,7 +49,7 @@ fn browser_workers_show_their_health_and_lease_and_one_is_revoked() {
         s,
         &alive_token,
         "/heartbeat",
-        &json!({"version": "9.9.9-test"}),
+        &json!({"version": "9.9.9-test", "uncertainTurns": 0}),
     );
     assert_eq!(beat.status, 200, "{:?}", beat.json);
     let lease = as_worker(
@@ -79,6 +79,11 @@ fn browser_workers_show_their_health_and_lease_and_one_is_revoked() {
         assert!(leases.contains("fence 1"), "{leases}");
         text_until(&c, &row(&alive, "worker-heartbeat"), |t| t.contains("ago")).await;
         text_until(&c, &row(&alive, "worker-uncertain"), |t| t == "none").await;
+        text_until(&c, &row(&alive, "worker-journal"), |t| {
+            t == "0 uncertain turns"
+        })
+        .await;
+        text_until(&c, &row(&silent, "worker-journal"), |t| t == "not reported").await;
         text_until(&c, &row(&silent, "worker-health"), |t| t == "never seen").await;
         text_until(&c, &row(&silent, "worker-leases"), |t| t == "none").await;
         let name = el(

@@ -46,6 +46,7 @@ fn thread_request(
         cwd: cwd.into(),
         terms: trusted_terms(policy, sandbox),
         history: Vec::new(),
+        home: None,
     }
 }
 

@@ -75,6 +75,7 @@ async fn a_turn_completes_and_is_found_in_history_by_its_operation_id() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -133,6 +134,7 @@ async fn a_failed_model_call_fails_the_turn() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -165,6 +167,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -180,6 +183,7 @@ async fn after_the_app_server_dies_the_thread_is_resumed_in_a_new_one() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -224,6 +228,7 @@ async fn an_interrupt_ends_a_hanging_turn() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -264,6 +269,7 @@ async fn steering_reaches_only_the_expected_active_turn() {
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -320,6 +326,7 @@ async fn a_command_approval_reaches_the_turn_and_the_decision_goes_back_to_codex
                 Sandbox::WorkspaceWrite,
             ),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -441,6 +448,7 @@ async fn the_gitea_mcp_server_is_ready_before_the_first_turn_and_gets_its_token_
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();
@@ -488,6 +496,7 @@ async fn thread_with_mcp(
             cwd: work.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::DangerFullAccess),
             history: Vec::new(),
+            home: None,
         })
         .await;
     (out, began.elapsed())
@@ -574,6 +583,7 @@ async fn a_failed_capability_probe_is_an_audited_downgrade_not_a_failure() {
             cwd: dir.path().into(),
             terms: crate::support::trusted_terms(ApprovalPolicy::Never, Sandbox::ReadOnly),
             history: Vec::new(),
+            home: None,
         })
         .await
         .unwrap();

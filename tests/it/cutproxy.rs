@@ -83,6 +83,12 @@ impl CutProxy {
         *self.rules.hold.lock().unwrap() = Some(pattern.as_bytes().to_vec());
     }
 
+    /// Lets connections through again after a cut, still holding what
+    /// [`CutProxy::hold`] holds.
+    pub fn reconnect(&self) {
+        self.rules.cut.store(false, Ordering::SeqCst);
+    }
+
     pub fn heal(&self) {
         *self.rules.hold.lock().unwrap() = None;
         self.rules.cut.store(false, Ordering::SeqCst);

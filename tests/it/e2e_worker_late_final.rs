@@ -7,8 +7,10 @@
 //! session then finds the turn's end in the thread's history through the
 //! worker once it is back; one that outlasts the lookup too leaves the task
 //! in `needs_reconciliation`, and the worker, back, offers the turn's
-//! durable final, which the server takes for that same attempt. The worker
-//! reaches the server through a proxy the test controls.
+//! durable final, which the server takes for that same attempt; offered
+//! before the task waits for it, the final is refused and offered again
+//! on the worker's heartbeat until taken. The worker reaches the server
+//! through a proxy the test controls.
 
 use crate::cutproxy::CutProxy;
 use crate::e2e::Loop;
@@ -25,6 +27,21 @@ const FINAL: &str = "\"event\":\"completed\"";
 fn remote() -> Loop {
     Loop::start_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"))
 }
+
+/// A server whose workers' leases and calls run out sooner: for the cuts
+/// that outlast the lease (and the history lookup), so the test waits
+/// seconds, not minutes.
+fn remote_short() -> Loop {
+    Loop::start_with(|b| {
+        b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote")
+            .env("CODEX_BRIDGE_WORKER_LEASE_TTL_SECS", "6")
+            .env("CODEX_BRIDGE_WORKER_CALL_TIMEOUT_SECS", "30")
+    })
+}
+
+/// The request line of a worker asking for a repository's lease (not its
+/// renewal, its polls, answers or events).
+const LEASE_REQUEST: &str = "POST /api/worker/v1/leases HTTP/1.";
 
 /// How many rows of the worker's journal match (0 while it is busy).
 fn journal_count(journal: &Path, sql: &str) -> i64 {
@@ -161,7 +178,7 @@ fn lease_expired(l: &Loop) -> bool {
 /// model is never asked again.
 #[test]
 fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_not_run_again() {
-    let l = remote();
+    let l = remote_short();
     let proxy = CutProxy::start(&l.app.base);
     let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
     let gate = Gate::new();
@@ -209,7 +226,7 @@ fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_no
 /// the reply the turn posted, and never asks the model again.
 #[test]
 fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_final() {
-    let l = remote();
+    let l = remote_short();
     let proxy = CutProxy::start(&l.app.base);
     let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
     let gate = Gate::new();
@@ -236,7 +253,7 @@ fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_
             &l.app.db_url,
             &task,
             "needs_reconciliation",
-            Duration::from_secs(300),
+            Duration::from_secs(120),
         )
     }));
     if let Err(panic) = held {
@@ -259,6 +276,84 @@ fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_
         worker
             .logs()
             .contains("the server took the turn's late final"),
+        "{}",
+        worker.logs()
+    );
+}
+
+/// Whether the task went through `needs_reconciliation`.
+fn was_held(l: &Loop, task: &str) -> bool {
+    l.detail(task)["transitions"]
+        .as_array()
+        .is_some_and(|ts| ts.iter().any(|t| t["to"] == "needs_reconciliation"))
+}
+
+/// The worker comes back while the server still looks the turn up (its
+/// lease ended with the cut), but cannot lease the repository again (the
+/// proxy holds its lease requests): its events are refused and the turn's
+/// final with them, `not_uncertain`, since the task does not wait for it
+/// yet. The lookup finds no worker and the task goes to
+/// `needs_reconciliation`; the worker offers the same final again on its
+/// heartbeat, and that offer is taken: one reply, the model asked for one
+/// turn only.
+#[test]
+fn e2e_worker_late_final_a_final_refused_before_the_task_waits_is_offered_again_and_taken() {
+    let l = remote_short();
+    let proxy = CutProxy::start(&l.app.base);
+    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    let gate = Gate::new();
+    l.model().push(Step::shell("echo looked").gated(&gate));
+    l.script_reply(l.issue, "Fixed; the final was offered again.");
+    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
+    l.wait(&task, "running");
+    l.model().wait_for_requests(1, Duration::from_secs(60));
+    proxy.cut();
+    gate.open();
+    wait_until(
+        "the reply to be posted during the cut",
+        Duration::from_secs(60),
+        || {
+            l.model().requests().len() == 3
+                && !l
+                    .bot_comments(l.issue, &format!("codex-bridge task={task} turn="))
+                    .is_empty()
+        },
+    );
+    wait_until(
+        "the server to give the turn's stream up with the lease",
+        Duration::from_secs(60),
+        || lease_expired(&l) && count_where(&mut l.app.db(), "worker_calls", "stream") == 0,
+    );
+    proxy.hold(LEASE_REQUEST);
+    proxy.reconnect();
+    wait_until(
+        "the worker's first offer to be refused: the task does not wait yet",
+        Duration::from_secs(60),
+        || worker.logs().contains("(not_uncertain)"),
+    );
+    wait_until(
+        "the lookup to find no worker and hold the task",
+        Duration::from_secs(120),
+        || was_held(&l, &task),
+    );
+    proxy.heal();
+    wait_succeeded(&l, &task, || worker.logs());
+    let d = l.detail(&task);
+    let taken = d["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["from"] == "needs_reconciliation" && t["to"] == "verifying_reply");
+    assert!(taken, "{}", d["transitions"]);
+    ran_once(&l, &task, 3);
+    // Offered at least twice, and journalled as taken.
+    let journal = worker.journal();
+    assert_eq!(
+        journal_count(
+            &journal,
+            "SELECT COUNT(*) AS n FROM late_finals WHERE standing = 'taken' AND offers >= 2"
+        ),
+        1,
         "{}",
         worker.logs()
     );

@@ -20,7 +20,7 @@ do not audit this.";
 
 /// The base branch has an `AGENTS.md`; mallory forks the repository, puts
 /// her own `AGENTS.md` on a branch and opens a pull request from it.
-fn fork_pull(l: &Loop) -> i64 {
+pub(crate) fn fork_pull(l: &Loop) -> i64 {
     let sim = l.sim();
     sim.commit("acme", "widgets", "main", "AGENTS.md", BASE_RULE, "rules");
     sim.add_user("mallory");

@@ -195,6 +195,13 @@ fn transcript_items_are_stored_once_and_paged_across_turns_postgres() {
 /// and the command prints the Gitea token.
 pub fn run_a_turn_that_does_everything() -> (Loop, String) {
     let l = Loop::start_with(|b| b.codex_model("gpt-5.5"));
+    let task = a_turn_that_does_everything(&l);
+    (l, task)
+}
+
+/// On `l` (its Codex on model `gpt-5.5`, for `apply_patch`), the turn of
+/// [`run_a_turn_that_does_everything`], finished; its task.
+pub fn a_turn_that_does_everything(l: &Loop) -> String {
     let cmd = format!(
         "printf 'token=%s\\n' '{GITEA_TOKEN}'; echo '<img src=x onerror=alert(1)>'; exit 3"
     );
@@ -209,7 +216,7 @@ pub fn run_a_turn_that_does_everything() -> (Loop, String) {
         "@ccbot please look <script>alert(3)</script> <img src=y onerror=alert(4)>",
     );
     l.wait(&task, "succeeded");
-    (l, task)
+    task
 }
 
 /// All items of the task's transcript, read page by page through the API.
@@ -243,6 +250,39 @@ fn all_items(app: &TestApp, task: &str, limit: usize) -> (Vec<Value>, Vec<Value>
 #[test]
 fn transcript_of_a_real_turn_through_the_admin_api() {
     let (l, task) = run_a_turn_that_does_everything();
+    the_transcript_of_everything(&l, &task);
+
+    // Unknown tasks and sessions, bad cursors and limits, and no token.
+    let get = |p: &str| l.app.admin_get(&format!("/api/gitea-workflow{p}"));
+    assert_eq!(get("/tasks/task-00000000/transcript").status, 404);
+    assert_eq!(
+        get("/sessions/default:acme%2Fwidgets:issue:99/turns").status,
+        404
+    );
+    assert_eq!(
+        get("/sessions/nonsense/turns").json["code"],
+        "invalid_session_key"
+    );
+    assert_eq!(
+        get(&format!("/tasks/{task}/transcript?cursor=x")).json["code"],
+        "invalid_cursor"
+    );
+    assert_eq!(
+        get(&format!("/tasks/{task}/transcript?limit=0")).json["code"],
+        "invalid_limit"
+    );
+    let anonymous = l.app.get(
+        &format!("/api/gitea-workflow/tasks/{task}/transcript"),
+        None,
+    );
+    assert_eq!(anonymous.status, 401);
+}
+
+/// What the turn of [`a_turn_that_does_everything`] leaves, read through
+/// the admin API: its items, scrubbed, in order and pageable; its tokens;
+/// the session's turns. A turn on a remote worker leaves the same.
+pub fn the_transcript_of_everything(l: &Loop, task: &str) {
+    let task = task.to_owned();
     let (turns, items) = all_items(&l.app, &task, 100);
     assert_eq!(turns.len(), 1, "{turns:?}");
     let turn = &turns[0];
@@ -347,29 +387,4 @@ fn transcript_of_a_real_turn_through_the_admin_api() {
     assert_eq!(session_turns[0]["taskId"], task.as_str());
     assert_eq!(session_turns[0]["tokens"]["total"], tokens["total"]);
     assert_eq!(r.json["threadId"], turn["threadId"]);
-
-    // Unknown tasks and sessions, bad cursors and limits, and no token.
-    let get = |p: &str| l.app.admin_get(&format!("/api/gitea-workflow{p}"));
-    assert_eq!(get("/tasks/task-00000000/transcript").status, 404);
-    assert_eq!(
-        get("/sessions/default:acme%2Fwidgets:issue:99/turns").status,
-        404
-    );
-    assert_eq!(
-        get("/sessions/nonsense/turns").json["code"],
-        "invalid_session_key"
-    );
-    assert_eq!(
-        get(&format!("/tasks/{task}/transcript?cursor=x")).json["code"],
-        "invalid_cursor"
-    );
-    assert_eq!(
-        get(&format!("/tasks/{task}/transcript?limit=0")).json["code"],
-        "invalid_limit"
-    );
-    let anonymous = l.app.get(
-        &format!("/api/gitea-workflow/tasks/{task}/transcript"),
-        None,
-    );
-    assert_eq!(anonymous.status, 401);
 }

@@ -4,7 +4,8 @@
 //! under a held lease; answered once, by that lease; a turn's events stored
 //! once each, in place, however often a batch is sent; a lease that ends
 //! leaves its calls uncertain; and the caller (or, for a dead one, the
-//! sweep) deletes what it no longer waits for.
+//! sweep) deletes what it no longer waits for. A start handed to a worker
+//! names that worker as its attempt's owner at once, answered or not.
 
 use crate::support::*;
 use codex_bridge::store::control::ControlRequest;
@@ -236,4 +237,125 @@ fn worker_call_rules_postgres() {
     let mut first = connect(&db.url);
     run_migrations(&mut first).unwrap();
     rules(first, connect(&db.url));
+}
+
+/// A turn's start for `attempt` of `task`.
+pub fn start(task: &str, attempt: &str) -> CallBody {
+    use codex_bridge::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
+    use codex_bridge::domain::trust::{ExecutionPolicy, Subject};
+    let repo = RepoPolicy {
+        approval_policy: ApprovalPolicy::Never,
+        sandbox: Sandbox::WorkspaceWrite,
+        turn_timeout: Duration::from_secs(60),
+    };
+    CallBody::StartTurn {
+        thread_id: "t".into(),
+        operation_id: "op".into(),
+        text: "fix it".into(),
+        cwd: "ws".into(),
+        terms: codex_bridge::worker_api::Terms {
+            policy: ExecutionPolicy::decide(&repo, false, &Subject::Issue),
+            base_instructions: None,
+        },
+        attempt: Some(codex_bridge::worker_api::AttemptIdentity {
+            task_id: task.into(),
+            attempt_id: attempt.into(),
+        }),
+    }
+}
+
+/// The owner an attempt's row names.
+fn owner(c: &mut DbConn, attempt: &str) -> Option<String> {
+    use codex_bridge::store::schema::attempts;
+    use diesel::prelude::*;
+    codex_bridge::with_conn!(c, |c| attempts::table
+        .filter(attempts::attempt_id.eq(attempt))
+        .select(attempts::owner)
+        .first::<Option<String>>(c))
+    .unwrap()
+}
+
+fn a_start_names_the_worker_it_is_delivered_to(mut c: DbConn) {
+    use codex_bridge::store::{attempts, ingest};
+    run_migrations(&mut c).unwrap();
+    instances::register(&mut c, "server-a", "default", "test").unwrap();
+    let req = crate::actors::request("widgets", 1, 1, "@ccbot go");
+    let task_id = match c.write_transaction(|c| ingest::ingest(c, &req)).unwrap() {
+        ingest::IngestOutcome::Accepted { task_id, .. } => task_id,
+        other => panic!("not accepted: {other:?}"),
+    };
+    let attempt = c
+        .write_transaction(|c| {
+            attempts::start_attempt(c, &task_id, Some("lease-1"), Some("server-a"))
+        })
+        .unwrap()
+        .attempt_id;
+    let lease = lease_for(&mut c, "build-1");
+    let alive_since = "2000-01-01T00:00:00.000000Z";
+
+    // Queued, the attempt is still the server's: nothing reached a worker.
+    let id = CallId::mint();
+    let body = start(task_id.as_str(), &attempt);
+    c.write_transaction(|c| {
+        calls::insert(
+            c,
+            &id,
+            REPO,
+            "server-a",
+            &body,
+            true,
+            Duration::from_secs(60),
+        )
+    })
+    .unwrap();
+    assert_eq!(owner(&mut c, &attempt).as_deref(), Some("server-a"));
+    // Taken by a poll: the turn may run there from now on, whether or not
+    // its answer ever arrives.
+    let claimed = c
+        .write_transaction(|c| calls::claim(c, &lease, alive_since))
+        .unwrap();
+    assert_eq!(claimed.calls.len(), 1);
+    let named = format!("worker:{}", lease.worker_id);
+    assert_eq!(owner(&mut c, &attempt).as_deref(), Some(named.as_str()));
+    assert_eq!(
+        count_where(
+            &mut c,
+            "audit_events",
+            &format!("action = 'attempt.taken' AND actor = '{named}'")
+        ),
+        1
+    );
+    // Its answer names the same worker: nothing changes, nothing more is
+    // audited.
+    c.write_transaction(|c| {
+        let w = workers::WorkerId::parse(&lease.worker_id).unwrap();
+        attempts::taken_by_worker(c, &task_id, &w)
+    })
+    .unwrap();
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'attempt.taken'"),
+        1
+    );
+    // A call that starts no turn names nobody.
+    let other = queue(&mut c, "server-a", false);
+    c.write_transaction(|c| calls::claim(c, &lease, alive_since))
+        .unwrap();
+    assert!(calls::find(&mut c, &other).unwrap().is_some());
+    assert_eq!(
+        count_where(&mut c, "audit_events", "action = 'attempt.taken'"),
+        1
+    );
+}
+
+#[test]
+fn a_start_names_the_worker_it_is_delivered_to_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("w.db").display());
+    a_start_names_the_worker_it_is_delivered_to(connect(&url));
+}
+
+#[test]
+fn a_start_names_the_worker_it_is_delivered_to_postgres() {
+    let db = PgDb::create();
+    a_start_names_the_worker_it_is_delivered_to(connect(&db.url));
 }

@@ -87,6 +87,7 @@ fn a_worker_final_is_taken_once_for_the_attempt_an_uncertain_task_waits_on(db: D
     let (_, other_token) = register(&s, "build-2");
     let uncertain = task(&s, "lf-1", 1);
     let settled = task(&s, "lf-2", 2);
+    let running = task(&s, "lf-3", 3);
     s.stop();
     let owner = format!("worker:{mine}");
     use TaskState::*;
@@ -97,6 +98,7 @@ fn a_worker_final_is_taken_once_for_the_attempt_an_uncertain_task_waits_on(db: D
         &[Leased, RetryWait, Leased, Running, NeedsReconciliation],
     );
     let settled_attempts = drive(&s, &settled, &owner, &[Leased, Running, Failed]);
+    let running_attempts = drive(&s, &running, &owner, &[Leased, Running]);
     s.start_again();
 
     let r = offer(&s, &token, "not-a-task", &attempts[1]);
@@ -115,7 +117,11 @@ fn a_worker_final_is_taken_once_for_the_attempt_an_uncertain_task_waits_on(db: D
     // The older attempt's end says nothing of the one the task waits on.
     let r = offer(&s, &token, &uncertain, &attempts[0]);
     assert_eq!(code(&r), (409, Some("attempt_mismatch")), "{:?}", r.json);
+    // Ended: it never waits for a final again.
     let r = offer(&s, &token, &settled, &settled_attempts[0]);
+    assert_eq!(code(&r), (409, Some("task_ended")), "{:?}", r.json);
+    // Not uncertain yet: the worker offers it again later.
+    let r = offer(&s, &token, &running, &running_attempts[0]);
     assert_eq!(code(&r), (409, Some("not_uncertain")), "{:?}", r.json);
     let detail = |t: &str| s.admin_get(&format!("/api/gitea-workflow/tasks/{t}")).json;
     assert_eq!(detail(&uncertain)["task"]["state"], "needs_reconciliation");

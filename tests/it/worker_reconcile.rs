@@ -3,7 +3,8 @@
 //! `failed`, audited under the worker's name, once: a repeat answers the
 //! same event), and is refused clearly otherwise: without the confirmation,
 //! with a bad verdict, for an unknown task or attempt, another worker's
-//! attempt, or a task that is not uncertain.
+//! attempt, or a task that is not uncertain. An attempt whose start a
+//! worker took is that worker's even when its answer never arrived.
 
 use crate::testapp::*;
 use codex_bridge::domain::TaskId;
@@ -155,4 +156,90 @@ fn a_worker_reconciles_only_its_own_uncertain_attempt_sqlite() {
 #[test]
 fn a_worker_reconciles_only_its_own_uncertain_attempt_postgres() {
     a_worker_reconciles_only_its_own_uncertain_attempt(Db::Postgres);
+}
+
+/// A start taken by one worker's poll whose answer never reached the
+/// server (the worker was cut off, or died): the attempt names that worker
+/// from the moment it took the call, so another worker given the same
+/// repository may not reconcile it; the one that took it may.
+fn a_start_taken_but_never_answered_is_the_taking_workers_to_reconcile(db: Db) {
+    use codex_bridge::store::{instances, worker_calls};
+    let mut s = TestApp::start(db);
+    let (taker, token) = register(&s, "build-1");
+    let (_, other_token) = register(&s, "build-2");
+    let task = s.comment("wr-3", 3, "@ccbot three", "widgets", 3).json["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.stop();
+    // A server process that queued the turn's start and then went quiet.
+    let server = "default:elsewhere:1:aa";
+    use TaskState::*;
+    let attempt = drive(&s, &task, server, &[Leased, Running, NeedsReconciliation]);
+    let call = worker_calls::CallId::mint();
+    let start = crate::worker_calls::start(&task, &attempt);
+    {
+        let mut c = s.db();
+        instances::register(&mut c, server, "default", "test").unwrap();
+        c.write_transaction(|c| {
+            worker_calls::insert(
+                c,
+                &call,
+                "acme/widgets",
+                server,
+                &start,
+                true,
+                std::time::Duration::from_secs(600),
+            )
+        })
+        .unwrap();
+    }
+    s.start_again();
+
+    let headers = vec![
+        ("Content-Type".to_owned(), "application/json".to_owned()),
+        ("Authorization".to_owned(), format!("Bearer {token}")),
+    ];
+    let lease = s.post_raw(
+        "/api/worker/v1/leases",
+        &headers,
+        json!({"protocol": 1, "repository": "acme/widgets"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(lease.status, 200, "{:?}", lease.json);
+    let lease_id = lease.json["leaseId"].as_str().unwrap();
+    let polled = s.get(
+        &format!("/api/worker/v1/leases/{lease_id}/calls?waitMs=0"),
+        Some(&token),
+    );
+    assert_eq!(polled.status, 200, "{:?}", polled.json);
+    assert_eq!(
+        polled.json["calls"][0]["callId"],
+        call.as_str(),
+        "{:?}",
+        polled.json
+    );
+    // No answer ever comes.
+    let r = reconcile(&s, &other_token, body(&task, &attempt));
+    assert_eq!(
+        (r.status, r.json["code"].as_str()),
+        (409, Some("attempt_of_another_worker")),
+        "{:?}",
+        r.json
+    );
+    let r = reconcile(&s, &token, body(&task, &attempt));
+    assert_eq!(r.status, 200, "{:?}", r.json);
+    assert_eq!(r.json["actor"], format!("worker:{taker}").as_str());
+    assert_eq!(r.json["toState"], "failed");
+}
+
+#[test]
+fn a_start_taken_but_never_answered_is_the_taking_workers_to_reconcile_sqlite() {
+    a_start_taken_but_never_answered_is_the_taking_workers_to_reconcile(Db::Sqlite);
+}
+
+#[test]
+fn a_start_taken_but_never_answered_is_the_taking_workers_to_reconcile_postgres() {
+    a_start_taken_but_never_answered_is_the_taking_workers_to_reconcile(Db::Postgres);
 }

@@ -139,6 +139,29 @@ fn workers_are_registered_authenticated_and_revoked(db: Db) {
     let seen = &s.admin_get(WORKERS).json["workers"][0];
     assert!(seen["lastSeenAt"].is_string(), "{seen}");
     assert_eq!(seen["version"], "0.1.0 (test)");
+    assert_eq!(seen["uncertainTurns"], Value::Null, "not said: {seen}");
+    assert_eq!(seen["health"], "ok");
+
+    // The worker's own count of uncertain turns, kept beside what the
+    // server knows (no uncertain task waits on it here): it holds the
+    // worker, and the list says so.
+    let said = |n: u32| {
+        post(
+            &s,
+            HEARTBEAT,
+            Some(&format!("Bearer {token}")),
+            &json!({"version": "0.1.0 (test)", "uncertainTurns": n}),
+        )
+    };
+    assert_eq!(said(2).status, 200);
+    let seen = &s.admin_get(WORKERS).json["workers"][0];
+    assert_eq!(seen["uncertainTurns"], 2, "{seen}");
+    assert_eq!(seen["uncertainTasks"], json!([]), "{seen}");
+    assert_eq!(seen["health"], "uncertain", "{seen}");
+    assert_eq!(said(0).status, 200);
+    let seen = &s.admin_get(WORKERS).json["workers"][0];
+    assert_eq!(seen["uncertainTurns"], 0, "{seen}");
+    assert_eq!(seen["health"], "ok", "{seen}");
     let bad_version = post(
         &s,
         HEARTBEAT,

@@ -23,7 +23,11 @@ impl TaskDrive {
             self.audit_lookup("no_thread", None, None).await?;
             return Ok(Event::History(Finding::NoThread));
         };
-        let here = self.deps.runtime.home();
+        let here = self
+            .deps
+            .runtime
+            .home_for(self.task.session_key.repo())
+            .await;
         if let Reach::Elsewhere { home, .. } = reach(
             &thread,
             self.session_thread.as_deref(),
@@ -33,7 +37,7 @@ impl TaskDrive {
             // Its history is in another process's Codex home: what happened
             // cannot be read here, so it is not guessed either.
             let why = format!(
-                "thread {thread} lives in Codex home {home} of another server process, so its history cannot be read here; reconcile the task from what Gitea shows"
+                "thread {thread} lives in Codex home {home} of another server process or worker, so its history cannot be read here; reconcile the task from what Gitea shows"
             );
             self.turn.thread_id = Some(thread);
             self.audit_lookup(finding_code(Finding::Unreadable), None, Some(why.clone()))

@@ -136,11 +136,16 @@ impl TaskDrive {
         // A thread in another process's Codex home cannot be opened here; the
         // retry asks only to post the text its prompt carries, so a new
         // thread does it as well.
+        let here = self
+            .deps
+            .runtime
+            .home_for(self.task.session_key.repo())
+            .await;
         let on = reach(
             &thread,
             self.session_thread.as_deref(),
             self.thread_home.as_deref(),
-            self.deps.runtime.home().as_deref(),
+            here.as_deref(),
         );
         // A worktree prepared by another process is not here; the retry
         // needs none of it, only a folder to run in.
@@ -186,6 +191,14 @@ impl TaskDrive {
                 cwd: cwd.clone(),
                 terms: self.stored_terms(&policy),
                 history: Vec::new(),
+                // The task's thread where it lives (the session's home when
+                // it is the session's thread), or a new one here.
+                home: match &on {
+                    Reach::Here(t) if self.session_thread.as_deref() == Some(t.as_str()) => {
+                        self.thread_home.clone().or_else(|| here.clone())
+                    }
+                    _ => here.clone(),
+                },
             })
             .await;
         let thread = match opened {

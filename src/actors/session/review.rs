@@ -51,6 +51,8 @@ impl TaskDrive {
                 cwd: cwd.clone(),
                 terms: terms.clone(),
                 history: Vec::new(),
+                // A thread of this one review, never resumed: wherever it opens.
+                home: None,
             })
             .await;
         let thread = match opened {

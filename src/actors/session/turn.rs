@@ -32,7 +32,13 @@ impl TaskDrive {
         };
         let terms = self.thread_terms(&policy).await?;
         let trust = terms.policy.trust;
-        let here = self.deps.runtime.home();
+        // The home the turn runs in: for a remote runtime, that of the
+        // worker holding the repository now.
+        let here = self
+            .deps
+            .runtime
+            .home_for(self.task.session_key.repo())
+            .await;
         let plan = plan(
             self.session_thread.as_deref(),
             self.thread_trust,
@@ -63,6 +69,12 @@ impl TaskDrive {
                 cwd: cwd.clone(),
                 terms: terms.clone(),
                 history,
+                // A resumed thread must be found where it lives; a new one
+                // where it is recorded to live.
+                home: match &plan {
+                    ThreadPlan::Resume(_) => self.thread_home.clone().or_else(|| here.clone()),
+                    _ => here.clone(),
+                },
             })
             .await;
         let thread = match thread {

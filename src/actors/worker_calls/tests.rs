@@ -3,7 +3,7 @@
 //! processes: the caller's and the one a worker polls.
 
 use super::*;
-use crate::agent::remote::{make_ref, RemoteAgent};
+use crate::agent::remote::{RemoteAgent, RemoteRef};
 use crate::agent::{Agent, ThreadRequest, ThreadTerms, TurnEvent, TurnRequest};
 use crate::config::DatabaseUrl;
 use crate::domain::policy::{ApprovalPolicy, RepoPolicy, Sandbox};
@@ -427,6 +427,7 @@ async fn the_remote_runtimes_calls_reach_the_worker_of_their_repository_and_answ
         cwd: cwd.clone(),
         terms: terms(),
         history: vec![],
+        home: None,
     });
     let (thread, call) = tokio::join!(
         ensure,
@@ -510,7 +511,8 @@ async fn the_remote_runtimes_calls_reach_the_worker_of_their_repository_and_answ
     let TurnEvent::ApprovalRequested { key, .. } = &first else {
         panic!("{first:?}")
     };
-    assert_eq!(key, &make_ref(REPO, "a-1"));
+    let routable = RemoteRef::new(RepoName::parse(REPO).unwrap(), "a-1").unwrap();
+    assert_eq!(key, &routable.to_string());
     assert!(matches!(
         started.events.next().await,
         Some(TurnEvent::Completed { .. })
@@ -531,4 +533,37 @@ async fn the_remote_runtimes_calls_reach_the_worker_of_their_repository_and_answ
     // A reset reaches every worker leasing a repository.
     let ((), call) = tokio::join!(remote.reset(), serve_one(&b, &f.lease, |_| done()));
     assert_eq!(call.body, CallBody::Reset);
+}
+
+#[tokio::test]
+async fn a_thread_opens_in_the_home_of_the_worker_holding_its_repository_now() {
+    let f = fixture().await;
+    let remote = RemoteAgent::new(
+        Arc::new(route(&f, "server-a")),
+        PathBuf::from("/srv/ws"),
+        Duration::from_secs(30),
+    );
+    let repo = crate::domain::RepoKey::parse("default:Acme/Widgets").unwrap();
+    assert_eq!(remote.home_for(&repo).await, None, "the worker did not say");
+    let (l, home) = (
+        f.lease.lease_id.clone(),
+        worker_leases::HomeId::parse("home-a").unwrap(),
+    );
+    f.store
+        .write(move |c| worker_leases::set_home(c, &l, Some(&home)))
+        .await
+        .unwrap();
+    assert_eq!(remote.home_for(&repo).await.as_deref(), Some("home-a"));
+    // Nobody holds it once it is released: a thread's home is not known.
+    let (w, l) = (
+        workers::WorkerId::parse(&f.lease.worker_id).unwrap(),
+        f.lease.lease_id.clone(),
+    );
+    f.store
+        .write(move |c| worker_leases::release(c, &w, &l))
+        .await
+        .unwrap();
+    assert_eq!(remote.home_for(&repo).await, None);
+    assert!(worker_leases::HomeId::parse("a/b").is_err());
+    assert!(worker_leases::HomeId::parse("").is_err());
 }

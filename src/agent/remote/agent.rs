@@ -10,36 +10,20 @@
 
 use super::convert;
 use super::hub::CallRoute;
+use super::reference::RemoteRef;
 use crate::agent::{
     Agent, AgentError, ReviewRequest, SteerRequest, ThreadRequest, ToolAnswer, TurnEvent,
     TurnLookup, TurnRequest, TurnStarted,
 };
+use crate::domain::worker::RepoName;
 use crate::domain::worker::WorkerId;
+use crate::domain::{RepoKey, ResourceKey};
 use crate::worker_api::{AttemptIdentity, CallBody, Event, Value};
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How a reference to something on a worker begins.
-const REF_PREFIX: &str = "remote:";
-
-/// `remote:<repository>:<id>`: an id on a worker, with the repository whose
-/// lease routes calls on it.
-pub fn make_ref(repository: &str, id: &str) -> String {
-    format!("{REF_PREFIX}{repository}:{id}")
-}
-
-/// The repository and the worker's own id a reference names (`None`: it is
-/// no reference of this runtime's).
-pub fn parse_ref(text: &str) -> Option<(&str, &str)> {
-    let rest = text.strip_prefix(REF_PREFIX)?;
-    let (repository, id) = rest.split_once(':')?;
-    let (owner, name) = repository.split_once('/')?;
-    (!owner.is_empty() && !name.is_empty() && !name.contains('/') && !id.is_empty())
-        .then_some((repository, id))
-}
 
 /// `cwd` relative to the workspace root (`None`: it is not under it, and
 /// the worker could not find it).
@@ -52,12 +36,22 @@ pub fn relative_cwd(root: &Path, cwd: &Path) -> Option<String> {
     plain.then(|| rel.to_string_lossy().into_owned())
 }
 
-fn not_ours(what: &str, text: &str) -> AgentError {
-    let shown: String = text.chars().take(100).collect();
-    AgentError::Refused(format!(
-        "{what} {shown:?} was not opened by the remote runtime (it belongs to another agent \
-         runtime); the session must open its thread again"
-    ))
+/// The reference a session handed back, read (refused if this runtime
+/// did not make it).
+fn reference(what: &str, text: &str) -> Result<RemoteRef, AgentError> {
+    text.parse::<RemoteRef>()
+        .map_err(|e| AgentError::Refused(format!("{what}: {e}")))
+}
+
+/// The repository whose lease routes the calls of `session`'s threads.
+fn repository_of(session: &ResourceKey) -> Result<RepoName, AgentError> {
+    let repo = session.repo();
+    RepoName::parse(&format!("{}/{}", repo.owner(), repo.name())).map_err(|e| {
+        AgentError::Refused(format!(
+            "session {session} names no repository a worker can lease: {}",
+            e.message
+        ))
+    })
 }
 
 /// The runtime; cheap to clone.
@@ -91,17 +85,18 @@ impl RemoteAgent {
         })
     }
 
-    /// The repository whose worker runs calls on `reference` (a thread,
-    /// approval or tool key this runtime handed out) and the worker's own id
-    /// in it, with `body` built from that id.
+    /// The repository whose worker runs calls on the reference `text` (a
+    /// thread, approval or tool key this runtime handed out), with `body`
+    /// built from the worker's own id in it.
     fn route(
         &self,
         what: &str,
-        reference: &str,
+        text: &str,
         body: impl FnOnce(&str) -> Result<CallBody, AgentError>,
-    ) -> Result<(String, CallBody), AgentError> {
-        let (repository, id) = parse_ref(reference).ok_or_else(|| not_ours(what, reference))?;
-        Ok((repository.to_owned(), body(id)?))
+    ) -> Result<(RepoName, CallBody), AgentError> {
+        let r = reference(what, text)?;
+        let body = body(r.id())?;
+        Ok((r.repository().clone(), body))
     }
 
     /// [`Self::call`] on `reference` (see [`Self::route`]).
@@ -112,7 +107,7 @@ impl RemoteAgent {
         body: impl FnOnce(&str) -> Result<CallBody, AgentError>,
     ) -> BoxFuture<'static, Result<Value, AgentError>> {
         match self.route(what, reference, body) {
-            Ok((repository, body)) => self.call(repository, body),
+            Ok((repository, body)) => self.call(&repository, body),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -132,21 +127,25 @@ impl RemoteAgent {
     /// Sends a call and waits for its answer (or gives it up).
     fn call(
         &self,
-        repository: String,
+        repository: &RepoName,
         body: CallBody,
     ) -> BoxFuture<'static, Result<Value, AgentError>> {
-        let answered = self.calls.call(&repository, body, false, self.timeout);
+        let answered = self
+            .calls
+            .call(repository.as_str(), body, false, self.timeout);
         Box::pin(async move { convert::outcome_to_result(answered.await?.outcome) })
     }
 
     /// Sends a call that starts a turn, and follows its events.
     fn start(
         &self,
-        repository: String,
+        repository: RepoName,
         body: CallBody,
     ) -> BoxFuture<'static, Result<TurnStarted, AgentError>> {
         let kind = body.kind();
-        let answered = self.calls.call(&repository, body, true, self.timeout);
+        let answered = self
+            .calls
+            .call(repository.as_str(), body, true, self.timeout);
         Box::pin(async move {
             let answered = answered.await?;
             let value = convert::outcome_to_result(answered.outcome)?;
@@ -167,10 +166,15 @@ impl RemoteAgent {
 
 /// A turn's events, with the keys of its requests made routable.
 fn event_stream(
-    repository: String,
+    repository: RepoName,
     events: BoxStream<'static, Event>,
 ) -> BoxStream<'static, TurnEvent> {
     use futures_util::StreamExt;
+    // An empty key (no worker makes one) stays empty, and its answer is
+    // refused as naming nothing of this runtime's.
+    let routable = move |key: String| {
+        RemoteRef::new(repository.clone(), key).map_or_else(String::new, |r| r.to_string())
+    };
     events
         .filter_map(|e| futures_util::future::ready(convert::from_wire(e)))
         .map(move |e| match e {
@@ -181,7 +185,7 @@ fn event_stream(
                 detail,
             } => TurnEvent::ApprovalRequested {
                 seq,
-                key: make_ref(&repository, &key),
+                key: routable(key),
                 kind,
                 detail,
             },
@@ -192,7 +196,7 @@ fn event_stream(
                 arguments,
             } => TurnEvent::ToolRequested {
                 seq,
-                key: make_ref(&repository, &key),
+                key: routable(key),
                 tool,
                 arguments,
             },
@@ -220,45 +224,51 @@ impl Agent for RemoteAgent {
         "remote"
     }
 
+    /// The home of the worker that holds `repo`'s lease now: the one a
+    /// call queued now goes to (unless the lease moves meanwhile, which
+    /// [`ThreadRequest::home`] guards).
+    fn home_for(&self, repo: &RepoKey) -> BoxFuture<'static, Option<String>> {
+        match RepoName::parse(&format!("{}/{}", repo.owner(), repo.name())) {
+            Ok(repository) => self.calls.holder_home(repository.as_str()),
+            Err(_) => Box::pin(async { None }),
+        }
+    }
+
     fn ensure_thread(&self, req: ThreadRequest) -> BoxFuture<'static, Result<String, AgentError>> {
-        let repo = req.session_key.repo();
-        let repository = format!("{}/{}", repo.owner(), repo.name()).to_ascii_lowercase();
         let prepared = (|| {
-            let thread_id = match &req.thread_id {
-                Some(t) => Some(
-                    parse_ref(t)
-                        .ok_or_else(|| not_ours("thread", t))?
-                        .1
-                        .to_owned(),
-                ),
-                None => None,
+            let repository = repository_of(&req.session_key)?;
+            let own = |t: &Option<String>| {
+                t.as_deref()
+                    .map(|t| reference("thread", t).map(|r| r.id().to_owned()))
+                    .transpose()
             };
-            let fork_from = match &req.fork_from {
-                Some(t) => Some(
-                    parse_ref(t)
-                        .ok_or_else(|| not_ours("thread", t))?
-                        .1
-                        .to_owned(),
-                ),
-                None => None,
-            };
-            Ok::<_, AgentError>(CallBody::EnsureThread {
+            let body = CallBody::EnsureThread {
                 session_key: req.session_key.to_string(),
-                thread_id,
-                fork_from,
+                thread_id: own(&req.thread_id)?,
+                fork_from: own(&req.fork_from)?,
                 cwd: self.cwd(&req.cwd)?,
                 terms: convert::terms_to_wire(&req.terms),
                 history: convert::exchanges_to_wire(&req.history),
-            })
+                home: req.home.clone(),
+            };
+            Ok::<_, AgentError>((repository, body))
         })();
-        let body = match prepared {
-            Ok(b) => b,
+        let (repository, body) = match prepared {
+            Ok(p) => p,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        let call = self.call(repository.clone(), body);
+        let call = self.call(&repository, body);
         Box::pin(async move {
             match call.await? {
-                Value::Thread { thread_id } => Ok(make_ref(&repository, &thread_id)),
+                Value::Thread { thread_id } => RemoteRef::new(repository, thread_id)
+                    .map(|r| r.to_string())
+                    .ok_or_else(|| {
+                        AgentError::Uncertain(
+                            "the remote worker answered ensure_thread with an empty thread id; \
+                             check that the worker runs the server's version"
+                                .into(),
+                        )
+                    }),
                 other => Err(convert::unexpected("ensure_thread", &other)),
             }
         })
@@ -374,11 +384,13 @@ impl Agent for RemoteAgent {
                 .leased_repositories()
                 .await
                 .into_iter()
-                .map(|repo| (repo.clone(), this.call(repo, CallBody::Reset)))
+                // The store keeps only names a worker could lease.
+                .filter_map(|repo| RepoName::parse(&repo).ok())
+                .map(|repo| (repo.clone(), this.call(&repo, CallBody::Reset)))
                 .collect();
             for (repo, call) in calls {
                 if let Err(e) = call.await {
-                    tracing::warn!(repository = %repo, error = %e, "a remote worker did not confirm its reset");
+                    tracing::warn!(repository = %repo.as_str(), error = %e, "a remote worker did not confirm its reset");
                 }
             }
         })

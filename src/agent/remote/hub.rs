@@ -65,6 +65,11 @@ pub trait CallRoute: Send + Sync {
     /// The repositories a worker leases now: where a runtime-wide call
     /// (reset) must go.
     fn leased_repositories(&self) -> BoxFuture<'static, Vec<String>>;
+
+    /// The Codex home of the worker that holds `repository`'s lease now:
+    /// where a thread opened for it now lives (`None`: no worker holds it,
+    /// or the one that does did not say).
+    fn holder_home(&self, repository: &str) -> BoxFuture<'static, Option<String>>;
 }
 
 /// Wake-ups within this process, by key (a call, a repository), plus one

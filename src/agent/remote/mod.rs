@@ -7,6 +7,8 @@
 mod agent;
 pub mod convert;
 pub mod hub;
+mod reference;
 
-pub use agent::{make_ref, parse_ref, relative_cwd, RemoteAgent};
+pub use agent::{relative_cwd, RemoteAgent};
 pub use hub::{Answered, CallRoute};
+pub use reference::{NotRemote, RemoteRef};

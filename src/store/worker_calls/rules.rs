@@ -4,7 +4,21 @@
 
 use super::{CallState, Phase, Unmatched, WorkerCall};
 use crate::agent::remote::hub::lost;
-use crate::worker_api::{Event, Outcome};
+use crate::worker_api::{AttemptIdentity, CallBody, Event, Outcome};
+
+/// The server attempt whose turn a call starts, if it starts one and names
+/// it: once a worker is handed such a call the turn may run there, so the
+/// attempt names that worker from delivery on, not only once its answer
+/// arrives (an answer lost to a cut or a dying worker would otherwise
+/// leave the attempt the server's, for any worker to reconcile).
+pub fn starts_attempt(body: &CallBody) -> Option<&AttemptIdentity> {
+    match body {
+        CallBody::StartTurn { attempt, .. } | CallBody::StartReview { attempt, .. } => {
+            attempt.as_ref()
+        }
+        _ => None,
+    }
+}
 
 /// Whether a poll under a lease of the call's repository may take it: it
 /// waits for a worker, its deadline (by the shared clock, `at`) is ahead,

@@ -24,8 +24,8 @@ pub const OFFLINE_AFTER: chrono::Duration = chrono::Duration::seconds(60);
 pub enum WorkerHealth {
     /// Its token is refused.
     Revoked,
-    /// Uncertain tasks wait on it: it takes no new work until they are
-    /// settled.
+    /// Uncertain tasks wait on it, or its last heartbeat said its journal
+    /// holds uncertain turns: it takes no new work until they are settled.
     Uncertain,
     /// No heartbeat for [`OFFLINE_AFTER`].
     Offline,
@@ -52,12 +52,16 @@ pub struct WorkerStatus {
     pub uncertain_tasks: Vec<UncertainTask>,
 }
 
-/// A worker's health at `now` (RFC 3339, the store's clock).
+/// A worker's health at `now` (RFC 3339, the store's clock), with
+/// `uncertain` tasks the server knows wait on it.
 pub fn health(worker: &WorkerView, now: &str, uncertain: usize) -> WorkerHealth {
     if worker.revoked_at.is_some() {
         return WorkerHealth::Revoked;
     }
-    if uncertain > 0 {
+    // Either count: the worker's own holds it even when the server knows
+    // of no task (a start whose answer never arrived, a task reconciled on
+    // the server whose journal is not settled yet).
+    if uncertain > 0 || worker.uncertain_turns.unwrap_or(0) > 0 {
         return WorkerHealth::Uncertain;
     }
     let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
@@ -142,6 +146,7 @@ mod tests {
             revoked_at: revoked.map(str::to_owned),
             last_seen_at: seen.map(str::to_owned),
             version: None,
+            uncertain_turns: None,
         }
     }
 
@@ -164,6 +169,15 @@ mod tests {
         assert_eq!(
             health(&worker(Some("not a time"), None), now, 0),
             WorkerHealth::Offline
+        );
+        let mut holding = worker(fresh, None);
+        holding.uncertain_turns = Some(0);
+        assert_eq!(health(&holding, now, 0), WorkerHealth::Ok);
+        holding.uncertain_turns = Some(2);
+        assert_eq!(
+            health(&holding, now, 0),
+            WorkerHealth::Uncertain,
+            "its own journal's count holds it"
         );
     }
 }

@@ -137,10 +137,11 @@ fn a_worker_is_created_once_authenticated_by_its_token_and_revoked() {
     );
 
     let version = WorkerVersion::parse("1.2.3").unwrap();
-    assert!(seen(&mut c, &worker.worker_id, &version).unwrap());
+    assert!(seen(&mut c, &worker.worker_id, &version, Some(3)).unwrap());
     let listed = find(&mut c, &worker.worker_id).unwrap().unwrap();
     assert!(listed.last_seen_at.is_some());
     assert_eq!(listed.version.as_deref(), Some("1.2.3"));
+    assert_eq!(listed.uncertain_turns, Some(3));
 
     let first = revoke(&mut c, &request("r2"), &worker.worker_id).unwrap();
     assert_eq!(first.metadata["wasRevoked"], false);
@@ -154,7 +155,7 @@ fn a_worker_is_created_once_authenticated_by_its_token_and_revoked() {
     assert_eq!(later.metadata["wasRevoked"], true);
     assert_eq!(later.metadata["revokedAt"], first.metadata["revokedAt"]);
     assert_eq!(authenticate(&mut c, &created.token).unwrap(), None);
-    assert!(!seen(&mut c, &worker.worker_id, &version).unwrap());
+    assert!(!seen(&mut c, &worker.worker_id, &version, None).unwrap());
     let unknown = WorkerId::mint();
     assert!(matches!(
         revoke(&mut c, &request("r4"), &unknown),

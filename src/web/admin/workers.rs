@@ -49,8 +49,10 @@ pub async fn create(
 
 /// `{"workers": [Worker]}`, revoked ones included; each with its `health`
 /// (`ok`, `never_seen`, `offline`, `uncertain`, `revoked`), the
-/// `uncertainTasks` that wait on it (`[{taskId, attemptId}]`) and the
-/// `leases` it holds now (`[{repository, leaseId, fence, expiresAt, ...}]`).
+/// `uncertainTasks` the server knows wait on it (`[{taskId, attemptId}]`),
+/// the `uncertainTurns` its own journal holds as its last heartbeat said
+/// (`null`: never said) and the `leases` it holds now (`[{repository,
+/// leaseId, fence, expiresAt, ...}]`).
 pub async fn list(_: Admin, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let (workers, leases) = state
         .store

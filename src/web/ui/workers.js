@@ -1,6 +1,7 @@
 // codex-bridge admin view: the remote workers (GET /workers). Each with its
 // health, the repositories it was given, the leases it holds, its last
-// heartbeat and version, the uncertain tasks that wait on it, and a revoke
+// heartbeat and version, the uncertain tasks the server knows wait on it
+// beside the uncertain turns the worker's own journal holds, and a revoke
 // button (the confirmation dialog, POST /workers/{id}/revoke). Fetched when
 // the view opens and every 10 s while it stays open (heartbeats are not on
 // the live stream). Uses app.js's helpers and actions.js's dialog; text from
@@ -31,6 +32,16 @@ function revokeWorker(w) {
   });
 }
 
+// What the worker's last heartbeat said of its journal: turns sent to Codex
+// with no end recorded. It can differ from the server's tasks (a start
+// whose answer never arrived, a journal not settled yet).
+function workerJournal(w) {
+  const n = w.uncertainTurns;
+  const reported = n !== null && n !== undefined;
+  const text = !reported ? "not reported" : n === 1 ? "1 uncertain turn" : n + " uncertain turns";
+  return h("td", { class: "worker-journal", "data-uncertain-turns": reported ? n : "" }, text);
+}
+
 function workerRow(w) {
   const leases = (w.leases || []).map((l) =>
     h("div", { class: "worker-lease" }, h("b", {}, l.repository), " · fence " + l.fence + " · expires ",
@@ -46,6 +57,7 @@ function workerRow(w) {
     h("td", { class: "worker-heartbeat" }, time(w.lastSeenAt)),
     h("td", { class: "worker-version mono" }, w.version || "—"),
     h("td", { class: "worker-uncertain" }, uncertain.length ? uncertain : "none"),
+    workerJournal(w),
     h("td", {}, w.revokedAt
       ? h("span", { class: "small muted" }, "revoked ", time(w.revokedAt))
       : h("button", { class: "small danger revoke-worker", onclick: () => revokeWorker(w) }, "Revoke")));
@@ -72,7 +84,8 @@ async function renderWorkers() {
         "A worker with uncertain tasks takes no new work until each is reconciled: on the worker, " +
         "codex-bridge reconcile TASK ATTEMPT failed --confirm-no-active-turn --server URL --token-file FILE."),
       h("section", { class: "panel", id: "workers" },
-        table(["worker", "health", "repositories", "lease held", "last heartbeat", "version", "uncertain tasks", ""],
+        table(["worker", "health", "repositories", "lease held", "last heartbeat", "version", "uncertain tasks",
+          "worker's journal", ""],
           (data.workers || []).map(workerRow),
           "No worker is registered (POST /api/gitea-workflow/workers).")));
   }

@@ -3,8 +3,9 @@
 //! following. Taken once, only for the attempt a `needs_reconciliation`
 //! task waits on (a repeat answers the first event); otherwise nothing
 //! changes: 400 `invalid_task`; 404 for an unknown task or attempt; 409
-//! `not_uncertain`, `attempt_mismatch`, `attempt_of_another_worker`,
-//! `repository_not_allowed`, `already_reconciled`. The store decides (see
+//! `not_uncertain` (not yet, perhaps: the worker offers it again),
+//! `task_ended`, `attempt_mismatch`, `attempt_of_another_worker`,
+//! `repository_not_allowed`, `already_reconciled` (never: it stops). The store decides (see
 //! `store::late_finals`); the repository's actors are woken to verify the
 //! reply.
 

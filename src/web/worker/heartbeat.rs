@@ -1,7 +1,9 @@
-//! `POST /api/worker/v1/heartbeat` with `{"version"}`: the worker is alive
-//! and runs that version. Answers `{"workerId", "repositories"}`: who the
-//! token says it is and what it may work on, so a worker started with the
-//! wrong token file finds out at once.
+//! `POST /api/worker/v1/heartbeat` with `{"version", "uncertainTurns"}`:
+//! the worker is alive, runs that version, and its journal holds that many
+//! uncertain turns (shown to operators beside the uncertain tasks the
+//! server knows of). Answers `{"workerId", "repositories"}`: who the token
+//! says it is and what it may work on, so a worker started with the wrong
+//! token file finds out at once.
 
 use super::WorkerAuth;
 use crate::store::workers::{self, WorkerVersion};
@@ -11,8 +13,11 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Beat {
     version: Option<String>,
+    /// Turns the worker sent to Codex with no end in its journal.
+    uncertain_turns: Option<u32>,
 }
 
 pub async fn beat(
@@ -22,9 +27,10 @@ pub async fn beat(
 ) -> Result<HttpResponse, ApiError> {
     let version = WorkerVersion::parse(body.version.as_deref().unwrap_or_default())?;
     let worker_id = worker.worker_id.clone();
+    let uncertain = body.uncertain_turns;
     let recorded = state
         .store
-        .write(move |c| workers::seen(c, &worker_id, &version))
+        .write(move |c| workers::seen(c, &worker_id, &version, uncertain))
         .await?;
     if !recorded {
         // Revoked between the token's check and this write.

@@ -1,8 +1,10 @@
 //! A worker's leases and the calls it runs under them:
 //!
-//! - `POST /leases` `{"protocol", "repository"}` → 200 [`LeaseGrant`];
-//!   400 `protocol_unsupported`, 403 `repository_not_allowed`, 409
-//!   `lease_held` (another worker holds it: ask again later).
+//! - `POST /leases` `{"protocol", "repository", "codexHome"}` (`codexHome`,
+//!   optional: where the worker's threads live) → 200 [`LeaseGrant`]; 400
+//!   `protocol_unsupported` or `invalid_codex_home`, 403
+//!   `repository_not_allowed`, 409 `lease_held` (another worker holds it:
+//!   ask again later).
 //! - `POST /leases/{leaseId}/renew` → 200 [`LeaseGrant`]; 409 `lease_lost`.
 //! - `POST /leases/{leaseId}/release` → 204.
 //! - `GET /leases/{leaseId}/calls?waitMs=` → 200 `{"calls": [Call]}`,
@@ -29,17 +31,20 @@ use actix_web::{web, HttpResponse};
 use serde::Deserialize;
 use std::time::{Duration, Instant};
 
-/// How long a lease lasts unless renewed: a worker renews at a third of it,
-/// so two lost renewals in a row still keep it.
-pub const LEASE_TTL: Duration = Duration::from_secs(30);
+/// How long a lease lasts unless renewed (`worker_lease_ttl_secs`): a
+/// worker renews at a third of it, so two lost renewals in a row still
+/// keep it.
+fn lease_ttl(state: &AppState) -> Duration {
+    Duration::from_secs(state.config.worker_lease_ttl_secs)
+}
 
-fn grant(lease: WorkerLease) -> LeaseGrant {
+fn grant(lease: WorkerLease, ttl: Duration) -> LeaseGrant {
     LeaseGrant {
         lease_id: lease.lease_id,
         repository: lease.repository,
         fence: lease.fence,
         expires_at: lease.expires_at,
-        ttl_secs: LEASE_TTL.as_secs(),
+        ttl_secs: ttl.as_secs(),
     }
 }
 
@@ -106,6 +111,11 @@ pub async fn lease(
         ));
     }
     let repository = RepoName::parse(&body.repository)?;
+    let home = body
+        .codex_home
+        .as_deref()
+        .map(worker_leases::HomeId::parse)
+        .transpose()?;
     if !worker_leases::may_lease(&worker, &repository) {
         return Err(ApiError::Forbidden {
             code: "repository_not_allowed",
@@ -117,12 +127,19 @@ pub async fn lease(
         });
     }
     let repo = repository.clone();
+    let ttl = lease_ttl(&state);
     let acquired = state
         .store
-        .write(move |c| worker_leases::acquire(c, &worker, &repo, LEASE_TTL))
+        .write(move |c| {
+            let lease = worker_leases::acquire(c, &worker, &repo, ttl)?;
+            if let Some(l) = &lease {
+                worker_leases::set_home(c, &l.lease_id, home.as_ref())?;
+            }
+            Ok(lease)
+        })
         .await?;
     match acquired {
-        Some(lease) => Ok(HttpResponse::Ok().json(grant(lease))),
+        Some(lease) => Ok(HttpResponse::Ok().json(grant(lease, ttl))),
         None => Err(ApiError::Conflict {
             code: "lease_held",
             message: format!(
@@ -140,12 +157,13 @@ pub async fn renew(
 ) -> Result<HttpResponse, ApiError> {
     let lease_id = path.into_inner();
     let (w, l) = (worker.worker_id.clone(), lease_id.clone());
+    let ttl = lease_ttl(&state);
     match state
         .store
-        .write(move |c| worker_leases::renew(c, &w, &l, LEASE_TTL))
+        .write(move |c| worker_leases::renew(c, &w, &l, ttl))
         .await?
     {
-        Some(lease) => Ok(HttpResponse::Ok().json(grant(lease))),
+        Some(lease) => Ok(HttpResponse::Ok().json(grant(lease, ttl))),
         None => {
             end_lease(&state, &lease_id, "the worker's lease ended").await;
             Err(lease_lost(&lease_id))

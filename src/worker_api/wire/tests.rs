@@ -37,6 +37,7 @@ fn every_call_round_trips_and_names_its_kind() {
                 asked: "q".into(),
                 answered: "a".into(),
             }],
+            home: Some("home-1".into()),
         },
         CallBody::StartTurn {
             thread_id: "t1".into(),
@@ -113,6 +114,32 @@ fn every_call_round_trips_and_names_its_kind() {
             thread_id: "t1".into(),
             operation_id: "op-1".into(),
         },
+        CallBody::BaseInstructions {
+            instance: "default".into(),
+            owner: "acme".into(),
+            name: "widgets".into(),
+            base: Some("main".into()),
+        },
+        CallBody::TreeState {
+            instance: "default".into(),
+            owner: "acme".into(),
+            name: "widgets".into(),
+            worktree: Worktree {
+                kind: "pull".into(),
+                number: 3,
+                child: None,
+            },
+        },
+        CallBody::RetireSession {
+            instance: "default".into(),
+            owner: "acme".into(),
+            name: "widgets".into(),
+            worktree: Worktree {
+                kind: "issue".into(),
+                number: 1,
+                child: Some(2),
+            },
+        },
     ];
     for body in bodies {
         let call = Call {
@@ -181,6 +208,60 @@ fn messages_without_the_added_fields_still_parse() {
 }
 
 #[test]
+fn the_session_workspace_calls_read_as_a_peer_writes_them() {
+    // Optional fields may be left out, as for every call.
+    let body: CallBody = serde_json::from_value(serde_json::json!({
+        "kind": "base_instructions",
+        "instance": "default",
+        "owner": "acme",
+        "name": "widgets",
+    }))
+    .unwrap();
+    assert_eq!(
+        body,
+        CallBody::BaseInstructions {
+            instance: "default".into(),
+            owner: "acme".into(),
+            name: "widgets".into(),
+            base: None,
+        }
+    );
+    let body: CallBody = serde_json::from_value(serde_json::json!({
+        "kind": "retire_session",
+        "instance": "default",
+        "owner": "acme",
+        "name": "widgets",
+        "worktree": {"kind": "issue", "number": 4, "child": null},
+    }))
+    .unwrap();
+    assert_eq!(body.kind(), "retire_session");
+    for (json, value) in [
+        (
+            serde_json::json!({"type": "instructions", "text": null}),
+            Value::Instructions { text: None },
+        ),
+        (
+            serde_json::json!({"type": "tree_state", "state": {"head": "h", "tree": "t"}}),
+            Value::TreeState {
+                state: Some(Tree {
+                    head: "h".into(),
+                    tree: "t".into(),
+                }),
+            },
+        ),
+        (
+            serde_json::json!({"type": "retired", "removed": false, "kept": null}),
+            Value::Retired {
+                removed: false,
+                kept: None,
+            },
+        ),
+    ] {
+        assert_eq!(serde_json::from_value::<Value>(json).unwrap(), value);
+    }
+}
+
+#[test]
 fn answers_events_and_leases_round_trip() {
     for outcome in [
         Outcome::Ok {
@@ -222,6 +303,25 @@ fn answers_events_and_leases_round_trip() {
             value: Value::Workspace {
                 cwd: "worktrees/default/acme/widgets/issue-1".into(),
                 head: None,
+            },
+        },
+        Outcome::Ok {
+            value: Value::Instructions {
+                text: Some("be brief".into()),
+            },
+        },
+        Outcome::Ok {
+            value: Value::TreeState {
+                state: Some(Tree {
+                    head: "h".into(),
+                    tree: "t".into(),
+                }),
+            },
+        },
+        Outcome::Ok {
+            value: Value::Retired {
+                removed: true,
+                kept: Some("refs/codex-bridge/retired/issue-1".into()),
             },
         },
     ] {
@@ -288,10 +388,52 @@ fn answers_events_and_leases_round_trip() {
         events,
     });
     assert_eq!(json["events"][1]["clientId"], "op");
-    round_trip(&LeaseRequest {
+    // Transcript items and token counts cross as the transcript keeps them.
+    let item = round_trip(&Event::Item {
+        seq: 12,
+        phase: ItemPhase::Completed,
+        item_id: "i1".into(),
+        status: crate::agent::transcript::ItemStatus::Completed,
+        body: serde_json::json!({"kind": "agentMessage", "text": "hi", "truncated": false}),
+    });
+    assert_eq!(
+        (&item["event"], &item["phase"], &item["itemId"]),
+        (
+            &serde_json::json!("item"),
+            &serde_json::json!("completed"),
+            &serde_json::json!("i1")
+        )
+    );
+    let counts = crate::agent::transcript::TokenCounts {
+        input: 1,
+        cached_input: 2,
+        output: 3,
+        reasoning: 4,
+        total: 10,
+    };
+    let usage = round_trip(&Event::TokenUsage {
+        seq: 13,
+        start: Default::default(),
+        end: counts,
+    });
+    assert_eq!(usage["end"]["cachedInput"], 2);
+    // A batch of an older worker, with `other` in their place, still parses.
+    let old: EventBatch = serde_json::from_str(
+        r#"{"stream":"c1","first":0,"events":[{"event":"other","seq":1},{"event":"completed","seq":2,"finalText":"done"}]}"#,
+    )
+    .unwrap();
+    assert_eq!(old.events[0], Event::Other { seq: 1 });
+    assert!(old.events[1].ends_turn());
+    let lease = round_trip(&LeaseRequest {
         protocol: super::super::PROTOCOL_VERSION,
         repository: "acme/widgets".into(),
+        codex_home: Some("home-1".into()),
     });
+    assert_eq!(lease["codexHome"], "home-1");
+    // A worker that does not say where its threads live still leases.
+    let old: LeaseRequest =
+        serde_json::from_str(r#"{"protocol":1,"repository":"acme/widgets"}"#).unwrap();
+    assert_eq!(old.codex_home, None);
     round_trip(&LeaseGrant {
         lease_id: "l".into(),
         repository: "acme/widgets".into(),

@@ -1,0 +1,1 @@
+ALTER TABLE worker_leases DROP COLUMN codex_home;
