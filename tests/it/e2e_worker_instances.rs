@@ -11,7 +11,7 @@
 use crate::e2e::Loop;
 use crate::support::*;
 use crate::testapp::*;
-use crate::workerproc::{WorkerEnv, WorkerProc};
+use crate::workerproc::{lease_holder, WorkerEnv, WorkerProc};
 use std::time::Duration;
 
 /// Registers a worker `name` given `acme/widgets` (through `admin`, any
@@ -22,22 +22,6 @@ pub fn start_worker(l: &Loop, admin: &TestApp, name: &str, server: &str) -> Work
         ..WorkerEnv::of(&l.app)
     };
     WorkerProc::start(admin, name, &["acme/widgets"], env)
-}
-
-fn lease_holder(l: &Loop) -> Option<String> {
-    #[derive(diesel::QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        worker_id: String,
-    }
-    use diesel::RunQueryDsl;
-    let mut c = l.app.db();
-    let rows: Vec<Row> = codex_bridge::with_conn!(&mut c, |c| diesel::sql_query(
-        "SELECT worker_id FROM worker_leases WHERE repository = 'acme/widgets' AND released_at IS NULL"
-    )
-    .load(c))
-    .unwrap();
-    rows.into_iter().next().map(|r| r.worker_id)
 }
 
 /// The `serverId` of the process `app` runs now.
@@ -63,7 +47,7 @@ fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_work
     wait_until(
         "the worker polling B to lease the repository",
         Duration::from_secs(60),
-        || lease_holder(&l).as_deref() == Some(polling_b.id.as_str()),
+        || lease_holder(&l.app).as_deref() == Some(polling_b.id.as_str()),
     );
     // Given the same repository, polling A: it never gets the lease.
     let polling_a = start_worker(&l, &l.app, "build-a", &l.app.base);
@@ -114,7 +98,7 @@ fn e2e_worker_instances_a_turn_whose_session_runs_on_one_instance_reaches_a_work
         .as_str()
         .unwrap()
         .contains("Fixed through another instance"));
-    assert_eq!(lease_holder(&l).as_deref(), Some(polling_b.id.as_str()));
+    assert_eq!(lease_holder(&l.app).as_deref(), Some(polling_b.id.as_str()));
     assert!(
         !polling_a.logs().contains("lease taken"),
         "only one worker holds the repository: {}",

@@ -12,7 +12,7 @@ use crate::codexhome::CodexHome;
 use crate::e2e::Loop;
 use crate::fakemodel::{assistant_texts, user_texts};
 use crate::support::*;
-use crate::workerproc::{WorkerEnv, WorkerProc};
+use crate::workerproc::{lease_holder, WorkerEnv, WorkerProc};
 use serde_json::json;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ fn e2e_worker_a_follow_up_after_the_threads_worker_was_revoked_goes_on_with_the_
     let l = Loop::start_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"));
     let a = WorkerProc::start(&l.app, "build-a", &["acme/widgets"], WorkerEnv::of(&l.app));
     wait_until("worker A's lease", Duration::from_secs(60), || {
-        lease_holder(&l).as_deref() == Some(a.id.as_str())
+        lease_holder(&l.app).as_deref() == Some(a.id.as_str())
     });
     // B's own Codex home, configured as the app's (the fake model).
     let b_home = CodexHome::new(l.model());
@@ -76,7 +76,7 @@ fn check(l: &Loop, a: &WorkerProc, b: &WorkerProc) {
     );
     assert_eq!(revoked.status, 200, "{:?}", revoked.json);
     wait_until("worker B's lease", Duration::from_secs(60), || {
-        lease_holder(l).as_deref() == Some(b.id.as_str())
+        lease_holder(&l.app).as_deref() == Some(b.id.as_str())
     });
 
     let asked_before = l.model().requests().len();
@@ -141,23 +141,6 @@ fn home_id(codex_home: &std::path::Path) -> String {
         .unwrap()
         .trim()
         .to_owned()
-}
-
-/// The worker holding `acme/widgets` now.
-fn lease_holder(l: &Loop) -> Option<String> {
-    #[derive(diesel::QueryableByName)]
-    struct Row {
-        #[diesel(sql_type = diesel::sql_types::Text)]
-        worker_id: String,
-    }
-    use diesel::RunQueryDsl;
-    let mut c = l.app.db();
-    let rows: Vec<Row> = codex_bridge::with_conn!(&mut c, |c| diesel::sql_query(
-        "SELECT worker_id FROM worker_leases WHERE repository = 'acme/widgets' AND released_at IS NULL"
-    )
-    .load(c))
-    .unwrap();
-    rows.into_iter().next().map(|r| r.worker_id)
 }
 
 /// Who ran the task's last attempt.

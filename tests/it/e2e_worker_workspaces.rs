@@ -12,8 +12,8 @@ use crate::fakemodel::Step;
 use crate::fork::fork_pull;
 use crate::support::*;
 use crate::workerproc::{WorkerEnv, WorkerProc};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use crate::workspace::git;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A remote-runtime server, one comment per turn, with `extra` settings.
@@ -175,18 +175,4 @@ fn e2e_worker_a_worktree_past_its_retention_is_removed_from_the_worker() {
         !l.app.dir().join("ws/.worktrees").exists(),
         "nothing was made in the server's workspaces"
     );
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?} in {dir:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

@@ -9,9 +9,9 @@
 use crate::e2e::Loop;
 use crate::fakemodel::{tool_outputs, Step};
 use crate::support::*;
+use crate::workspace::git;
 use serde_json::json;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 /// One comment per turn, each turn ending with its answer: no workflow
@@ -194,18 +194,4 @@ fn e2e_a_worktree_past_its_retention_is_removed_keeping_its_uncommitted_work() {
         !seen.is_empty() && seen.iter().all(|o| !o.contains("a.txt")),
         "{seen:?}"
     );
-}
-
-fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?} in {dir:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

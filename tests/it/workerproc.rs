@@ -170,3 +170,20 @@ fn command_on(env: &WorkerEnv, dir: &Path, command: &str, args: &[&str]) -> Comm
         .env("CODEX_BRIDGE_LOG_FILTER", "info");
     cmd
 }
+
+/// The worker holding `acme/widgets` now, as the store says.
+pub fn lease_holder(app: &TestApp) -> Option<String> {
+    #[derive(diesel::QueryableByName)]
+    struct Row {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        worker_id: String,
+    }
+    use diesel::RunQueryDsl;
+    let mut c = app.db();
+    let rows: Vec<Row> = codex_bridge::with_conn!(&mut c, |c| diesel::sql_query(
+        "SELECT worker_id FROM worker_leases WHERE repository = 'acme/widgets' AND released_at IS NULL"
+    )
+    .load(c))
+    .unwrap();
+    rows.into_iter().next().map(|r| r.worker_id)
+}
