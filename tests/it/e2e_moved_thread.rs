@@ -13,9 +13,9 @@ use crate::fakemodel::{assistant_texts, user_texts};
 use crate::support::*;
 use std::time::Duration;
 
-const ASKED: &str = "@ccbot why does the parser test flake?";
-const ANSWERED: &str = "The parser test races on a shared temp dir.";
-const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
+pub const ASKED: &str = "@ccbot why does the parser test flake?";
+pub const ANSWERED: &str = "The parser test races on a shared temp dir.";
+pub const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
 const LOST: &str = "Each run now gets its own temp dir, posted again.";
 
 #[test]
@@ -39,35 +39,7 @@ fn e2e_a_follow_up_after_the_threads_instance_died_goes_on_with_the_conversation
     assert_ne!(new_thread, old_thread);
     assert_ne!(new_home, old_home);
     assert_eq!(new_generation, generation + 1);
-    assert_eq!(
-        count_where(
-            &mut c,
-            "audit_events",
-            &format!("action = 'thread.rebuilt' AND task_id = '{follow_up}'")
-        ),
-        1
-    );
-    // The model saw the earlier exchange before the follow-up.
-    let asked: Vec<_> = l.model().requests()[asked_before..]
-        .iter()
-        .filter(|r| user_texts(r).iter().any(|t| t.contains(FOLLOW_UP)))
-        .cloned()
-        .collect();
-    assert!(!asked.is_empty(), "the follow-up never reached the model");
-    for r in &asked {
-        let users = user_texts(r);
-        let earlier = users.iter().position(|t| t.contains(ASKED));
-        let now = users.iter().position(|t| t.contains(FOLLOW_UP));
-        assert!(
-            matches!((earlier, now), (Some(e), Some(n)) if e < n),
-            "the earlier question is not before the follow-up: {users:?}"
-        );
-        assert!(
-            assistant_texts(r).iter().any(|t| t.contains(ANSWERED)),
-            "the earlier answer is missing: {:?}",
-            assistant_texts(r)
-        );
-    }
+    rebuilt_on_the_earlier_exchange(&l, &mut c, &follow_up, asked_before);
     // One reply per comment, each by its own task.
     assert_eq!(l.bot_comments(l.issue, "codex-bridge task=").len(), 2);
     drop(second_app);
@@ -193,6 +165,47 @@ fn e2e_a_follow_up_goes_to_the_process_whose_home_holds_its_thread_not_to_the_la
     drop(second_app);
 }
 
+/// The follow-up `follow_up` ran on a thread rebuilt once from the stored
+/// exchange: audited once, and every model request for it (those after the
+/// first `asked_before`) carries the earlier question before the follow-up
+/// and the earlier answer.
+pub fn rebuilt_on_the_earlier_exchange(
+    l: &Loop,
+    c: &mut codex_bridge::store::DbConn,
+    follow_up: &str,
+    asked_before: usize,
+) {
+    assert_eq!(
+        count_where(
+            c,
+            "audit_events",
+            &format!("action = 'thread.rebuilt' AND task_id = '{follow_up}'")
+        ),
+        1
+    );
+    // The model saw the earlier exchange before the follow-up.
+    let asked: Vec<_> = l.model().requests()[asked_before..]
+        .iter()
+        .filter(|r| user_texts(r).iter().any(|t| t.contains(FOLLOW_UP)))
+        .cloned()
+        .collect();
+    assert!(!asked.is_empty(), "the follow-up never reached the model");
+    for r in &asked {
+        let users = user_texts(r);
+        let earlier = users.iter().position(|t| t.contains(ASKED));
+        let now = users.iter().position(|t| t.contains(FOLLOW_UP));
+        assert!(
+            matches!((earlier, now), (Some(e), Some(n)) if e < n),
+            "the earlier question is not before the follow-up: {users:?}"
+        );
+        assert!(
+            assistant_texts(r).iter().any(|t| t.contains(ANSWERED)),
+            "the earlier answer is missing: {:?}",
+            assistant_texts(r)
+        );
+    }
+}
+
 /// The task ran on `owner`, on the session's thread as it was (`before`),
 /// and no thread was rebuilt.
 fn resumed_by(
@@ -268,7 +281,7 @@ fn attempt_owner(c: &mut codex_bridge::store::DbConn, task: &str) -> String {
 }
 
 /// The session's thread, the Codex home it lives in, and its generation.
-fn session_thread(
+pub fn session_thread(
     c: &mut codex_bridge::store::DbConn,
     session: &str,
 ) -> (String, Option<String>, i64) {

@@ -172,18 +172,14 @@ fn lease_expired(l: &Loop) -> bool {
     ) == 1
 }
 
-/// A cut that outlasts the worker's lease: the server stops following the
-/// turn when the lease ends, and the session looks the turn up through the
-/// worker once it is back; the turn's end comes from its history, and the
-/// model is never asked again.
-#[test]
-fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_not_run_again() {
-    let l = remote_short();
-    let proxy = CutProxy::start(&l.app.base);
-    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+/// A turn on the worker behind `proxy`, cut off while Codex runs its
+/// command: Codex goes on and posts `reply` during the cut, and the lease
+/// runs out, so that the server stops following the turn (the call that
+/// started it leaves the store with its stream). Returns the task.
+fn a_turn_cut_past_its_lease(l: &Loop, proxy: &CutProxy, reply: &str) -> String {
     let gate = Gate::new();
     l.model().push(Step::shell("echo looked").gated(&gate));
-    l.script_reply(l.issue, "Fixed across a long cut.");
+    l.script_reply(l.issue, reply);
     let task = l.comment("bob", l.issue, "@ccbot fix the parser");
     l.wait(&task, "running");
     l.model().wait_for_requests(1, Duration::from_secs(60));
@@ -199,13 +195,24 @@ fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_no
                     .is_empty()
         },
     );
-    // The lease runs out, and the server stops following the turn: the
-    // call that started it leaves the store with its stream.
     wait_until(
         "the server to give the turn's stream up with the lease",
         Duration::from_secs(60),
-        || lease_expired(&l) && count_where(&mut l.app.db(), "worker_calls", "stream") == 0,
+        || lease_expired(l) && count_where(&mut l.app.db(), "worker_calls", "stream") == 0,
     );
+    task
+}
+
+/// A cut that outlasts the worker's lease: the server stops following the
+/// turn when the lease ends, and the session looks the turn up through the
+/// worker once it is back; the turn's end comes from its history, and the
+/// model is never asked again.
+#[test]
+fn e2e_worker_late_final_a_cut_past_the_lease_is_healed_and_the_turn_is_found_not_run_again() {
+    let l = remote_short();
+    let proxy = CutProxy::start(&l.app.base);
+    let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
+    let task = a_turn_cut_past_its_lease(&l, &proxy, "Fixed across a long cut.");
     proxy.heal();
     wait_succeeded(&l, &task, || worker.logs());
     // The server lost the turn's stream with the lease: its end came from
@@ -301,29 +308,7 @@ fn e2e_worker_late_final_a_final_refused_before_the_task_waits_is_offered_again_
     let l = remote_short();
     let proxy = CutProxy::start(&l.app.base);
     let worker = start_worker(&l, &l.app, "build-1", &proxy.base);
-    let gate = Gate::new();
-    l.model().push(Step::shell("echo looked").gated(&gate));
-    l.script_reply(l.issue, "Fixed; the final was offered again.");
-    let task = l.comment("bob", l.issue, "@ccbot fix the parser");
-    l.wait(&task, "running");
-    l.model().wait_for_requests(1, Duration::from_secs(60));
-    proxy.cut();
-    gate.open();
-    wait_until(
-        "the reply to be posted during the cut",
-        Duration::from_secs(60),
-        || {
-            l.model().requests().len() == 3
-                && !l
-                    .bot_comments(l.issue, &format!("codex-bridge task={task} turn="))
-                    .is_empty()
-        },
-    );
-    wait_until(
-        "the server to give the turn's stream up with the lease",
-        Duration::from_secs(60),
-        || lease_expired(&l) && count_where(&mut l.app.db(), "worker_calls", "stream") == 0,
-    );
+    let task = a_turn_cut_past_its_lease(&l, &proxy, "Fixed; the final was offered again.");
     proxy.hold(LEASE_REQUEST);
     proxy.reconnect();
     wait_until(

@@ -10,15 +10,13 @@
 
 use crate::codexhome::CodexHome;
 use crate::e2e::Loop;
-use crate::fakemodel::{assistant_texts, user_texts};
+use crate::e2e_moved_thread::{
+    rebuilt_on_the_earlier_exchange, session_thread, ANSWERED, ASKED, FOLLOW_UP,
+};
 use crate::support::*;
 use crate::workerproc::{lease_holder, WorkerEnv, WorkerProc};
 use serde_json::json;
 use std::time::Duration;
-
-const ASKED: &str = "@ccbot why does the parser test flake?";
-const ANSWERED: &str = "The parser test races on a shared temp dir.";
-const FOLLOW_UP: &str = "@ccbot then give each run its own dir";
 
 #[test]
 fn e2e_worker_a_follow_up_after_the_threads_worker_was_revoked_goes_on_with_the_conversation_on_another(
@@ -98,35 +96,7 @@ fn check(l: &Loop, a: &WorkerProc, b: &WorkerProc) {
         Some(home_id(&b.env.codex_home).as_str())
     );
     assert_eq!(new_generation, generation + 1);
-    assert_eq!(
-        count_where(
-            &mut c,
-            "audit_events",
-            &format!("action = 'thread.rebuilt' AND task_id = '{follow_up}'")
-        ),
-        1
-    );
-    // The model saw the earlier exchange before the follow-up.
-    let asked: Vec<_> = l.model().requests()[asked_before..]
-        .iter()
-        .filter(|r| user_texts(r).iter().any(|t| t.contains(FOLLOW_UP)))
-        .cloned()
-        .collect();
-    assert!(!asked.is_empty(), "the follow-up never reached the model");
-    for r in &asked {
-        let users = user_texts(r);
-        let earlier = users.iter().position(|t| t.contains(ASKED));
-        let now = users.iter().position(|t| t.contains(FOLLOW_UP));
-        assert!(
-            matches!((earlier, now), (Some(e), Some(n)) if e < n),
-            "the earlier question is not before the follow-up: {users:?}"
-        );
-        assert!(
-            assistant_texts(r).iter().any(|t| t.contains(ANSWERED)),
-            "the earlier answer is missing: {:?}",
-            assistant_texts(r)
-        );
-    }
+    rebuilt_on_the_earlier_exchange(l, &mut c, &follow_up, asked_before);
     // One reply per comment, each by its own task.
     for task in [&first, &follow_up] {
         let replies = l.bot_comments(l.issue, &format!("codex-bridge task={task} turn="));
@@ -152,19 +122,4 @@ fn attempt_owner(l: &Loop, task: &str) -> String {
         .and_then(|a| a["owner"].as_str())
         .unwrap_or_default()
         .to_owned()
-}
-
-/// The session's thread, the Codex home it lives in, and its generation.
-fn session_thread(
-    c: &mut codex_bridge::store::DbConn,
-    session: &str,
-) -> (String, Option<String>, i64) {
-    let s = codex_bridge::store::sessions::session(c, &resource(session))
-        .unwrap()
-        .expect("the session exists");
-    (
-        s.thread_id.expect("the session has a thread"),
-        s.thread_home,
-        s.thread_generation,
-    )
 }
