@@ -39,7 +39,7 @@ pub fn history(l: &Loop, thread: &str, operation: &str) -> TurnLookup {
 }
 
 /// The first model request that carries `text`, as the user texts it sent.
-fn request_with(l: &Loop, text: &str) -> Vec<String> {
+pub fn request_with(l: &Loop, text: &str) -> Vec<String> {
     l.model()
         .requests()
         .iter()
@@ -48,12 +48,33 @@ fn request_with(l: &Loop, text: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("no model request carries {text:?}"))
 }
 
+/// `/interrupt just fix the flaky test` (task `now`) stopped the long run
+/// (`running`) and ran next: the stopped task superseded, the new one an
+/// `interrupt-running` entry naming it, and the stopped turn kept in the
+/// conversation (the new turn's model request still carries its
+/// instruction). Returns both tasks' details.
+pub fn interrupted_and_next_ran(l: &Loop, running: &str, now: &str) -> (Value, Value) {
+    l.wait(running, "aborted");
+    l.wait(now, "succeeded");
+    let r = l.detail(running);
+    assert_eq!(r["task"]["errorCode"], "superseded", "{r}");
+    let n = l.detail(now);
+    assert_eq!(n["outbox"]["mode"], "interrupt-running", "{n}");
+    assert_eq!(n["outbox"]["supersedes"], running, "{n}");
+    let texts = request_with(l, "just fix the flaky test");
+    assert!(
+        texts.iter().any(|t| t.contains("rewrite the whole parser")),
+        "{texts:?}"
+    );
+    (r, n)
+}
+
 pub fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_owned()
 }
 
 /// Starts a turn that runs until stopped; returns its task.
-fn long_run(l: &Loop) -> String {
+pub fn long_run(l: &Loop) -> String {
     l.model().push(Step::Hang);
     let running = l.comment("bob", l.issue, "@ccbot rewrite the whole parser");
     l.wait(&running, "running");
@@ -67,21 +88,7 @@ fn e2e_an_interrupt_stops_the_real_turn_and_runs_next_with_the_history_kept() {
     let running = long_run(&l);
     l.script_reply(l.issue, "Fixed only the flaky test.");
     let now = l.comment("bob", l.issue, "@ccbot /interrupt just fix the flaky test");
-    l.wait(&running, "aborted");
-    l.wait(&now, "succeeded");
-
-    let r = l.detail(&running);
-    assert_eq!(r["task"]["errorCode"], "superseded", "{r}");
-    let n = l.detail(&now);
-    assert_eq!(n["outbox"]["mode"], "interrupt-running", "{n}");
-    assert_eq!(n["outbox"]["supersedes"], running.as_str(), "{n}");
-    // The stopped turn stays in the conversation: the new turn's model
-    // request still carries the stopped one's instruction.
-    let texts = request_with(&l, "just fix the flaky test");
-    assert!(
-        texts.iter().any(|t| t.contains("rewrite the whole parser")),
-        "{texts:?}"
-    );
+    let (r, n) = interrupted_and_next_ran(&l, &running, &now);
     let thread = text(&n["task"]["threadId"]);
     let stopped = history(&l, &thread, &text(&r["outbox"]["operationId"]));
     assert_eq!(

@@ -6,9 +6,9 @@
 //! thread; the repository's deadline interrupts a turn whose model stalls.
 
 use crate::e2e::Loop;
-use crate::fakemodel::{user_texts, Step};
+use crate::e2e_interrupt::{interrupted_and_next_ran, long_run, request_with};
+use crate::fakemodel::Step;
 use crate::workerproc::{WorkerEnv, WorkerProc};
-use std::time::Duration;
 
 fn remote() -> Loop {
     Loop::start_with(|b| b.env("CODEX_BRIDGE_AGENT_RUNTIME", "remote"))
@@ -16,25 +16,6 @@ fn remote() -> Loop {
 
 fn start_worker(l: &Loop) -> WorkerProc {
     WorkerProc::start(&l.app, "build-1", &["acme/widgets"], WorkerEnv::of(&l.app))
-}
-
-/// Starts a turn on the worker that runs until stopped; returns its task.
-fn long_run(l: &Loop) -> String {
-    l.model().push(Step::Hang);
-    let running = l.comment("bob", l.issue, "@ccbot rewrite the whole parser");
-    l.wait(&running, "running");
-    l.model().wait_for_requests(1, Duration::from_secs(60));
-    running
-}
-
-/// The user texts of the first model request that carries `text`.
-fn request_with(l: &Loop, text: &str) -> Vec<String> {
-    l.model()
-        .requests()
-        .iter()
-        .map(user_texts)
-        .find(|texts| texts.iter().any(|t| t.contains(text)))
-        .unwrap_or_else(|| panic!("no model request carries {text:?}"))
 }
 
 /// Runs `check`; on a failure prints both logs first.
@@ -54,23 +35,11 @@ fn e2e_worker_an_interrupt_stops_the_turn_on_the_worker_and_runs_next_on_its_thr
         let running = long_run(&l);
         l.script_reply(l.issue, "Fixed only the flaky test, on the worker.");
         let now = l.comment("bob", l.issue, "@ccbot /interrupt just fix the flaky test");
-        l.wait(&running, "aborted");
-        l.wait(&now, "succeeded");
-        let r = l.detail(&running);
-        assert_eq!(r["task"]["errorCode"], "superseded", "{r}");
-        let n = l.detail(&now);
-        assert_eq!(n["outbox"]["mode"], "interrupt-running", "{n}");
-        assert_eq!(n["outbox"]["supersedes"], running.as_str(), "{n}");
+        // The stopped turn stays in the worker's thread.
+        let (r, n) = interrupted_and_next_ran(&l, &running, &now);
         assert_eq!(
             n["task"]["threadId"], r["task"]["threadId"],
             "the next message runs on the stopped turn's thread"
-        );
-        // The stopped turn stays in the worker's thread: the new turn's model
-        // request still carries its instruction.
-        let texts = request_with(&l, "just fix the flaky test");
-        assert!(
-            texts.iter().any(|t| t.contains("rewrite the whole parser")),
-            "{texts:?}"
         );
         let replies = l.bot_comments(l.issue, &format!("codex-bridge task={now} turn="));
         assert_eq!(replies.len(), 1, "{replies:?}");

@@ -270,13 +270,7 @@ fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_
     }
     proxy.heal();
     wait_succeeded(&l, &task, || worker.logs());
-    let d = l.detail(&task);
-    let taken = d["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["from"] == "needs_reconciliation" && t["to"] == "verifying_reply");
-    assert!(taken, "{}", d["transitions"]);
+    took_the_late_final(&l, &task);
     // The shell step, the comment tool call and the final: one turn.
     ran_once(&l, &task, 3);
     assert!(
@@ -286,6 +280,17 @@ fn e2e_worker_late_final_a_task_held_for_reconciliation_takes_the_same_attempts_
         "{}",
         worker.logs()
     );
+}
+
+/// The task took its late final on the way out of `needs_reconciliation`.
+fn took_the_late_final(l: &Loop, task: &str) {
+    let d = l.detail(task);
+    let taken = d["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["from"] == "needs_reconciliation" && t["to"] == "verifying_reply");
+    assert!(taken, "{}", d["transitions"]);
 }
 
 /// Whether the task went through `needs_reconciliation`.
@@ -323,13 +328,7 @@ fn e2e_worker_late_final_a_final_refused_before_the_task_waits_is_offered_again_
     );
     proxy.heal();
     wait_succeeded(&l, &task, || worker.logs());
-    let d = l.detail(&task);
-    let taken = d["transitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["from"] == "needs_reconciliation" && t["to"] == "verifying_reply");
-    assert!(taken, "{}", d["transitions"]);
+    took_the_late_final(&l, &task);
     ran_once(&l, &task, 3);
     // Offered at least twice, and journalled as taken.
     let journal = worker.journal();
