@@ -168,6 +168,8 @@ fn catchup_a_mention_whose_webhook_never_came_gets_one_task_and_one_reply() {
     let late = deliveries_of(l.sim(), id);
     assert_eq!(late.len(), 1, "{late:?}");
     assert_duplicate_of(&late[0], &task);
+    // The loop tests' own lookup of a comment's task takes this path too.
+    assert_eq!(l.app.task_of_comment(&comment), task);
     let replay = l.sim().redeliver(&late[0].id);
     l.sim().wait_idle();
     let replayed = l
