@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod actors;
+mod actors_control;
 mod admin;
 mod boundary;
 mod browser;
