@@ -6,6 +6,7 @@
 mod actors;
 mod actors_control;
 mod admin;
+mod admin_page;
 mod boundary;
 mod browser;
 mod browser_charts;
