@@ -24,7 +24,7 @@
 mod support;
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-#[path = "../tests/it/fakemodel.rs"]
+#[path = "../tests/it/fakemodel/mod.rs"]
 mod fakemodel;
 
 #[allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
