@@ -115,6 +115,7 @@ mod transcripts;
 mod walkthrough;
 mod walvfs;
 mod webhook;
+mod webhook_concurrent;
 mod worker_calls;
 mod worker_late_final;
 mod worker_leases;
