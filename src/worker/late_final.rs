@@ -44,6 +44,24 @@ pub fn offers_final(kind: Kind, refused: &ClientError) -> bool {
         }
 }
 
+/// How many refused streams the worker remembers, to say each once.
+const REMEMBERED_STREAMS: usize = 64;
+
+/// Whether `stream`'s refusal is news: `true` the first time a stream the
+/// server no longer follows refuses a batch (its later batches are refused
+/// for the same reason, and an operator needs the warning once, not once
+/// per batch). Remembers the last [`REMEMBERED_STREAMS`] streams.
+pub fn first_refusal(seen: &mut std::collections::VecDeque<String>, stream: &str) -> bool {
+    if seen.iter().any(|s| s == stream) {
+        return false;
+    }
+    if seen.len() == REMEMBERED_STREAMS {
+        seen.pop_front();
+    }
+    seen.push_back(stream.to_owned());
+    true
+}
+
 /// What the server's answer to one offer makes of the final: taken,
 /// refused for good, or still open (not uncertain yet, the task changed
 /// meanwhile, the server out of reach, a refusal this version does not
@@ -89,6 +107,23 @@ fn request(f: DurableFinal) -> LateFinalRequest {
 }
 
 impl Worker {
+    /// Logs an event batch of `body` refused as no longer followed: a
+    /// warning for the stream's first, the rest at debug level.
+    pub(super) fn stream_refused(&self, body: &str, e: &ClientError) {
+        let stream = serde_json::from_str::<EventBatch>(body)
+            .map(|b| b.stream)
+            .unwrap_or_default();
+        let first = match self.refused_streams.lock() {
+            Ok(mut seen) => first_refusal(&mut seen, &stream),
+            Err(_) => true,
+        };
+        if first {
+            tracing::warn!(stream, error = %e, "the server no longer follows this turn's events; they stay in the journal, and its final is offered on its own");
+        } else {
+            tracing::debug!(stream, error = %e, "another event batch of a turn the server no longer follows");
+        }
+    }
+
     /// An event batch of `body` was refused as no longer followed: the
     /// final of its turn, if the journal holds one, is owed from now on,
     /// and offered at once.

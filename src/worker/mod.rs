@@ -71,6 +71,9 @@ struct Worker {
     stop: Arc<Stop>,
     /// Held while an owed final is offered (see [`late_final`]).
     offering: Arc<tokio::sync::Mutex<()>>,
+    /// Streams whose refused batches were already logged
+    /// ([`late_final::first_refusal`]).
+    refused_streams: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
 
 /// Marks the journal's uncertain turns settled (the operator reconciled
@@ -127,6 +130,7 @@ pub async fn run(config: Config, server: String, token: SecretString) -> anyhow:
         journal,
         stop: Arc::new(stop),
         offering: Arc::default(),
+        refused_streams: Arc::default(),
     };
 
     // The outbox first: what the server may be waiting for.
@@ -300,9 +304,11 @@ impl Worker {
                 }
                 Err(e) => {
                     self.fail(&e);
-                    tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
                     if late_final::offers_final(kind, &e) {
+                        self.stream_refused(&body, &e);
                         self.final_owed(&body).await;
+                    } else {
+                        tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
                     }
                     break;
                 }

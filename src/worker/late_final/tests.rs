@@ -132,3 +132,21 @@ fn a_clock_that_went_back_does_not_hold_an_open_final() {
         EVERY
     ));
 }
+
+#[test]
+fn a_refused_stream_is_news_once_and_the_memory_is_bounded() {
+    let mut seen = std::collections::VecDeque::new();
+    assert!(first_refusal(&mut seen, "a"));
+    assert!(!first_refusal(&mut seen, "a"));
+    assert!(first_refusal(&mut seen, "b"));
+    for i in 0..REMEMBERED_STREAMS {
+        first_refusal(&mut seen, &format!("s{i}"));
+    }
+    assert_eq!(seen.len(), REMEMBERED_STREAMS);
+    // "a" was forgotten first: news again, and "s63" is still known.
+    assert!(first_refusal(&mut seen, "a"));
+    assert!(!first_refusal(
+        &mut seen,
+        &format!("s{}", REMEMBERED_STREAMS - 1)
+    ));
+}
