@@ -176,15 +176,18 @@ impl Harness {
         task_id
     }
 
-    pub async fn state(&self, task_id: &TaskId) -> TaskState {
+    /// The task as the store holds it (panics if it is gone).
+    pub async fn task(&self, task_id: &TaskId) -> codex_bridge::store::models::Task {
         let id = task_id.clone();
-        let t = self
-            .store
+        self.store
             .read(move |c| tasks::find(c, &id))
             .await
             .unwrap()
-            .unwrap();
-        t.state
+            .unwrap()
+    }
+
+    pub async fn state(&self, task_id: &TaskId) -> TaskState {
+        self.task(task_id).await.state
     }
 
     pub async fn wait_state(&self, task_id: &TaskId, want: TaskState) {
@@ -198,7 +201,6 @@ impl Harness {
         }
     }
 
-    /// The task's detail as the admin API shows it (panics if it is gone).
     /// The task's audit actions, oldest first.
     pub async fn actions(&self, task_id: &TaskId) -> Vec<String> {
         self.detail(task_id)
@@ -209,6 +211,7 @@ impl Harness {
             .collect()
     }
 
+    /// The task's detail as the admin API shows it (panics if it is gone).
     pub async fn detail(&self, task_id: &TaskId) -> tasks::TaskDetail {
         let id = task_id.clone();
         self.store

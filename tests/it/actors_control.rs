@@ -143,13 +143,7 @@ fn a_missing_or_unverifiable_reply_is_failed_reply() {
             codex_bridge::forge::ReplyCheck::Unknown("gitea answered 500".into());
         let id = h.comment("widgets", 1, 1, "@ccbot reply").await;
         h.wait_state(&id, TaskState::FailedReply).await;
-        let i = id.clone();
-        let t = h
-            .store
-            .read(move |c| tasks::find(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
+        let t = h.task(&id).await;
         assert_eq!(t.error_code.as_deref(), Some("reply_unverifiable"));
         System::current().stop();
     });
@@ -367,13 +361,7 @@ fn an_unconfirmed_interrupt_resets_the_runtime_and_needs_reconciliation() {
         let h = Harness::start(rt, s);
         let id = h.comment("widgets", 1, 1, "@ccbot stubborn").await;
         h.wait_state(&id, TaskState::NeedsReconciliation).await;
-        let i = id.clone();
-        let t = h
-            .store
-            .read(move |c| tasks::find(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
+        let t = h.task(&id).await;
         assert_eq!(t.error_code.as_deref(), Some("interrupt_unconfirmed"));
         System::current().stop();
     });

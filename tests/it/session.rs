@@ -73,13 +73,7 @@ fn a_task_whose_workspace_cannot_be_named_fails_and_starts_no_turn() {
             .insert("ghost".to_owned());
         let id = h.comment("ghost", 1, 1, "@ccbot do it").await;
         h.wait_state(&id, TaskState::Failed).await;
-        let i = id.clone();
-        let task = h
-            .store
-            .read(move |c| tasks::find(c, &i))
-            .await
-            .unwrap()
-            .unwrap();
+        let task = h.task(&id).await;
         assert_eq!(task.error_code.as_deref(), Some("workspace_unavailable"));
         assert!(h.runtime.calls().is_empty(), "no turn may start");
         assert_eq!(h.runtime.threads_started(), 0, "no thread either");
