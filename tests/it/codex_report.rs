@@ -138,15 +138,33 @@ fn log_tail(db: &Path, n: i64) -> String {
                     r.level,
                     r.target,
                     r.thread_id.as_deref().unwrap_or("-"),
-                    r.body
-                        .as_deref()
-                        .unwrap_or("")
-                        .chars()
-                        .take(300)
-                        .collect::<String>()
+                    excerpt(r.body.as_deref().unwrap_or(""))
                 )
             })
             .collect(),
         Err(e) => format!("  (unreadable: {e})\n"),
     }
+}
+
+/// A log body short enough to read: Codex puts the span's context (often
+/// hundreds of characters of request fields) before the message, so a long
+/// body keeps its start and its end, where the message is.
+fn excerpt(body: &str) -> String {
+    let chars: Vec<char> = body.chars().collect();
+    if chars.len() <= 420 {
+        return body.to_owned();
+    }
+    let head: String = chars[..100].iter().collect();
+    let tail: String = chars[chars.len() - 300..].iter().collect();
+    format!("{head} … {tail}")
+}
+
+#[test]
+fn a_long_log_body_keeps_its_message_at_the_end() {
+    let body = format!("span{}the message", "x".repeat(1000));
+    let short = excerpt(&body);
+    assert!(short.starts_with("spanx"), "{short}");
+    assert!(short.ends_with("the message"), "{short}");
+    assert!(short.chars().count() < 420, "{short}");
+    assert_eq!(excerpt("short"), "short");
 }
