@@ -107,12 +107,16 @@ fn request(f: DurableFinal) -> LateFinalRequest {
 }
 
 impl Worker {
-    /// Logs an event batch of `body` refused as no longer followed: a
-    /// warning for the stream's first, the rest at debug level.
-    pub(super) fn stream_refused(&self, body: &str, e: &ClientError) {
-        let stream = serde_json::from_str::<EventBatch>(body)
-            .map(|b| b.stream)
-            .unwrap_or_default();
+    /// An event batch of `body` was refused as no longer followed: said
+    /// once per stream (a warning for its first refused batch, the rest at
+    /// debug level), and the final of its turn, if the journal holds one,
+    /// is owed from now on and offered at once.
+    pub(super) async fn stream_refused(&self, body: &str, e: &ClientError) {
+        let Ok(batch) = serde_json::from_str::<EventBatch>(body) else {
+            tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
+            return;
+        };
+        let stream = batch.stream;
         let first = match self.refused_streams.lock() {
             Ok(mut seen) => first_refusal(&mut seen, &stream),
             Err(_) => true,
@@ -122,28 +126,25 @@ impl Worker {
         } else {
             tracing::debug!(stream, error = %e, "another event batch of a turn the server no longer follows");
         }
+        self.final_owed(&stream).await;
     }
 
-    /// An event batch of `body` was refused as no longer followed: the
-    /// final of its turn, if the journal holds one, is owed from now on,
-    /// and offered at once.
-    pub(super) async fn final_owed(&self, body: &str) {
-        let Ok(batch) = serde_json::from_str::<EventBatch>(body) else {
-            return;
-        };
-        match self.journal.durable_final(&batch.stream) {
+    /// `stream`'s final, if the journal holds one, is owed from now on and
+    /// offered at once.
+    async fn final_owed(&self, stream: &str) {
+        match self.journal.durable_final(stream) {
             Ok(Some(_)) => {}
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!(stream = %batch.stream, error = %e, "cannot read the turn's end from the journal");
+                tracing::warn!(stream, error = %e, "cannot read the turn's end from the journal");
                 return;
             }
         }
-        if let Err(e) = self.journal.final_owed(&batch.stream) {
-            tracing::error!(stream = %batch.stream, error = %e, "the journal did not take an owed final; it is not offered");
+        if let Err(e) = self.journal.final_owed(stream) {
+            tracing::error!(stream, error = %e, "the journal did not take an owed final; it is not offered");
             return;
         }
-        self.offer_final(&batch.stream).await;
+        self.offer_final(stream).await;
     }
 
     /// Offers every owed final still open whose turn is due (see

@@ -305,8 +305,7 @@ impl Worker {
                 Err(e) => {
                     self.fail(&e);
                     if late_final::offers_final(kind, &e) {
-                        self.stream_refused(&body, &e);
-                        self.final_owed(&body).await;
+                        self.stream_refused(&body, &e).await;
                     } else {
                         tracing::warn!(error = %e, "the server no longer waits for this; it stays in the journal");
                     }
