@@ -149,22 +149,28 @@ fn a_missing_or_unverifiable_reply_is_failed_reply() {
     });
 }
 
+/// A harness whose `risky` turn asks for an approval (waited on for 30 s),
+/// then completes.
+fn asking_for_approval() -> Harness {
+    let rt = ScriptedAgent::new();
+    rt.on(
+        "risky",
+        Script::steps(vec![
+            Step::AskApproval("command"),
+            Step::Complete("did it".into()),
+        ]),
+    );
+    let mut s = settings();
+    s.approval_timeout = Duration::from_secs(30);
+    Harness::start(rt, s)
+}
+
 #[test]
 fn pause_and_disable_keep_tasks_queued_until_lifted() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::{self, ControlRequest};
     run(async {
-        let rt = ScriptedAgent::new();
-        rt.on(
-            "risky",
-            Script::steps(vec![
-                Step::AskApproval("command"),
-                Step::Complete("did it".into()),
-            ]),
-        );
-        let mut s = settings();
-        s.approval_timeout = Duration::from_secs(30);
-        let h = Harness::start(rt, s);
+        let h = asking_for_approval();
         let req = |id: &str| ControlRequest {
             request_id: id.into(),
             reason: "test".into(),
@@ -372,17 +378,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::ControlRequest;
     run(async {
-        let rt = ScriptedAgent::new();
-        rt.on(
-            "risky",
-            Script::steps(vec![
-                Step::AskApproval("command"),
-                Step::Complete("did it".into()),
-            ]),
-        );
-        let mut s = settings();
-        s.approval_timeout = Duration::from_secs(30);
-        let h = Harness::start(rt, s);
+        let h = asking_for_approval();
         let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
         h.wait_state(&id, TaskState::AwaitingApproval).await;
         let pending = h.store.read(approvals::pending).await.unwrap();

@@ -646,7 +646,8 @@ fn page_signed_in(s: &TestApp, cookie: &str) -> bool {
     !page.contains(r#"action="/admin/login""#)
 }
 
-fn sign_out(s: &TestApp, cookie: &str) {
+/// Signs the admin session `cookie` out (303).
+pub(crate) fn sign_out(s: &TestApp, cookie: &str) {
     let r = ureq::AgentBuilder::new()
         .redirects(0)
         .build()
