@@ -73,11 +73,14 @@ fn main() -> Result<()> {
     let spent = codex_bridge::metrics::writer::writer_totals().since(&before);
     println!(
         "{n} deliveries in {} commits ({:.1} per commit), {:.0} WAL bytes per delivery, \
-         {} page-cache sweeps passed over",
+         {} page-cache sweeps passed over; the writer's CPU {:.1} us and its transactions \
+         {:.1} us per delivery",
         spent.transactions,
         n as f64 / spent.transactions.max(1) as f64,
         spent.wal_bytes as f64 / n.max(1) as f64,
-        codex_bridge::store::pcache::sweeps_skipped()
+        codex_bridge::store::pcache::sweeps_skipped(),
+        spent.writer_cpu_seconds * 1e6 / n.max(1) as f64,
+        spent.transaction_seconds * 1e6 / n.max(1) as f64,
     );
     Ok(())
 }

@@ -74,7 +74,7 @@ impl Fingerprint<'_> {
         if serde_json::to_writer(&mut sink, &canonical).is_err() {
             return String::new();
         }
-        hex::encode(sink.0.finalize())
+        crate::domain::keys::lower_hex(&sink.0.finalize())
     }
 }
 

@@ -5,8 +5,8 @@
 use super::lookups::BatchLookups;
 use super::refuse::{refuse, Refusal};
 use super::rows::{
-    AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow, TaskRow,
-    TransitionRow,
+    AcceptMetadata, AuditDraft, BatchRows, ChangeRow, OutboxRow, ReceiptRow, RepoRow, SessionRow,
+    TaskRow, TransitionRow,
 };
 use super::{IngestOutcome, IngestRules, OUTBOX_CAPACITY};
 use crate::domain::command::{Command, CommandLine};
@@ -556,7 +556,7 @@ fn create_task(
         error_code: None,
         at: at.to_owned(),
     });
-    let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
+    let queue_id = crate::domain::keys::mint_with_prefix("q-");
     // Derived from the comment: a redelivery claims the same operation, an
     // edit a new one.
     let operation_id = OperationId::of_comment(trigger_key, written_at);
@@ -613,18 +613,19 @@ fn create_task(
             states: (Some(TaskState::Received), Some(TaskState::Queued)),
             delivery_id: Some(&req.delivery_id),
             comment_id: subject.comment_id,
-            ..AuditDraft::new(
+            ..AuditDraft::serialized(
                 "webhook.accept",
                 &actor,
-                serde_json::json!({
-                    "stateVersion": 2,
-                    "reason": ACCEPT_REASON,
-                    "eventType": req.event_type,
-                    "repoKey": repo_key,
-                    "resourceKey": session_key,
-                    "queueId": queue_id,
-                    "operationId": operation_id,
-                }),
+                AcceptMetadata {
+                    event_type: &req.event_type,
+                    operation_id: &operation_id,
+                    queue_id: &queue_id,
+                    reason: ACCEPT_REASON,
+                    repo_key: &repo_key,
+                    resource_key: &session_key,
+                    state_version: 2,
+                }
+                .to_json(),
             )
         },
         at,

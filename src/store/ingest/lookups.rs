@@ -285,15 +285,23 @@ fn sessions_of(conn: &mut DbConn, keys: &[&str]) -> Result<Vec<SessionFacts>, St
     Ok(found)
 }
 
+/// `keys` in lists of exactly 64, unused places repeating the chunk's first
+/// key (see [`InKeys`]).
+pub(super) fn lists_of_64<'a, 'k>(keys: &'a [&'k str]) -> impl Iterator<Item = [&'k str; 64]> + 'a {
+    keys.chunks(64).map(|chunk| {
+        let mut list = [chunk[0]; 64];
+        list[..chunk.len()].copy_from_slice(chunk);
+        list
+    })
+}
+
 /// Runs `query` over `keys` in lists of 64 (see [`InKeys`]).
 fn each_64<'k, T>(
     keys: &[&'k str],
     mut query: impl FnMut([&'k str; 64]) -> diesel::QueryResult<Vec<T>>,
 ) -> diesel::QueryResult<Vec<T>> {
     let mut rows = Vec::new();
-    for chunk in keys.chunks(64) {
-        let mut list = [chunk[0]; 64];
-        list[..chunk.len()].copy_from_slice(chunk);
+    for list in lists_of_64(keys) {
         rows.extend(query(list)?);
     }
     Ok(rows)
@@ -310,9 +318,9 @@ fn each_64<'k, T>(
 /// while the table grows. The ingest transaction rules sequential scans out
 /// ([`super::ingest_batch_with`]), so that plan is the index's.
 #[derive(Debug, Clone, Copy)]
-struct InKeys<'a, C, const N: usize> {
-    column: C,
-    keys: [&'a str; N],
+pub(super) struct InKeys<'a, C, const N: usize> {
+    pub(super) column: C,
+    pub(super) keys: [&'a str; N],
 }
 
 impl<C, const N: usize> diesel::expression::Expression for InKeys<'_, C, N>
