@@ -170,9 +170,21 @@ fn paused_past_its_lease(rig: &mut Rig) {
         });
         assert!(
             moved,
-            "the paused instance's leases did not move on; sessions in a transaction \
-             or waiting on a lock: {:#?}",
-            rig.lock_waits()
+            "the paused instance ({paused_id}) leases did not move on by {}; held before \
+             the pause, then now: {:#?}; lease events since: {:#?}; sessions: {:#?}",
+            rig.db_now(),
+            held.iter()
+                .map(|(t, before)| (before.clone(), rig.lease_of(t)))
+                .collect::<Vec<_>>(),
+            [
+                "lease.taken_over",
+                "lease.expired_released",
+                "lease.handed_over"
+            ]
+            .iter()
+            .map(|action| (action, rig.audit_after(mark, action)))
+            .collect::<Vec<_>>(),
+            rig.activity()
         );
         signal(pid, "-CONT");
         sending

@@ -315,17 +315,22 @@ impl Rig {
         )
     }
 
-    /// The database's sessions that are in a transaction or wait on a
-    /// lock, and whom they wait for: what a failure to take a lease over
-    /// was stuck on.
-    pub fn lock_waits(&self) -> Vec<String> {
+    /// Every session of the database but this one, with what it waits on:
+    /// what a failure report needs when nothing seems to move.
+    pub fn activity(&self) -> Vec<String> {
         texts(
             &mut self.db(),
-            "SELECT pid || ' ' || COALESCE(state, '-') || ' waits on ' || COALESCE(wait_event_type, '-') \
-             || ' blocked by ' || pg_blocking_pids(pid)::text || ': ' || left(COALESCE(query, ''), 120) AS v \
-             FROM pg_stat_activity WHERE datname = current_database() \
-             AND (state LIKE 'idle in transaction%' OR wait_event_type = 'Lock')",
+            "SELECT pid || ' ' || COALESCE(state, '-') || ' for ' \
+             || COALESCE(CAST(now() - state_change AS TEXT), '-') || ', waits on ' \
+             || COALESCE(wait_event_type, '-') || '/' || COALESCE(wait_event, '-') || ': ' \
+             || left(COALESCE(query, ''), 120) AS v \
+             FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
         )
+    }
+
+    /// The database's clock, which leases expire by.
+    pub fn db_now(&self) -> String {
+        texts(&mut self.db(), "SELECT CAST(now() AS TEXT) AS v").remove(0)
     }
 
     /// The lease row of the task's repository.
