@@ -59,12 +59,65 @@ fn tasks_of(db: &mut DbConn, comment_id: i64) -> Vec<(String, String)> {
 /// Waits until the comment has a task; that task (and that it is the only one).
 fn wait_task_of(app: &TestApp, comment_id: i64) -> (String, String) {
     let mut db = app.db();
-    app.wait_for(&format!("a task for comment {comment_id}"), || {
+    let found = poll_until(Duration::from_secs(10), || {
         !tasks_of(&mut db, comment_id).is_empty()
     });
+    assert!(
+        found,
+        "timed out waiting for a task for comment {comment_id}; {}",
+        catchup_state(app)
+    );
     let tasks = tasks_of(&mut db, comment_id);
     assert_eq!(tasks.len(), 1, "comment {comment_id}: {tasks:?}");
     tasks.into_iter().next().unwrap()
+}
+
+/// What the catch-up has done, for a failure's report: each repository's
+/// cursor and claim, the catch-up's audit events, and the binary's log
+/// lines about it.
+fn catchup_state(app: &TestApp) -> String {
+    #[derive(QueryableByName, Debug)]
+    #[allow(dead_code)]
+    struct Cursor {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        repo_key: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        since: String,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        lease_owner: Option<String>,
+        #[diesel(sql_type = diesel::sql_types::Nullable<diesel::sql_types::Text>)]
+        lease_expires_at: Option<String>,
+    }
+    #[derive(QueryableByName, Debug)]
+    #[allow(dead_code)]
+    struct Event {
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        action: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        at: String,
+        #[diesel(sql_type = diesel::sql_types::Text)]
+        metadata: String,
+    }
+    let mut db = app.db();
+    let cursors = codex_bridge::with_conn!(&mut db, |c| {
+        diesel::sql_query(
+        "SELECT repo_key, since, lease_owner, lease_expires_at FROM catchup_cursors ORDER BY repo_key"
+    )
+    .load::<Cursor>(c)
+    });
+    let events =
+        codex_bridge::with_conn!(&mut db, |c| {
+            diesel::sql_query(
+        "SELECT action, at, metadata FROM audit_events WHERE action LIKE 'catchup.%' ORDER BY id"
+    )
+    .load::<Event>(c)
+        });
+    let logs = app.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("catch")).collect();
+    format!(
+        "now {}; cursors: {cursors:#?}; catch-up events: {events:#?}; the binary's catch-up lines: {lines:#?}",
+        codex_bridge::store::now()
+    )
 }
 
 /// Waits until a pass has read `acme/<repo>` up to `comment` (its cursor is
