@@ -98,20 +98,14 @@ fn catchup_state(app: &TestApp) -> String {
         #[diesel(sql_type = diesel::sql_types::Text)]
         metadata: String,
     }
+    const CURSORS: &str = "SELECT repo_key, since, lease_owner, lease_expires_at \
+                           FROM catchup_cursors ORDER BY repo_key";
+    const EVENTS: &str = "SELECT action, at, metadata FROM audit_events \
+                          WHERE action LIKE 'catchup.%' ORDER BY id";
     let mut db = app.db();
-    let cursors = codex_bridge::with_conn!(&mut db, |c| {
-        diesel::sql_query(
-        "SELECT repo_key, since, lease_owner, lease_expires_at FROM catchup_cursors ORDER BY repo_key"
-    )
-    .load::<Cursor>(c)
-    });
-    let events =
-        codex_bridge::with_conn!(&mut db, |c| {
-            diesel::sql_query(
-        "SELECT action, at, metadata FROM audit_events WHERE action LIKE 'catchup.%' ORDER BY id"
-    )
-    .load::<Event>(c)
-        });
+    let cursors =
+        codex_bridge::with_conn!(&mut db, |c| diesel::sql_query(CURSORS).load::<Cursor>(c));
+    let events = codex_bridge::with_conn!(&mut db, |c| diesel::sql_query(EVENTS).load::<Event>(c));
     let logs = app.logs();
     let lines: Vec<&str> = logs.lines().filter(|l| l.contains("catch")).collect();
     format!(
