@@ -149,20 +149,26 @@ fn a_missing_or_unverifiable_reply_is_failed_reply() {
     });
 }
 
-/// A harness whose `risky` turn asks for an approval (waited on for 30 s),
-/// then completes.
-fn asking_for_approval() -> Harness {
+/// A harness whose `risky` turn asks for an approval of `kind`, then
+/// completes with `reply`.
+pub(crate) fn asking_for_approval(
+    kind: &'static str,
+    reply: &str,
+    settings: codex_bridge::actors::ActorSettings,
+) -> Harness {
     let rt = ScriptedAgent::new();
     rt.on(
         "risky",
-        Script::steps(vec![
-            Step::AskApproval("command"),
-            Step::Complete("did it".into()),
-        ]),
+        Script::steps(vec![Step::AskApproval(kind), Step::Complete(reply.into())]),
     );
+    Harness::start(rt, settings)
+}
+
+/// An approval of a command, waited on for 30 s.
+fn asking_for_a_command() -> Harness {
     let mut s = settings();
     s.approval_timeout = Duration::from_secs(30);
-    Harness::start(rt, s)
+    asking_for_approval("command", "did it", s)
 }
 
 #[test]
@@ -170,7 +176,7 @@ fn pause_and_disable_keep_tasks_queued_until_lifted() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::{self, ControlRequest};
     run(async {
-        let h = asking_for_approval();
+        let h = asking_for_a_command();
         let req = |id: &str| ControlRequest {
             request_id: id.into(),
             reason: "test".into(),
@@ -378,7 +384,7 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
     use codex_bridge::store::approvals;
     use codex_bridge::store::control::ControlRequest;
     run(async {
-        let h = asking_for_approval();
+        let h = asking_for_a_command();
         let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
         h.wait_state(&id, TaskState::AwaitingApproval).await;
         let pending = h.store.read(approvals::pending).await.unwrap();
@@ -431,17 +437,9 @@ fn an_approval_waits_for_an_operator_and_a_forgotten_one_is_declined() {
         System::current().stop();
     });
     run(async {
-        let rt = ScriptedAgent::new();
-        rt.on(
-            "risky",
-            Script::steps(vec![
-                Step::AskApproval("file_change"),
-                Step::Complete("went on without it".into()),
-            ]),
-        );
         let mut s = settings();
         s.approval_timeout = Duration::from_millis(300);
-        let h = Harness::start(rt, s);
+        let h = asking_for_approval("file_change", "went on without it", s);
         let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
         h.wait_state(&id, TaskState::Succeeded).await;
         assert_eq!(h.runtime.decisions().len(), 1);

@@ -5,6 +5,7 @@
 //! the waiting session at once.
 
 use super::actors::{run, settings, Harness};
+use super::actors_control::asking_for_approval;
 use crate::support::{repo, resource};
 use actix::prelude::*;
 use codex_bridge::actors::registry::ApprovalDecided;
@@ -141,20 +142,12 @@ fn a_decision_that_lost_its_compare_and_swap_is_audited_and_decided_again() {
 #[test]
 fn an_approval_decided_through_this_process_wakes_the_waiting_session() {
     run(async {
-        let rt = ScriptedAgent::new();
-        rt.on(
-            "risky",
-            Script::steps(vec![
-                Step::AskApproval("command"),
-                Step::Complete("did it".into()),
-            ]),
-        );
         let mut s = settings();
         // Decisions written by other processes are found by this re-read;
         // an hour means only the wake-up can end the wait within the test.
         s.sweep = Duration::from_secs(3600);
         s.approval_timeout = Duration::from_secs(3600);
-        let h = Harness::start(rt, s);
+        let h = asking_for_approval("command", "did it", s);
         let id = h.comment("widgets", 1, 1, "@ccbot risky").await;
         h.wait_state(&id, TaskState::AwaitingApproval).await;
         let pending = h.store.read(approvals::pending).await.unwrap();
