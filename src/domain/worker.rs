@@ -17,7 +17,7 @@ pub struct WorkerId(String);
 impl WorkerId {
     /// A new id, time-ordered (UUID v7) like the bridge's other ids.
     pub fn mint() -> WorkerId {
-        WorkerId(format!("{ID_PREFIX}{}", uuid::Uuid::now_v7().simple()))
+        WorkerId(super::keys::mint_with_prefix(ID_PREFIX))
     }
 
     /// The id a text names, if it has the shape of one (`None`: it names no

@@ -19,7 +19,7 @@ pub fn create(
     request_key: &str,
 ) -> Result<Approval, StoreError> {
     let approval = Approval {
-        approval_id: format!("appr-{}", uuid::Uuid::now_v7().simple()),
+        approval_id: crate::domain::keys::mint_with_prefix("appr-"),
         task_id: task_id.clone(),
         kind: kind.to_owned(),
         detail: detail.to_string(),

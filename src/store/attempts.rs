@@ -140,7 +140,7 @@ pub fn start_attempt(
         .select(diesel::dsl::max(attempts::number))
         .first(c))?;
     let attempt = Attempt {
-        attempt_id: format!("att-{}", uuid::Uuid::now_v7().simple()),
+        attempt_id: crate::domain::keys::mint_with_prefix("att-"),
         task_id: task_id.clone(),
         number: number.unwrap_or(0) + 1,
         lease_id: lease_id.map(str::to_owned),

@@ -107,7 +107,7 @@ impl From<AuditEvent> for AuditView {
 
 /// Appends one event and returns it as stored.
 pub fn record(conn: &mut DbConn, event: &Audit<'_>) -> Result<AuditView, StoreError> {
-    let event_id = format!("audit-{}", uuid::Uuid::now_v7().simple());
+    let event_id = crate::domain::keys::mint_with_prefix("audit-");
     let at = now();
     let metadata = event
         .metadata

@@ -356,5 +356,5 @@ pub fn previous_holder_serves(
 }
 
 pub fn new_lease_id() -> String {
-    format!("lease-{}", uuid::Uuid::now_v7().simple())
+    crate::domain::keys::mint_with_prefix("lease-")
 }

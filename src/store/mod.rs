@@ -462,5 +462,5 @@ pub fn normalize_time(s: &str) -> Option<String> {
 /// Lower-case hex SHA-256.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
+    crate::domain::keys::lower_hex(&sha2::Sha256::digest(bytes))
 }

@@ -36,7 +36,7 @@ pub struct CallId(String);
 
 impl CallId {
     pub fn mint() -> CallId {
-        CallId(format!("wc-{}", uuid::Uuid::now_v7().simple()))
+        CallId(crate::domain::keys::mint_with_prefix("wc-"))
     }
 
     /// A call id as a worker sent it; `None`: no call of ours has that shape.

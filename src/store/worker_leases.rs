@@ -93,7 +93,7 @@ fn now_and_expiry(conn: &mut DbConn, ttl: Duration) -> Result<(String, String), 
 }
 
 fn new_lease_id() -> String {
-    format!("wl-{}", uuid::Uuid::now_v7().simple())
+    crate::domain::keys::mint_with_prefix("wl-")
 }
 
 fn is_revoked(conn: &mut DbConn, worker_id: &str) -> Result<bool, StoreError> {

@@ -347,7 +347,7 @@ pub fn continue_with(
     let at = now();
     let delivery_key = format!("{}:continuation:{}:{}", c.instance_id, w.workflow_id, c.seq);
     let task_id = TaskId::mint();
-    let queue_id = format!("q-{}", uuid::Uuid::now_v7().simple());
+    let queue_id = crate::domain::keys::mint_with_prefix("q-");
     let operation_id = OperationId::of_continuation(&w.workflow_id, c.seq);
     let after = c.after;
     with_conn!(conn, |x| {
