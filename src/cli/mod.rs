@@ -222,9 +222,10 @@ pub(crate) fn connect(config: &Config) -> anyhow::Result<DbConn> {
     let mut conn = DbConn::establish(&ConnSettings::from_config(config))
         .with_context(|| format!("cannot open {}", config.database_url.redacted()))?;
     let pending = match &mut conn {
-        DbConn::Sqlite(c) => {
-            diesel_migrations::MigrationHarness::has_pending_migration(c, store::SQLITE_MIGRATIONS)
-        }
+        DbConn::Sqlite(c) => diesel_migrations::MigrationHarness::has_pending_migration(
+            &mut **c,
+            store::SQLITE_MIGRATIONS,
+        ),
         DbConn::Pg(c) => diesel_migrations::MigrationHarness::has_pending_migration(
             c,
             store::POSTGRES_MIGRATIONS,

@@ -83,6 +83,7 @@ fn pass(conn: &mut DbConn) -> Result<i64, diesel::result::Error> {
     let DbConn::Sqlite(c) = conn else {
         return Ok(0);
     };
-    let done: Checkpoint = diesel::sql_query("PRAGMA wal_checkpoint(PASSIVE)").get_result(c)?;
+    let done: Checkpoint =
+        diesel::sql_query("PRAGMA wal_checkpoint(PASSIVE)").get_result(&mut **c)?;
     Ok(done.log)
 }

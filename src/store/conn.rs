@@ -6,13 +6,14 @@ use crate::config::DatabaseUrl;
 use diesel::connection::{AnsiTransactionManager, SimpleConnection, TransactionManager};
 use diesel::pg::PgConnection;
 use diesel::r2d2::R2D2Connection;
-use diesel::sqlite::SqliteConnection;
 use diesel::{Connection, QueryResult};
 use std::time::Duration;
 
 /// A live database connection of either backend.
 pub enum DbConn {
-    Sqlite(SqliteConnection),
+    /// diesel's connection with SQLite statements of the bridge's own
+    /// (`rawsql`); it dereferences to diesel's.
+    Sqlite(super::rawsql::SqliteConn),
     Pg(PgConnection),
 }
 
@@ -22,7 +23,10 @@ pub enum DbConn {
 macro_rules! with_conn {
     ($conn:expr, |$c:ident| $body:expr) => {
         match $conn {
-            $crate::store::DbConn::Sqlite($c) => $body,
+            $crate::store::DbConn::Sqlite(sqlite) => {
+                let $c: &mut diesel::sqlite::SqliteConnection = &mut *sqlite;
+                $body
+            }
             $crate::store::DbConn::Pg($c) => $body,
         }
     };
@@ -57,7 +61,7 @@ impl DbConn {
                 // Every SQLite connection writes its WAL through the gathering
                 // VFS (`walvfs.rs`; it relies on `synchronous = FULL` below).
                 super::walvfs::install().map_err(diesel::ConnectionError::BadConnection)?;
-                let mut c = SqliteConnection::establish(&path.to_string_lossy())?;
+                let mut c = super::rawsql::establish(&path.to_string_lossy())?;
                 // In-memory statement journals keep the writer's per-request
                 // I/O to the WAL itself. Checkpoints are the checkpointer
                 // thread's (see `Store::open`). The writer's own automatic
@@ -154,7 +158,7 @@ impl DbConn {
     {
         match self {
             DbConn::Sqlite(c) => {
-                AnsiTransactionManager::begin_transaction_sql(c, "BEGIN IMMEDIATE")?
+                AnsiTransactionManager::begin_transaction_sql(&mut **c, "BEGIN IMMEDIATE")?
             }
             DbConn::Pg(c) => AnsiTransactionManager::begin_transaction(c)?,
         }

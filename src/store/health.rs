@@ -56,7 +56,8 @@ struct JournalMode {
 pub fn journal_mode(conn: &mut DbConn) -> Result<Option<String>, StoreError> {
     match conn {
         DbConn::Sqlite(c) => {
-            let mode: JournalMode = diesel::sql_query("PRAGMA journal_mode").get_result(c)?;
+            let mode: JournalMode =
+                diesel::sql_query("PRAGMA journal_mode").get_result(&mut **c)?;
             Ok(Some(mode.journal_mode.to_lowercase()))
         }
         DbConn::Pg(_) => Ok(None),

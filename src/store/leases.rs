@@ -265,7 +265,7 @@ pub fn release_expired(conn: &mut DbConn) -> Result<Vec<Lease>, StoreError> {
 /// the check and the commit.
 pub fn check(conn: &mut DbConn, fence: &Fence) -> Result<(), StoreError> {
     let found: Option<i64> = match conn {
-        DbConn::Sqlite(c) => current(fence).first(c).optional()?,
+        DbConn::Sqlite(c) => current(fence).first(&mut **c).optional()?,
         DbConn::Pg(c) => current(fence).for_key_share().first(c).optional()?,
     };
     match found {

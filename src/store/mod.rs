@@ -9,6 +9,7 @@ mod checkpointer;
 mod conn;
 mod durable;
 pub mod models;
+pub mod rawsql;
 /// Diesel's view of the tables: exactly what `diesel print-schema` prints for a
 /// database migrated with `migrations/postgres` (tests/it/schema.rs fails when
 /// they drift). Its types are diesel's generic ones (`Int8` is `BigInt`), so

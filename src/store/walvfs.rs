@@ -28,8 +28,8 @@
 //! Every other file (database, shared memory, journals) is the parent VFS's own
 //! file object, untouched.
 //!
-//! One of the two modules of the crate with `unsafe` code (the other is
-//! `pcache`): a VFS is a C interface of raw pointers, called by SQLite. Each
+//! One of the few modules of the crate with `unsafe` code (beside `pcache`,
+//! `rawsql` and `sqlite_heap`): a VFS is a C interface of raw pointers, called by SQLite. Each
 //! function relies on the same two facts:
 //! SQLite allocated `szOsFile` bytes for every file it opens through this VFS
 //! (our header, then the parent's file object at `REAL_OFFSET`), and it never

@@ -268,7 +268,7 @@ fn sessions_of(conn: &mut DbConn, keys: &[&str]) -> Result<Vec<SessionFacts>, St
                     keys,
                 })
                 .select(columns)
-                .load(c)
+                .load(&mut **c)
         }),
         DbConn::Pg(c) => each_64(keys, |keys| {
             sessions::table

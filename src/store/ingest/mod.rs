@@ -14,6 +14,7 @@
 //! ([`rows::BatchRows`]).
 
 mod decide;
+mod kept;
 mod lookups;
 mod refuse;
 mod rows;

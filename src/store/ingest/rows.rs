@@ -2,17 +2,16 @@
 //! their write: new repositories and sessions row by row, everything else in
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
-use super::lookups::{lists_of_64, InKeys};
+use super::kept;
+use super::lookups::lists_of_64;
 use super::unnest;
 use crate::domain::command::Command;
 use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
 use crate::domain::{OperationId, RepoKey, ResourceKey, ResourceKind, TaskId};
 use crate::lifecycle::TaskState;
 use crate::store::models::Delivery;
-use crate::store::schema::{
-    audit_events, comment_changes, comments, outbox_entries, repositories, sessions,
-    task_transitions, tasks, webhook_deliveries,
-};
+use crate::store::rawsql::SqliteConn;
+use crate::store::schema::{comment_changes, repositories, sessions};
 use crate::store::{DbConn, StoreError};
 use crate::with_conn;
 use diesel::prelude::*;
@@ -46,8 +45,6 @@ pub(super) struct SessionRow {
     pub(super) version: i64,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = tasks, treat_none_as_default_value = false)]
 pub(super) struct TaskRow {
     pub(super) task_id: TaskId,
     pub(super) delivery_key: String,
@@ -68,8 +65,6 @@ pub(super) struct TaskRow {
     pub(super) error_code: Option<String>,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = task_transitions, treat_none_as_default_value = false)]
 pub(super) struct TransitionRow {
     pub(super) task_id: TaskId,
     pub(super) from_state: Option<TaskState>,
@@ -81,8 +76,6 @@ pub(super) struct TransitionRow {
     pub(super) at: String,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = outbox_entries, treat_none_as_default_value = false)]
 pub(super) struct OutboxRow {
     pub(super) queue_id: String,
     pub(super) session_key: ResourceKey,
@@ -100,8 +93,6 @@ pub(super) struct OutboxRow {
     pub(super) command_argument: Option<String>,
 }
 
-#[derive(Insertable)]
-#[diesel(table_name = audit_events, treat_none_as_default_value = false)]
 pub(super) struct AuditRow {
     pub(super) event_id: String,
     pub(super) task_id: Option<TaskId>,
@@ -117,56 +108,11 @@ pub(super) struct AuditRow {
     pub(super) at: String,
 }
 
-/// Inserts `rows` with multi-row INSERTs of fixed sizes (64 rows, then the
-/// rest by its binary digits: 32, 16, 8, 4, 2 and 1) made by `$insert`
-/// (SQLite's `diesel::insert_or_ignore_into`), and fails unless each wrote
-/// every row. diesel keeps a prepared statement only
-/// for a batch whose size is part of its type (an array); a batch of any other
-/// length is parsed and planned again at every run, which cost the
-/// group-commit writer a tenth of its time. Each statement run opens a cursor
-/// on the table and on each of its indexes: a typical batch of ~31 rows takes
-/// 5 statements per table this way (7 with sizes 16, 4 and 1 only), 1.5% of the
-/// writer's instructions.
-macro_rules! insert_all {
-    ($insert:path, $c:expr, $table:expr, $rows:expr) => {{
-        let mut rest = &$rows[..];
-        while !rest.is_empty() {
-            let (wrote, asked) = if let Some((head, tail)) = rest.split_first_chunk::<64>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<32>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<16>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<8>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<4>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<2>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else if let Some((head, tail)) = rest.split_first_chunk::<1>() {
-                rest = tail;
-                ($insert($table).values(head).execute($c)?, head.len())
-            } else {
-                break;
-            };
-            if wrote != asked {
-                return Err(refused(stringify!($table), asked - wrote).into());
-            }
-        }
-    }};
-}
-
 /// The error of a multi-row INSERT that wrote fewer rows than it was given:
 /// `INSERT OR IGNORE` skipped rows that break a constraint. The batch's
 /// transaction rolls back, and the writer ingests its deliveries again one by
 /// one (`store::writer`), where the one at fault fails with this message.
-fn refused(table: &str, rows: usize) -> diesel::result::Error {
+pub(super) fn refused(table: &str, rows: usize) -> diesel::result::Error {
     diesel::result::Error::DatabaseError(
         diesel::result::DatabaseErrorKind::Unknown,
         Box::new(format!(
@@ -195,8 +141,6 @@ pub(super) struct BatchRows {
 
 /// The receipt a task born in the ingest gets ("received", or a refusal),
 /// written by the receipts worker after the commit.
-#[derive(Insertable)]
-#[diesel(table_name = comments, treat_none_as_default_value = false)]
 pub(super) struct ReceiptRow {
     pub(super) comment_key: String,
     pub(super) task_id: TaskId,
@@ -365,71 +309,42 @@ impl BatchRows {
         Ok(())
     }
 
-    /// Everything after the repositories on SQLite: multi-row INSERTs of
-    /// fixed sizes (`insert_all!`).
-    fn write_sqlite(&self, c: &mut diesel::SqliteConnection) -> Result<(), diesel::result::Error> {
+    /// Everything after the repositories on SQLite: the new sessions through
+    /// diesel, then multi-row INSERTs of fixed sizes through the
+    /// connection's kept statements (`kept`).
+    fn write_sqlite(&self, c: &mut SqliteConn) -> Result<(), diesel::result::Error> {
         for session in &self.sessions {
             diesel::insert_into(sessions::table)
                 .values(session)
                 .on_conflict_do_nothing()
-                .execute(c)?;
+                .execute(&mut **c)?;
         }
-        insert_all!(
-            diesel::insert_or_ignore_into,
-            c,
-            webhook_deliveries::table,
-            &self.deliveries
-        );
-        insert_all!(diesel::insert_or_ignore_into, c, tasks::table, &self.tasks);
-        insert_all!(
-            diesel::insert_or_ignore_into,
-            c,
-            task_transitions::table,
-            &self.transitions
-        );
+        let st = c.statements();
+        kept::insert_all(st, &self.deliveries)?;
+        kept::insert_all(st, &self.tasks)?;
+        kept::insert_all(st, &self.transitions)?;
         for row in &self.transitions {
             crate::metrics::transition_written(row.to_state.as_str());
         }
-        insert_all!(
-            diesel::insert_or_ignore_into,
-            c,
-            outbox_entries::table,
-            &self.outbox
-        );
+        kept::insert_all(st, &self.outbox)?;
         // One statement per increment, not one per session (~30 a batch),
-        // over lists of 64 keys: a statement diesel keeps prepared, where an
-        // `eq_any` list of the batch's length was parsed again every batch.
+        // over lists of 64 keys.
         let mut by_increment: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
         for (session, n) in &self.opened {
             by_increment.entry(*n).or_default().push(session.as_str());
         }
         for (n, keys) in by_increment {
             for list in lists_of_64(&keys) {
-                diesel::update(sessions::table.filter(InKeys {
-                    column: sessions::session_key,
-                    keys: list,
-                }))
-                .set(sessions::open_entries.eq(sessions::open_entries + n))
-                .execute(c)?;
+                kept::add_open_entries(st, n, &list)?;
             }
         }
-        insert_all!(
-            diesel::insert_or_ignore_into,
-            c,
-            comments::table,
-            &self.receipts
-        );
+        kept::insert_all(st, &self.receipts)?;
         for change in &self.changes {
             diesel::insert_into(comment_changes::table)
                 .values(change)
-                .execute(c)?;
+                .execute(&mut **c)?;
         }
-        insert_all!(
-            diesel::insert_or_ignore_into,
-            c,
-            audit_events::table,
-            &self.audits
-        );
+        kept::insert_all(c.statements(), &self.audits)?;
         Ok(())
     }
 
