@@ -256,35 +256,110 @@ impl<'d> Run<'_, 'd> {
         self.bound(rc);
     }
 
-    /// Runs the statement to its end; the rows it changed.
-    pub fn execute(mut self) -> Result<usize, Error> {
+    /// Fails when a value could not be bound or a place was left unbound
+    /// (it would be NULL, silently).
+    fn ready(&mut self) -> Result<(), Error> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        // A place left unbound would be written as NULL, silently.
         // SAFETY: the statement is open.
         let places = unsafe { ffi::sqlite3_bind_parameter_count(self.stmt.as_ptr()) };
         if self.next - 1 != places {
             return Err(database_error(
                 ffi::SQLITE_RANGE,
                 format!(
-                    "a statement of {places} value(s) was given {}; nothing was written",
+                    "a statement of {places} value(s) was given {}; nothing was run",
                     self.next - 1
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// Runs the statement to its end, handing each row it yields to `each`.
+    pub fn query(
+        mut self,
+        mut each: impl FnMut(&Row<'_>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        self.ready()?;
         loop {
             // SAFETY: a prepared statement of this open handle, every value
             // bound alive for `'d`.
             match unsafe { ffi::sqlite3_step(self.stmt.as_ptr()) } {
-                ffi::SQLITE_ROW => continue,
-                ffi::SQLITE_DONE => break,
+                ffi::SQLITE_ROW => each(&Row {
+                    stmt: self.stmt,
+                    _step: PhantomData,
+                })?,
+                ffi::SQLITE_DONE => return Ok(()),
                 rc => return Err(last_error(self.db, rc)),
             }
         }
+    }
+
+    /// Runs the statement to its end; the rows it changed.
+    pub fn execute(self) -> Result<usize, Error> {
+        let db = self.db;
+        self.query(|_| Ok(()))?;
         // SAFETY: the handle is open.
-        let changed = unsafe { ffi::sqlite3_changes64(self.db.as_ptr()) };
+        let changed = unsafe { ffi::sqlite3_changes64(db.as_ptr()) };
         Ok(usize::try_from(changed).unwrap_or(0))
+    }
+}
+
+/// The row a statement stands on: its columns, read in place until the
+/// next step.
+pub struct Row<'r> {
+    stmt: NonNull<ffi::sqlite3_stmt>,
+    _step: PhantomData<&'r ()>,
+}
+
+impl Row<'_> {
+    /// Column `i` (from 0) as text; `None` for NULL.
+    pub fn text(&self, i: c_int) -> Result<Option<&str>, Error> {
+        // SAFETY: the statement stands on a row (`query` hands out `Row`s
+        // only then) and the text stays valid until the next step, which
+        // this borrow outlives: `Row` is only lent for the row's callback.
+        let bytes = unsafe {
+            let text = ffi::sqlite3_column_text(self.stmt.as_ptr(), i);
+            if text.is_null() {
+                return Ok(None);
+            }
+            let len = ffi::sqlite3_column_bytes(self.stmt.as_ptr(), i);
+            std::slice::from_raw_parts(text, usize::try_from(len).unwrap_or(0))
+        };
+        std::str::from_utf8(bytes)
+            .map(Some)
+            .map_err(|e| Error::DeserializationError(Box::new(e)))
+    }
+
+    /// Column `i` as text that must be there.
+    pub fn string(&self, i: c_int) -> Result<String, Error> {
+        self.text(i)?.map(str::to_owned).ok_or_else(|| {
+            Error::DeserializationError(
+                format!("column {i} is NULL where text was expected").into(),
+            )
+        })
+    }
+
+    /// Column `i` as an integer that must be there.
+    pub fn number(&self, i: c_int) -> Result<i64, Error> {
+        self.int(i).ok_or_else(|| {
+            Error::DeserializationError(
+                format!("column {i} is NULL where an integer was expected").into(),
+            )
+        })
+    }
+
+    /// Column `i` as an integer; `None` for NULL.
+    pub fn int(&self, i: c_int) -> Option<i64> {
+        // SAFETY: as in `text`.
+        unsafe {
+            if ffi::sqlite3_column_type(self.stmt.as_ptr(), i) == ffi::SQLITE_NULL {
+                None
+            } else {
+                Some(ffi::sqlite3_column_int64(self.stmt.as_ptr(), i))
+            }
+        }
     }
 }
 

@@ -1,15 +1,18 @@
 //! The batch's rows on SQLite, written through statements the connection
 //! keeps (`store::rawsql`): each table's multi-row `INSERT OR IGNORE` of 64,
 //! 32, 16, 8, 4, 2 or 1 rows, prepared once per connection and size, and the
-//! sessions' counts of open entries over lists of 64 keys.
+//! sessions' counts of open entries, one kept UPDATE per session.
 //!
 //! Every column a row writes is named here next to the value bound to it;
 //! PostgreSQL writes the same rows through `unnest`, and the ingest's tests
 //! compare the two stores column by column.
 
+use super::lookups::Found;
 use super::rows::{AuditRow, OutboxRow, ReceiptRow, TaskRow, TransitionRow};
+use crate::domain::states::ThreadTrust;
+use crate::domain::{RepoKey, ResourceKey, TaskId};
 use crate::store::models::Delivery;
-use crate::store::rawsql::{Run, Statements};
+use crate::store::rawsql::{Row, Run, Statements};
 use diesel::result::Error;
 
 /// A row of one table, as the values of its `INSERT`.
@@ -55,24 +58,18 @@ fn insert_sql<R: KeptRow>(rows: usize) -> String {
     )
 }
 
-/// Adds `n` to the count of open entries of each session of `keys` (a list
-/// of 64, unused places repeating a key: each row is updated once).
-pub(super) fn add_open_entries(
-    st: &mut Statements,
-    n: i64,
-    keys: &[&str; 64],
-) -> Result<usize, Error> {
-    let mut run = st.prepared(("sessions.open_entries", 64), || {
-        format!(
-            "UPDATE sessions SET open_entries = open_entries + ? WHERE session_key IN ({})",
-            vec!["?"; 64].join(", ")
-        )
+/// Adds `n` to the count of open entries of the session `key`, failing
+/// unless the session's row is there (it was found or created by the batch).
+pub(super) fn add_open_entries(st: &mut Statements, key: &str, n: i64) -> Result<(), Error> {
+    let mut run = st.prepared(("sessions.open_entries", 1), || {
+        "UPDATE sessions SET open_entries = open_entries + ? WHERE session_key = ?".into()
     })?;
     run.int(n);
-    for key in keys {
-        run.text(key);
+    run.text(key);
+    match run.execute()? {
+        1 => Ok(()),
+        _ => Err(super::rows::refused("sessions", 1)),
     }
-    run.execute()
 }
 
 impl KeptRow for Delivery {
@@ -265,4 +262,156 @@ impl KeptRow for AuditRow {
         run.text(&self.metadata);
         run.text(&self.at);
     }
+}
+
+// The batch's lookups on SQLite: one run of a kept statement per key, each
+// an index seek. (An `IN` list makes SQLite build a temporary index of the
+// list at every run, and diesel binds all of its places through its query
+// tree.)
+
+/// The keys a batch looks up, each list without repeats.
+pub(super) struct Wanted<'a> {
+    pub(super) deliveries: &'a [&'a str],
+    pub(super) contents: &'a [&'a str],
+    pub(super) repos: &'a [RepoKey],
+    pub(super) triggers: &'a [&'a str],
+    pub(super) sessions: &'a [ResourceKey],
+}
+
+fn each_key<'k>(
+    st: &mut Statements,
+    name: &'static str,
+    sql: &'static str,
+    keys: impl IntoIterator<Item = &'k str>,
+    mut row: impl FnMut(&'k str, &Row<'_>) -> Result<(), Error>,
+) -> Result<(), Error> {
+    for key in keys {
+        let mut run = st.prepared((name, 1), || sql.into())?;
+        run.text(key);
+        run.query(|r| row(key, r))?;
+    }
+    Ok(())
+}
+
+fn bad_value(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::DeserializationError(format!("the store holds an invalid {what}: {e}").into())
+}
+
+/// What the store holds for `wanted`.
+pub(super) fn find(st: &mut Statements, wanted: &Wanted<'_>) -> Result<Found, Error> {
+    let mut found = Found {
+        deliveries: Vec::new(),
+        by_content: Vec::new(),
+        repos: Vec::new(),
+        triggers: Vec::new(),
+        sessions: Vec::new(),
+    };
+    each_key(
+        st,
+        "lookup.delivery",
+        "SELECT delivery_key, delivery_id, event_type, action, status, reason, repo_key, \
+         resource_key, comment_id, content_key, duplicate_of, task_id, sender, payload_hash, \
+         received_at FROM webhook_deliveries WHERE delivery_key = ?",
+        wanted.deliveries.iter().copied(),
+        |_, r| {
+            let opt = |i| r.text(i).map(|t| t.map(str::to_owned));
+            found.deliveries.push(Delivery {
+                delivery_key: r.string(0)?,
+                delivery_id: r.string(1)?,
+                event_type: r.string(2)?,
+                action: opt(3)?,
+                status: r.string(4)?,
+                reason: opt(5)?,
+                repo_key: r
+                    .text(6)?
+                    .map(RepoKey::parse)
+                    .transpose()
+                    .map_err(|e| bad_value("repository key", e))?,
+                resource_key: r
+                    .text(7)?
+                    .map(ResourceKey::parse)
+                    .transpose()
+                    .map_err(|e| bad_value("resource key", e))?,
+                comment_id: r.int(8),
+                content_key: opt(9)?,
+                duplicate_of: opt(10)?,
+                task_id: r
+                    .text(11)?
+                    .map(TaskId::parse)
+                    .transpose()
+                    .map_err(|e| bad_value("task id", e))?,
+                sender: opt(12)?,
+                payload_hash: r.string(13)?,
+                received_at: r.string(14)?,
+            });
+            Ok(())
+        },
+    )?;
+    each_key(
+        st,
+        "lookup.content",
+        "SELECT delivery_key, task_id FROM webhook_deliveries WHERE content_key = ?",
+        wanted.contents.iter().copied(),
+        |key, r| {
+            let task_id = r
+                .text(1)?
+                .map(TaskId::parse)
+                .transpose()
+                .map_err(|e| bad_value("task id", e))?;
+            found
+                .by_content
+                .push((Some(key.to_owned()), r.string(0)?, task_id));
+            Ok(())
+        },
+    )?;
+    for repo in wanted.repos {
+        each_key(
+            st,
+            "lookup.repository",
+            "SELECT status FROM repositories WHERE repo_key = ?",
+            [repo.as_str()],
+            |_, r| {
+                found.repos.push((repo.clone(), r.string(0)?));
+                Ok(())
+            },
+        )?;
+    }
+    each_key(
+        st,
+        "lookup.trigger",
+        "SELECT task_id, state, delivery_key FROM tasks WHERE trigger_key = ?",
+        wanted.triggers.iter().copied(),
+        |key, r| {
+            let task_id = TaskId::parse(&r.string(0)?).map_err(|e| bad_value("task id", e))?;
+            found
+                .triggers
+                .push((key.to_owned(), task_id, r.string(1)?, r.string(2)?));
+            Ok(())
+        },
+    )?;
+    for session in wanted.sessions {
+        each_key(
+            st,
+            "lookup.session",
+            "SELECT open_entries, thread_id, thread_trust, thread_generation FROM sessions \
+             WHERE session_key = ?",
+            [session.as_str()],
+            |_, r| {
+                let trust = r
+                    .text(2)?
+                    .map(ThreadTrust::parse)
+                    .transpose()
+                    .map_err(|e| bad_value("thread trust", e))?;
+                found.sessions.push((
+                    session.clone(),
+                    r.number(0)?,
+                    r.text(1)?.map(str::to_owned),
+                    trust,
+                    r.number(3)?,
+                ));
+                Ok(())
+            },
+        )?;
+    }
+    Ok(found)
 }

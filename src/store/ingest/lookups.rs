@@ -141,60 +141,34 @@ impl BatchLookups {
             v
         };
 
-        let repo_keys: Vec<&str> = repo_keys.iter().map(RepoKey::as_str).collect();
-        let session_keys: Vec<&str> = session_keys.iter().map(ResourceKey::as_str).collect();
-        let (deliveries, by_content, repos, triggers) = with_conn!(conn, |c| {
-            let deliveries: Vec<Delivery> = each_64(&delivery_keys, |keys| {
-                webhook_deliveries::table
-                    .filter(InKeys {
-                        column: webhook_deliveries::delivery_key,
-                        keys,
-                    })
-                    .select(Delivery::as_select())
-                    .load(c)
-            })?;
-            let by_content: Vec<(Option<String>, String, Option<TaskId>)> =
-                each_64(&content_keys, |keys| {
-                    webhook_deliveries::table
-                        // (NULL is in no IN list: only keyed rows match.)
-                        .filter(InKeys {
-                            column: webhook_deliveries::content_key.assume_not_null(),
-                            keys,
-                        })
-                        .select((
-                            webhook_deliveries::content_key,
-                            webhook_deliveries::delivery_key,
-                            webhook_deliveries::task_id,
-                        ))
-                        .load(c)
-                })?;
-            let repos: Vec<(RepoKey, String)> = each_64(&repo_keys, |keys| {
-                repositories::table
-                    .filter(InKeys {
-                        column: repositories::repo_key,
-                        keys,
-                    })
-                    .select((repositories::repo_key, repositories::status))
-                    .load(c)
-            })?;
-            let triggers: Vec<(String, TaskId, String, String)> = each_64(&trigger_keys, |keys| {
-                tasks::table
-                    .filter(InKeys {
-                        column: tasks::trigger_key,
-                        keys,
-                    })
-                    .select((
-                        tasks::trigger_key,
-                        tasks::task_id,
-                        tasks::state,
-                        tasks::delivery_key,
-                    ))
-                    .load(c)
-            })?;
-            Ok::<_, diesel::result::Error>((deliveries, by_content, repos, triggers))
-        })?;
-
-        let open = sessions_of(conn, &session_keys)?;
+        let Found {
+            deliveries,
+            by_content,
+            repos,
+            triggers,
+            sessions: open,
+        } = match conn {
+            DbConn::Sqlite(c) => super::kept::find(
+                c.statements(),
+                &super::kept::Wanted {
+                    deliveries: &delivery_keys,
+                    contents: &content_keys,
+                    repos: &repo_keys,
+                    triggers: &trigger_keys,
+                    sessions: &session_keys,
+                },
+            )?,
+            DbConn::Pg(c) => {
+                let repo_keys: Vec<&str> = repo_keys.iter().map(RepoKey::as_str).collect();
+                let session_keys: Vec<&str> =
+                    session_keys.iter().map(ResourceKey::as_str).collect();
+                pg_lookups(
+                    c,
+                    [&delivery_keys, &content_keys, &repo_keys, &trigger_keys],
+                    &session_keys,
+                )?
+            }
+        };
         let mut lookups = BatchLookups::default();
         if rules.user_triggers_per_hour > 0 {
             lookups.recent_triggers = recent_triggers(conn, reqs)?;
@@ -244,15 +218,90 @@ impl BatchLookups {
     }
 }
 
+/// What the store holds for the batch's keys.
+pub(super) struct Found {
+    pub(super) deliveries: Vec<Delivery>,
+    pub(super) by_content: Vec<(Option<String>, String, Option<TaskId>)>,
+    pub(super) repos: Vec<(RepoKey, String)>,
+    pub(super) triggers: Vec<(String, TaskId, String, String)>,
+    pub(super) sessions: Vec<SessionFacts>,
+}
+
+/// [`Found`] on PostgreSQL: one statement per list of 64 keys (`InKeys`),
+/// each a round trip.
+fn pg_lookups(
+    c: &mut diesel::PgConnection,
+    [delivery_keys, content_keys, repo_keys, trigger_keys]: [&[&str]; 4],
+    session_keys: &[&str],
+) -> Result<Found, StoreError> {
+    let deliveries: Vec<Delivery> = each_64(delivery_keys, |keys| {
+        webhook_deliveries::table
+            .filter(InKeys {
+                column: webhook_deliveries::delivery_key,
+                keys,
+            })
+            .select(Delivery::as_select())
+            .load(c)
+    })?;
+    let by_content: Vec<(Option<String>, String, Option<TaskId>)> =
+        each_64(content_keys, |keys| {
+            webhook_deliveries::table
+                // (NULL is in no IN list: only keyed rows match.)
+                .filter(InKeys {
+                    column: webhook_deliveries::content_key.assume_not_null(),
+                    keys,
+                })
+                .select((
+                    webhook_deliveries::content_key,
+                    webhook_deliveries::delivery_key,
+                    webhook_deliveries::task_id,
+                ))
+                .load(c)
+        })?;
+    let repos: Vec<(RepoKey, String)> = each_64(repo_keys, |keys| {
+        repositories::table
+            .filter(InKeys {
+                column: repositories::repo_key,
+                keys,
+            })
+            .select((repositories::repo_key, repositories::status))
+            .load(c)
+    })?;
+    let triggers: Vec<(String, TaskId, String, String)> = each_64(trigger_keys, |keys| {
+        tasks::table
+            .filter(InKeys {
+                column: tasks::trigger_key,
+                keys,
+            })
+            .select((
+                tasks::trigger_key,
+                tasks::task_id,
+                tasks::state,
+                tasks::delivery_key,
+            ))
+            .load(c)
+    })?;
+    Ok(Found {
+        deliveries,
+        by_content,
+        repos,
+        triggers,
+        sessions: sessions_of(c, session_keys)?,
+    })
+}
+
 /// Existing sessions, with their count of unfinished outbox entries.
-type SessionFacts = (ResourceKey, i64, Option<String>, Option<ThreadTrust>, i64);
+pub(super) type SessionFacts = (ResourceKey, i64, Option<String>, Option<ThreadTrust>, i64);
 
 /// The batch's existing sessions. On PostgreSQL their rows are also locked
 /// here, in key order, for the counts the batch adds at its end: several
 /// writers then take these locks in one order and never wait on each other
 /// in a cycle, and the counts can be added with one statement per increment
 /// instead of one per session.
-fn sessions_of(conn: &mut DbConn, keys: &[&str]) -> Result<Vec<SessionFacts>, StoreError> {
+fn sessions_of(
+    c: &mut diesel::PgConnection,
+    keys: &[&str],
+) -> Result<Vec<SessionFacts>, StoreError> {
     let columns = (
         sessions::session_key,
         sessions::open_entries,
@@ -260,29 +309,17 @@ fn sessions_of(conn: &mut DbConn, keys: &[&str]) -> Result<Vec<SessionFacts>, St
         sessions::thread_trust,
         sessions::thread_generation,
     );
-    let found = match conn {
-        DbConn::Sqlite(c) => each_64(keys, |keys| {
-            sessions::table
-                .filter(InKeys {
-                    column: sessions::session_key,
-                    keys,
-                })
-                .select(columns)
-                .load(&mut **c)
-        }),
-        DbConn::Pg(c) => each_64(keys, |keys| {
-            sessions::table
-                .filter(InKeys {
-                    column: sessions::session_key,
-                    keys,
-                })
-                .select(columns)
-                .order_by(sessions::session_key)
-                .for_no_key_update()
-                .load(c)
-        }),
-    }?;
-    Ok(found)
+    Ok(each_64(keys, |keys| {
+        sessions::table
+            .filter(InKeys {
+                column: sessions::session_key,
+                keys,
+            })
+            .select(columns)
+            .order_by(sessions::session_key)
+            .for_no_key_update()
+            .load(c)
+    })?)
 }
 
 /// `keys` in lists of exactly 64, unused places repeating the chunk's first

@@ -3,7 +3,6 @@
 //! multi-row INSERTs of fixed sizes, and each session's count of open entries.
 
 use super::kept;
-use super::lookups::lists_of_64;
 use super::unnest;
 use crate::domain::command::Command;
 use crate::domain::states::{ChangeKind, CommentKind, CommentStatus, OutboxStatus, SendMode};
@@ -327,16 +326,11 @@ impl BatchRows {
             crate::metrics::transition_written(row.to_state.as_str());
         }
         kept::insert_all(st, &self.outbox)?;
-        // One statement per increment, not one per session (~30 a batch),
-        // over lists of 64 keys.
-        let mut by_increment: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+        // One run of a kept statement per session, each an index seek: an
+        // `IN` list of 64 keys per increment made SQLite build a temporary
+        // index of the list at every run, twice the instructions.
         for (session, n) in &self.opened {
-            by_increment.entry(*n).or_default().push(session.as_str());
-        }
-        for (n, keys) in by_increment {
-            for list in lists_of_64(&keys) {
-                kept::add_open_entries(st, n, &list)?;
-            }
+            kept::add_open_entries(st, session.as_str(), *n)?;
         }
         kept::insert_all(st, &self.receipts)?;
         for change in &self.changes {
