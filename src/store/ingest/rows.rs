@@ -295,7 +295,7 @@ impl BatchRows {
             );
         }
         // On SQLite the multi-row INSERTs resolve their constraints by
-        // skipping (`OR IGNORE`), and `insert_all!` fails the batch when a row
+        // skipping (`OR IGNORE`), and `kept::insert_all` fails the batch when a row
         // was skipped. A statement that could abort halfway (any constraint
         // resolved by aborting, or an immediate foreign key) makes SQLite
         // copy every page it touches into a statement journal first, to undo
@@ -326,9 +326,10 @@ impl BatchRows {
             crate::metrics::transition_written(row.to_state.as_str());
         }
         kept::insert_all(st, &self.outbox)?;
-        // One run of a kept statement per session, each an index seek: an
-        // `IN` list of 64 keys per increment made SQLite build a temporary
-        // index of the list at every run, twice the instructions.
+        // One run of a kept statement per session: about the instructions
+        // of one statement over lists of 64 keys (most of either is
+        // rewriting each session's row), and each run checks that its
+        // session's row is there.
         for (session, n) in &self.opened {
             kept::add_open_entries(st, session.as_str(), *n)?;
         }
