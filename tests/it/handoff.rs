@@ -15,7 +15,7 @@ use codex_bridge::domain::TaskId;
 use codex_bridge::lifecycle::TaskState;
 use codex_bridge::store::control::ControlRequest;
 use codex_bridge::store::models::{OutboxEntry, Task};
-use codex_bridge::store::{handoff, ingest, ledger, steer, StoreError};
+use codex_bridge::store::{handoff, ingest, ledger, steer, tasks, StoreError};
 
 fn runtime() -> ScriptedAgent {
     let rt = ScriptedAgent::new();
@@ -53,22 +53,27 @@ async fn held_steer(h: &Harness) -> (Task, TaskId) {
     h.wait_state(&running, TaskState::Running).await;
     let run_task = h.detail(&running).await.task;
     let req = request("widgets", 1, 2, "@ccbot /steer also fix the docs");
-    let out = h
-        .store
-        .write(move |c| ingest::ingest(c, &req))
-        .await
-        .unwrap();
-    let ingest::IngestOutcome::Accepted { task_id: steer, .. } = out else {
-        panic!("not accepted: {out:?}")
-    };
-    let e = entry(h, &steer).await;
-    let version = h.detail(&steer).await.task.state_version;
     let (thread, turn) = (
         run_task.thread_id.clone().unwrap(),
         run_task.turn_id.clone().unwrap(),
     );
-    h.store
-        .write(move |c| steer::admit(c, &e, version, &thread, &turn))
+    // Accepted and admitted in one transaction, as that process did: the
+    // running session's own steer pass must not take the entry in between.
+    let steer = h
+        .store
+        .write(move |c| {
+            let out = ingest::ingest(c, &req)?;
+            let ingest::IngestOutcome::Accepted { task_id, .. } = out else {
+                return Err(StoreError::Query(format!("not accepted: {out:?}")));
+            };
+            let detail = tasks::detail(c, &task_id)?
+                .ok_or_else(|| StoreError::NotFound(task_id.to_string()))?;
+            let e = detail
+                .outbox
+                .ok_or_else(|| StoreError::NotFound("the steer's outbox entry".into()))?;
+            steer::admit(c, &e, detail.task.state_version, &thread, &turn)?;
+            Ok(task_id)
+        })
         .await
         .unwrap();
     wake(h, &run_task);
