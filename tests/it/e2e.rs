@@ -96,11 +96,19 @@ impl Loop {
             wait_task_state(&self.app.db_url, task, state, Duration::from_secs(90))
         }));
         if let Err(panic) = waited {
-            // What the task and the server say, for the failure report.
-            let d = self.detail(task);
+            // The report runs from the longest and least telling part (what
+            // Codex was doing) to the shortest and most telling (the task's
+            // own audit, then why it failed), so a log cut in its middle
+            // still ends with what happened to the task.
             eprintln!(
-                "task detail: {}",
-                serde_json::to_string_pretty(&d["audit"]).unwrap()
+                "{}",
+                crate::codex_report::report(&self.app.codex_home(), self.app.server_pid())
+            );
+            let logs = self.app.logs();
+            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            eprintln!(
+                "server log (last lines, newest first):\n{}",
+                tail.join("\n")
             );
             // Whether the turn reached the model, and what it was last asked:
             // a turn that never asked differs from one whose answer was lost.
@@ -120,17 +128,17 @@ impl Loop {
                 "the model was asked {} time(s); the newest request's last user texts: {last:?}",
                 asked.len()
             );
-            let logs = self.app.logs();
-            let tail: Vec<&str> = logs.lines().rev().take(40).collect();
+            let d = self.detail(task);
             eprintln!(
-                "server log (last lines, newest first):\n{}",
-                tail.join("\n")
+                "task detail: {}",
+                serde_json::to_string_pretty(&d["audit"]).unwrap()
             );
-            eprintln!(
-                "{}",
-                crate::codex_report::report(&self.app.codex_home(), self.app.server_pid())
-            );
-            std::panic::resume_unwind(panic);
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            panic!("{why}");
         }
     }
 
