@@ -64,15 +64,12 @@ impl DbConn {
                 let mut c = super::rawsql::establish(&path.to_string_lossy())?;
                 // In-memory statement journals keep the writer's per-request
                 // I/O to the WAL itself. Checkpoints are the checkpointer
-                // thread's (see `Store::open`). The writer's own automatic
-                // checkpoint is what finally lets the WAL start over: under a
-                // steady stream the checkpointer never catches the last frame
-                // between two commits. Past its limit the writer checkpoints
-                // after every commit until the WAL restarts (read transactions
-                // hold it off), so the limit is high: 50,000 pages (the WAL
-                // file then grows to about 200 MiB under sustained load). At
-                // 20,000 the ingest bench spent much of each run above it:
-                // 17.5k accepted/s, p99 12 ms; at 50,000, 21.3-21.8k/s, p99 7 ms.
+                // thread's, and the last one of each WAL the writer's when
+                // the checkpointer asks (`checkpointer.rs`). The automatic
+                // checkpoint is only the limit for a WAL the two could not
+                // restart: past it the writer checkpoints after every commit
+                // until the WAL restarts (read transactions hold it off), so
+                // it is high: 50,000 pages, about 200 MiB.
                 //
                 // Page cache: 64 MiB for readers; 8 MiB for writing connections,
                 // because SQLite sweeps a writer's cache at the end of every

@@ -201,12 +201,16 @@ impl Store {
             settings.read_pool_size.max(1),
         )?;
         let mut syncer = None;
+        let mut handoff = None;
         if let DatabaseUrl::Sqlite(_) = &settings.url {
-            checkpointer::start(ConnSettings {
-                url: settings.url.clone(),
-                sqlite_busy_timeout: settings.sqlite_busy_timeout,
-                read_only: false,
-            })?;
+            handoff = Some(checkpointer::start(
+                ConnSettings {
+                    url: settings.url.clone(),
+                    sqlite_busy_timeout: settings.sqlite_busy_timeout,
+                    read_only: false,
+                },
+                checkpointer::Cadence::SERVER,
+            )?);
             // `writer_batch_max = 1` asks for no grouping of any kind: each
             // commit then waits for its own sync, in place.
             if settings.writer.batch_max > 1 {
@@ -216,11 +220,14 @@ impl Store {
             }
         }
         let changes = Arc::new(tokio::sync::watch::channel(0).0);
-        let writer =
-            writer::Writer::start(write_pool, settings.writer, changes.clone(), syncer.clone())
-                .map_err(|e| {
-                    StoreError::Unavailable(format!("cannot start the writer thread: {e}"))
-                })?;
+        let writer = writer::Writer::start(
+            write_pool,
+            settings.writer,
+            changes.clone(),
+            syncer.clone(),
+            handoff,
+        )
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the writer thread: {e}")))?;
         let origin = uuid::Uuid::new_v4().simple().to_string();
         let notifier = match &settings.url {
             DatabaseUrl::Postgres(url) => {

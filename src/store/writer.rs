@@ -14,6 +14,7 @@
 //! (`super::durable`) while this thread goes on with the next batch; a batch's
 //! callers are answered once a sync covering its commit has finished.
 
+use super::checkpointer::{self, Handoff};
 use super::durable::{Completion, Syncer};
 use super::ingest::{self, IngestOutcome, IngestRules};
 use super::{DbConn, DbManager, StoreError};
@@ -134,6 +135,7 @@ impl Writer {
         settings: WriterSettings,
         changes: Changes,
         syncer: Option<Arc<Syncer>>,
+        handoff: Option<Arc<Handoff>>,
     ) -> std::io::Result<Writer> {
         let (tx, rx) = crossbeam_channel::bounded::<Job>(settings.queue_capacity.max(1));
         for n in 0..settings.threads.max(1) {
@@ -143,11 +145,13 @@ impl Writer {
             let batch_max = settings.batch_max.max(1);
             let rules = settings.ingest;
             let syncer = syncer.clone();
+            let handoff = handoff.clone();
             std::thread::Builder::new()
                 .name(format!("store-writer-{n}"))
                 .spawn(move || {
                     let done = Settle {
                         syncer: syncer.clone(),
+                        handoff,
                     };
                     super::walvfs::defer_commit_syncs(syncer);
                     writer_loop(&rx, &pool, batch_max, &changes, rules, &done);
@@ -210,6 +214,8 @@ impl Writer {
 /// Where a committed transaction's callers wait for its sync.
 struct Settle {
     syncer: Option<Arc<Syncer>>,
+    /// The checkpointer's request to take the WAL's last checkpoint.
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl Settle {
@@ -222,6 +228,17 @@ impl Settle {
     }
 
     /// Why nothing may be written any more (a failed sync).
+    /// After a commit: the checkpoint that lets the WAL start over at the
+    /// next transaction, when the checkpointer has copied nearly all of it.
+    /// A failed one changes nothing committed; the next offer tries again.
+    fn checkpoint_if_due(&self, conn: &mut DbConn) {
+        if self.handoff.as_ref().is_some_and(|h| h.take()) {
+            if let Err(e) = checkpointer::pass(conn) {
+                tracing::debug!(error = %e, "the writer's WAL checkpoint failed");
+            }
+        }
+    }
+
     fn failure(&self) -> Option<StoreError> {
         self.syncer.as_ref().and_then(|s| s.failure())
     }
@@ -308,6 +325,7 @@ fn writer_loop(
                         op.finish(durable.clone());
                     }
                 }));
+                settle.checkpoint_if_due(&mut conn);
             }
             Err(e) if ops.len() + replies.len() == 1 && !matches!(e, StoreError::Contended(_)) => {
                 fail_all(&mut ops, &mut reqs, &mut replies, &unavailable(e));
