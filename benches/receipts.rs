@@ -281,6 +281,9 @@ fn run(tasks: usize, rate: f64) -> Result<Figures> {
             dir.path().join("bridge.db").display()
         ))
         .env("CODEX_BRIDGE_AGENT_RUNTIME", "codex")
+        // One commenter writes every comment: the hourly limit per commenter
+        // would refuse all but its first few; the receipts' latency is measured.
+        .env("CODEX_BRIDGE_USER_TRIGGERS_PER_HOUR", "0")
         // Never started: intake is paused, so no turn asks for it.
         .env(
             "CODEX_BRIDGE_CODEX_BIN",
