@@ -18,8 +18,8 @@
 //! automatic checkpoint, passes follow each other at once until one finds
 //! only a few commits to copy (each pass copies what was appended during
 //! the one before, so a few suffice), and then the writer is asked
-//! ([`Handoff`]) to checkpoint after its next
-//! commit: it finds only those few commits left to copy.
+//! ([`Handoff`]) to checkpoint after its next commit: it finds only those
+//! few commits left to copy.
 //!
 //! Waiting for the writer's own automatic checkpoint instead meant following
 //! the WAL with a pass every few milliseconds for a third of its length (each

@@ -227,7 +227,6 @@ impl Settle {
         }
     }
 
-    /// Why nothing may be written any more (a failed sync).
     /// After a commit: the checkpoint that lets the WAL start over at the
     /// next transaction, when the checkpointer has copied nearly all of it.
     /// A failed one changes nothing committed; the next offer tries again.
@@ -239,6 +238,7 @@ impl Settle {
         }
     }
 
+    /// Why nothing may be written any more (a failed sync).
     fn failure(&self) -> Option<StoreError> {
         self.syncer.as_ref().and_then(|s| s.failure())
     }
